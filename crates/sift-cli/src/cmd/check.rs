@@ -1,0 +1,174 @@
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+
+use anyhow::Result;
+use sift_core::{Corpus, Layout, WarningKind, Warnings, image_base_key, passage_base_key};
+use sift_eval::{check_qrels_ids, task1};
+
+use crate::cmd::report_warnings;
+use crate::options::split_list;
+use crate::progress::Bars;
+
+/// Read a whole corpus and report what is in it and what is wrong with it. Fatal problems
+/// (malformed rows, duplicate ids, truncated files) stop with an error naming file and row;
+/// recoverable ones are counted.
+#[derive(clap::Args)]
+#[command(after_help = "Example:\n  sift check --corpus corpora/sample")]
+pub struct Args {
+    /// Corpus directory.
+    #[arg(long)]
+    corpus: PathBuf,
+    /// Comma-separated domains [default: all].
+    #[arg(long)]
+    domains: Option<String>,
+    /// Qrels split of a BEIR corpus.
+    #[arg(long, default_value = "test")]
+    split: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(serde::Serialize, Default)]
+struct DomainCounts {
+    passages: u64,
+    queries: usize,
+    multimodal_queries: usize,
+    images: u64,
+    undecodable_images: u64,
+    query_images: u64,
+    orphan_positive_images: u64,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let corpus = Corpus::open(&a.corpus)?;
+    let domains = corpus.select_domains(&split_list(&a.domains))?;
+    let bars = Bars::new(a.quiet || a.json);
+    let mut warnings = Warnings::new();
+    let mut out = BTreeMap::new();
+    for domain in &domains {
+        let mut counts = DomainCounts::default();
+        let mut ids = HashSet::new();
+        let mut passages = corpus.passages(domain)?;
+        let bar = bars.bar(&format!("{domain} text"), passages.len_hint().unwrap_or(0));
+        for p in passages.by_ref() {
+            ids.insert(p?.id);
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        counts.passages = ids.len() as u64;
+        warnings.extend(passages.warnings().clone());
+        let task = task1(&corpus, domain, &a.split)?;
+        counts.queries = task.queries.len();
+        let mut tw = task.warnings;
+        check_qrels_ids(&task.qrels, |id| ids.contains(id), corpus.root(), &mut tw);
+        warnings.extend(tw);
+        if corpus.layout() == Layout::MmBright {
+            let mut images = corpus.images(domain)?;
+            let mut image_paths = HashSet::new();
+            for img in images.by_ref() {
+                let img = img?;
+                if let Err(e) = img.probe() {
+                    counts.undecodable_images += 1;
+                    warnings.push(
+                        WarningKind::UndecodableImage,
+                        &img.file,
+                        format!("row {}", img.row),
+                        format!("image {:?} does not decode: {e}", img.path),
+                    );
+                }
+                image_paths.insert(img.path);
+                counts.images += 1;
+            }
+            warnings.extend(images.warnings().clone());
+            let mut qimages = corpus.query_images(domain)?;
+            for img in qimages.by_ref() {
+                let img = img?;
+                if let Err(e) = img.probe() {
+                    warnings.push(
+                        WarningKind::UndecodableImage,
+                        &img.file,
+                        format!("row {}", img.row),
+                        format!("query image {:?} does not decode: {e}", img.path),
+                    );
+                }
+                counts.query_images += 1;
+            }
+            warnings.extend(qimages.warnings().clone());
+            let mut mw = Warnings::new();
+            let examples = corpus.examples(domain, true, &mut mw)?;
+            counts.multimodal_queries = examples.len();
+            for ex in &examples {
+                let Some(labels) = &ex.images else { continue };
+                let gold_keys: HashSet<&str> = ex
+                    .gold_ids
+                    .iter()
+                    .filter_map(|g| passage_base_key(g))
+                    .collect();
+                for p in &labels.positive {
+                    let orphan = image_base_key(domain, p).is_none_or(|k| !gold_keys.contains(k));
+                    if orphan {
+                        counts.orphan_positive_images += 1;
+                        mw.push(
+                            WarningKind::OrphanPositiveImage,
+                            corpus.root(),
+                            String::new(),
+                            format!(
+                                "query {:?}: positive image {p:?} has no gold passage on its page",
+                                ex.id
+                            ),
+                        );
+                    }
+                    if !image_paths.contains(p) {
+                        mw.push(
+                            WarningKind::UnknownDocId,
+                            corpus.root(),
+                            String::new(),
+                            format!(
+                                "query {:?}: positive image {p:?} is not a corpus image",
+                                ex.id
+                            ),
+                        );
+                    }
+                }
+            }
+            warnings.extend(mw);
+        }
+        out.insert(domain.clone(), counts);
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "corpus": a.corpus,
+                "layout": corpus.layout().name(),
+                "domains": out,
+                "warnings": warnings.to_map(),
+                "warning_examples": warnings.examples(),
+            }))?
+        );
+    } else {
+        println!("{} ({} layout)", a.corpus.display(), corpus.layout().name());
+        println!(
+            "| domain | passages | queries | mm queries | images | undecodable | query images | orphan positives |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        for (d, c) in &out {
+            println!(
+                "| {d} | {} | {} | {} | {} | {} | {} | {} |",
+                c.passages,
+                c.queries,
+                c.multimodal_queries,
+                c.images,
+                c.undecodable_images,
+                c.query_images,
+                c.orphan_positive_images
+            );
+        }
+        report_warnings("corpus", &warnings);
+    }
+    Ok(())
+}

@@ -1,0 +1,20 @@
+pub mod check;
+pub mod eval;
+pub mod index;
+pub mod search;
+
+use sift_core::Warnings;
+
+/// Prints a warning summary to stderr.
+pub fn report_warnings(what: &str, warnings: &Warnings) {
+    if warnings.is_empty() {
+        return;
+    }
+    eprintln!("warning: {what}: {} problem(s) counted", warnings.total());
+    for (kind, n) in warnings.counts() {
+        eprintln!("  {:<24} {n}", kind.name());
+    }
+    for w in warnings.examples() {
+        eprintln!("  e.g. {w}");
+    }
+}

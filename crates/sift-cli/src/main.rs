@@ -1,0 +1,49 @@
+//! `sift`: index, search and evaluate retrieval over BEIR and MM-BRIGHT corpora.
+//!
+//! The binary only wires the library crates together: flags are defined here and in
+//! `cmd/*`, all logic a library user needs lives in `sift-core`, `sift-index` and `sift-eval`.
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod options;
+mod progress;
+
+/// Sift: reasoning-intensive multimodal retrieval, evaluated the way trec_eval scores it.
+#[derive(Parser)]
+#[command(name = "sift", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build (or rebuild) an index of a corpus: BM25 per domain.
+    Index(cmd::index::Args),
+    /// Search an index with one query.
+    Search(cmd::search::Args),
+    /// Evaluate a retriever on a task, or score an existing TREC run against qrels.
+    Eval(cmd::eval::Args),
+    /// Read a whole corpus and report counts and problems (duplicate ids, bad rows, images
+    /// that do not decode, judgements naming unknown ids).
+    Check(cmd::check::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Index(a) => cmd::index::run(a),
+        Command::Search(a) => cmd::search::run(a),
+        Command::Eval(a) => cmd::eval::run(a),
+        Command::Check(a) => cmd::check::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

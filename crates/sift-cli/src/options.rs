@@ -1,0 +1,100 @@
+//! Flags shared by several commands.
+use clap::{Args, ValueEnum};
+use sift_index::{AnalyzerConfig, Bm25Params, QueryWeighting, Stemming, StopWords};
+
+/// Query-side weighting.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Weighting {
+    /// Lucene BM25 (repeated query terms count repeatedly).
+    Lucene,
+    /// BRIGHT / MM-BRIGHT reference: the query vector is BM25-weighted too (gensim
+    /// LuceneBM25Model on both sides).
+    Bright,
+}
+
+/// Text-analysis flags.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
+pub enum Lang {
+    /// English (Snowball).
+    English,
+    /// None.
+    None,
+}
+
+/// BM25 scoring flags; unset ones come from the index manifest.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Bm25Flags {
+    /// BM25 k1 (term-frequency saturation) [default: 0.9, or the index's].
+    #[arg(long)]
+    pub k1: Option<f32>,
+    /// BM25 b (length normalisation) [default: 0.4, or the index's].
+    #[arg(long)]
+    pub b: Option<f32>,
+    /// Query-side weighting [default: lucene, or the index's].
+    #[arg(long, value_enum)]
+    pub query_weighting: Option<Weighting>,
+}
+
+impl Bm25Flags {
+    /// `base` with the flags that were given applied.
+    pub fn apply(&self, base: Bm25Params) -> Bm25Params {
+        Bm25Params {
+            k1: self.k1.unwrap_or(base.k1),
+            b: self.b.unwrap_or(base.b),
+            weighting: match self.query_weighting {
+                None => base.weighting,
+                Some(Weighting::Lucene) => QueryWeighting::Lucene,
+                Some(Weighting::Bright) => QueryWeighting::Bright,
+            },
+        }
+    }
+}
+
+/// Analyzer flags; at search time they are only checked against the index.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AnalyzerFlags {
+    /// Stemmer [default: english].
+    #[arg(long, value_enum)]
+    pub stemmer: Option<Lang>,
+    /// Stop-word list [default: english].
+    #[arg(long, value_enum)]
+    pub stopwords: Option<Lang>,
+}
+
+impl AnalyzerFlags {
+    /// True when any flag was given.
+    pub fn any(&self) -> bool {
+        self.stemmer.is_some() || self.stopwords.is_some()
+    }
+
+    /// `base` with the flags that were given applied.
+    pub fn apply(&self, base: &AnalyzerConfig) -> AnalyzerConfig {
+        let mut c = base.clone();
+        if let Some(s) = self.stemmer {
+            c.stemmer = if s == Lang::English {
+                Stemming::English
+            } else {
+                Stemming::None
+            };
+        }
+        if let Some(s) = self.stopwords {
+            c.stopwords = if s == Lang::English {
+                StopWords::English
+            } else {
+                StopWords::None
+            };
+        }
+        c
+    }
+}
+
+/// Parses `a,b,c` into a list (empty entries dropped).
+pub fn split_list(s: &Option<String>) -> Vec<String> {
+    s.as_deref()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(String::from)
+        .collect()
+}

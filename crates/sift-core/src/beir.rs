@@ -1,0 +1,255 @@
+//! BEIR layout: `corpus.jsonl` (`_id`, `title`, `text`), `queries.jsonl` (`_id`, `text`),
+//! `qrels/<split>.tsv` (header row, then `query-id corpus-id score`, graded scores).
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::types::{Example, Passage, Qrels};
+use crate::warnings::{WarningKind, Warnings};
+use crate::{Error, Result};
+
+/// An id in BEIR files: usually a string, sometimes a bare number.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Id {
+    Str(String),
+    Num(serde_json::Number),
+}
+
+impl Id {
+    fn into_string(self) -> String {
+        match self {
+            Id::Str(s) => s,
+            Id::Num(n) => n.to_string(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct CorpusLine {
+    #[serde(rename = "_id")]
+    id: Id,
+    #[serde(default)]
+    title: Option<String>,
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct QueryLine {
+    #[serde(rename = "_id")]
+    id: Id,
+    text: Option<String>,
+}
+
+/// Reads a text file line by line as bytes, so invalid UTF-8 is reported with its line number
+/// instead of aborting the whole read.
+pub(crate) struct Lines {
+    path: PathBuf,
+    reader: BufReader<File>,
+    line: u64,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    pub(crate) fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        Ok(Lines {
+            path: path.to_path_buf(),
+            reader: BufReader::with_capacity(1 << 20, file),
+            line: 0,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Next non-blank line as `(line number, text)`.
+    pub(crate) fn next_line(&mut self) -> Result<Option<(u64, &str)>> {
+        loop {
+            self.buf.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| Error::io(&self.path, e))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+            while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
+                self.buf.pop();
+            }
+            if self.buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let line = self.line;
+            let text = std::str::from_utf8(&self.buf).map_err(|e| {
+                Error::line(
+                    &self.path,
+                    line,
+                    format!("invalid UTF-8 at byte {}", e.valid_up_to()),
+                )
+            })?;
+            return Ok(Some((line, text)));
+        }
+    }
+}
+
+/// Streams `corpus.jsonl`.
+pub(crate) struct JsonlPassages {
+    lines: Lines,
+    seen: HashMap<String, u64>,
+    pub(crate) warnings: Warnings,
+}
+
+impl JsonlPassages {
+    pub(crate) fn open(path: &Path) -> Result<Self> {
+        Ok(JsonlPassages {
+            lines: Lines::open(path)?,
+            seen: HashMap::new(),
+            warnings: Warnings::new(),
+        })
+    }
+
+    pub(crate) fn next_passage(&mut self) -> Result<Option<Passage>> {
+        let path = self.lines.path.clone();
+        let Some((line, text)) = self.lines.next_line()? else {
+            return Ok(None);
+        };
+        let parsed: CorpusLine = serde_json::from_str(text)
+            .map_err(|e| Error::line(&path, line, format!("malformed JSON: {e}")))?;
+        let id = parsed.id.into_string();
+        if id.is_empty() {
+            return Err(Error::line(&path, line, "empty _id"));
+        }
+        let Some(body) = parsed.text else {
+            return Err(Error::line(
+                &path,
+                line,
+                format!("passage {id:?} has no \"text\""),
+            ));
+        };
+        let text = match parsed.title {
+            Some(title) if !title.trim().is_empty() => format!("{title} {body}"),
+            _ => body,
+        };
+        if text.trim().is_empty() {
+            self.warnings.push(
+                WarningKind::EmptyPassage,
+                &path,
+                format!("line {line}"),
+                format!("passage {id:?} has no text"),
+            );
+        }
+        if let Some(first) = self.seen.insert(id.clone(), line) {
+            return Err(Error::DuplicateId {
+                path,
+                location: format!("line {line}"),
+                first: format!("line {first}"),
+                id,
+            });
+        }
+        Ok(Some(Passage { id, text }))
+    }
+}
+
+/// Reads `queries.jsonl` into examples (no judgements; those come from the qrels).
+pub(crate) fn read_queries(path: &Path, warnings: &mut Warnings) -> Result<Vec<Example>> {
+    let mut lines = Lines::open(path)?;
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut out = Vec::new();
+    while let Some((line, text)) = lines.next_line()? {
+        let parsed: QueryLine = serde_json::from_str(text)
+            .map_err(|e| Error::line(path, line, format!("malformed JSON: {e}")))?;
+        let id = parsed.id.into_string();
+        if let Some(first) = seen.insert(id.clone(), line) {
+            return Err(Error::DuplicateId {
+                path: path.to_path_buf(),
+                location: format!("line {line}"),
+                first: format!("line {first}"),
+                id,
+            });
+        }
+        let query = parsed.text.unwrap_or_default();
+        if query.trim().is_empty() {
+            warnings.push(
+                WarningKind::EmptyQuery,
+                path,
+                format!("line {line}"),
+                format!("query {id:?} has no text: skipped"),
+            );
+            continue;
+        }
+        out.push(Example {
+            id,
+            query,
+            ..Example::default()
+        });
+    }
+    Ok(out)
+}
+
+/// Reads a BEIR qrels TSV (`query-id corpus-id score`, header row optional).
+/// Queries not in `known_queries` are skipped with a warning.
+pub(crate) fn read_qrels(
+    path: &Path,
+    known_queries: Option<&HashSet<&str>>,
+    warnings: &mut Warnings,
+) -> Result<Qrels> {
+    let mut lines = Lines::open(path)?;
+    let mut qrels = Qrels::new();
+    let mut first = true;
+    while let Some((line, text)) = lines.next_line()? {
+        let fields: Vec<&str> = text.split('\t').map(str::trim).collect();
+        let is_first = std::mem::replace(&mut first, false);
+        if is_first && fields.len() >= 3 && fields[2].parse::<f64>().is_err() {
+            continue; // header row
+        }
+        if fields.len() != 3 {
+            return Err(Error::line(
+                path,
+                line,
+                format!(
+                    "expected 3 tab-separated fields (query-id, corpus-id, score), found {}",
+                    fields.len()
+                ),
+            ));
+        }
+        let grade = parse_grade(fields[2])
+            .ok_or_else(|| Error::line(path, line, format!("bad score {:?}", fields[2])))?;
+        let (qid, did) = (fields[0], fields[1]);
+        if let Some(known) = known_queries
+            && !known.contains(qid)
+        {
+            warnings.push(
+                WarningKind::UnknownQueryId,
+                path,
+                format!("line {line}"),
+                format!("qrels name unknown query {qid:?}: skipped"),
+            );
+            continue;
+        }
+        let prev = qrels
+            .entry(qid.to_string())
+            .or_default()
+            .insert(did.to_string(), grade);
+        if prev.is_some() {
+            warnings.push(
+                WarningKind::DuplicateQrel,
+                path,
+                format!("line {line}"),
+                format!("({qid}, {did}) judged twice: the last grade wins"),
+            );
+        }
+    }
+    Ok(qrels)
+}
+
+/// Grades are integers; `1.0`-style floats with no fraction are accepted.
+pub(crate) fn parse_grade(s: &str) -> Option<i32> {
+    if let Ok(v) = s.parse::<i32>() {
+        return Some(v);
+    }
+    let f = s.parse::<f64>().ok()?;
+    (f.fract() == 0.0 && f.abs() < i32::MAX as f64).then_some(f as i32)
+}

@@ -1,0 +1,463 @@
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::beir::{self, JsonlPassages};
+use crate::mmbright::{self, ParquetPassages, Table};
+use crate::paths::normalize_image_path;
+use crate::types::{Example, Passage, Qrels};
+use crate::warnings::{WarningKind, Warnings};
+use crate::{Error, Result};
+
+/// How a corpus directory is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// BEIR: `corpus.jsonl`, `queries.jsonl`, `qrels/<split>.tsv`; one domain.
+    Beir,
+    /// MM-BRIGHT hub layout: one parquet per domain under each config directory.
+    MmBright,
+}
+
+impl Layout {
+    /// Name used in manifests and output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Beir => "beir",
+            Layout::MmBright => "mm-bright",
+        }
+    }
+}
+
+/// A corpus on disk.
+#[derive(Debug, Clone)]
+pub struct Corpus {
+    root: PathBuf,
+    layout: Layout,
+}
+
+/// Which MM-BRIGHT example set to read.
+const EXAMPLES: &str = "examples";
+const EXAMPLES_MULTIMODAL: &str = "examples_multimodal";
+
+impl Corpus {
+    /// Opens a corpus directory, detecting its layout.
+    pub fn open(root: impl AsRef<Path>) -> Result<Corpus> {
+        let root = root.as_ref().to_path_buf();
+        if !root.is_dir() {
+            return Err(Error::io(
+                &root,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "corpus directory not found"),
+            ));
+        }
+        let layout = if root.join("corpus.jsonl").is_file() {
+            Layout::Beir
+        } else if root.join("documents").is_dir() {
+            Layout::MmBright
+        } else {
+            return Err(Error::UnknownLayout { path: root });
+        };
+        Ok(Corpus { root, layout })
+    }
+
+    /// The corpus directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The detected layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Domain names, sorted. A BEIR corpus has one, named after its directory.
+    pub fn domains(&self) -> Result<Vec<String>> {
+        match self.layout {
+            Layout::Beir => Ok(vec![self.beir_domain()]),
+            Layout::MmBright => Ok(self.shards("documents")?.into_keys().collect()),
+        }
+    }
+
+    /// The domains named in `wanted` (all when empty), checked to exist.
+    pub fn select_domains(&self, wanted: &[String]) -> Result<Vec<String>> {
+        let all = self.domains()?;
+        if wanted.is_empty() {
+            if all.is_empty() {
+                return Err(Error::EmptyCorpus {
+                    path: self.root.join("documents"),
+                });
+            }
+            return Ok(all);
+        }
+        let mut out = Vec::new();
+        for w in wanted {
+            if !all.contains(w) {
+                return Err(Error::UnknownDomain {
+                    path: self.root.clone(),
+                    domain: w.clone(),
+                    available: all.join(", "),
+                });
+            }
+            if !out.contains(w) {
+                out.push(w.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    fn beir_domain(&self) -> String {
+        self.root
+            .canonicalize()
+            .unwrap_or_else(|_| self.root.clone())
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "corpus".to_string())
+    }
+
+    /// Parquet files of an MM-BRIGHT config, grouped by domain: `{domain}.parquet` or shards
+    /// `{domain}-00000-of-00002.parquet`.
+    fn shards(&self, config: &str) -> Result<BTreeMap<String, Vec<PathBuf>>> {
+        let dir = self.root.join(config);
+        let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        if !dir.is_dir() {
+            return Ok(out);
+        }
+        for entry in fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+            let path = entry.map_err(|e| Error::io(&dir, e))?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("parquet") {
+                continue;
+            }
+            let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
+            out.entry(shard_domain(stem).to_string())
+                .or_default()
+                .push(path);
+        }
+        for files in out.values_mut() {
+            files.sort();
+        }
+        Ok(out)
+    }
+
+    fn domain_files(&self, config: &str, domain: &str) -> Result<Vec<PathBuf>> {
+        Ok(self.shards(config)?.remove(domain).unwrap_or_default())
+    }
+
+    /// Files holding the passages of `domain`.
+    pub fn passage_files(&self, domain: &str) -> Result<Vec<PathBuf>> {
+        match self.layout {
+            Layout::Beir => Ok(vec![self.root.join("corpus.jsonl")]),
+            Layout::MmBright => {
+                let files = self.domain_files("documents", domain)?;
+                if files.is_empty() {
+                    return Err(Error::UnknownDomain {
+                        path: self.root.clone(),
+                        domain: domain.to_string(),
+                        available: self.domains()?.join(", "),
+                    });
+                }
+                Ok(files)
+            }
+        }
+    }
+
+    /// Streams the passages of `domain`. Duplicate ids are an error.
+    pub fn passages(&self, domain: &str) -> Result<Passages> {
+        let files = self.passage_files(domain)?;
+        let (inner, len_hint) = match self.layout {
+            Layout::Beir => (PassagesInner::Jsonl(JsonlPassages::open(&files[0])?), None),
+            Layout::MmBright => {
+                let mut rows = 0;
+                for f in &files {
+                    rows += Table::open(f, &["id", "content"], &[], 1)?.num_rows;
+                }
+                (
+                    PassagesInner::Parquet(ParquetPassages::open(files)?),
+                    Some(rows),
+                )
+            }
+        };
+        Ok(Passages { inner, len_hint })
+    }
+
+    /// A stable fingerprint of `domain`'s passage files (xxh3-128 of their names and bytes).
+    pub fn fingerprint(&self, domain: &str) -> Result<String> {
+        let mut hasher = twox_hash::XxHash3_128::new();
+        let mut buf = vec![0u8; 1 << 20];
+        for file in self.passage_files(domain)? {
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+            hasher.write(name.unwrap_or_default().as_bytes());
+            hasher.write(&[0]);
+            let mut f = fs::File::open(&file).map_err(|e| Error::io(&file, e))?;
+            loop {
+                let n = f.read(&mut buf).map_err(|e| Error::io(&file, e))?;
+                if n == 0 {
+                    break;
+                }
+                hasher.write(&buf[..n]);
+            }
+        }
+        Ok(format!("xxh3-128:{:032x}", hasher.finish_128()))
+    }
+
+    /// Queries of `domain`. MM-BRIGHT: the `examples` rows (Task 1), or the
+    /// `examples_multimodal` rows (Tasks 2-4) when `multimodal`. BEIR: `queries.jsonl`.
+    /// Queries with empty text are skipped and counted.
+    pub fn examples(
+        &self,
+        domain: &str,
+        multimodal: bool,
+        warnings: &mut Warnings,
+    ) -> Result<Vec<Example>> {
+        match self.layout {
+            Layout::Beir => beir::read_queries(&self.root.join("queries.jsonl"), warnings),
+            Layout::MmBright => {
+                let config = if multimodal {
+                    EXAMPLES_MULTIMODAL
+                } else {
+                    EXAMPLES
+                };
+                let files = self.domain_files(config, domain)?;
+                if files.is_empty() {
+                    return Err(Error::io(
+                        self.root.join(config).join(format!("{domain}.parquet")),
+                        std::io::Error::new(std::io::ErrorKind::NotFound, "no examples for domain"),
+                    ));
+                }
+                mmbright::read_examples(&files, multimodal, warnings)
+            }
+        }
+    }
+
+    /// BEIR qrels of `split` (`qrels/<split>.tsv`), graded. Entries naming queries not in
+    /// `known_queries` are skipped and counted.
+    pub fn beir_qrels(
+        &self,
+        split: &str,
+        known_queries: Option<&HashSet<&str>>,
+        warnings: &mut Warnings,
+    ) -> Result<Qrels> {
+        let path = self.root.join("qrels").join(format!("{split}.tsv"));
+        beir::read_qrels(&path, known_queries, warnings)
+    }
+
+    /// Streams the corpus images of `domain` (`document_images`), a few at a time.
+    /// BEIR corpora have none.
+    pub fn images(&self, domain: &str) -> Result<Images> {
+        self.image_config("document_images", domain)
+    }
+
+    /// Streams the query images of `domain` (`examples_images`).
+    pub fn query_images(&self, domain: &str) -> Result<Images> {
+        self.image_config("examples_images", domain)
+    }
+
+    fn image_config(&self, config: &str, domain: &str) -> Result<Images> {
+        let files = match self.layout {
+            Layout::Beir => Vec::new(),
+            Layout::MmBright => self.domain_files(config, domain)?,
+        };
+        Ok(Images {
+            files: files.into(),
+            table: None,
+            seen: HashSet::new(),
+            pending: Default::default(),
+            warnings: Warnings::new(),
+        })
+    }
+}
+
+/// `physics-00000-of-00002` -> `physics`; `physics` -> `physics`.
+fn shard_domain(stem: &str) -> &str {
+    let parts: Vec<&str> = stem.rsplitn(4, '-').collect();
+    if parts.len() == 4
+        && parts[1] == "of"
+        && parts[0].bytes().all(|b| b.is_ascii_digit())
+        && parts[2].bytes().all(|b| b.is_ascii_digit())
+    {
+        parts[3]
+    } else {
+        stem
+    }
+}
+
+enum PassagesInner {
+    Jsonl(JsonlPassages),
+    Parquet(ParquetPassages),
+}
+
+/// A stream of passages; iterate it, then read [`Passages::warnings`].
+pub struct Passages {
+    inner: PassagesInner,
+    len_hint: Option<u64>,
+}
+
+impl Passages {
+    /// Number of passages when the format says it up front (parquet row counts).
+    pub fn len_hint(&self) -> Option<u64> {
+        self.len_hint
+    }
+
+    /// Warnings counted so far (empty passages).
+    pub fn warnings(&self) -> &Warnings {
+        match &self.inner {
+            PassagesInner::Jsonl(p) => &p.warnings,
+            PassagesInner::Parquet(p) => &p.warnings,
+        }
+    }
+}
+
+impl Iterator for Passages {
+    type Item = Result<Passage>;
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.inner {
+            PassagesInner::Jsonl(p) => p.next_passage().transpose(),
+            PassagesInner::Parquet(p) => p.next_passage().transpose(),
+        }
+    }
+}
+
+/// One corpus or query image.
+#[derive(Debug, Clone)]
+pub struct ImageRecord {
+    /// Normalised path (the image id).
+    pub path: String,
+    /// The encoded image file.
+    pub bytes: Vec<u8>,
+    /// Parquet file it came from.
+    pub file: PathBuf,
+    /// 0-based row in that file.
+    pub row: u64,
+}
+
+impl ImageRecord {
+    /// Decodes the image fully (format guessed from the bytes), returning its size, or why it
+    /// cannot be decoded.
+    pub fn probe(&self) -> std::result::Result<(u32, u32), String> {
+        let img = image::ImageReader::new(std::io::Cursor::new(&self.bytes))
+            .with_guessed_format()
+            .map_err(|e| e.to_string())?
+            .decode()
+            .map_err(|e| e.to_string())?;
+        Ok((img.width(), img.height()))
+    }
+}
+
+/// A stream of images, read in small batches so that only a few images' bytes are held in
+/// memory at once. Rows with no bytes and repeated paths are skipped and counted.
+pub struct Images {
+    files: std::collections::VecDeque<PathBuf>,
+    table: Option<Table>,
+    seen: HashSet<String>,
+    pending: std::collections::VecDeque<ImageRecord>,
+    warnings: Warnings,
+}
+
+/// Rows per batch when reading images.
+const IMAGE_BATCH: usize = 32;
+
+impl Images {
+    /// Warnings counted so far.
+    pub fn warnings(&self) -> &Warnings {
+        &self.warnings
+    }
+
+    fn next_image(&mut self) -> Result<Option<ImageRecord>> {
+        loop {
+            if let Some(r) = self.pending.pop_front() {
+                return Ok(Some(r));
+            }
+            if self.table.is_none() {
+                let Some(file) = self.files.pop_front() else {
+                    return Ok(None);
+                };
+                self.table = Some(Table::open(&file, &["path", "bytes"], &[], IMAGE_BATCH)?);
+            }
+            let table = self.table.as_mut().expect("set above");
+            let Some((first_row, batch)) = table.next_batch()? else {
+                self.table = None;
+                continue;
+            };
+            let paths = table.column(&batch, "path").expect("projected");
+            let bytes = table.column(&batch, "bytes").expect("projected");
+            for i in 0..batch.num_rows() {
+                let row = first_row + i as u64;
+                let path = match mmbright::string_at(paths.as_ref(), i) {
+                    Ok(Some(p)) if !p.trim().is_empty() => normalize_image_path(p),
+                    Ok(_) => {
+                        return Err(Error::row(&table.path, row, "image path is null or empty"));
+                    }
+                    Err(e) => {
+                        return Err(Error::row(
+                            &table.path,
+                            row,
+                            format!("column \"path\": {e}"),
+                        ));
+                    }
+                };
+                let data = match mmbright::binary_at(bytes.as_ref(), i) {
+                    Ok(Some(b)) if !b.is_empty() => b,
+                    Ok(_) => {
+                        self.warnings.push(
+                            WarningKind::MissingImageBytes,
+                            &table.path,
+                            format!("row {row}"),
+                            format!("image {path:?} has no bytes: skipped"),
+                        );
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(Error::row(
+                            &table.path,
+                            row,
+                            format!("column \"bytes\": {e}"),
+                        ));
+                    }
+                };
+                if !self.seen.insert(path.clone()) {
+                    self.warnings.push(
+                        WarningKind::DuplicateImage,
+                        &table.path,
+                        format!("row {row}"),
+                        format!("image {path:?} appears twice: later row skipped"),
+                    );
+                    continue;
+                }
+                self.pending.push_back(ImageRecord {
+                    path,
+                    bytes: data.to_vec(),
+                    file: table.path.clone(),
+                    row,
+                });
+            }
+        }
+    }
+}
+
+impl Iterator for Images {
+    type Item = Result<ImageRecord>;
+    fn next(&mut self) -> Option<Self::Item> {
+        let r = self.next_image().transpose();
+        if matches!(r, Some(Err(_))) {
+            self.files.clear();
+            self.table = None;
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shard_domain;
+
+    #[test]
+    fn shard_names_map_to_domains() {
+        assert_eq!(shard_domain("physics"), "physics");
+        assert_eq!(shard_domain("physics-00000-of-00002"), "physics");
+        assert_eq!(shard_domain("earth-science"), "earth-science");
+        assert_eq!(shard_domain("a-b-of-c"), "a-b-of-c");
+    }
+}

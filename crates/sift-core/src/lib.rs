@@ -1,0 +1,30 @@
+//! Core types and corpus readers for Sift.
+//!
+//! A corpus is read one *domain* at a time: each domain is its own retrieval problem
+//! (MM-BRIGHT protocol, `shared/docs/mm-bright-protocol.md`: "a domain's queries are run
+//! against that domain's passages and images only"). A BEIR collection is a corpus with a
+//! single domain named after its directory.
+//!
+//! - [`Corpus::open`] detects the layout ([`Layout::Beir`] or [`Layout::MmBright`]).
+//! - [`Corpus::passages`] streams a domain's passages, rejecting duplicate ids.
+//! - [`Corpus::examples`] reads a domain's queries with their gold ids, exclusions and image
+//!   annotations; [`Corpus::qrels`] reads BEIR qrels.
+//! - [`Corpus::images`] streams a domain's corpus images without holding them all in memory.
+//!
+//! Problems that make the input unusable are an [`Error`] naming the file and line/row; problems
+//! where skipping is the right call are counted in [`Warnings`].
+#![warn(missing_docs)]
+
+mod beir;
+mod corpus;
+mod error;
+mod mmbright;
+mod paths;
+mod types;
+mod warnings;
+
+pub use corpus::{Corpus, ImageRecord, Images, Layout, Passages};
+pub use error::{Error, Result};
+pub use paths::{image_base_key, normalize_image_path, passage_base_key};
+pub use types::{Example, ImageLabels, Passage, Qrels};
+pub use warnings::{Warning, WarningKind, Warnings};

@@ -1,0 +1,89 @@
+//! Id and path conventions of MM-BRIGHT (`shared/docs/mm-bright-protocol.md`).
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// Normalises an image path as the protocol says: `\` becomes `/` and a leading `./` is
+/// stripped (repeatedly), so annotations and corpus rows name images the same way.
+pub fn normalize_image_path(path: &str) -> String {
+    let mut p = path.trim().replace('\\', "/");
+    while let Some(rest) = p.strip_prefix("./") {
+        p = rest.to_string();
+    }
+    p
+}
+
+static PASSAGE_KEY: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"/([0-9a-f]+)_\d+\.txt$").expect("valid regex"));
+
+/// Base key of a passage id: `academia/a7beca61_6123.txt` -> `a7beca61`
+/// (protocol: regex `/([0-9a-f]+)_\d+\.txt$`).
+pub fn passage_base_key(passage_id: &str) -> Option<&str> {
+    PASSAGE_KEY
+        .captures(passage_id)
+        .and_then(|c| c.get(1))
+        .map(|m| m.as_str())
+}
+
+/// Base key of an image path within `domain`:
+/// `academia/academia_a7beca61_0002/image_1.webp` -> `a7beca61`
+/// (protocol: regex `{domain}_([0-9a-f]+)_\d+`).
+pub fn image_base_key<'a>(domain: &str, image_path: &'a str) -> Option<&'a str> {
+    let needle = format!("{domain}_");
+    let mut from = 0;
+    while let Some(pos) = image_path[from..].find(&needle) {
+        let start = from + pos + needle.len();
+        let rest = &image_path[start..];
+        let hex_len = rest
+            .bytes()
+            .take_while(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+            .count();
+        let after = &rest[hex_len..];
+        if hex_len > 0
+            && after.starts_with('_')
+            && after[1..]
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_digit())
+        {
+            return Some(&rest[..hex_len]);
+        }
+        from = start;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalises_backslashes_and_dot_prefix() {
+        assert_eq!(
+            normalize_image_path(r".\gis\gis_1f3a_0001\image_1.png"),
+            "gis/gis_1f3a_0001/image_1.png"
+        );
+        assert_eq!(normalize_image_path("./././a/b.png"), "a/b.png");
+        assert_eq!(normalize_image_path("a/b.png"), "a/b.png");
+    }
+
+    #[test]
+    fn base_keys_follow_the_protocol_regexes() {
+        assert_eq!(
+            passage_base_key("academia/a7beca61_6123.txt"),
+            Some("a7beca61")
+        );
+        assert_eq!(passage_base_key("academia/a7beca61.txt"), None);
+        assert_eq!(passage_base_key("academia/XYZ_1.txt"), None);
+        assert_eq!(
+            image_base_key("academia", "academia/academia_a7beca61_0002/image_1.webp"),
+            Some("a7beca61")
+        );
+        assert_eq!(
+            image_base_key("academia", "academia/other/image_1.webp"),
+            None
+        );
+        // the domain prefix inside the directory name is what matters, not the folder
+        assert_eq!(image_base_key("gis", "gis/gis_00ff_1/x.png"), Some("00ff"));
+    }
+}

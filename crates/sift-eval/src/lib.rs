@@ -1,0 +1,21 @@
+//! Retrieval evaluation with trec_eval semantics, TREC run/qrels I/O, MM-BRIGHT task
+//! assembly and reports.
+//!
+//! Metrics follow trec_eval 9 as pytrec_eval runs it (reference numbers and the script that
+//! made them: `eval/reference/`): scores compared as 32-bit floats, ties broken by document
+//! id descending, graded gains for nDCG, grade >= 1 relevant for the binary measures.
+#![warn(missing_docs)]
+
+mod error;
+mod metrics;
+mod report;
+mod tasks;
+mod trec;
+
+pub use error::{Error, Result};
+pub use metrics::{
+    CUTOFFS, Evaluation, Exclusions, Metrics, Run, RunEntry, evaluate, evaluate_query, metric_names,
+};
+pub use report::{DomainResult, Report};
+pub use tasks::{TaskData, check_qrels_ids, task1};
+pub use trec::{read_exclusions, read_qrels, read_run, write_qrels, write_run};

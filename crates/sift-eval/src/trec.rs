@@ -1,0 +1,209 @@
+//! TREC file formats: runs (`qid Q0 docid rank score tag`), qrels (`qid iter docid grade`)
+//! and exclusion lists (`qid docid`).
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+
+use sift_core::{Qrels, WarningKind, Warnings};
+
+use crate::metrics::{Exclusions, Run, RunEntry};
+use crate::{Error, Result};
+
+fn for_each_line(path: &Path, mut f: impl FnMut(u64, &str) -> Result<()>) -> Result<()> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut reader = BufReader::new(file);
+    let mut buf = Vec::new();
+    let mut line = 0u64;
+    loop {
+        buf.clear();
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        line += 1;
+        let text = std::str::from_utf8(&buf).map_err(|e| {
+            Error::line(
+                path,
+                line,
+                format!("invalid UTF-8 at byte {}", e.valid_up_to()),
+            )
+        })?;
+        let text = text.trim();
+        if text.is_empty() || text.starts_with('#') {
+            continue;
+        }
+        f(line, text)?;
+    }
+}
+
+/// Reads a TREC run. The rank column is ignored (as trec_eval ignores it); a document listed
+/// twice for the same query is an error.
+pub fn read_run(path: &Path) -> Result<Run> {
+    let mut run = Run::new();
+    let mut seen: HashMap<(String, String), u64> = HashMap::new();
+    for_each_line(path, |line, text| {
+        let f: Vec<&str> = text.split_whitespace().collect();
+        if f.len() != 6 {
+            return Err(Error::line(
+                path,
+                line,
+                format!(
+                    "expected 6 fields (qid Q0 docid rank score tag), found {}",
+                    f.len()
+                ),
+            ));
+        }
+        let score: f64 = f[4]
+            .parse()
+            .map_err(|_| Error::line(path, line, format!("bad score {:?}", f[4])))?;
+        if !score.is_finite() {
+            return Err(Error::line(
+                path,
+                line,
+                format!("score {:?} is not finite", f[4]),
+            ));
+        }
+        if let Some(first) = seen.insert((f[0].to_string(), f[2].to_string()), line) {
+            return Err(Error::line(
+                path,
+                line,
+                format!(
+                    "document {:?} listed twice for query {:?} (first on line {first})",
+                    f[2], f[0]
+                ),
+            ));
+        }
+        run.entry(f[0].to_string()).or_default().push(RunEntry {
+            doc: f[2].to_string(),
+            score,
+        });
+        Ok(())
+    })?;
+    Ok(run)
+}
+
+/// Reads TREC qrels (`qid iter docid grade`; a tab-separated BEIR file with a header row is
+/// accepted too). A pair judged twice keeps its last grade and is counted in `warnings`.
+pub fn read_qrels(path: &Path, warnings: &mut Warnings) -> Result<Qrels> {
+    let mut qrels = Qrels::new();
+    let mut first = true;
+    for_each_line(path, |line, text| {
+        let f: Vec<&str> = text.split_whitespace().collect();
+        let is_first = std::mem::replace(&mut first, false);
+        let (qid, doc, grade) = match f.len() {
+            4 => (f[0], f[2], f[3]),
+            3 => (f[0], f[1], f[2]), // BEIR TSV
+            n => {
+                return Err(Error::line(
+                    path,
+                    line,
+                    format!("expected 4 fields (qid iter docid grade), found {n}"),
+                ));
+            }
+        };
+        let Some(grade) = parse_grade(grade) else {
+            if is_first {
+                return Ok(()); // header row
+            }
+            return Err(Error::line(path, line, format!("bad grade {grade:?}")));
+        };
+        if qrels
+            .entry(qid.to_string())
+            .or_default()
+            .insert(doc.to_string(), grade)
+            .is_some()
+        {
+            warnings.push(
+                WarningKind::DuplicateQrel,
+                path,
+                format!("line {line}"),
+                format!("({qid}, {doc}) judged twice: the last grade wins"),
+            );
+        }
+        Ok(())
+    })?;
+    Ok(qrels)
+}
+
+fn parse_grade(s: &str) -> Option<i32> {
+    if let Ok(v) = s.parse::<i32>() {
+        return Some(v);
+    }
+    let f = s.parse::<f64>().ok()?;
+    (f.fract() == 0.0 && f.abs() < i32::MAX as f64).then_some(f as i32)
+}
+
+/// Reads an exclusion list: lines `qid docid`.
+pub fn read_exclusions(path: &Path) -> Result<Exclusions> {
+    let mut out = Exclusions::new();
+    for_each_line(path, |line, text| {
+        let f: Vec<&str> = text.split_whitespace().collect();
+        if f.len() != 2 {
+            return Err(Error::line(
+                path,
+                line,
+                format!("expected 2 fields (qid docid), found {}", f.len()),
+            ));
+        }
+        out.entry(f[0].to_string())
+            .or_default()
+            .insert(f[1].to_string());
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn check_token(kind: &str, s: &str) -> std::io::Result<()> {
+    if s.is_empty() || s.chars().any(char::is_whitespace) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{kind} {s:?} is empty or contains whitespace: not expressible in TREC format"),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes a run in TREC format, each query's documents in trec_eval order with ranks from 1.
+/// Scores are written in their shortest exact form, so reading the file back gives the same
+/// ranking.
+pub fn write_run(path: &Path, run: &BTreeMap<String, Vec<RunEntry>>, tag: &str) -> Result<()> {
+    let write = || -> std::io::Result<()> {
+        check_token("run tag", tag)?;
+        let mut w = BufWriter::new(File::create(path)?);
+        for (qid, entries) in run {
+            check_token("query id", qid)?;
+            let mut sorted: Vec<&RunEntry> = entries.iter().collect();
+            sorted.sort_by(|a, b| {
+                (b.score as f32)
+                    .partial_cmp(&(a.score as f32))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then_with(|| b.doc.as_bytes().cmp(a.doc.as_bytes()))
+            });
+            for (i, e) in sorted.iter().enumerate() {
+                check_token("document id", &e.doc)?;
+                writeln!(w, "{qid} Q0 {} {} {} {tag}", e.doc, i + 1, e.score)?;
+            }
+        }
+        w.flush()
+    };
+    write().map_err(|e| Error::io(path, e))
+}
+
+/// Writes qrels in TREC format (`qid 0 docid grade`).
+pub fn write_qrels(path: &Path, qrels: &Qrels) -> Result<()> {
+    let write = || -> std::io::Result<()> {
+        let mut w = BufWriter::new(File::create(path)?);
+        for (qid, docs) in qrels {
+            check_token("query id", qid)?;
+            for (doc, grade) in docs {
+                check_token("document id", doc)?;
+                writeln!(w, "{qid} 0 {doc} {grade}")?;
+            }
+        }
+        w.flush()
+    };
+    write().map_err(|e| Error::io(path, e))
+}

@@ -1,0 +1,29 @@
+//! The on-disk Sift index.
+//!
+//! ```text
+//! INDEX/
+//!   manifest.json            names the live generation; replaced atomically (write + rename)
+//!   gen-<id>/bm25/<domain>/  tantivy segments + ids.json, one retrieval problem per domain
+//! ```
+//!
+//! A build writes a complete new generation beside the live one and only then swaps
+//! `manifest.json`, so a crash or Ctrl-C at any point leaves the previous index usable; stale
+//! generations are removed by the next build. See [`IndexDir`].
+//!
+//! BM25 is scored by Sift itself over tantivy's postings and field norms (tantivy's own scorer
+//! fixes k1 = 1.2, b = 0.75): see [`Bm25Domain`] and [`Bm25Params`].
+#![warn(missing_docs)]
+
+mod analyzer;
+mod bm25;
+mod dir;
+mod error;
+mod manifest;
+mod progress;
+
+pub use analyzer::{AnalyzerConfig, Stemming, StopWords};
+pub use bm25::{Bm25Domain, Bm25Params, Hit, QueryWeighting, Scratch};
+pub use dir::{BuildOptions, IndexDir};
+pub use error::{Error, Result};
+pub use manifest::{DomainInfo, FORMAT_VERSION, Manifest};
+pub use progress::{NoProgress, Progress};

@@ -1,0 +1,116 @@
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sift_core::Layout;
+
+use crate::analyzer::AnalyzerConfig;
+use crate::bm25::Bm25Params;
+use crate::{Error, Result};
+
+/// Version of the on-disk format; an index of another version is refused.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// What was built, from what, with which settings. Stored as `manifest.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    /// On-disk format version ([`FORMAT_VERSION`]).
+    pub format_version: u32,
+    /// Version of Sift that built the index.
+    pub sift_version: String,
+    /// Directory of the live generation, relative to the index root.
+    pub generation: String,
+    /// Seconds since the Unix epoch when the build finished.
+    pub created_unix: u64,
+    /// Corpus directory as given to the build.
+    pub corpus: String,
+    /// Corpus layout.
+    pub layout: Layout,
+    /// Text analysis used for BM25.
+    pub analyzer: AnalyzerConfig,
+    /// BM25 parameters used by default at search time.
+    pub bm25: Bm25Params,
+    /// Per-domain facts.
+    pub domains: BTreeMap<String, DomainInfo>,
+}
+
+/// Facts about one indexed domain.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DomainInfo {
+    /// Fingerprint of the domain's passage files when indexed.
+    pub fingerprint: String,
+    /// Number of passages.
+    pub passages: u64,
+    /// Number of indexed tokens (after analysis).
+    pub tokens: u64,
+    /// Warnings counted while reading the passages, by kind.
+    #[serde(default)]
+    pub warnings: BTreeMap<String, u64>,
+}
+
+impl Manifest {
+    /// Reads `dir/manifest.json`.
+    pub fn read(dir: &Path) -> Result<Manifest> {
+        let path = dir.join("manifest.json");
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotAnIndex {
+                    path: dir.to_path_buf(),
+                });
+            }
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        #[derive(Deserialize)]
+        struct Version {
+            format_version: u32,
+        }
+        let version: Version = serde_json::from_str(&text).map_err(|e| Error::Manifest {
+            path: path.clone(),
+            message: format!("unreadable manifest: {e}"),
+        })?;
+        if version.format_version != FORMAT_VERSION {
+            return Err(Error::Manifest {
+                path,
+                message: format!(
+                    "index format version {} is not supported by this Sift (expects {FORMAT_VERSION}); rebuild with `sift index`",
+                    version.format_version
+                ),
+            });
+        }
+        serde_json::from_str(&text).map_err(|e| Error::Manifest {
+            path,
+            message: format!("unreadable manifest: {e}"),
+        })
+    }
+
+    /// Writes `dir/manifest.json` atomically: a temporary file is written and synced, then
+    /// renamed over the old manifest, and the directory is synced.
+    pub fn write_atomic(&self, dir: &Path) -> Result<()> {
+        let path = dir.join("manifest.json");
+        let tmp = dir.join(format!(".manifest.json.tmp-{}", std::process::id()));
+        let json = serde_json::to_vec_pretty(self).expect("manifest serialises");
+        let mut f = fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        f.write_all(&json).map_err(|e| Error::io(&tmp, e))?;
+        f.write_all(b"\n").map_err(|e| Error::io(&tmp, e))?;
+        f.sync_all().map_err(|e| Error::io(&tmp, e))?;
+        drop(f);
+        fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+        sync_dir(dir)
+    }
+}
+
+/// Makes a rename in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(dir, e))?;
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
