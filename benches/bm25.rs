@@ -1,0 +1,127 @@
+//! BM25 indexing and search throughput on a BEIR corpus (Cranfield by default).
+//!
+//! One process = one measured round, printed as one JSON object, so that
+//! `benches/bm25_vs_bm25s.py` can alternate it with the bm25s peer in the same run and
+//! compare medians. Timed regions (each preceded by an untimed warm-up of the same work):
+//! - index: `IndexDir::build` from the corpus files on disk to a committed, merged index
+//!   (read + parse corpus.jsonl, analyse, index, commit, manifest);
+//! - batch search: analyse + score + top-k of every query on a pool of `--threads` threads;
+//! - latency: each query alone on one thread (analyse + score + top-k), p50 / p99.
+//!
+//! Usage: cargo bench --bench bm25 -- --corpus ../shared/data/cranfield --threads 2 --json
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use rayon::prelude::*;
+use sift_core::Corpus;
+use sift_eval::{Run, RunEntry, evaluate, task1};
+use sift_index::{BuildOptions, IndexDir, NoProgress};
+
+#[derive(Parser)]
+struct Args {
+    /// BEIR corpus directory.
+    #[arg(long, default_value = "../shared/data/cranfield")]
+    corpus: PathBuf,
+    /// Qrels split.
+    #[arg(long, default_value = "test")]
+    split: String,
+    /// Threads for indexing and batch search.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Results per query.
+    #[arg(long, default_value_t = 100)]
+    top_k: usize,
+    /// Print JSON only (the default prints JSON too; kept for the peer driver's command line).
+    #[arg(long)]
+    json: bool,
+    /// cargo passes --bench to harness=false benches.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    // linear interpolation between closest ranks (numpy's default)
+    let pos = p / 100.0 * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let corpus = Corpus::open(&args.corpus)?;
+    let domain = corpus.domains()?.remove(0);
+    let task = task1(&corpus, &domain, &args.split)?;
+    let options = BuildOptions {
+        threads: args.threads,
+        ..BuildOptions::default()
+    };
+    let tmp = tempfile::tempdir()?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .build()?;
+
+    // warm-up build, then the timed one
+    IndexDir::build(tmp.path().join("warm"), &corpus, &[domain.clone()], &options, &NoProgress)?;
+    let t = Instant::now();
+    let index = IndexDir::build(tmp.path().join("timed"), &corpus, &[domain.clone()], &options, &NoProgress)?;
+    let index_seconds = t.elapsed().as_secs_f64();
+    let docs = index.manifest().domains[&domain].passages;
+
+    let bm25 = index.bm25(&domain)?;
+    let params = index.manifest().bm25;
+    let search_all = || -> Result<Run> {
+        pool.install(|| {
+            task.queries
+                .par_iter()
+                .map_init(
+                    || bm25.scratch(),
+                    |s, q| -> Result<(String, Vec<RunEntry>)> {
+                        let hits = bm25.search(s, &q.query, args.top_k, &params, &[])?;
+                        Ok((
+                            q.id.clone(),
+                            hits.iter()
+                                .map(|h| RunEntry { doc: bm25.id(h.ord).to_string(), score: h.score as f64 })
+                                .collect(),
+                        ))
+                    },
+                )
+                .collect()
+        })
+    };
+    search_all()?; // warm-up
+    let t = Instant::now();
+    let run = search_all()?;
+    let batch_seconds = t.elapsed().as_secs_f64();
+
+    let mut scratch = bm25.scratch();
+    for q in &task.queries {
+        bm25.search(&mut scratch, &q.query, args.top_k, &params, &[])?; // warm-up
+    }
+    let mut lat = Vec::with_capacity(task.queries.len());
+    for q in &task.queries {
+        let t = Instant::now();
+        let hits = bm25.search(&mut scratch, &q.query, args.top_k, &params, &[])?;
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+        std::hint::black_box(hits);
+    }
+    lat.sort_by(f64::total_cmp);
+    let ev = evaluate(&run, &task.qrels, &Default::default(), true);
+    let out = serde_json::json!({
+        "engine": "sift",
+        "version": env!("CARGO_PKG_VERSION"),
+        "docs": docs,
+        "index_seconds": index_seconds,
+        "docs_per_s": docs as f64 / index_seconds,
+        "queries": task.queries.len(),
+        "search_threads": args.threads,
+        "batch_seconds": batch_seconds,
+        "qps": task.queries.len() as f64 / batch_seconds,
+        "latency_ms": {"p50": percentile(&lat, 50.0), "p99": percentile(&lat, 99.0)},
+        "ndcg@10": ev.mean.get("ndcg@10").copied().context("no queries evaluated")?,
+    });
+    println!("{out}");
+    Ok(())
+}
