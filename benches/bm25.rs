@@ -64,9 +64,21 @@ fn main() -> Result<()> {
         .build()?;
 
     // warm-up build, then the timed one
-    IndexDir::build(tmp.path().join("warm"), &corpus, &[domain.clone()], &options, &NoProgress)?;
+    IndexDir::build(
+        tmp.path().join("warm"),
+        &corpus,
+        std::slice::from_ref(&domain),
+        &options,
+        &NoProgress,
+    )?;
     let t = Instant::now();
-    let index = IndexDir::build(tmp.path().join("timed"), &corpus, &[domain.clone()], &options, &NoProgress)?;
+    let index = IndexDir::build(
+        tmp.path().join("timed"),
+        &corpus,
+        std::slice::from_ref(&domain),
+        &options,
+        &NoProgress,
+    )?;
     let index_seconds = t.elapsed().as_secs_f64();
     let docs = index.manifest().domains[&domain].passages;
 
@@ -83,7 +95,10 @@ fn main() -> Result<()> {
                         Ok((
                             q.id.clone(),
                             hits.iter()
-                                .map(|h| RunEntry { doc: bm25.id(h.ord).to_string(), score: h.score as f64 })
+                                .map(|h| RunEntry {
+                                    doc: bm25.id(h.ord).to_string(),
+                                    score: h.score as f64,
+                                })
                                 .collect(),
                         ))
                     },

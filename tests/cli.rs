@@ -42,7 +42,11 @@ fn ok(args: &[&str]) -> String {
 fn fails(args: &[&str]) -> String {
     let out = sift(args);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "sift {args:?} should fail cleanly, stderr:\n{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "sift {args:?} should fail cleanly, stderr:\n{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "panic: {stderr}");
     stderr
 }
@@ -99,28 +103,68 @@ fn quickstart_on_the_sample_corpus() {
     let tmp = tempfile::tempdir().unwrap();
     let index = tmp.path().join("index");
     let run = tmp.path().join("run.txt");
-    let out = json(&ok(&["index", "--corpus", s(&sample()), "--index", s(&index), "--json"]));
+    let out = json(&ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--json",
+    ]));
     assert_eq!(out["passages"], 46);
     let out = json(&ok(&[
-        "eval", "--corpus", s(&sample()), "--index", s(&index), "--task", "1", "--retriever", "bm25",
-        "--run-out", s(&run), "--json",
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--task",
+        "1",
+        "--retriever",
+        "bm25",
+        "--run-out",
+        s(&run),
+        "--json",
     ]));
     let per_domain = out["per_domain"].as_object().unwrap();
-    assert_eq!(per_domain.keys().collect::<Vec<_>>(), ["biology", "gis", "physics"]);
+    assert_eq!(
+        per_domain.keys().collect::<Vec<_>>(),
+        ["biology", "gis", "physics"]
+    );
     for key in ["ndcg@10", "recall@100", "mrr", "map@10", "p@5"] {
         assert!(out["metrics"][key].is_number(), "missing {key}");
     }
     let mean = out["metrics"]["ndcg@10"].as_f64().unwrap();
-    let by_hand: f64 = per_domain.values().map(|m| m["ndcg@10"].as_f64().unwrap()).sum::<f64>() / 3.0;
-    assert!((mean - by_hand).abs() < 1e-12, "mean is the unweighted mean over domains");
-    assert!(mean > 0.5, "BM25 should find the sample's gold passages: {mean}");
+    let by_hand: f64 = per_domain
+        .values()
+        .map(|m| m["ndcg@10"].as_f64().unwrap())
+        .sum::<f64>()
+        / 3.0;
+    assert!(
+        (mean - by_hand).abs() < 1e-12,
+        "mean is the unweighted mean over domains"
+    );
+    assert!(
+        mean > 0.5,
+        "BM25 should find the sample's gold passages: {mean}"
+    );
 
     // the run written by --run-out scores the same through the run mode; the sample's
     // negative_ids were excluded before it was written
     let qrels = tmp.path().join("qrels.txt");
     let mut lines = String::new();
     for domain in ["biology", "gis", "physics"] {
-        let one = json(&ok(&["eval", "--corpus", s(&sample()), "--index", s(&index), "--domains", domain, "--json", "--per-query"]));
+        let one = json(&ok(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--domains",
+            domain,
+            "--json",
+            "--per-query",
+        ]));
         assert_eq!(one["per_domain"][domain], out["per_domain"][domain]);
     }
     // Build qrels from the run's own top hit per query: rank-1 docs judged 1, so mrr = 1.
@@ -131,12 +175,30 @@ fn quickstart_on_the_sample_corpus() {
         }
     }
     fs::write(&qrels, lines).unwrap();
-    let scored = json(&ok(&["eval", "--run", s(&run), "--qrels", s(&qrels), "--json"]));
+    let scored = json(&ok(&[
+        "eval",
+        "--run",
+        s(&run),
+        "--qrels",
+        s(&qrels),
+        "--json",
+    ]));
     assert_eq!(scored["metrics"]["mrr"].as_f64(), Some(1.0));
     assert_eq!(scored["metrics"]["p@1"].as_f64(), Some(1.0));
 
     // search: a query for photosynthesis finds a biology passage first
-    let hits = json(&ok(&["search", "--index", s(&index), "--domain", "biology", "--query", "photosynthesis chlorophyll light", "--top-k", "3", "--json"]));
+    let hits = json(&ok(&[
+        "search",
+        "--index",
+        s(&index),
+        "--domain",
+        "biology",
+        "--query",
+        "photosynthesis chlorophyll light",
+        "--top-k",
+        "3",
+        "--json",
+    ]));
     let hits = hits["hits"].as_array().unwrap();
     assert!(!hits.is_empty() && hits.len() <= 3);
     assert!(hits[0]["id"].as_str().unwrap().starts_with("biology/"));
@@ -163,15 +225,36 @@ fn cranfield_bm25_ndcg10_at_least_035() {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("../shared/data/cranfield"));
     if !cranfield.join("corpus.jsonl").is_file() {
-        eprintln!("skipped: no Cranfield collection at {} (set SIFT_CRANFIELD)", cranfield.display());
+        eprintln!(
+            "skipped: no Cranfield collection at {} (set SIFT_CRANFIELD)",
+            cranfield.display()
+        );
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let index = tmp.path().join("cranfield");
-    ok(&["index", "--corpus", s(&cranfield), "--index", s(&index), "--k1", "0.9", "--b", "0.4", "-q"]);
-    let out = json(&ok(&["eval", "--corpus", s(&cranfield), "--index", s(&index), "--json"]));
+    ok(&[
+        "index",
+        "--corpus",
+        s(&cranfield),
+        "--index",
+        s(&index),
+        "--k1",
+        "0.9",
+        "--b",
+        "0.4",
+        "-q",
+    ]);
+    let out = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&cranfield),
+        "--index",
+        s(&index),
+        "--json",
+    ]));
     let ndcg = out["metrics"]["ndcg@10"].as_f64().unwrap();
-    assert_eq!(out["per_domain"]["cranfield"].is_object(), true);
+    assert!(out["per_domain"]["cranfield"].is_object());
     assert_eq!(out["queries"]["cranfield"], 225);
     assert!(ndcg >= 0.35, "Cranfield nDCG@10 = {ndcg}");
 }
@@ -183,7 +266,14 @@ fn beir_unknown_qrels_ids_and_empty_queries_are_counted() {
     let corpus = beir(tmp.path(), CORPUS, QUERIES, &qrels);
     let index = tmp.path().join("idx");
     ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
-    let out = json(&ok(&["eval", "--corpus", s(&corpus), "--index", s(&index), "--json"]));
+    let out = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--json",
+    ]));
     assert_eq!(out["warnings"]["unknown_doc_id"], 1);
     assert_eq!(out["warnings"]["unknown_query_id"], 1);
     assert_eq!(out["warnings"]["empty_query"], 1);
@@ -191,7 +281,14 @@ fn beir_unknown_qrels_ids_and_empty_queries_are_counted() {
     // the unknown relevant doc stays judged: q1 can reach at most recall 1/2
     assert!(out["metrics"]["recall@100"].as_f64().unwrap() <= 0.75 + 1e-12);
     // numeric _id 3 is found as "3"
-    let hits = json(&ok(&["search", "--index", s(&index), "--query", "buckling shells", "--json"]));
+    let hits = json(&ok(&[
+        "search",
+        "--index",
+        s(&index),
+        "--query",
+        "buckling shells",
+        "--json",
+    ]));
     assert_eq!(hits["hits"][0]["id"], "3");
 }
 
@@ -204,14 +301,28 @@ fn malformed_jsonl_is_an_error_with_file_and_line_and_keeps_the_old_index() {
     let manifest_before = fs::read(index.join("manifest.json")).unwrap();
     let gens_before = generations(&index);
 
-    fs::write(corpus.join("corpus.jsonl"), format!("{CORPUS}{{\"_id\": \"d4\", \"text\": \n")).unwrap();
+    fs::write(
+        corpus.join("corpus.jsonl"),
+        format!("{CORPUS}{{\"_id\": \"d4\", \"text\": \n"),
+    )
+    .unwrap();
     let err = fails(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
     assert!(err.contains("corpus.jsonl:4"), "{err}");
     assert!(err.contains("malformed JSON"), "{err}");
     // the failed build left nothing behind and the old index still answers
-    assert_eq!(fs::read(index.join("manifest.json")).unwrap(), manifest_before);
+    assert_eq!(
+        fs::read(index.join("manifest.json")).unwrap(),
+        manifest_before
+    );
     assert_eq!(generations(&index), gens_before);
-    let hits = json(&ok(&["search", "--index", s(&index), "--query", "boundary layer", "--json"]));
+    let hits = json(&ok(&[
+        "search",
+        "--index",
+        s(&index),
+        "--query",
+        "boundary layer",
+        "--json",
+    ]));
     assert_eq!(hits["hits"][0]["id"], "d1");
     // but evaluating it against the changed corpus is refused
     let err = fails(&["eval", "--corpus", s(&corpus), "--index", s(&index)]);
@@ -227,15 +338,31 @@ fn invalid_utf8_duplicate_ids_and_missing_text_name_the_line() {
     bad.extend_from_slice(b"{\"_id\": \"d9\", \"text\": \"caf\xe9\"}\n");
     fs::write(corpus.join("corpus.jsonl"), &bad).unwrap();
     let err = fails(&["index", "--corpus", s(&corpus), "--index", s(&index)]);
-    assert!(err.contains("corpus.jsonl:4") && err.contains("UTF-8"), "{err}");
+    assert!(
+        err.contains("corpus.jsonl:4") && err.contains("UTF-8"),
+        "{err}"
+    );
 
-    fs::write(corpus.join("corpus.jsonl"), format!("{CORPUS}{{\"_id\": \"d1\", \"text\": \"again\"}}\n")).unwrap();
+    fs::write(
+        corpus.join("corpus.jsonl"),
+        format!("{CORPUS}{{\"_id\": \"d1\", \"text\": \"again\"}}\n"),
+    )
+    .unwrap();
     let err = fails(&["index", "--corpus", s(&corpus), "--index", s(&index)]);
-    assert!(err.contains("corpus.jsonl") && err.contains("line 4") && err.contains("\"d1\"") && err.contains("line 1"), "{err}");
+    assert!(
+        err.contains("corpus.jsonl")
+            && err.contains("line 4")
+            && err.contains("\"d1\"")
+            && err.contains("line 1"),
+        "{err}"
+    );
 
     fs::write(corpus.join("corpus.jsonl"), "{\"_id\": \"x\"}\n").unwrap();
     let err = fails(&["index", "--corpus", s(&corpus), "--index", s(&index)]);
-    assert!(err.contains("corpus.jsonl:1") && err.contains("no \"text\""), "{err}");
+    assert!(
+        err.contains("corpus.jsonl:1") && err.contains("no \"text\""),
+        "{err}"
+    );
     // none of the failed builds created an index
     assert!(!index.join("manifest.json").exists());
     assert!(generations(&index).is_empty());
@@ -247,7 +374,10 @@ fn empty_corpus_is_an_error_and_writes_no_index() {
     let corpus = beir(tmp.path(), "\n", QUERIES, QRELS);
     let index = tmp.path().join("idx");
     let err = fails(&["index", "--corpus", s(&corpus), "--index", s(&index)]);
-    assert!(err.contains("corpus.jsonl") && err.contains("no passages"), "{err}");
+    assert!(
+        err.contains("corpus.jsonl") && err.contains("no passages"),
+        "{err}"
+    );
     assert!(!index.join("manifest.json").exists());
     assert!(generations(&index).is_empty());
 }
@@ -259,7 +389,14 @@ fn truncated_parquet_is_an_error_naming_the_file_and_keeps_the_old_index() {
     copy_dir(&sample(), &corpus);
     let index = tmp.path().join("idx");
     ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
-    let before = json(&ok(&["eval", "--corpus", s(&corpus), "--index", s(&index), "--json"]));
+    let before = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--json",
+    ]));
 
     let file = corpus.join("documents/gis.parquet");
     let bytes = fs::read(&file).unwrap();
@@ -268,14 +405,34 @@ fn truncated_parquet_is_an_error_naming_the_file_and_keeps_the_old_index() {
     assert!(err.contains("documents/gis.parquet"), "{err}");
     assert_eq!(generations(&index).len(), 1);
     // the previous index is intact (eval of the untouched domains still works)
-    let after = json(&ok(&["eval", "--corpus", s(&corpus), "--index", s(&index), "--domains", "biology", "--json"]));
-    assert_eq!(after["per_domain"]["biology"], before["per_domain"]["biology"]);
+    let after = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--domains",
+        "biology",
+        "--json",
+    ]));
+    assert_eq!(
+        after["per_domain"]["biology"],
+        before["per_domain"]["biology"]
+    );
     // a truncated examples file is also named
     fs::write(&file, &bytes).unwrap();
     let ex = corpus.join("examples/physics.parquet");
     let exb = fs::read(&ex).unwrap();
     fs::write(&ex, &exb[..exb.len() - 10]).unwrap();
-    let err = fails(&["eval", "--corpus", s(&corpus), "--index", s(&index), "--domains", "physics"]);
+    let err = fails(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--domains",
+        "physics",
+    ]);
     assert!(err.contains("examples/physics.parquet"), "{err}");
 }
 
@@ -293,21 +450,48 @@ fn parquet_with_a_missing_column_or_null_id_names_file_and_row() {
         w.write(&batch).unwrap();
         w.close().unwrap();
     };
-    write("chem.parquet", vec![
-        ("id", Arc::new(StringArray::from(vec!["chem/ab_0.txt"])) as ArrayRef),
-        ("text", Arc::new(StringArray::from(vec!["no content column"])) as ArrayRef),
-    ]);
+    write(
+        "chem.parquet",
+        vec![
+            (
+                "id",
+                Arc::new(StringArray::from(vec!["chem/ab_0.txt"])) as ArrayRef,
+            ),
+            (
+                "text",
+                Arc::new(StringArray::from(vec!["no content column"])) as ArrayRef,
+            ),
+        ],
+    );
     let index = tmp.path().join("idx");
     let err = fails(&["index", "--corpus", s(&root), "--index", s(&index)]);
-    assert!(err.contains("documents/chem.parquet") && err.contains("missing column \"content\""), "{err}");
+    assert!(
+        err.contains("documents/chem.parquet") && err.contains("missing column \"content\""),
+        "{err}"
+    );
 
-    write("chem.parquet", vec![
-        ("id", Arc::new(StringArray::from(vec![Some("chem/ab_0.txt"), None])) as ArrayRef),
-        ("content", Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef),
-        ("unknown_extra", Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef),
-    ]);
+    write(
+        "chem.parquet",
+        vec![
+            (
+                "id",
+                Arc::new(StringArray::from(vec![Some("chem/ab_0.txt"), None])) as ArrayRef,
+            ),
+            (
+                "content",
+                Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef,
+            ),
+            (
+                "unknown_extra",
+                Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef,
+            ),
+        ],
+    );
     let err = fails(&["index", "--corpus", s(&root), "--index", s(&index)]);
-    assert!(err.contains("documents/chem.parquet: row 1") && err.contains("null"), "{err}");
+    assert!(
+        err.contains("documents/chem.parquet: row 1") && err.contains("null"),
+        "{err}"
+    );
     assert!(!index.join("manifest.json").exists());
 }
 
@@ -316,21 +500,74 @@ fn mismatched_settings_and_versions_are_refused_clearly() {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = beir(tmp.path(), CORPUS, QUERIES, QRELS);
     let index = tmp.path().join("idx");
-    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "--stemmer", "none", "-q"]);
-    let err = fails(&["eval", "--corpus", s(&corpus), "--index", s(&index), "--stemmer", "english"]);
+    ok(&[
+        "index",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--stemmer",
+        "none",
+        "-q",
+    ]);
+    let err = fails(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--stemmer",
+        "english",
+    ]);
     assert!(err.contains("analyzer") && err.contains("rebuild"), "{err}");
     // BM25 parameters are applied at search time: overriding them is fine, bad values are not
-    ok(&["eval", "--corpus", s(&corpus), "--index", s(&index), "--k1", "1.2", "--b", "0.75"]);
-    assert!(fails(&["eval", "--corpus", s(&corpus), "--index", s(&index), "--b", "1.5"]).contains("b must be"));
+    ok(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--k1",
+        "1.2",
+        "--b",
+        "0.75",
+    ]);
+    assert!(
+        fails(&[
+            "eval",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--b",
+            "1.5"
+        ])
+        .contains("b must be")
+    );
     // a domain the index lacks
-    assert!(fails(&["search", "--index", s(&index), "--domain", "nope", "--query", "x"]).contains("no domain \"nope\""));
+    assert!(
+        fails(&[
+            "search",
+            "--index",
+            s(&index),
+            "--domain",
+            "nope",
+            "--query",
+            "x"
+        ])
+        .contains("no domain \"nope\"")
+    );
     // another format version
     let m = index.join("manifest.json");
-    let text = fs::read_to_string(&m).unwrap().replace("\"format_version\": 1", "\"format_version\": 99");
+    let text = fs::read_to_string(&m)
+        .unwrap()
+        .replace("\"format_version\": 1", "\"format_version\": 99");
     fs::write(&m, text).unwrap();
     assert!(fails(&["search", "--index", s(&index), "--query", "x"]).contains("format version 99"));
     // not an index at all
-    assert!(fails(&["search", "--index", s(tmp.path()), "--query", "x"]).contains("not a Sift index"));
+    assert!(
+        fails(&["search", "--index", s(tmp.path()), "--query", "x"]).contains("not a Sift index")
+    );
 }
 
 #[test]
@@ -343,7 +580,14 @@ fn leftovers_of_a_crashed_build_do_not_matter_and_are_cleaned_up() {
     fs::create_dir_all(index.join("gen-dead/bm25/beir")).unwrap();
     fs::write(index.join("gen-dead/bm25/beir/meta.json"), "{ partial").unwrap();
     fs::write(index.join(".manifest.json.tmp-1"), "{ partial").unwrap();
-    let hits = json(&ok(&["search", "--index", s(&index), "--query", "boundary layer", "--json"]));
+    let hits = json(&ok(&[
+        "search",
+        "--index",
+        s(&index),
+        "--query",
+        "boundary layer",
+        "--json",
+    ]));
     assert_eq!(hits["hits"][0]["id"], "d1");
     ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
     let gens = generations(&index);
@@ -365,11 +609,17 @@ fn run_files_with_bad_lines_name_the_line() {
     fs::write(&qrels, "q1 0 d1 1\n").unwrap();
     fs::write(&run, "q1 Q0 d1 1 1.5 t\nq1 Q0 d2 2 abc t\n").unwrap();
     let err = fails(&["eval", "--run", s(&run), "--qrels", s(&qrels)]);
-    assert!(err.contains("run.txt:2") && err.contains("bad score"), "{err}");
+    assert!(
+        err.contains("run.txt:2") && err.contains("bad score"),
+        "{err}"
+    );
     fs::write(&run, "q1 Q0 d1 1 1.5 t\nq1 Q0 d1 2 1.0 t\n").unwrap();
     assert!(fails(&["eval", "--run", s(&run), "--qrels", s(&qrels)]).contains("listed twice"));
     fs::write(&run, "q1 Q0 d1 1 1.5\n").unwrap();
-    assert!(fails(&["eval", "--run", s(&run), "--qrels", s(&qrels)]).contains("run.txt:1: expected 6 fields"));
+    assert!(
+        fails(&["eval", "--run", s(&run), "--qrels", s(&qrels)])
+            .contains("run.txt:1: expected 6 fields")
+    );
     // both modes at once, or neither: usage error from clap (exit 2) or a clear message
     let out = sift(&["eval", "--index", "x"]);
     assert!(!out.status.success());
@@ -377,7 +627,13 @@ fn run_files_with_bad_lines_name_the_line() {
 
 #[test]
 fn every_command_has_help() {
-    for cmd in [&["--help"][..], &["index", "--help"], &["search", "--help"], &["eval", "--help"], &["check", "--help"]] {
+    for cmd in [
+        &["--help"][..],
+        &["index", "--help"],
+        &["search", "--help"],
+        &["eval", "--help"],
+        &["check", "--help"],
+    ] {
         let out = ok(cmd);
         assert!(out.contains("Usage"), "{cmd:?}");
     }

@@ -109,10 +109,7 @@ impl Table {
 }
 
 /// The string at `row`, or `None` when null. Errors on a non-string column.
-pub(crate) fn string_at<'a>(
-    col: &'a dyn Array,
-    row: usize,
-) -> std::result::Result<Option<&'a str>, String> {
+pub(crate) fn string_at(col: &dyn Array, row: usize) -> std::result::Result<Option<&str>, String> {
     if col.is_null(row) {
         return Ok(None);
     }

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use sift_core::{Corpus, Layout, WarningKind, Warnings};
 
 fn sample() -> Corpus {
-    Corpus::open(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../corpora/sample")).expect("sample corpus")
+    Corpus::open(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../corpora/sample"))
+        .expect("sample corpus")
 }
 
 #[test]
@@ -23,7 +24,10 @@ fn streams_passages_with_ids() {
     assert_eq!(passages.len_hint(), Some(16));
     let all: Vec<_> = passages.by_ref().collect::<Result<_, _>>().unwrap();
     assert_eq!(all.len(), 16);
-    assert!(all.iter().all(|p| p.id.starts_with("biology/") && p.id.ends_with(".txt")));
+    assert!(
+        all.iter()
+            .all(|p| p.id.starts_with("biology/") && p.id.ends_with(".txt"))
+    );
     assert!(passages.warnings().is_empty());
 }
 
@@ -35,18 +39,41 @@ fn reads_string_and_struct_image_annotations_and_normalises_paths() {
     let gis = c.examples("gis", true, &mut w).unwrap();
     let g1 = gis.iter().find(|e| e.id == "gis-1").unwrap();
     let pos = &g1.images.as_ref().unwrap().positive;
-    assert!(pos.contains(&"gis/gis_1f3a9c2e_0001/image_1.png".to_string()), "{pos:?}");
-    assert!(pos.contains(&"gis/gis_1f3a9c2e_0002/image_1.webp".to_string()), "{pos:?}");
+    assert!(
+        pos.contains(&"gis/gis_1f3a9c2e_0001/image_1.png".to_string()),
+        "{pos:?}"
+    );
+    assert!(
+        pos.contains(&"gis/gis_1f3a9c2e_0002/image_1.webp".to_string()),
+        "{pos:?}"
+    );
     let g2 = gis.iter().find(|e| e.id == "gis-2").unwrap();
-    assert!(g2.images.as_ref().unwrap().negative.contains(&"gis/gis_0a5d9b71_0001/image_1.png".to_string()));
+    assert!(
+        g2.images
+            .as_ref()
+            .unwrap()
+            .negative
+            .contains(&"gis/gis_0a5d9b71_0001/image_1.png".to_string())
+    );
     // physics: list<struct<image_path, caption>>
     let physics = c.examples("physics", true, &mut w).unwrap();
-    let n_pos: usize = physics.iter().map(|e| e.images.as_ref().unwrap().positive.len()).sum();
+    let n_pos: usize = physics
+        .iter()
+        .map(|e| e.images.as_ref().unwrap().positive.len())
+        .sum();
     assert!(n_pos > 0);
-    assert!(physics.iter().flat_map(|e| &e.images.as_ref().unwrap().positive).all(|p| p.starts_with("physics/")));
+    assert!(
+        physics
+            .iter()
+            .flat_map(|e| &e.images.as_ref().unwrap().positive)
+            .all(|p| p.starts_with("physics/"))
+    );
     // Task 1 examples carry no image labels but do carry gold and negative ids
     let t1 = c.examples("biology", false, &mut w).unwrap();
-    assert!(t1.iter().all(|e| e.images.is_none() && !e.gold_ids.is_empty()));
+    assert!(
+        t1.iter()
+            .all(|e| e.images.is_none() && !e.gold_ids.is_empty())
+    );
     assert!(t1.iter().any(|e| !e.negative_ids.is_empty()));
     assert!(w.is_empty(), "{w:?}");
 }
@@ -80,5 +107,8 @@ fn images_stream_and_the_broken_one_fails_to_decode() {
 fn fingerprints_are_stable_and_per_domain() {
     let c = sample();
     assert_eq!(c.fingerprint("gis").unwrap(), c.fingerprint("gis").unwrap());
-    assert_ne!(c.fingerprint("gis").unwrap(), c.fingerprint("physics").unwrap());
+    assert_ne!(
+        c.fingerprint("gis").unwrap(),
+        c.fingerprint("physics").unwrap()
+    );
 }

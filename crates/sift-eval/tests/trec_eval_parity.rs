@@ -33,8 +33,13 @@ fn sift_name(measure: &str) -> String {
 fn check_case(prefix: &str) {
     let dir = reference_dir();
     let run = read_run(&dir.join(format!("{prefix}run.txt"))).expect("run");
-    let qrels = read_qrels(&dir.join(format!("{prefix}qrels.txt")), &mut Warnings::new()).expect("qrels");
-    let exclusions = read_exclusions(&dir.join(format!("{prefix}exclusions.txt"))).expect("exclusions");
+    let qrels = read_qrels(
+        &dir.join(format!("{prefix}qrels.txt")),
+        &mut Warnings::new(),
+    )
+    .expect("qrels");
+    let exclusions =
+        read_exclusions(&dir.join(format!("{prefix}exclusions.txt"))).expect("exclusions");
     let expected: serde_json::Value = serde_json::from_slice(
         &std::fs::read(dir.join(format!("{prefix}expected.json"))).expect("expected.json"),
     )
@@ -68,7 +73,12 @@ fn check_case(prefix: &str) {
             failures.push(format!("mean {measure}: sift {got} trec_eval {want}"));
         }
     }
-    assert!(failures.is_empty(), "{prefix}: {} of {compared} values differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{prefix}: {} of {compared} values differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert!(compared > 20, "nothing compared");
 }
 
