@@ -149,42 +149,47 @@ fn quickstart_on_the_sample_corpus() {
         "BM25 should find the sample's gold passages: {mean}"
     );
 
-    // the run written by --run-out scores the same through the run mode; the sample's
-    // negative_ids were excluded before it was written
+    // the run and qrels written by --run-out / --qrels-out, scored in run mode (trec_eval
+    // semantics, -c), give the task's numbers: one evaluator, two entry points
     let qrels = tmp.path().join("qrels.txt");
-    let mut lines = String::new();
-    for domain in ["biology", "gis", "physics"] {
-        let one = json(&ok(&[
-            "eval",
-            "--corpus",
-            s(&sample()),
-            "--index",
-            s(&index),
-            "--domains",
-            domain,
-            "--json",
-            "--per-query",
-        ]));
-        assert_eq!(one["per_domain"][domain], out["per_domain"][domain]);
-    }
-    // Build qrels from the run's own top hit per query: rank-1 docs judged 1, so mrr = 1.
-    for line in fs::read_to_string(&run).unwrap().lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f[3] == "1" {
-            lines.push_str(&format!("{} 0 {} 1\n", f[0], f[2]));
-        }
-    }
-    fs::write(&qrels, lines).unwrap();
+    let one = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--domains",
+        "gis",
+        "--run-out",
+        s(&run),
+        "--qrels-out",
+        s(&qrels),
+        "--json",
+    ]));
+    assert_eq!(one["per_domain"]["gis"], out["per_domain"]["gis"]);
+    let exclusions = tmp.path().join("qrels.txt.exclusions");
+    assert!(
+        fs::read_to_string(&exclusions).unwrap().lines().count() > 0,
+        "sample has negative_ids"
+    );
     let scored = json(&ok(&[
         "eval",
         "--run",
         s(&run),
         "--qrels",
         s(&qrels),
+        "--exclude",
+        s(&exclusions),
+        "--complete",
         "--json",
     ]));
-    assert_eq!(scored["metrics"]["mrr"].as_f64(), Some(1.0));
-    assert_eq!(scored["metrics"]["p@1"].as_f64(), Some(1.0));
+    for (k, v) in one["metrics"].as_object().unwrap() {
+        let got = scored["metrics"][k].as_f64().unwrap();
+        assert!(
+            (got - v.as_f64().unwrap()).abs() < 1e-9,
+            "{k}: {got} vs {v}"
+        );
+    }
 
     // search: a query for photosynthesis finds a biology passage first
     let hits = json(&ok(&[
@@ -637,4 +642,40 @@ fn every_command_has_help() {
         let out = ok(cmd);
         assert!(out.contains("Usage"), "{cmd:?}");
     }
+}
+
+#[test]
+fn killing_a_build_midway_leaves_the_previous_index_usable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = beir(tmp.path(), CORPUS, QUERIES, QRELS);
+    let index = tmp.path().join("idx");
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    let manifest_before = fs::read(index.join("manifest.json")).unwrap();
+    // a corpus big enough that the rebuild is still running when it is killed
+    let mut big = String::from(CORPUS);
+    let words = ["flow", "shock", "wing", "heat", "plate", "shell", "mach", "drag", "lift", "wave"];
+    for i in 0..60_000 {
+        let text: Vec<&str> = (0..40).map(|j| words[(i * 7 + j * 3) % words.len()]).collect();
+        big.push_str(&format!("{{\"_id\": \"x{i}\", \"text\": \"{} n{i}\"}}\n", text.join(" ")));
+    }
+    fs::write(corpus.join("corpus.jsonl"), big).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sift"))
+        .args(["index", "--corpus", s(&corpus), "--index", s(&index), "-q"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let finished = child.try_wait().unwrap().is_some();
+    child.kill().ok();
+    child.wait().unwrap();
+    if !finished {
+        // killed mid-build: the old manifest and generation still answer
+        assert_eq!(fs::read(index.join("manifest.json")).unwrap(), manifest_before);
+        let hits = json(&ok(&["search", "--index", s(&index), "--query", "boundary layer", "--json"]));
+        assert_eq!(hits["hits"][0]["id"], "d1");
+    }
+    // a new build succeeds and removes what the killed one left
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    assert_eq!(generations(&index).len(), 1);
+    let hits = json(&ok(&["search", "--index", s(&index), "--query", "n123", "--json"]));
+    assert_eq!(hits["hits"][0]["id"], "x123");
 }

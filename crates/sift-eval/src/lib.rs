@@ -18,4 +18,4 @@ pub use metrics::{
 };
 pub use report::{DomainResult, Report};
 pub use tasks::{TaskData, check_qrels_ids, task1};
-pub use trec::{read_exclusions, read_qrels, read_run, write_qrels, write_run};
+pub use trec::{read_exclusions, read_qrels, read_run, write_exclusions, write_qrels, write_run};

@@ -207,3 +207,19 @@ pub fn write_qrels(path: &Path, qrels: &Qrels) -> Result<()> {
     };
     write().map_err(|e| Error::io(path, e))
 }
+
+/// Writes an exclusion list (`qid docid` lines).
+pub fn write_exclusions(path: &Path, exclusions: &Exclusions) -> Result<()> {
+    let write = || -> std::io::Result<()> {
+        let mut w = BufWriter::new(File::create(path)?);
+        for (qid, docs) in exclusions {
+            check_token("query id", qid)?;
+            for doc in docs {
+                check_token("document id", doc)?;
+                writeln!(w, "{qid} {doc}")?;
+            }
+        }
+        w.flush()
+    };
+    write().map_err(|e| Error::io(path, e))
+}

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use sift_core::{Corpus, Warnings};
 use sift_eval::{
     DomainResult, Exclusions, Report, Run, RunEntry, check_qrels_ids, evaluate, metric_names,
-    read_exclusions, read_qrels, read_run, task1, write_run,
+    read_exclusions, read_qrels, read_run, task1, write_exclusions, write_qrels, write_run,
 };
 use sift_index::IndexDir;
 
@@ -58,6 +58,10 @@ pub struct Args {
     /// Write the retrieved ranking as a TREC run file.
     #[arg(long)]
     run_out: Option<PathBuf>,
+    /// Write the task's qrels (after dropping unjudged queries) as a TREC qrels file, and its
+    /// exclusions beside it (`<file>.exclusions`, `qid docid` lines).
+    #[arg(long)]
+    qrels_out: Option<PathBuf>,
     #[command(flatten)]
     bm25: Bm25Flags,
     #[command(flatten)]
@@ -162,6 +166,8 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     let mut all_warnings = Warnings::new();
     let mut dropped = BTreeMap::new();
     let mut full_run: BTreeMap<String, Vec<RunEntry>> = BTreeMap::new();
+    let mut full_qrels = sift_core::Qrels::new();
+    let mut full_exclusions = Exclusions::new();
     let mut per_query_out = BTreeMap::new();
     for domain in &domains {
         index
@@ -219,9 +225,19 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         if a.run_out.is_some() {
             full_run.extend(run);
         }
+        if a.qrels_out.is_some() {
+            full_qrels.extend(task.qrels);
+            full_exclusions.extend(task.exclusions);
+        }
     }
     if let Some(path) = &a.run_out {
         write_run(path, &full_run, "sift-bm25")?;
+    }
+    if let Some(path) = &a.qrels_out {
+        write_qrels(path, &full_qrels)?;
+        let mut x = path.as_os_str().to_owned();
+        x.push(".exclusions");
+        write_exclusions(std::path::Path::new(&x), &full_exclusions)?;
     }
     let report = Report {
         task: a.task.clone(),
