@@ -1,0 +1,51 @@
+use std::path::PathBuf;
+
+/// Result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors loading or running a model.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A model file is missing or unreadable.
+    #[error("{path}: {message}")]
+    File {
+        /// File at fault.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The model cannot be found locally and cannot be downloaded.
+    #[error("model {spec:?}: {message}")]
+    NotFound {
+        /// What the user asked for.
+        spec: String,
+        /// Why it was not found.
+        message: String,
+    },
+    /// The model's architecture is not supported.
+    #[error("{path}: unsupported model: {message}")]
+    Unsupported {
+        /// config.json of the model.
+        path: PathBuf,
+        /// What is unsupported.
+        message: String,
+    },
+    /// The tokenizer failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// candle failed.
+    #[error("model: {0}")]
+    Candle(#[from] candle_core::Error),
+    /// The device is not available in this build or on this machine.
+    #[error("device {0}")]
+    Device(String),
+}
+
+impl Error {
+    pub(crate) fn file(path: impl Into<PathBuf>, message: impl ToString) -> Self {
+        Error::File {
+            path: path.into(),
+            message: message.to_string(),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::registry;
+use crate::{Error, Result};
+
+/// The files of a model in Hugging Face layout.
+#[derive(Debug, Clone)]
+pub struct ModelFiles {
+    /// Name used for the registry look-up and in index metadata (hub id, or the directory).
+    pub name: String,
+    /// `config.json`.
+    pub config: PathBuf,
+    /// `tokenizer.json`.
+    pub tokenizer: PathBuf,
+    /// `model.safetensors`, or every shard named by `model.safetensors.index.json`.
+    pub weights: Vec<PathBuf>,
+    /// sentence-transformers `1_Pooling/config.json`, when present.
+    pub pooling: Option<PathBuf>,
+    /// sentence-transformers `sentence_bert_config.json`, when present.
+    pub sentence_config: Option<PathBuf>,
+}
+
+const OPTIONAL: [&str; 2] = ["1_Pooling/config.json", "sentence_bert_config.json"];
+
+impl ModelFiles {
+    /// Finds a model: `spec` is a local directory, or a hub id / registry alias fetched through
+    /// hf-hub (feature `hub`; its cache is used first, so a cached model works offline).
+    pub fn resolve(spec: &str) -> Result<ModelFiles> {
+        let path = Path::new(spec);
+        if path.is_dir() {
+            return Self::from_dir(path);
+        }
+        let id = registry::find(spec).map_or(spec, |m| m.id.as_str());
+        Self::from_hub(spec, id)
+    }
+
+    /// A model in a local directory.
+    pub fn from_dir(dir: &Path) -> Result<ModelFiles> {
+        let need = |name: &str| -> Result<PathBuf> {
+            let p = dir.join(name);
+            if p.is_file() {
+                Ok(p)
+            } else {
+                Err(Error::file(p, "missing (expected Hugging Face layout: config.json, tokenizer.json, model.safetensors)"))
+            }
+        };
+        let config = need("config.json")?;
+        let tokenizer = need("tokenizer.json")?;
+        let weights = if dir.join("model.safetensors").is_file() {
+            vec![dir.join("model.safetensors")]
+        } else if dir.join("model.safetensors.index.json").is_file() {
+            shards(&dir.join("model.safetensors.index.json"))?
+                .into_iter()
+                .map(|f| dir.join(f))
+                .collect()
+        } else {
+            return Err(Error::file(
+                dir.join("model.safetensors"),
+                "missing (nor is there a model.safetensors.index.json)",
+            ));
+        };
+        for w in &weights {
+            if !w.is_file() {
+                return Err(Error::file(w, "weight shard missing"));
+            }
+        }
+        let opt = |name: &str| Some(dir.join(name)).filter(|p| p.is_file());
+        let name = dir
+            .canonicalize()
+            .unwrap_or_else(|_| dir.to_path_buf())
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(ModelFiles {
+            name,
+            config,
+            tokenizer,
+            weights,
+            pooling: opt(OPTIONAL[0]),
+            sentence_config: opt(OPTIONAL[1]),
+        })
+    }
+
+    #[cfg(not(feature = "hub"))]
+    fn from_hub(spec: &str, _id: &str) -> Result<ModelFiles> {
+        Err(Error::NotFound {
+            spec: spec.to_string(),
+            message: "not a local directory, and this build cannot download models (rebuild with the `hub` feature, or pass a directory in Hugging Face layout)".into(),
+        })
+    }
+
+    #[cfg(feature = "hub")]
+    fn from_hub(spec: &str, id: &str) -> Result<ModelFiles> {
+        use hf_hub::api::sync::ApiBuilder;
+        use hf_hub::{Cache, Repo};
+        let not_found = |message: String| Error::NotFound {
+            spec: spec.to_string(),
+            message,
+        };
+        let cache = Cache::from_env();
+        let cached = cache.repo(Repo::model(id.to_string()));
+        let api = ApiBuilder::from_cache(cache.clone())
+            .with_progress(true)
+            .build()
+            .map_err(|e| not_found(format!("hub client: {e}")))?;
+        let repo = api.model(id.to_string());
+        let get = |file: &str| -> Result<PathBuf> {
+            if let Some(p) = cached.get(file) {
+                return Ok(p);
+            }
+            repo.get(file)
+                .map_err(|e| not_found(format!("{file}: {e} (not in the hub cache, and the download failed)")))
+        };
+        let config = get("config.json")?;
+        let tokenizer = get("tokenizer.json")?;
+        let weights = match get("model.safetensors") {
+            Ok(p) => vec![p],
+            Err(first) => {
+                let index = get("model.safetensors.index.json").map_err(|_| first)?;
+                let mut out = Vec::new();
+                for shard in shards(&index)? {
+                    out.push(get(&shard)?);
+                }
+                out
+            }
+        };
+        Ok(ModelFiles {
+            name: id.to_string(),
+            config,
+            tokenizer,
+            weights,
+            pooling: get(OPTIONAL[0]).ok(),
+            sentence_config: get(OPTIONAL[1]).ok(),
+        })
+    }
+}
+
+/// Shard file names of a safetensors index.
+fn shards(index: &Path) -> Result<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Index {
+        weight_map: std::collections::HashMap<String, String>,
+    }
+    let text = std::fs::read_to_string(index).map_err(|e| Error::file(index, e))?;
+    let parsed: Index = serde_json::from_str(&text).map_err(|e| Error::file(index, e))?;
+    let set: BTreeSet<String> = parsed.weight_map.into_values().collect();
+    Ok(set.into_iter().collect())
+}

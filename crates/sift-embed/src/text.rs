@@ -1,0 +1,241 @@
+//! BERT-family sentence encoders.
+use std::path::Path;
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use serde::Deserialize;
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+use crate::files::ModelFiles;
+use crate::registry::{self, Pooling};
+use crate::{Error, Result};
+
+/// Whether a text is a query or a passage (they may get different prefixes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A search query.
+    Query,
+    /// A corpus passage.
+    Passage,
+}
+
+/// Settings of a [`TextEmbedder`].
+#[derive(Debug, Clone)]
+pub struct TextEmbedderOptions {
+    /// Texts per forward pass.
+    pub batch_size: usize,
+    /// Weights and activations dtype (f32 on CPU).
+    pub dtype: DType,
+    /// Override of the maximum sequence length (tokens, special tokens included).
+    pub max_seq_len: Option<usize>,
+}
+
+impl Default for TextEmbedderOptions {
+    fn default() -> Self {
+        TextEmbedderOptions {
+            batch_size: 32,
+            dtype: DType::F32,
+            max_seq_len: None,
+        }
+    }
+}
+
+/// A sentence encoder: tokenise, run BERT, pool, L2-normalise.
+pub struct TextEmbedder {
+    name: String,
+    model: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    pooling: Pooling,
+    query_prefix: String,
+    passage_prefix: String,
+    max_seq_len: usize,
+    dim: usize,
+    options: TextEmbedderOptions,
+}
+
+#[derive(Deserialize)]
+struct PoolingConfig {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+}
+
+#[derive(Deserialize)]
+struct SentenceConfig {
+    max_seq_length: Option<usize>,
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
+    serde_json::from_str(&text).map_err(|e| Error::file(path, format!("invalid JSON: {e}")))
+}
+
+impl TextEmbedder {
+    /// Loads a model (see [`ModelFiles::resolve`]) onto `device`.
+    pub fn load(files: &ModelFiles, device: &Device, options: TextEmbedderOptions) -> Result<TextEmbedder> {
+        #[derive(Deserialize)]
+        struct Arch {
+            model_type: Option<String>,
+        }
+        let arch: Arch = read_json(&files.config)?;
+        match arch.model_type.as_deref() {
+            Some("bert") | None => {}
+            Some(other) => {
+                return Err(Error::Unsupported {
+                    path: files.config.clone(),
+                    message: format!("model_type {other:?} (supported: bert)"),
+                });
+            }
+        }
+        let config: Config = read_json(&files.config)?;
+        let info = registry::find(&files.name);
+        let pooling = match &files.pooling {
+            Some(p) => {
+                let c: PoolingConfig = read_json(p)?;
+                match (c.pooling_mode_cls_token, c.pooling_mode_mean_tokens) {
+                    (true, false) => Pooling::Cls,
+                    (false, true) => Pooling::Mean,
+                    _ => {
+                        return Err(Error::Unsupported {
+                            path: p.clone(),
+                            message: "pooling other than exactly one of CLS / mean".into(),
+                        });
+                    }
+                }
+            }
+            None => info.map_or(Pooling::Mean, |m| m.pooling),
+        };
+        let st_max = match &files.sentence_config {
+            Some(p) => read_json::<SentenceConfig>(p)?.max_seq_length,
+            None => None,
+        };
+        let max_seq_len = options
+            .max_seq_len
+            .or(st_max)
+            .or(info.map(|m| m.max_seq_len))
+            .unwrap_or(512)
+            .min(config.max_position_embeddings);
+        let mut tokenizer = Tokenizer::from_file(&files.tokenizer)
+            .map_err(|e| Error::file(&files.tokenizer, e))?;
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_seq_len,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        tokenizer.with_padding(None);
+        // SAFETY: the weight files are memory-mapped read-only; Sift does not modify them
+        // while the model is alive (the same contract as every candle model loader).
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, options.dtype, device)? };
+        let model = BertModel::load(vb, &config).map_err(|e| Error::Unsupported {
+            path: files.config.clone(),
+            message: format!("weights do not match a BERT model: {e}"),
+        })?;
+        Ok(TextEmbedder {
+            name: files.name.clone(),
+            model,
+            tokenizer,
+            device: device.clone(),
+            pooling,
+            query_prefix: info.map(|m| m.query_prefix.clone()).unwrap_or_default(),
+            passage_prefix: info.map(|m| m.passage_prefix.clone()).unwrap_or_default(),
+            max_seq_len,
+            dim: config.hidden_size,
+            options,
+        })
+    }
+
+    /// Model name (hub id or directory name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Embedding dimension.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Pooling in use.
+    pub fn pooling(&self) -> Pooling {
+        self.pooling
+    }
+
+    /// Maximum tokens per input.
+    pub fn max_seq_len(&self) -> usize {
+        self.max_seq_len
+    }
+
+    /// The prefix applied to texts of `kind`.
+    pub fn prefix(&self, kind: Kind) -> &str {
+        match kind {
+            Kind::Query => &self.query_prefix,
+            Kind::Passage => &self.passage_prefix,
+        }
+    }
+
+    /// Tokenises `texts` (with the prefix of `kind`): token ids per text, truncated.
+    pub fn tokenize(&self, texts: &[&str], kind: Kind) -> Result<Vec<Vec<u32>>> {
+        let prefix = self.prefix(kind);
+        let inputs: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}")).collect();
+        let enc = self
+            .tokenizer
+            .encode_batch(inputs, true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(enc.into_iter().map(|e| e.get_ids().to_vec()).collect())
+    }
+
+    /// Embeds texts: one L2-normalised vector per text, in input order. Texts are sorted by
+    /// length internally so that each batch carries little padding.
+    pub fn embed(&self, texts: &[&str], kind: Kind) -> Result<Vec<Vec<f32>>> {
+        let ids = self.tokenize(texts, kind)?;
+        self.embed_tokens(&ids)
+    }
+
+    /// Embeds pre-tokenised inputs (see [`TextEmbedder::tokenize`]).
+    pub fn embed_tokens(&self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
+        let mut out = vec![Vec::new(); ids.len()];
+        for chunk in order.chunks(self.options.batch_size.max(1)) {
+            let batch: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
+            let vectors = self.forward(&batch)?;
+            for (&i, v) in chunk.iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    fn forward(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+        let len = batch.iter().map(|x| x.len()).max().unwrap_or(0).max(1);
+        let n = batch.len();
+        let mut input = vec![0u32; n * len];
+        let mut mask = vec![0u32; n * len];
+        for (b, ids) in batch.iter().enumerate() {
+            input[b * len..b * len + ids.len()].copy_from_slice(ids);
+            mask[b * len..b * len + ids.len()].fill(1);
+        }
+        let input = Tensor::from_vec(input, (n, len), &self.device)?;
+        let mask = Tensor::from_vec(mask, (n, len), &self.device)?;
+        let types = input.zeros_like()?;
+        let hidden = self.model.forward(&input, &types, Some(&mask))?; // (n, len, dim)
+        let pooled = match self.pooling {
+            Pooling::Cls => hidden.i((.., 0))?,
+            Pooling::Mean => {
+                let m = mask.to_dtype(hidden.dtype())?.unsqueeze(2)?; // (n, len, 1)
+                let sum = hidden.broadcast_mul(&m)?.sum(1)?; // (n, dim)
+                let count = m.sum(1)?.clamp(1e-9, f64::MAX)?; // (n, 1)
+                sum.broadcast_div(&count)?
+            }
+        };
+        let pooled = pooled.to_dtype(DType::F32)?;
+        let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+        let normed = pooled.broadcast_div(&norm)?;
+        Ok(normed.to_vec2::<f32>()?)
+    }
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""sentence-transformers peer runner: CPU embedding throughput of a local model.
+
+Usage:
+    python3 eval/peers/st_embed_peer.py --model models/local/all-MiniLM-L6-v2 \
+        --texts FILE [--batch-size 32] [--threads 2] [--items N] [--warmup 64] [--json]
+
+--texts is JSONL. A line with "_id" or "title" is a BEIR corpus.jsonl record and its text
+is `title + " " + text` (what Sift indexes, as in bm25s_peer.py); any other line must have
+a "text" field. Texts are used in file order; --items N takes the first N (default: all).
+
+With --json, stdout carries exactly one line: a JSON object with the keys
+    engine, version, torch, model, items, batch_size, threads, warmup, max_seq_length,
+    seconds, items_per_s, peak_rss_mb
+
+Timed region (time.perf_counter wall time, one run):
+    model.encode(texts[:N], batch_size=B, normalize_embeddings=True, convert_to_numpy=True)
+i.e. tokenisation (truncated at the model's max_seq_length, padded per batch), the
+transformer forward pass, pooling and L2 normalisation, on the CPU with
+torch.set_num_threads(T). Before it, one untimed warm-up encode of texts[:warmup] with the
+same settings. Not timed: importing torch, loading the model, reading the file.
+RAYON_NUM_THREADS (the `tokenizers` thread pool) is set to T unless already set.
+
+`run(...)` is importable so a driver can call it in a fresh subprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from typing import List
+
+
+def load_texts(path: str) -> List[str]:
+    texts: List[str] = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            d = json.loads(line)
+            if "_id" in d or "title" in d:
+                texts.append((d.get("title") or "") + " " + (d.get("text") or ""))
+            elif isinstance(d.get("text"), str):
+                texts.append(d["text"])
+            else:
+                raise ValueError(f"{path}:{n}: no \"text\" field")
+    return texts
+
+
+def run(model: str, texts: str, batch_size: int = 32, threads: int = 1,
+        items: int | None = None, warmup: int = 64) -> dict:
+    os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+    import sentence_transformers
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(threads)
+    all_texts = load_texts(texts)
+    n = len(all_texts) if items is None else items
+    if n < 1 or n > len(all_texts):
+        raise ValueError(f"--items {n}: {texts} has {len(all_texts)} texts")
+    batch = all_texts[:n]
+
+    st = SentenceTransformer(model, device="cpu")
+
+    def encode(xs):
+        return st.encode(xs, batch_size=batch_size, normalize_embeddings=True,
+                         convert_to_numpy=True, show_progress_bar=False)
+
+    if warmup > 0:
+        encode(all_texts[:warmup])
+    t0 = time.perf_counter()
+    emb = encode(batch)
+    seconds = time.perf_counter() - t0
+    assert emb.shape[0] == n, emb.shape
+
+    # Peak resident set size of this whole process (Linux reports KiB): it includes the
+    # Python interpreter, torch and its libraries, the model weights and the texts, not
+    # just the encode call.
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    return {
+        "engine": "sentence-transformers",
+        "version": sentence_transformers.__version__,
+        "torch": torch.__version__,
+        "model": model,
+        "items": n,
+        "batch_size": batch_size,
+        "threads": threads,
+        "warmup": warmup,
+        "max_seq_length": int(st.max_seq_length),
+        "seconds": round(seconds, 6),
+        "items_per_s": round(n / seconds, 3),
+        "peak_rss_mb": round(peak_rss_mb, 1),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="local sentence-transformers model directory")
+    ap.add_argument("--texts", required=True, help="JSONL with \"text\" fields, or a BEIR corpus.jsonl")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--items", type=int, default=None, help="encode the first N texts (default all)")
+    ap.add_argument("--warmup", type=int, default=64, help="texts in the untimed warm-up encode")
+    ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    args = ap.parse_args(argv)
+    res = run(args.model, args.texts, args.batch_size, args.threads, args.items, args.warmup)
+    if args.json:
+        print(json.dumps(res), flush=True)
+    else:
+        print(f"{res['engine']} {res['version']} (torch {res['torch']}), {res['model']}")
+        print(f"  {res['items']} texts, batch {res['batch_size']}, {res['threads']} threads: "
+              f"{res['seconds']:.3f} s, {res['items_per_s']:.1f} texts/s, "
+              f"peak RSS {res['peak_rss_mb']:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
