@@ -69,6 +69,7 @@ fn main() -> Result<()> {
         &corpus,
         std::slice::from_ref(&domain),
         &options,
+        &[],
         &NoProgress,
     )?;
     let t = Instant::now();
@@ -77,6 +78,7 @@ fn main() -> Result<()> {
         &corpus,
         std::slice::from_ref(&domain),
         &options,
+        &[],
         &NoProgress,
     )?;
     let index_seconds = t.elapsed().as_secs_f64();

@@ -653,10 +653,17 @@ fn killing_a_build_midway_leaves_the_previous_index_usable() {
     let manifest_before = fs::read(index.join("manifest.json")).unwrap();
     // a corpus big enough that the rebuild is still running when it is killed
     let mut big = String::from(CORPUS);
-    let words = ["flow", "shock", "wing", "heat", "plate", "shell", "mach", "drag", "lift", "wave"];
+    let words = [
+        "flow", "shock", "wing", "heat", "plate", "shell", "mach", "drag", "lift", "wave",
+    ];
     for i in 0..60_000 {
-        let text: Vec<&str> = (0..40).map(|j| words[(i * 7 + j * 3) % words.len()]).collect();
-        big.push_str(&format!("{{\"_id\": \"x{i}\", \"text\": \"{} n{i}\"}}\n", text.join(" ")));
+        let text: Vec<&str> = (0..40)
+            .map(|j| words[(i * 7 + j * 3) % words.len()])
+            .collect();
+        big.push_str(&format!(
+            "{{\"_id\": \"x{i}\", \"text\": \"{} n{i}\"}}\n",
+            text.join(" ")
+        ));
     }
     fs::write(corpus.join("corpus.jsonl"), big).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sift"))
@@ -669,13 +676,30 @@ fn killing_a_build_midway_leaves_the_previous_index_usable() {
     child.wait().unwrap();
     if !finished {
         // killed mid-build: the old manifest and generation still answer
-        assert_eq!(fs::read(index.join("manifest.json")).unwrap(), manifest_before);
-        let hits = json(&ok(&["search", "--index", s(&index), "--query", "boundary layer", "--json"]));
+        assert_eq!(
+            fs::read(index.join("manifest.json")).unwrap(),
+            manifest_before
+        );
+        let hits = json(&ok(&[
+            "search",
+            "--index",
+            s(&index),
+            "--query",
+            "boundary layer",
+            "--json",
+        ]));
         assert_eq!(hits["hits"][0]["id"], "d1");
     }
     // a new build succeeds and removes what the killed one left
     ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
     assert_eq!(generations(&index).len(), 1);
-    let hits = json(&ok(&["search", "--index", s(&index), "--query", "n123", "--json"]));
+    let hits = json(&ok(&[
+        "search",
+        "--index",
+        s(&index),
+        "--query",
+        "n123",
+        "--json",
+    ]));
     assert_eq!(hits["hits"][0]["id"], "x123");
 }

@@ -7,8 +7,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod models;
 mod options;
 mod progress;
+mod retriever;
 
 /// Sift: reasoning-intensive multimodal retrieval, evaluated the way trec_eval scores it.
 #[derive(Parser)]

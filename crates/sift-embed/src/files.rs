@@ -42,7 +42,10 @@ impl ModelFiles {
             if p.is_file() {
                 Ok(p)
             } else {
-                Err(Error::file(p, "missing (expected Hugging Face layout: config.json, tokenizer.json, model.safetensors)"))
+                Err(Error::file(
+                    p,
+                    "missing (expected Hugging Face layout: config.json, tokenizer.json, model.safetensors)",
+                ))
             }
         };
         let config = need("config.json")?;
@@ -109,8 +112,11 @@ impl ModelFiles {
             if let Some(p) = cached.get(file) {
                 return Ok(p);
             }
-            repo.get(file)
-                .map_err(|e| not_found(format!("{file}: {e} (not in the hub cache, and the download failed)")))
+            repo.get(file).map_err(|e| {
+                not_found(format!(
+                    "{file}: {e} (not in the hub cache, and the download failed)"
+                ))
+            })
         };
         let config = get("config.json")?;
         let tokenizer = get("tokenizer.json")?;

@@ -52,10 +52,7 @@ pub fn find(name: &str) -> Option<&'static ModelInfo> {
     let last = n.rsplit('/').next().unwrap_or(&n).to_string();
     REGISTRY.iter().find(|m| {
         let id = m.id.to_ascii_lowercase();
-        id == n
-            || m.alias == n
-            || id.rsplit('/').next() == Some(last.as_str())
-            || m.alias == last
+        id == n || m.alias == n || id.rsplit('/').next() == Some(last.as_str()) || m.alias == last
     })
 }
 
@@ -66,10 +63,16 @@ mod tests {
     #[test]
     fn registry_parses_and_resolves_names() {
         assert!(all().len() >= 8);
-        assert_eq!(find("minilm").unwrap().id, "sentence-transformers/all-MiniLM-L6-v2");
+        assert_eq!(
+            find("minilm").unwrap().id,
+            "sentence-transformers/all-MiniLM-L6-v2"
+        );
         assert_eq!(find("models/local/all-MiniLM-L6-v2").unwrap().dim, 384);
         assert_eq!(find("intfloat/e5-base-v2").unwrap().query_prefix, "query: ");
-        assert_eq!(find("BAAI/bge-small-en-v1.5").unwrap().pooling, Pooling::Cls);
+        assert_eq!(
+            find("BAAI/bge-small-en-v1.5").unwrap().pooling,
+            Pooling::Cls
+        );
         assert!(find("no-such-model").is_none());
     }
 }

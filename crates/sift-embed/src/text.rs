@@ -75,7 +75,11 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
 
 impl TextEmbedder {
     /// Loads a model (see [`ModelFiles::resolve`]) onto `device`.
-    pub fn load(files: &ModelFiles, device: &Device, options: TextEmbedderOptions) -> Result<TextEmbedder> {
+    pub fn load(
+        files: &ModelFiles,
+        device: &Device,
+        options: TextEmbedderOptions,
+    ) -> Result<TextEmbedder> {
         #[derive(Deserialize)]
         struct Arch {
             model_type: Option<String>,
@@ -118,8 +122,8 @@ impl TextEmbedder {
             .or(info.map(|m| m.max_seq_len))
             .unwrap_or(512)
             .min(config.max_position_embeddings);
-        let mut tokenizer = Tokenizer::from_file(&files.tokenizer)
-            .map_err(|e| Error::file(&files.tokenizer, e))?;
+        let mut tokenizer =
+            Tokenizer::from_file(&files.tokenizer).map_err(|e| Error::file(&files.tokenizer, e))?;
         tokenizer
             .with_truncation(Some(TruncationParams {
                 max_length: max_seq_len,
@@ -131,7 +135,8 @@ impl TextEmbedder {
         tokenizer.with_padding(None);
         // SAFETY: the weight files are memory-mapped read-only; Sift does not modify them
         // while the model is alive (the same contract as every candle model loader).
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, options.dtype, device)? };
+        let vb =
+            unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, options.dtype, device)? };
         let model = BertModel::load(vb, &config).map_err(|e| Error::Unsupported {
             path: files.config.clone(),
             message: format!("weights do not match a BERT model: {e}"),
@@ -234,7 +239,11 @@ impl TextEmbedder {
             }
         };
         let pooled = pooled.to_dtype(DType::F32)?;
-        let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+        let norm = pooled
+            .sqr()?
+            .sum_keepdim(1)?
+            .sqrt()?
+            .clamp(1e-12, f64::MAX)?;
         let normed = pooled.broadcast_div(&norm)?;
         Ok(normed.to_vec2::<f32>()?)
     }

@@ -52,7 +52,15 @@ fn matches_sentence_transformers() {
     assert!(fixture.items.len() >= 50);
     assert!(fixture.items.iter().filter(|i| i.truncated).count() >= 3);
     let files = ModelFiles::from_dir(&dir).unwrap();
-    let model = TextEmbedder::load(&files, &Device::Cpu, TextEmbedderOptions { batch_size: 8, ..Default::default() }).unwrap();
+    let model = TextEmbedder::load(
+        &files,
+        &Device::Cpu,
+        TextEmbedderOptions {
+            batch_size: 8,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(model.pooling(), Pooling::Mean);
     assert_eq!(model.max_seq_len(), fixture.max_seq_length);
     assert_eq!(model.dim(), 384);
@@ -65,9 +73,18 @@ fn matches_sentence_transformers() {
     let vectors = model.embed(&texts, Kind::Passage).unwrap();
     let mut worst = 1.0f64;
     for (item, v) in fixture.items.iter().zip(&vectors) {
-        let dot: f64 = v.iter().zip(&item.embedding).map(|(a, b)| *a as f64 * *b as f64).sum();
+        let dot: f64 = v
+            .iter()
+            .zip(&item.embedding)
+            .map(|(a, b)| *a as f64 * *b as f64)
+            .sum();
         let na: f64 = v.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
-        let nb: f64 = item.embedding.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+        let nb: f64 = item
+            .embedding
+            .iter()
+            .map(|a| (*a as f64).powi(2))
+            .sum::<f64>()
+            .sqrt();
         let cos = dot / (na * nb);
         worst = worst.min(cos);
         assert!(cos >= 0.9999, "cosine {cos} for {:?}", item.text);
@@ -76,6 +93,10 @@ fn matches_sentence_transformers() {
     eprintln!("worst cosine over {} texts: {worst}", vectors.len());
     // batch composition does not change a vector
     let alone = model.embed(&texts[..1], Kind::Passage).unwrap();
-    let diff = alone[0].iter().zip(&vectors[0]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let diff = alone[0]
+        .iter()
+        .zip(&vectors[0])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
     assert!(diff < 1e-5, "{diff}");
 }

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod fusion;
 mod metrics;
 mod report;
 mod tasks;

@@ -7,7 +7,9 @@ use sift_core::Corpus;
 
 use crate::analyzer::AnalyzerConfig;
 use crate::bm25::{self, Bm25Domain, Bm25Params};
-use crate::manifest::{DomainInfo, FORMAT_VERSION, Manifest, sync_dir};
+use crate::cache::EmbedCache;
+use crate::dense::{self, DenseDomain, HnswParams, VectorDtype};
+use crate::manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, Manifest, sync_dir};
 use crate::progress::Progress;
 use crate::{Error, Result};
 
@@ -33,6 +35,34 @@ impl Default for BuildOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
+}
+
+/// Turns passages into unit vectors for a dense index (implemented by the CLI over
+/// `sift-embed`, so this crate stays independent of any model runtime).
+pub trait PassageEmbedder: Sync {
+    /// Model name recorded in the manifest.
+    fn name(&self) -> &str;
+    /// Vector dimension.
+    fn dim(&self) -> usize;
+    /// Everything that determines the vectors besides the text (model, prefix, pooling,
+    /// maximum length): the embedding cache is keyed by it.
+    fn fingerprint(&self) -> String;
+    /// One unit vector per text, in order.
+    fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, String>;
+}
+
+/// A dense index to build beside BM25.
+pub struct DenseBuild<'a> {
+    /// Name of the index (`dense:<slug>`).
+    pub slug: String,
+    /// How to load the model again at query time.
+    pub spec: String,
+    /// The embedder.
+    pub embedder: &'a dyn PassageEmbedder,
+    /// Storage precision.
+    pub dtype: VectorDtype,
+    /// HNSW parameters.
+    pub hnsw: HnswParams,
 }
 
 /// An index directory with a readable manifest.
@@ -112,6 +142,36 @@ impl IndexDir {
         Ok(())
     }
 
+    /// The dense index named `name` (slug, model name or spec).
+    pub fn dense_info(&self, name: &str) -> Result<(&str, &DenseInfo)> {
+        self.manifest
+            .dense
+            .iter()
+            .find(|(slug, d)| *slug == name || d.model == name || d.spec == name)
+            .map(|(s, d)| (s.as_str(), d))
+            .ok_or_else(|| Error::MissingDense {
+                path: self.root.clone(),
+                name: name.to_string(),
+                available: self
+                    .manifest
+                    .dense
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// Opens the dense vectors of `domain` for the index named `slug`.
+    pub fn dense(&self, slug: &str, domain: &str) -> Result<DenseDomain> {
+        self.check_domain(domain, None)?;
+        DenseDomain::open(&dense::domain_dir(
+            &self.root.join(&self.manifest.generation),
+            slug,
+            domain,
+        ))
+    }
+
     /// Opens the BM25 index of `domain`.
     pub fn bm25(&self, domain: &str) -> Result<Bm25Domain> {
         self.check_domain(domain, None)?;
@@ -132,9 +192,13 @@ impl IndexDir {
         corpus: &Corpus,
         domains: &[String],
         options: &BuildOptions,
+        dense: &[DenseBuild<'_>],
         progress: &dyn Progress,
     ) -> Result<IndexDir> {
         options.bm25.validate()?;
+        for d in dense {
+            d.hnsw.validate()?;
+        }
         let root = root.as_ref().to_path_buf();
         if root.exists() && !root.is_dir() {
             return Err(Error::io(
@@ -180,8 +244,17 @@ impl IndexDir {
             .unwrap_or_default();
         let generation = format!("{GEN_PREFIX}{:x}-{}", now.as_nanos(), std::process::id());
         let gen_dir = root.join(&generation);
-        let result = build_generation(&gen_dir, corpus, domains, options, progress);
-        let domain_infos = match result {
+        let result = build_generation(&gen_dir, corpus, domains, options, progress).and_then(|d| {
+            let mut infos = BTreeMap::new();
+            for build in dense {
+                infos.insert(
+                    build.slug.clone(),
+                    build_dense(&root, &gen_dir, corpus, domains, &d, build, progress)?,
+                );
+            }
+            Ok((d, infos))
+        });
+        let (domain_infos, dense_infos) = match result {
             Ok(d) => d,
             Err(e) => {
                 let _ = fs::remove_dir_all(&gen_dir);
@@ -202,6 +275,7 @@ impl IndexDir {
             analyzer: options.analyzer.clone(),
             bm25: options.bm25,
             domains: domain_infos,
+            dense: dense_infos,
         };
         manifest.write_atomic(&root)?;
         remove_stale_generations(&root, Some(&manifest.generation));
@@ -255,6 +329,106 @@ fn build_generation(
         );
     }
     Ok(out)
+}
+
+/// Embeds every passage of `domains` (through the cache) and writes vectors and graphs.
+fn build_dense(
+    root: &Path,
+    gen_dir: &Path,
+    corpus: &Corpus,
+    domains: &[String],
+    infos: &BTreeMap<String, DomainInfo>,
+    build: &DenseBuild<'_>,
+    progress: &dyn Progress,
+) -> Result<DenseInfo> {
+    let embedder = build.embedder;
+    let dim = embedder.dim();
+    let fingerprint = embedder.fingerprint();
+    let cache_path = root.join("embed-cache").join(format!("{}.bin", build.slug));
+    let mut cache = EmbedCache::open(&cache_path, &fingerprint, dim)?;
+    let (mut embedded, mut cached) = (0u64, 0u64);
+    const CHUNK: usize = 512;
+    for domain in domains {
+        let mut vectors: Vec<f32> = Vec::with_capacity(infos[domain].passages as usize * dim);
+        progress.start(
+            &format!("{domain} {}", build.slug),
+            Some(infos[domain].passages),
+        );
+        let mut passages = corpus.passages(domain)?;
+        loop {
+            let chunk: Vec<sift_core::Passage> = passages
+                .by_ref()
+                .take(CHUNK)
+                .collect::<sift_core::Result<_>>()?;
+            if chunk.is_empty() {
+                break;
+            }
+            let keys: Vec<u128> = chunk.iter().map(|p| cache.key(&p.text)).collect();
+            let missing: Vec<usize> = (0..chunk.len())
+                .filter(|&i| cache.get(keys[i]).is_none())
+                .collect();
+            let texts: Vec<&str> = missing.iter().map(|&i| chunk[i].text.as_str()).collect();
+            let fresh = if texts.is_empty() {
+                Vec::new()
+            } else {
+                embedder.embed(&texts).map_err(|message| Error::Embed {
+                    model: embedder.name().to_string(),
+                    message,
+                })?
+            };
+            if fresh.len() != texts.len() || fresh.iter().any(|v| v.len() != dim) {
+                return Err(Error::Embed {
+                    model: embedder.name().to_string(),
+                    message: format!("expected {} vectors of {dim} dimensions", texts.len()),
+                });
+            }
+            let entries: Vec<(u128, &[f32])> = missing
+                .iter()
+                .zip(&fresh)
+                .map(|(&i, v)| (keys[i], v.as_slice()))
+                .collect();
+            cache.insert(&entries)?;
+            embedded += fresh.len() as u64;
+            cached += (chunk.len() - fresh.len()) as u64;
+            for key in &keys {
+                vectors.extend(cache.get(*key).expect("inserted above"));
+            }
+            progress.inc(chunk.len() as u64);
+        }
+        progress.finish();
+        let count = vectors.len() / dim;
+        if count as u64 != infos[domain].passages {
+            return Err(Error::Corrupt {
+                path: corpus.root().to_path_buf(),
+                message: format!(
+                    "domain {domain}: {count} passages embedded but {} indexed (corpus changed during the build?)",
+                    infos[domain].passages
+                ),
+            });
+        }
+        progress.start(&format!("{domain} hnsw"), None);
+        let written = dense::write(
+            &dense::domain_dir(gen_dir, &build.slug, domain),
+            embedder.name(),
+            dim,
+            &vectors,
+            build.dtype,
+            build.hnsw,
+        );
+        progress.finish();
+        written?;
+    }
+    let _ = cache.len();
+    Ok(DenseInfo {
+        model: embedder.name().to_string(),
+        spec: build.spec.clone(),
+        fingerprint,
+        dim,
+        dtype: build.dtype,
+        hnsw: build.hnsw,
+        embedded,
+        cached,
+    })
 }
 
 /// Removes generation directories other than `live` (left by crashed or replaced builds).

@@ -77,6 +77,26 @@ pub enum Error {
         /// Domains present.
         available: String,
     },
+    /// The index has no dense vectors of that name.
+    #[error(
+        "{path}: no dense index {name:?} (built: {available}); add one with `sift index --dense MODEL`"
+    )]
+    MissingDense {
+        /// Index directory.
+        path: PathBuf,
+        /// Requested name.
+        name: String,
+        /// Dense indexes present.
+        available: String,
+    },
+    /// The embedding model failed.
+    #[error("embedding with {model}: {message}")]
+    Embed {
+        /// Model name.
+        model: String,
+        /// What went wrong.
+        message: String,
+    },
     /// Another process is building into the same directory.
     #[error("{path}: another `sift index` is writing this index")]
     Locked {

@@ -4,6 +4,8 @@
 //! INDEX/
 //!   manifest.json            names the live generation; replaced atomically (write + rename)
 //!   gen-<id>/bm25/<domain>/  tantivy segments + ids.json, one retrieval problem per domain
+//!   gen-<id>/dense/<model>/<domain>/  vectors (f32 or f16) by passage ordinal + HNSW graph
+//!   embed-cache/<model>.bin  embeddings keyed by model settings and text, kept across builds
 //! ```
 //!
 //! A build writes a complete new generation beside the live one and only then swaps
@@ -16,6 +18,8 @@
 
 mod analyzer;
 mod bm25;
+mod cache;
+mod dense;
 mod dir;
 mod error;
 mod manifest;
@@ -23,7 +27,8 @@ mod progress;
 
 pub use analyzer::{AnalyzerConfig, Stemming, StopWords};
 pub use bm25::{Bm25Domain, Bm25Params, Hit, QueryWeighting, Scratch};
-pub use dir::{BuildOptions, IndexDir};
+pub use dense::{AnnMode, DenseDomain, DenseMeta, HnswParams, VectorDtype, dot};
+pub use dir::{BuildOptions, DenseBuild, IndexDir, PassageEmbedder};
 pub use error::{Error, Result};
-pub use manifest::{DomainInfo, FORMAT_VERSION, Manifest};
+pub use manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, Manifest};
 pub use progress::{NoProgress, Progress};

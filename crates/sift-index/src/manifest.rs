@@ -34,6 +34,30 @@ pub struct Manifest {
     pub bm25: Bm25Params,
     /// Per-domain facts.
     pub domains: BTreeMap<String, DomainInfo>,
+    /// Dense vector indexes, by slug (the name used in `dense:<slug>` retrievers).
+    #[serde(default)]
+    pub dense: BTreeMap<String, DenseInfo>,
+}
+
+/// A dense model indexed for every domain.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DenseInfo {
+    /// Model name (hub id or directory name).
+    pub model: String,
+    /// How to load the model again (directory or hub id, as given to the build).
+    pub spec: String,
+    /// Embedding settings that affect vectors (model, prefixes, pooling, length).
+    pub fingerprint: String,
+    /// Dimension.
+    pub dim: usize,
+    /// Storage precision.
+    pub dtype: crate::dense::VectorDtype,
+    /// HNSW build parameters.
+    pub hnsw: crate::dense::HnswParams,
+    /// Passages embedded during the build (the rest came from the embedding cache).
+    pub embedded: u64,
+    /// Passages taken from the embedding cache.
+    pub cached: u64,
 }
 
 /// Facts about one indexed domain.

@@ -69,6 +69,7 @@ fn scores_equal_the_formula() {
         &corpus,
         &["physics".into()],
         &BuildOptions::default(),
+        &[],
         &NoProgress,
     )
     .unwrap();
@@ -138,6 +139,7 @@ fn exclusions_and_top_k_cut() {
         &corpus,
         &["biology".into()],
         &BuildOptions::default(),
+        &[],
         &NoProgress,
     )
     .unwrap();
@@ -176,6 +178,7 @@ fn every_passage_finds_itself_by_its_own_text() {
             threads: 2,
             ..Default::default()
         },
+        &[],
         &NoProgress,
     )
     .unwrap();

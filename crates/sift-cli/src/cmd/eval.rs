@@ -2,7 +2,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use rayon::prelude::*;
 use sift_core::{Corpus, Warnings};
 use sift_eval::{
     DomainResult, Exclusions, Report, Run, RunEntry, check_qrels_ids, evaluate, metric_names,
@@ -11,8 +10,10 @@ use sift_eval::{
 use sift_index::IndexDir;
 
 use crate::cmd::report_warnings;
+use crate::models::ModelFlags;
 use crate::options::{AnalyzerFlags, Bm25Flags, split_list};
 use crate::progress::Bars;
+use crate::retriever::{Domain, Models, Retriever, SearchSettings};
 
 const TABLE_COLUMNS: [&str; 6] = [
     "ndcg@10",
@@ -43,9 +44,22 @@ pub struct Args {
     /// Task: 1 = query text -> passages.
     #[arg(long, default_value = "1", value_parser = ["1"])]
     task: String,
-    /// Retriever: bm25.
-    #[arg(long, default_value = "bm25", value_parser = ["bm25"])]
+    /// Retriever: bm25, dense:<model> (a dense index built with `sift index --dense`), or
+    /// hybrid:<a>+<b> (reciprocal rank fusion, k = 60) / hybrid:<a>+<b>:<wa>,<wb> (weighted
+    /// fusion of min-max normalised scores).
+    #[arg(long, default_value = "bm25")]
     retriever: String,
+    /// Dense search: exact, hnsw, or auto (exact up to 20,000 passages, HNSW above).
+    #[arg(long, value_enum, default_value = "auto")]
+    ann: Ann,
+    /// HNSW candidate list size at query time.
+    #[arg(long, default_value_t = 128)]
+    ef_search: usize,
+    /// Load dense models from here instead of the location recorded in the index.
+    #[arg(long)]
+    model: Option<String>,
+    #[command(flatten)]
+    model_flags: ModelFlags,
     /// Comma-separated domains [default: every indexed domain].
     #[arg(long)]
     domains: Option<String>,
@@ -89,6 +103,14 @@ pub struct Args {
     /// No progress bars.
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// Dense search mode.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Ann {
+    Auto,
+    Exact,
+    Hnsw,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -155,6 +177,19 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     }
     let params = a.bm25.apply(m.bm25);
     params.validate()?;
+    let retriever = Retriever::parse(&a.retriever)?;
+    let mut models = Models::default();
+    models.load(&index, &retriever, &a.model_flags, a.model.as_deref())?;
+    let settings = SearchSettings {
+        bm25: params,
+        top_k: a.top_k,
+        ann: match a.ann {
+            Ann::Auto => None,
+            Ann::Exact => Some(sift_index::AnnMode::Exact),
+            Ann::Hnsw => Some(sift_index::AnnMode::Hnsw(a.ef_search)),
+        },
+        ef_search: a.ef_search,
+    };
     let wanted = split_list(&a.domains);
     let domains: Vec<String> = if wanted.is_empty() {
         m.domains.keys().cloned().collect()
@@ -173,7 +208,8 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         index
             .check_domain(domain, Some(&corpus))
             .with_context(|| format!("domain {domain}"))?;
-        let bm25 = index.bm25(domain)?;
+        let opened = Domain::open(&index, domain, &retriever, &models)?;
+        let bm25 = opened.bm25();
         let mut task =
             task1(&corpus, domain, &a.split).with_context(|| format!("domain {domain}"))?;
         check_qrels_ids(
@@ -183,31 +219,15 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
             &mut task.warnings,
         );
         let bar = bars.bar(domain, task.queries.len() as u64);
-        let results: Vec<(String, Vec<RunEntry>)> = task
-            .queries
-            .par_iter()
-            .map_init(
-                || bm25.scratch(),
-                |scratch, q| -> Result<(String, Vec<RunEntry>)> {
-                    let exclude: Vec<u32> = task
-                        .exclusions
-                        .get(&q.id)
-                        .map(|x| x.iter().filter_map(|id| bm25.ord(id)).collect())
-                        .unwrap_or_default();
-                    let hits = bm25.search(scratch, &q.query, a.top_k, &params, &exclude)?;
-                    bar.inc(1);
-                    Ok((
-                        q.id.clone(),
-                        hits.iter()
-                            .map(|h| RunEntry {
-                                doc: bm25.id(h.ord).to_string(),
-                                score: h.score as f64,
-                            })
-                            .collect(),
-                    ))
-                },
-            )
-            .collect::<Result<_>>()?;
+        let exclusions = |qid: &str| -> Vec<String> {
+            task.exclusions
+                .get(qid)
+                .map(|x| x.iter().cloned().collect())
+                .unwrap_or_default()
+        };
+        let results = opened.run(&retriever, &task.queries, &exclusions, &settings, &|| {
+            bar.inc(1)
+        })?;
         bar.finish_and_clear();
         let run: Run = results.into_iter().collect();
         // complete = true: a judged query with no hit at all scores 0 instead of vanishing
@@ -231,7 +251,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         }
     }
     if let Some(path) = &a.run_out {
-        write_run(path, &full_run, "sift-bm25")?;
+        write_run(path, &full_run, "sift")?;
     }
     if let Some(path) = &a.qrels_out {
         write_qrels(path, &full_qrels)?;
@@ -241,14 +261,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     }
     let report = Report {
         task: a.task.clone(),
-        retriever: format!(
-            "bm25(k1={}, b={}, {})",
-            params.k1,
-            params.b,
-            serde_json::to_value(params.weighting)?
-                .as_str()
-                .unwrap_or("")
-        ),
+        retriever: retriever.describe(&params),
         per_domain,
     };
     report_warnings("evaluation inputs", &all_warnings);

@@ -3,7 +3,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use sift_core::Corpus;
-use sift_index::{AnalyzerConfig, BuildOptions, IndexDir};
+use sift_index::{AnalyzerConfig, BuildOptions, DenseBuild, HnswParams, IndexDir, VectorDtype};
+
+use crate::models::{ModelFlags, Passages, load_text_model, slug};
 
 use crate::options::{AnalyzerFlags, Bm25Flags, split_list};
 use crate::progress::Bars;
@@ -28,6 +30,21 @@ pub struct Args {
     bm25: Bm25Flags,
     #[command(flatten)]
     analyzer: AnalyzerFlags,
+    /// Also embed passages with this text model (directory or hub id / registry alias) and
+    /// build an HNSW index of the vectors; repeat for several models.
+    #[arg(long = "dense", value_name = "MODEL")]
+    dense: Vec<String>,
+    #[command(flatten)]
+    model: ModelFlags,
+    /// Precision of stored vectors.
+    #[arg(long, value_enum, default_value = "f32")]
+    vector_dtype: Dtype,
+    /// HNSW maximum connections per node (M).
+    #[arg(long, default_value_t = HnswParams::default().m)]
+    hnsw_m: usize,
+    /// HNSW candidate list size while building.
+    #[arg(long, default_value_t = HnswParams::default().ef_construction)]
+    ef_construction: usize,
     /// Indexing threads [default: number of cores].
     #[arg(long)]
     threads: Option<usize>,
@@ -37,6 +54,13 @@ pub struct Args {
     /// No progress bars.
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// Stored vector precision.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Dtype {
+    F32,
+    F16,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -50,7 +74,36 @@ pub fn run(a: Args) -> Result<()> {
     };
     let bars = Bars::new(a.quiet || a.json);
     let start = Instant::now();
-    let index = IndexDir::build(&a.index, &corpus, &domains, &options, &bars)
+    let models = a
+        .dense
+        .iter()
+        .map(|spec| load_text_model(spec, &a.model))
+        .collect::<Result<Vec<_>>>()?;
+    let adapters: Vec<Passages> = models.iter().map(Passages).collect();
+    let hnsw = HnswParams {
+        m: a.hnsw_m,
+        ef_construction: a.ef_construction,
+    };
+    let dense: Vec<DenseBuild> = a
+        .dense
+        .iter()
+        .zip(&models)
+        .zip(&adapters)
+        .map(|((spec, model), adapter)| DenseBuild {
+            slug: slug(model),
+            spec: std::path::Path::new(spec)
+                .canonicalize()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| spec.clone()),
+            embedder: adapter,
+            dtype: match a.vector_dtype {
+                Dtype::F32 => VectorDtype::F32,
+                Dtype::F16 => VectorDtype::F16,
+            },
+            hnsw,
+        })
+        .collect();
+    let index = IndexDir::build(&a.index, &corpus, &domains, &options, &dense, &bars)
         .with_context(|| format!("building index {}", a.index.display()))?;
     let secs = start.elapsed().as_secs_f64();
     let m = index.manifest();
@@ -75,6 +128,12 @@ pub fn run(a: Args) -> Result<()> {
             println!(
                 "  {name:<20} {:>9} passages {:>11} tokens",
                 d.passages, d.tokens
+            );
+        }
+        for (slug, d) in &m.dense {
+            println!(
+                "  dense:{slug:<14} {} ({} dims): {} passages embedded, {} from the cache",
+                d.model, d.dim, d.embedded, d.cached
             );
         }
     }

@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Side-by-side text embedding throughput benchmark: Sift vs sentence-transformers (CPU).
+
+Usage:
+    python3 benches/embed_vs_st.py --model models/local/all-MiniLM-L6-v2 \
+        --texts /work/shared/data/cranfield/corpus.jsonl \
+        --items 512 --batch-size 32 --threads 2 --warmup 64 --rounds 3 \
+        --sift-bench 'cargo bench -q --bench embed -- --model models/local/all-MiniLM-L6-v2 --texts /work/shared/data/cranfield/corpus.jsonl --items 512 --batch-size 32 --threads 2 --warmup 64 --json' \
+        --out eval/results/embed_minilm_cpu
+
+Each round runs, in a fresh process each, the Sift command (a shell string, run as given
+from the repository root; its model/texts/items/batch/threads/warmup are the caller's job)
+and the sentence-transformers peer (eval/peers/st_embed_peer.py --json, with this driver's
+--model/--texts/--items/--batch-size/--threads/--warmup), alternating which goes first.
+Each prints one JSON object with the keys
+    engine, version, model, items, batch_size, threads, seconds, items_per_s, peak_rss_mb
+(the last stdout line that parses as a JSON object is taken). The per-metric median over
+rounds is computed for each engine, and ratios are oriented so that > 1 means Sift is
+better: Sift/peer for items_per_s, peer/Sift for seconds and peak_rss_mb.
+
+Writes <out>.json (machine, date, command line, raw rounds, medians, ratios, warnings) and
+<out>.md (Markdown table), and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "st_embed_peer.py")
+PEER = "sentence-transformers"
+
+KEYS = ["engine", "version", "model", "items", "batch_size", "threads", "seconds",
+        "items_per_s", "peak_rss_mb"]
+# Keys either side may add without a warning (kept in the raw results).
+OPTIONAL = {"warmup", "max_seq_length", "torch", "dim", "device", "dtype", "pooling"}
+# (label, key, ratio orientation): "sift/peer" or "peer/sift"
+METRICS = [
+    ("throughput (texts/s)", "items_per_s", "sift/peer"),
+    ("encode time (s)", "seconds", "peer/sift"),
+    ("peak RSS (MB, whole process)", "peak_rss_mb", "peer/sift"),
+]
+SAME = ["items", "batch_size", "threads"]  # warn if these differ between the engines
+PEER_PKGS = ["sentence-transformers", "torch", "transformers", "tokenizers", "numpy"]
+
+
+def last_json_object(stdout: str) -> dict:
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    raise ValueError("no line of stdout parses as a JSON object")
+
+
+def run_cmd(label: str, cmd, shell: bool) -> tuple[dict, float]:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, shell=shell, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr[-4000:])
+        raise SystemExit(f"{label}: command failed with exit status {p.returncode}: {cmd}")
+    try:
+        return last_json_object(p.stdout), wall
+    except ValueError as e:
+        sys.stderr.write(p.stdout[-2000:] + p.stderr[-2000:])
+        raise SystemExit(f"{label}: {e}: {cmd}")
+
+
+def check_keys(label: str, res: dict, engine: str) -> None:
+    missing = [k for k in KEYS if k not in res]
+    if missing:
+        raise SystemExit(f"{label}: result lacks keys {missing}: {json.dumps(res)}")
+    bad = [k for k in ("seconds", "items_per_s", "peak_rss_mb")
+           if not isinstance(res[k], (int, float)) or res[k] <= 0]
+    if bad:
+        raise SystemExit(f"{label}: non-positive or non-numeric {bad}: {json.dumps(res)}")
+    extra = sorted(set(res) - set(KEYS) - OPTIONAL)
+    if extra:
+        print(f"warning: {label}: extra keys {extra} (kept in raw results)", file=sys.stderr)
+    if res["engine"] != engine:
+        print(f"warning: {label}: engine is {res['engine']!r}, expected {engine!r}", file=sys.stderr)
+
+
+def repo_path(path: str) -> str:
+    """The caller's path as seen from the repository root (where both engines run):
+    relative if it lies inside the repository (so the peer reports the same model string as
+    a Sift command given the same relative path), else absolute."""
+    a = os.path.abspath(path)
+    return os.path.relpath(a, REPO) if a == REPO or a.startswith(REPO + os.sep) else a
+
+
+def peer_cmd(args) -> list:
+    cmd = [sys.executable, PEER_SCRIPT, "--model", repo_path(args.model),
+           "--texts", repo_path(args.texts), "--batch-size", str(args.batch_size),
+           "--threads", str(args.threads), "--warmup", str(args.warmup), "--json"]
+    if args.items is not None:
+        cmd[-1:-1] = ["--items", str(args.items)]
+    return cmd
+
+
+def peer_env() -> dict:
+    code = (
+        "import json, importlib.metadata as m\n"
+        "out = {}\n"
+        f"for p in {PEER_PKGS!r}:\n"
+        "    try: out[p] = m.version(p)\n"
+        "    except m.PackageNotFoundError: out[p] = None\n"
+        "print(json.dumps(out))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, check=True)
+    return {
+        "python": sys.executable + " " + platform.python_version(),
+        "packages": json.loads(p.stdout),
+        "RAYON_NUM_THREADS": os.environ.get("RAYON_NUM_THREADS"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+    }
+
+
+def machine() -> dict:
+    cpu = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        nproc = int(subprocess.run(["nproc"], stdout=subprocess.PIPE, text=True, check=True).stdout)
+    except Exception:
+        nproc = len(os.sched_getaffinity(0))
+    uname = subprocess.run(["uname", "-a"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {"uname": uname, "cpu": cpu or platform.processor(), "nproc": nproc, "loadavg_at_start": load}
+
+
+def fmt(v: float) -> str:
+    if v >= 1000:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    if v >= 0.1:
+        return f"{v:.3f}"
+    return f"{v:.4f}"
+
+
+def markdown(report: dict) -> str:
+    med, ratios = report["medians"], report["ratios"]
+    s, p = med["sift"], med[PEER]
+    rounds = report["rounds"]
+    lines = [
+        f"| metric (median of {rounds} rounds) | Sift | sentence-transformers | ratio (higher = Sift better) |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, key, _ in METRICS:
+        lines.append(f"| {label} | {fmt(s[key])} | {fmt(p[key])} | {ratios[key]:.2f}x |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="Sift vs sentence-transformers embedding throughput driver")
+    ap.add_argument("--model", required=True, help="local sentence-transformers model directory (for the peer)")
+    ap.add_argument("--texts", required=True, help="JSONL texts or a BEIR corpus.jsonl (for the peer)")
+    ap.add_argument("--items", type=int, default=None, help="encode the first N texts (default: all)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1, help="peer torch/tokenizers threads")
+    ap.add_argument("--warmup", type=int, default=64, help="texts in the peer's untimed warm-up encode")
+    ap.add_argument("--sift-bench", required=True,
+                    help="shell command printing one Sift result JSON object (run as given, nothing appended)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", required=True, help="output prefix: writes <out>.json and <out>.md")
+    args = ap.parse_args()
+    if args.rounds < 1 or args.threads < 1 or args.batch_size < 1 or args.warmup < 0:
+        ap.error("--rounds, --threads and --batch-size must be >= 1, --warmup >= 0")
+    if args.items is not None and args.items < 1:
+        ap.error("--items must be >= 1")
+    for what, path in (("--model", args.model), ("--texts", args.texts)):
+        if not os.path.exists(path):
+            ap.error(f"{what} {path}: no such file or directory")
+
+    command_line = shlex.join(["python3"] + sys.argv)
+    started = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    mach = machine()
+    env = peer_env()
+
+    raw = []
+    pcmd = peer_cmd(args)
+    for r in range(args.rounds):
+        order = ["sift", PEER] if r % 2 == 0 else [PEER, "sift"]
+        entry = {"round": r + 1, "order": order}
+        for eng in order:
+            label = f"round {r + 1} {eng}"
+            if eng == "sift":
+                res, wall = run_cmd(label, args.sift_bench, shell=True)
+            else:
+                res, wall = run_cmd(label, pcmd, shell=False)
+            check_keys(label, res, eng)
+            entry[eng] = res
+            entry[f"{eng}_process_seconds"] = wall
+        raw.append(entry)
+        print(f"round {r + 1}/{args.rounds} ({' then '.join(order)}): "
+              f"sift {entry['sift']['items_per_s']:.1f} texts/s, "
+              f"{PEER} {entry[PEER]['items_per_s']:.1f} texts/s",
+              file=sys.stderr)
+
+    medians = {}
+    for eng in ("sift", PEER):
+        first = raw[0][eng]
+        m = {k: first[k] for k in ("engine", "version", "model", *SAME)}
+        for k in ("warmup", "max_seq_length", "torch", "device"):
+            if k in first:
+                m[k] = first[k]
+        for _, key, _ in METRICS:
+            m[key] = statistics.median(e[eng][key] for e in raw)
+        medians[eng] = m
+
+    ratios = {}
+    for _, key, orient in METRICS:
+        sv, pv = medians["sift"][key], medians[PEER][key]
+        ratios[key] = (sv / pv) if orient == "sift/peer" else (pv / sv)
+
+    warnings = []
+    s, p = medians["sift"], medians[PEER]
+    for k in SAME:
+        sv = sorted({e["sift"][k] for e in raw})
+        pv = sorted({e[PEER][k] for e in raw})
+        if sv != pv or len(sv) != 1:
+            warnings.append(f"{k} differs: sift {sv if len(sv) > 1 else sv[0]}, "
+                            f"{PEER} {pv if len(pv) > 1 else pv[0]}")
+    if "warmup" in s and s["warmup"] != p.get("warmup"):
+        warnings.append(f"warmup differs: sift {s['warmup']}, {PEER} {p.get('warmup')}")
+    sm = os.path.basename(os.path.normpath(str(s["model"])))
+    pm = os.path.basename(os.path.normpath(str(p["model"])))
+    if sm != pm:
+        warnings.append(f"model names differ: sift {s['model']!r}, {PEER} {p['model']!r}")
+    for w in warnings:
+        print("warning: " + w, file=sys.stderr)
+
+    report = {
+        "benchmark": "embed_vs_st",
+        "date": started,
+        "command": command_line,
+        "argv": sys.argv,
+        "cwd": os.getcwd(),
+        "machine": mach,
+        "peer_env": env,
+        "settings": {"model": args.model, "texts": os.path.abspath(args.texts), "items": args.items,
+                     "batch_size": args.batch_size, "threads": args.threads, "warmup": args.warmup,
+                     "sift_bench": args.sift_bench, "peer_command": pcmd},
+        "rounds": args.rounds,
+        "raw": raw,
+        "medians": medians,
+        "ratios": ratios,
+        "warnings": warnings,
+    }
+
+    table = markdown(report)
+    mach_line = f"{mach['cpu']}, {mach['nproc']} CPUs; `{mach['uname']}`"
+    pk = env["packages"]
+    model_name = os.path.basename(os.path.normpath(args.model))
+    md = "\n".join([
+        f"# Text embedding: Sift vs sentence-transformers, {model_name}",
+        "",
+        table,
+        "",
+        f"- Sift {s['version']}; sentence-transformers {p['version']} (torch {p.get('torch') or pk.get('torch')}, "
+        f"transformers {pk.get('transformers')}, tokenizers {pk.get('tokenizers')}, CPU).",
+        f"- {p['items']} texts from `{os.path.basename(args.texts)}` (first N in file order), "
+        f"batch {p['batch_size']}, threads {p['threads']}, warm-up {p.get('warmup', args.warmup)} texts"
+        + (f", max_seq_length {p['max_seq_length']}" if "max_seq_length" in p else "") + "; "
+        "timed: tokenise + forward + pool + L2-normalise, one run per process after one untimed warm-up.",
+        "- Peak RSS is the whole process's peak (`ru_maxrss`). For sentence-transformers it includes "
+        "the Python interpreter, torch and its libraries, the model weights and the texts, not just "
+        "the encode call.",
+        f"- Machine: {mach_line}",
+        f"- Date (UTC): {started}",
+        f"- Reproduce: `{command_line}`",
+        *(["- Warnings: " + "; ".join(warnings)] if warnings else []),
+        "",
+    ])
+
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    with open(args.out + ".md", "w") as f:
+        f.write(md)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
