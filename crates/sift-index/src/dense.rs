@@ -41,7 +41,7 @@ pub struct HnswParams {
 impl Default for HnswParams {
     fn default() -> Self {
         HnswParams {
-            m: 32,
+            m: 24,
             ef_construction: 200,
         }
     }
@@ -138,8 +138,9 @@ pub struct DenseDomain {
     graph: LoadedGraph,
 }
 
-/// Writes the vectors and graph of one domain into `dir`.
-pub(crate) fn write(
+/// Writes the vectors (row-major, `dim` per passage ordinal) and HNSW graph of one domain
+/// into `dir`; [`DenseDomain::open`] reads them back.
+pub fn write(
     dir: &Path,
     model: &str,
     dim: usize,
@@ -177,7 +178,8 @@ pub(crate) fn write(
             .collect(),
     };
     let graph = build_graph(&stored, dim, params);
-    let unreachable = unreachable_points(&graph, &stored, dim, params.ef_construction);
+    // A point is its own nearest neighbour: a modest ef finds it whenever it is reachable.
+    let unreachable = unreachable_points(&graph, &stored, dim, 64);
     graph.file_dump(dir, GRAPH).map_err(|e| Error::Corrupt {
         path: dir.to_path_buf(),
         message: format!("writing the HNSW graph: {e}"),

@@ -27,7 +27,9 @@ mod progress;
 
 pub use analyzer::{AnalyzerConfig, Stemming, StopWords};
 pub use bm25::{Bm25Domain, Bm25Params, Hit, QueryWeighting, Scratch};
-pub use dense::{AnnMode, DenseDomain, DenseMeta, HnswParams, VectorDtype, dot};
+pub use dense::{
+    AnnMode, DenseDomain, DenseMeta, HnswParams, VectorDtype, dot, write as write_dense,
+};
 pub use dir::{BuildOptions, DenseBuild, IndexDir, PassageEmbedder};
 pub use error::{Error, Result};
 pub use manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, Manifest};
