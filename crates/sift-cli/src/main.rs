@@ -22,12 +22,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build (or rebuild) an index of a corpus: BM25 per domain.
+    /// Build (or rebuild) an index of a corpus: BM25 per domain, and dense vectors with HNSW
+    /// for each `--dense` model.
     Index(cmd::index::Args),
     /// Search an index with one query.
     Search(cmd::search::Args),
     /// Evaluate a retriever on a task, or score an existing TREC run against qrels.
     Eval(cmd::eval::Args),
+    /// Embed texts with a text model and write the vectors (JSONL or .npy).
+    Embed(cmd::embed::Args),
+    /// List, inspect and download embedding models.
+    Models(cmd::models::Args),
     /// Read a whole corpus and report counts and problems (duplicate ids, bad rows, images
     /// that do not decode, judgements naming unknown ids).
     Check(cmd::check::Args),
@@ -40,6 +45,8 @@ fn main() -> ExitCode {
         Command::Search(a) => cmd::search::run(a),
         Command::Eval(a) => cmd::eval::run(a),
         Command::Check(a) => cmd::check::run(a),
+        Command::Embed(a) => cmd::embed::run(a),
+        Command::Models(a) => cmd::models::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

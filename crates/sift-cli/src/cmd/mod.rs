@@ -1,6 +1,8 @@
 pub mod check;
+pub mod embed;
 pub mod eval;
 pub mod index;
+pub mod models;
 pub mod search;
 
 use sift_core::Warnings;
