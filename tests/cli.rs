@@ -712,7 +712,10 @@ fn minilm() -> Option<PathBuf> {
     if dir.join("model.safetensors").is_file() {
         return Some(dir);
     }
-    assert!(std::env::var_os("CI").is_none(), "CI must install the MiniLM weights");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must install the MiniLM weights"
+    );
     eprintln!("skipped: no MiniLM weights at {}", dir.display());
     None
 }
@@ -722,28 +725,111 @@ fn dense_and_hybrid_retrieval_on_the_sample() {
     let Some(model) = minilm() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let index = tmp.path().join("index");
-    let out = json(&ok(&["index", "--corpus", s(&sample()), "--index", s(&index), "--dense", s(&model), "--vector-dtype", "f16", "--json"]));
+    let out = json(&ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&model),
+        "--vector-dtype",
+        "f16",
+        "--json",
+    ]));
     let dense = &out["manifest"]["dense"]["minilm"];
     assert_eq!(dense["dim"], 384);
-    assert_eq!(dense["embedded"].as_u64().unwrap() + dense["cached"].as_u64().unwrap(), 46);
+    assert_eq!(
+        dense["embedded"].as_u64().unwrap() + dense["cached"].as_u64().unwrap(),
+        46
+    );
     // a rebuild takes every vector from the embedding cache
-    let again = json(&ok(&["index", "--corpus", s(&sample()), "--index", s(&index), "--dense", s(&model), "--vector-dtype", "f16", "--json"]));
+    let again = json(&ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&model),
+        "--vector-dtype",
+        "f16",
+        "--json",
+    ]));
     assert_eq!(again["manifest"]["dense"]["minilm"]["embedded"], 0);
     assert_eq!(again["manifest"]["dense"]["minilm"]["cached"], 46);
     let mut ndcg = std::collections::BTreeMap::new();
-    for r in ["bm25", "dense:minilm", "hybrid:bm25+dense:minilm", "hybrid:bm25+dense:minilm:0.4,0.6"] {
-        let e = json(&ok(&["eval", "--corpus", s(&sample()), "--index", s(&index), "--retriever", r, "--json"]));
+    for r in [
+        "bm25",
+        "dense:minilm",
+        "hybrid:bm25+dense:minilm",
+        "hybrid:bm25+dense:minilm:0.4,0.6",
+    ] {
+        let e = json(&ok(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--retriever",
+            r,
+            "--json",
+        ]));
         assert_eq!(e["per_domain"].as_object().unwrap().len(), 3, "{r}");
         ndcg.insert(r, e["metrics"]["ndcg@10"].as_f64().unwrap());
     }
     assert!(ndcg["dense:minilm"] > 0.5, "{ndcg:?}");
     // exact and HNSW search agree on this small corpus
-    let exact = json(&ok(&["eval", "--corpus", s(&sample()), "--index", s(&index), "--retriever", "dense:minilm", "--ann", "exact", "--json"]));
-    let hnsw = json(&ok(&["eval", "--corpus", s(&sample()), "--index", s(&index), "--retriever", "dense:minilm", "--ann", "hnsw", "--json"]));
+    let exact = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--retriever",
+        "dense:minilm",
+        "--ann",
+        "exact",
+        "--json",
+    ]));
+    let hnsw = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--retriever",
+        "dense:minilm",
+        "--ann",
+        "hnsw",
+        "--json",
+    ]));
     assert_eq!(exact["metrics"], hnsw["metrics"]);
     // clear errors
-    assert!(fails(&["eval", "--corpus", s(&sample()), "--index", s(&index), "--retriever", "dense:nope"]).contains("no dense index \"nope\""));
-    assert!(fails(&["eval", "--corpus", s(&sample()), "--index", s(&index), "--retriever", "hybrid:bm25"]).contains("two or more"));
+    assert!(
+        fails(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--retriever",
+            "dense:nope"
+        ])
+        .contains("no dense index \"nope\"")
+    );
+    assert!(
+        fails(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--retriever",
+            "hybrid:bm25"
+        ])
+        .contains("two or more")
+    );
 }
 
 #[test]
@@ -751,18 +837,51 @@ fn embed_writes_jsonl_and_npy_and_loads_from_the_hub_cache() {
     let Some(model) = minilm() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("in.txt");
-    fs::write(&input, "first line\n\n{\"_id\": 42, \"title\": \"T\", \"text\": \"second\"}\n").unwrap();
+    fs::write(
+        &input,
+        "first line\n\n{\"_id\": 42, \"title\": \"T\", \"text\": \"second\"}\n",
+    )
+    .unwrap();
     let jsonl = tmp.path().join("v.jsonl");
-    ok(&["embed", "--model", s(&model), "--input", s(&input), "--out", s(&jsonl), "-q"]);
-    let rows: Vec<Value> = fs::read_to_string(&jsonl).unwrap().lines().map(json).collect();
+    ok(&[
+        "embed",
+        "--model",
+        s(&model),
+        "--input",
+        s(&input),
+        "--out",
+        s(&jsonl),
+        "-q",
+    ]);
+    let rows: Vec<Value> = fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(json)
+        .collect();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["id"], "1");
     assert_eq!(rows[1]["id"], "42");
-    let v: Vec<f64> = rows[0]["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    let v: Vec<f64> = rows[0]["vector"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
     assert_eq!(v.len(), 384);
     assert!((v.iter().map(|x| x * x).sum::<f64>() - 1.0).abs() < 1e-4);
     let npy = tmp.path().join("v.npy");
-    ok(&["embed", "--model", s(&model), "--input", s(&input), "--kind", "query", "--out", s(&npy), "-q"]);
+    ok(&[
+        "embed",
+        "--model",
+        s(&model),
+        "--input",
+        s(&input),
+        "--kind",
+        "query",
+        "--out",
+        s(&npy),
+        "-q",
+    ]);
     let bytes = fs::read(&npy).unwrap();
     assert_eq!(&bytes[..6], b"\x93NUMPY");
     let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
@@ -774,26 +893,59 @@ fn embed_writes_jsonl_and_npy_and_loads_from_the_hub_cache() {
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    assert!(first.iter().zip(&v).all(|(a, b)| (*a as f64 - b).abs() < 1e-6));
-    assert_eq!(fs::read_to_string(tmp.path().join("v.npy.ids.txt")).unwrap(), "1\n42\n");
+    assert!(
+        first
+            .iter()
+            .zip(&v)
+            .all(|(a, b)| (*a as f64 - b).abs() < 1e-6)
+    );
+    assert_eq!(
+        fs::read_to_string(tmp.path().join("v.npy.ids.txt")).unwrap(),
+        "1\n42\n"
+    );
 
     // by hub id, from a populated hf-hub cache, with no network
     let hf = tmp.path().join("hf");
     let snap = hf.join("hub/models--sentence-transformers--all-MiniLM-L6-v2/snapshots/0123abcd");
     copy_dir(&model, &snap);
-    fs::create_dir_all(hf.join("hub/models--sentence-transformers--all-MiniLM-L6-v2/refs")).unwrap();
-    fs::write(hf.join("hub/models--sentence-transformers--all-MiniLM-L6-v2/refs/main"), "0123abcd").unwrap();
+    fs::create_dir_all(hf.join("hub/models--sentence-transformers--all-MiniLM-L6-v2/refs"))
+        .unwrap();
+    fs::write(
+        hf.join("hub/models--sentence-transformers--all-MiniLM-L6-v2/refs/main"),
+        "0123abcd",
+    )
+    .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_sift"))
         .args(["models", "info", "minilm", "--json"])
         .env("HF_HOME", &hf)
         .env("HF_HUB_OFFLINE", "1")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let info = json(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(info["name"], "sentence-transformers/all-MiniLM-L6-v2");
-    assert!(info["config"].as_str().unwrap().contains("snapshots/0123abcd"));
+    assert!(
+        info["config"]
+            .as_str()
+            .unwrap()
+            .contains("snapshots/0123abcd")
+    );
     // bad input names the line
     fs::write(&input, "ok\n{\"text\": 5}\n").unwrap();
-    assert!(fails(&["embed", "--model", s(&model), "--input", s(&input), "--out", s(&jsonl)]).contains("in.txt:2"));
+    assert!(
+        fails(&[
+            "embed",
+            "--model",
+            s(&model),
+            "--input",
+            s(&input),
+            "--out",
+            s(&jsonl)
+        ])
+        .contains("in.txt:2")
+    );
 }
