@@ -59,6 +59,7 @@ fn peak_rss_mb() -> f64 {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    sift_embed::tune_allocator();
     // candle sizes its CPU pool from RAYON_NUM_THREADS; set it before any thread starts.
     // SAFETY: no other thread exists yet.
     unsafe { std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string()) };

@@ -29,6 +29,8 @@ enum Command {
     Search(cmd::search::Args),
     /// Evaluate a retriever on a task, or score an existing TREC run against qrels.
     Eval(cmd::eval::Args),
+    /// Benchmarks: HNSW recall/QPS against exact search.
+    Bench(cmd::bench::Args),
     /// Embed texts with a text model and write the vectors (JSONL or .npy).
     Embed(cmd::embed::Args),
     /// List, inspect and download embedding models.
@@ -40,12 +42,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    sift_embed::tune_allocator();
     let result = match cli.command {
         Command::Index(a) => cmd::index::run(a),
         Command::Search(a) => cmd::search::run(a),
         Command::Eval(a) => cmd::eval::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Embed(a) => cmd::embed::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
         Command::Models(a) => cmd::models::run(a),
     };
     match result {
