@@ -8,6 +8,7 @@
 //! - [`ModelFiles::resolve`]: a local directory, or a hub id through hf-hub (feature `hub`).
 #![warn(missing_docs)]
 
+mod bert;
 mod device;
 mod error;
 mod files;

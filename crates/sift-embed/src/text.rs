@@ -1,9 +1,11 @@
 //! BERT-family sentence encoders.
 use std::path::Path;
 
-use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::bert::Config;
+
+use crate::bert::Bert;
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
@@ -44,9 +46,8 @@ impl Default for TextEmbedderOptions {
 /// A sentence encoder: tokenise, run BERT, pool, L2-normalise.
 pub struct TextEmbedder {
     name: String,
-    model: BertModel,
+    model: Bert,
     tokenizer: Tokenizer,
-    device: Device,
     pooling: Pooling,
     query_prefix: String,
     passage_prefix: String,
@@ -137,7 +138,7 @@ impl TextEmbedder {
         // while the model is alive (the same contract as every candle model loader).
         let vb =
             unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, options.dtype, device)? };
-        let model = BertModel::load(vb, &config).map_err(|e| Error::Unsupported {
+        let model = Bert::load(vb, &config).map_err(|e| Error::Unsupported {
             path: files.config.clone(),
             message: format!("weights do not match a BERT model: {e}"),
         })?;
@@ -145,7 +146,6 @@ impl TextEmbedder {
             name: files.name.clone(),
             model,
             tokenizer,
-            device: device.clone(),
             pooling,
             query_prefix: info.map(|m| m.query_prefix.clone()).unwrap_or_default(),
             passage_prefix: info.map(|m| m.passage_prefix.clone()).unwrap_or_default(),
@@ -217,33 +217,21 @@ impl TextEmbedder {
     }
 
     fn forward(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
-        let len = batch.iter().map(|x| x.len()).max().unwrap_or(0).max(1);
-        let n = batch.len();
-        let mut input = vec![0u32; n * len];
-        let mut mask = vec![0u32; n * len];
-        for (b, ids) in batch.iter().enumerate() {
-            input[b * len..b * len + ids.len()].copy_from_slice(ids);
-            mask[b * len..b * len + ids.len()].fill(1);
+        // empty inputs cannot happen with special tokens, but keep attention well defined
+        let batch: Vec<&[u32]> = batch.iter().map(|s| if s.is_empty() { &[0u32][..] } else { s }).collect();
+        let hidden = self.model.forward(&batch)?; // (total tokens, dim), sequences packed
+        let mut pooled = Vec::with_capacity(batch.len());
+        let mut start = 0;
+        for s in &batch {
+            let rows = hidden.narrow(0, start, s.len())?;
+            pooled.push(match self.pooling {
+                Pooling::Cls => rows.get(0)?,
+                Pooling::Mean => rows.mean(0)?,
+            });
+            start += s.len();
         }
-        let input = Tensor::from_vec(input, (n, len), &self.device)?;
-        let mask = Tensor::from_vec(mask, (n, len), &self.device)?;
-        let types = input.zeros_like()?;
-        let hidden = self.model.forward(&input, &types, Some(&mask))?; // (n, len, dim)
-        let pooled = match self.pooling {
-            Pooling::Cls => hidden.i((.., 0))?,
-            Pooling::Mean => {
-                let m = mask.to_dtype(hidden.dtype())?.unsqueeze(2)?; // (n, len, 1)
-                let sum = hidden.broadcast_mul(&m)?.sum(1)?; // (n, dim)
-                let count = m.sum(1)?.clamp(1e-9, f64::MAX)?; // (n, 1)
-                sum.broadcast_div(&count)?
-            }
-        };
-        let pooled = pooled.to_dtype(DType::F32)?;
-        let norm = pooled
-            .sqr()?
-            .sum_keepdim(1)?
-            .sqrt()?
-            .clamp(1e-12, f64::MAX)?;
+        let pooled = Tensor::stack(&pooled, 0)?.to_dtype(DType::F32)?;
+        let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
         let normed = pooled.broadcast_div(&norm)?;
         Ok(normed.to_vec2::<f32>()?)
     }
