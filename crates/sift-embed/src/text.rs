@@ -218,7 +218,10 @@ impl TextEmbedder {
 
     fn forward(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         // empty inputs cannot happen with special tokens, but keep attention well defined
-        let batch: Vec<&[u32]> = batch.iter().map(|s| if s.is_empty() { &[0u32][..] } else { s }).collect();
+        let batch: Vec<&[u32]> = batch
+            .iter()
+            .map(|s| if s.is_empty() { &[0u32][..] } else { s })
+            .collect();
         let hidden = self.model.forward(&batch)?; // (total tokens, dim), sequences packed
         let mut pooled = Vec::with_capacity(batch.len());
         let mut start = 0;
@@ -231,7 +234,11 @@ impl TextEmbedder {
             start += s.len();
         }
         let pooled = Tensor::stack(&pooled, 0)?.to_dtype(DType::F32)?;
-        let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+        let norm = pooled
+            .sqr()?
+            .sum_keepdim(1)?
+            .sqrt()?
+            .clamp(1e-12, f64::MAX)?;
         let normed = pooled.broadcast_div(&norm)?;
         Ok(normed.to_vec2::<f32>()?)
     }
