@@ -74,6 +74,12 @@ impl Bert {
         let position = emb("position_embeddings", cfg.max_position_embeddings)?;
         let token_type = emb("token_type_embeddings", cfg.type_vocab_size)?;
         let emb_norm = layer_norm(&e.pp("LayerNorm"), h, cfg.layer_norm_eps)?;
+        if cfg.num_attention_heads == 0 || !h.is_multiple_of(cfg.num_attention_heads) {
+            candle_core::bail!(
+                "hidden size {h} is not a multiple of {} heads",
+                cfg.num_attention_heads
+            );
+        }
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let l = vb.pp(format!("encoder.layer.{i}"));
@@ -102,12 +108,6 @@ impl Bert {
                 out: linear(&l.pp("output.dense"), cfg.intermediate_size, h)?,
                 out_norm: layer_norm(&l.pp("output.LayerNorm"), h, cfg.layer_norm_eps)?,
             });
-        }
-        if h % cfg.num_attention_heads != 0 {
-            candle_core::bail!(
-                "hidden size {h} is not a multiple of {} heads",
-                cfg.num_attention_heads
-            );
         }
         Ok(Bert {
             word,
