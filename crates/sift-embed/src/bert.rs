@@ -174,10 +174,14 @@ impl Bert {
         let h = self.heads * self.head_dim;
         for layer in &self.layers {
             let qkv = self.linear(&layer.qkv, &x, None)?; // (T, 3h)
-            let mut ctx = Vec::with_capacity(seqs.len());
+            // attention per sequence, sequences in parallel
+            let mut starts = Vec::with_capacity(seqs.len());
             let mut start = 0;
             for s in seqs {
-                let len = s.len();
+                starts.push((start, s.len()));
+                start += s.len();
+            }
+            let attend = |&(start, len): &(usize, usize)| -> Result<Tensor> {
                 let part = qkv.narrow(0, start, len)?;
                 let heads = |i: usize| -> Result<Tensor> {
                     part.narrow(1, i * h, h)?
@@ -187,9 +191,14 @@ impl Bert {
                 };
                 let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
                 let probs = candle_nn::ops::softmax_last_dim(&q.matmul(&k.t()?)?)?;
-                ctx.push(probs.matmul(&v)?.transpose(0, 1)?.reshape((len, h))?);
-                start += len;
-            }
+                probs.matmul(&v)?.transpose(0, 1)?.reshape((len, h))
+            };
+            let ctx: Vec<Tensor> = if self.device.is_cpu() {
+                use rayon::prelude::*;
+                starts.par_iter().map(attend).collect::<Result<_>>()?
+            } else {
+                starts.iter().map(attend).collect::<Result<_>>()?
+            };
             let ctx = Tensor::cat(&ctx, 0)?;
             let a = layer
                 .attn_norm
