@@ -200,6 +200,24 @@ pub struct Hit {
     pub score: f32,
 }
 
+/// The best `k` of `hits` under `order` (best first), sorted: a partial selection, then a
+/// sort of the `k` kept.
+pub(crate) fn top_k(
+    mut hits: Vec<Hit>,
+    k: usize,
+    order: impl Fn(&Hit, &Hit) -> std::cmp::Ordering + Copy,
+) -> Vec<Hit> {
+    if k < hits.len() {
+        if k == 0 {
+            return Vec::new();
+        }
+        hits.select_nth_unstable_by(k - 1, order);
+        hits.truncate(k);
+    }
+    hits.sort_unstable_by(order);
+    hits
+}
+
 /// Per-thread working memory for [`Bm25Domain::search`]; reuse it across queries.
 pub struct Scratch {
     acc: Vec<f32>,
@@ -416,7 +434,7 @@ impl Bm25Domain {
                 *slot = f32::NEG_INFINITY;
             }
         }
-        let mut hits: Vec<Hit> = touched
+        let hits: Vec<Hit> = touched
             .iter()
             .filter_map(|&ord| {
                 let score = acc[ord as usize];
@@ -438,14 +456,6 @@ impl Bm25Domain {
                 .total_cmp(&a.score)
                 .then_with(|| ids[b.ord as usize].cmp(&ids[a.ord as usize]))
         };
-        if k < hits.len() {
-            if k == 0 {
-                return Ok(Vec::new());
-            }
-            hits.select_nth_unstable_by(k - 1, order);
-            hits.truncate(k);
-        }
-        hits.sort_unstable_by(order);
-        Ok(hits)
+        Ok(top_k(hits, k, order))
     }
 }

@@ -10,7 +10,7 @@ use hnsw_rs::hnsw::Hnsw;
 use hnsw_rs::hnswio::HnswIo;
 use serde::{Deserialize, Serialize};
 
-use crate::bm25::Hit;
+use crate::bm25::{Hit, top_k};
 use crate::{Error, Result};
 
 const META: &str = "meta.json";
@@ -359,15 +359,7 @@ impl DenseDomain {
             hits.retain(|h| !exclude.contains(&h.ord));
         }
         let order = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.ord.cmp(&b.ord));
-        if k < hits.len() {
-            if k == 0 {
-                return Ok(Vec::new());
-            }
-            hits.select_nth_unstable_by(k - 1, order);
-            hits.truncate(k);
-        }
-        hits.sort_unstable_by(order);
-        Ok(hits)
+        Ok(top_k(hits, k, order))
     }
 }
 

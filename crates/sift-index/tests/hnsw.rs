@@ -2,37 +2,29 @@
 //! f16 storage, persistence round trip.
 use sift_index::{AnnMode, DenseDomain, HnswParams, VectorDtype, write_dense};
 
+/// xorshift64* mapped to [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+    }
+}
+
 /// Deterministic unit vectors shaped like text embeddings: points on a 16-dimensional latent
 /// manifold (a fixed random linear map, shared by all calls) in clusters, plus isotropic
 /// noise in the full space.
 fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
     const LATENT: usize = 16;
-    let mut basis_state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut basis_next = || {
-        basis_state ^= basis_state >> 12;
-        basis_state ^= basis_state << 25;
-        basis_state ^= basis_state >> 27;
-        (basis_state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f32 / (1u64 << 53) as f32 * 2.0
-            - 1.0
-    };
-    let basis: Vec<f32> = (0..LATENT * dim).map(|_| basis_next()).collect();
-    let mut centre_state = 0x1234_5678_9ABC_DEF1u64;
-    let mut centre_next = || {
-        centre_state ^= centre_state >> 12;
-        centre_state ^= centre_state << 25;
-        centre_state ^= centre_state >> 27;
-        (centre_state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f32 / (1u64 << 53) as f32 * 2.0
-            - 1.0
-    };
-    let centres: Vec<f32> = (0..clusters * LATENT).map(|_| centre_next()).collect();
-    let mut state = seed;
-    let mut next = || {
-        // xorshift64*, mapped to [-1, 1)
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
-    };
+    let mut basis_rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let basis: Vec<f32> = (0..LATENT * dim).map(|_| basis_rng.next()).collect();
+    let mut centre_rng = Rng(0x1234_5678_9ABC_DEF1);
+    let centres: Vec<f32> = (0..clusters * LATENT).map(|_| centre_rng.next()).collect();
+    let mut rng = Rng(seed);
+    let mut next = || rng.next();
     let mut out = Vec::with_capacity(n * dim);
     for i in 0..n {
         let c = &centres[(i % clusters) * LATENT..(i % clusters + 1) * LATENT];
