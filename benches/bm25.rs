@@ -8,7 +8,7 @@
 //! - batch search: analyse + score + top-k of every query on a pool of `--threads` threads;
 //! - latency: each query alone on one thread (analyse + score + top-k), p50 / p99.
 //!
-//! Usage: cargo bench --bench bm25 -- --corpus ../shared/data/cranfield --threads 2 --json
+//! Usage: cargo bench --bench bm25 -- --corpus $PWD/../shared/data/cranfield --threads 2 --json
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -21,8 +21,9 @@ use sift_index::{BuildOptions, IndexDir, NoProgress};
 
 #[derive(Parser)]
 struct Args {
-    /// BEIR corpus directory.
-    #[arg(long, default_value = "../shared/data/cranfield")]
+    /// BEIR corpus directory (cargo runs benches from the crate directory: pass an absolute
+    /// path; the default is the shared Cranfield copy beside the repository).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/cranfield"))]
     corpus: PathBuf,
     /// Qrels split.
     #[arg(long, default_value = "test")]
