@@ -190,7 +190,7 @@ impl Bert {
                         .contiguous()
                 };
                 let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
-                let probs = softmax_last_dim(&q.matmul(&k.t()?)?)?;
+                let probs = candle_nn::ops::softmax_last_dim(&q.matmul(&k.t()?)?)?;
                 probs.matmul(&v)?.transpose(0, 1)?.reshape((len, h))
             };
             let ctx: Vec<Tensor> = if self.device.is_cpu() {
@@ -212,70 +212,6 @@ impl Bert {
     }
 }
 
-/// Softmax over the last dimension; on the CPU (f32) rows run in parallel with a
-/// vectorisable exp.
-fn softmax_last_dim(xs: &Tensor) -> Result<Tensor> {
-    if xs.device().is_cpu() && xs.dtype() == DType::F32 {
-        xs.contiguous()?.apply_op1_no_bwd(&SoftmaxRows)
-    } else {
-        candle_nn::ops::softmax_last_dim(xs)
-    }
-}
-
-struct SoftmaxRows;
-
-impl CustomOp1 for SoftmaxRows {
-    fn name(&self) -> &'static str {
-        "softmax-rows-par"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        use rayon::prelude::*;
-        let CpuStorage::F32(data) = storage else {
-            candle_core::bail!("softmax-rows-par: f32 only")
-        };
-        let Some((a, b)) = layout.contiguous_offsets() else {
-            candle_core::bail!("softmax-rows-par: contiguous input only")
-        };
-        let n = *layout.shape().dims().last().unwrap_or(&1);
-        let src = &data[a..b];
-        let mut out = src.to_vec();
-        if n > 0 {
-            let rows = (8192 / n).max(1);
-            out.par_chunks_mut(rows * n).for_each(|chunk| {
-                for row in chunk.chunks_mut(n) {
-                    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    let mut sum = 0.0;
-                    for x in row.iter_mut() {
-                        *x = exp(*x - max);
-                        sum += *x;
-                    }
-                    let inv = 1.0 / sum;
-                    row.iter_mut().for_each(|x| *x *= inv);
-                }
-            });
-        }
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
-}
-
-/// e^x in f32 with relative error about 1e-7, written so that loops over it vectorise
-/// (Cody-Waite range reduction, degree-6 polynomial, exponent built from bits).
-#[inline(always)]
-fn exp(x: f32) -> f32 {
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding and subtracting rounds to an integer
-    let x = x.clamp(-87.0, 88.0);
-    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    p * f32::from_bits(((n as i32 + 127) << 23) as u32)
-}
-
 /// Exact GELU, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), in parallel on the CPU.
 struct GeluErf;
 
@@ -289,7 +225,7 @@ fn erf(x: f32) -> f32 {
         - (((((1.061_405_4 * t - 1.453_152_1) * t) + 1.421_413_8) * t - 0.284_496_72) * t
             + 0.254_829_6)
             * t
-            * exp(-a * a);
+            * (-a * a).exp();
     s * y
 }
 
@@ -311,11 +247,11 @@ impl CustomOp1 for GeluErf {
         let Some((a, b)) = layout.contiguous_offsets() else {
             candle_core::bail!("gelu-erf-par: contiguous input only")
         };
-        let out: Vec<f32> = data[a..b]
-            .par_iter()
-            .with_min_len(8192)
-            .map(|&x| gelu(x))
-            .collect();
+        let src = &data[a..b];
+        let mut out = vec![0f32; src.len()];
+        out.par_chunks_mut(8192)
+            .zip(src.par_chunks(8192))
+            .for_each(|(o, i)| o.iter_mut().zip(i).for_each(|(o, &x)| *o = gelu(x)));
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 }
@@ -368,18 +304,6 @@ impl CustomOp2 for AddRow {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn exp_is_accurate() {
-        for i in -8000..8000 {
-            let x = i as f32 / 100.0;
-            let (got, want) = (super::exp(x) as f64, (x as f64).exp());
-            assert!(
-                ((got - want) / want).abs() < 4e-7,
-                "exp({x}) = {got}, want {want}"
-            );
-        }
-    }
-
     #[test]
     fn erf_is_accurate() {
         // reference values of erf
