@@ -35,6 +35,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# Shared with the BM25 driver: result parsing, running a command from the repo root, number format.
+from bm25_vs_bm25s import fmt, last_json_object, run_cmd  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "st_embed_peer.py")
 PEER = "sentence-transformers"
@@ -51,34 +55,6 @@ METRICS = [
 ]
 SAME = ["items", "batch_size", "threads"]  # warn if these differ between the engines
 PEER_PKGS = ["sentence-transformers", "torch", "transformers", "tokenizers", "numpy"]
-
-
-def last_json_object(stdout: str) -> dict:
-    for line in reversed(stdout.splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    raise ValueError("no line of stdout parses as a JSON object")
-
-
-def run_cmd(label: str, cmd, shell: bool) -> tuple[dict, float]:
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, shell=shell, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr[-4000:])
-        raise SystemExit(f"{label}: command failed with exit status {p.returncode}: {cmd}")
-    try:
-        return last_json_object(p.stdout), wall
-    except ValueError as e:
-        sys.stderr.write(p.stdout[-2000:] + p.stderr[-2000:])
-        raise SystemExit(f"{label}: {e}: {cmd}")
 
 
 def check_keys(label: str, res: dict, engine: str) -> None:
@@ -151,16 +127,6 @@ def machine() -> dict:
     except OSError:
         load = None
     return {"uname": uname, "cpu": cpu or platform.processor(), "nproc": nproc, "loadavg_at_start": load}
-
-
-def fmt(v: float) -> str:
-    if v >= 1000:
-        return f"{v:,.0f}"
-    if v >= 10:
-        return f"{v:.1f}"
-    if v >= 0.1:
-        return f"{v:.3f}"
-    return f"{v:.4f}"
 
 
 def markdown(report: dict) -> str:
