@@ -245,8 +245,8 @@ pub(crate) fn read_qrels(
     Ok(qrels)
 }
 
-/// Grades are integers; `1.0`-style floats with no fraction are accepted.
-pub(crate) fn parse_grade(s: &str) -> Option<i32> {
+/// Parses a relevance grade: an integer, or a `1.0`-style float with no fraction.
+pub fn parse_grade(s: &str) -> Option<i32> {
     if let Ok(v) = s.parse::<i32>() {
         return Some(v);
     }

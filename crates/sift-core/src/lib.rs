@@ -16,6 +16,8 @@
 #![warn(missing_docs)]
 
 mod beir;
+
+pub use beir::parse_grade;
 mod corpus;
 mod error;
 mod mmbright;

@@ -1,16 +1,11 @@
 //! Fusion of several rankings of the same query (hybrid retrieval).
 use std::collections::HashMap;
 
-use crate::metrics::RunEntry;
+use crate::metrics::{RunEntry, trec_order};
 
 /// Sorts best first, ties by document id descending (trec_eval's order), and keeps `k`.
 pub fn sort_and_cut(mut entries: Vec<RunEntry>, k: usize) -> Vec<RunEntry> {
-    entries.sort_by(|a, b| {
-        (b.score as f32)
-            .partial_cmp(&(a.score as f32))
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then_with(|| b.doc.cmp(&a.doc))
-    });
+    entries.sort_by(trec_order);
     entries.truncate(k);
     entries
 }

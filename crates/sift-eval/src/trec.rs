@@ -5,9 +5,9 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 
-use sift_core::{Qrels, WarningKind, Warnings};
+use sift_core::{Qrels, WarningKind, Warnings, parse_grade};
 
-use crate::metrics::{Exclusions, Run, RunEntry};
+use crate::metrics::{Exclusions, Run, RunEntry, trec_order};
 use crate::{Error, Result};
 
 fn for_each_line(path: &Path, mut f: impl FnMut(u64, &str) -> Result<()>) -> Result<()> {
@@ -128,14 +128,6 @@ pub fn read_qrels(path: &Path, warnings: &mut Warnings) -> Result<Qrels> {
     Ok(qrels)
 }
 
-fn parse_grade(s: &str) -> Option<i32> {
-    if let Ok(v) = s.parse::<i32>() {
-        return Some(v);
-    }
-    let f = s.parse::<f64>().ok()?;
-    (f.fract() == 0.0 && f.abs() < i32::MAX as f64).then_some(f as i32)
-}
-
 /// Reads an exclusion list: lines `qid docid`.
 pub fn read_exclusions(path: &Path) -> Result<Exclusions> {
     let mut out = Exclusions::new();
@@ -176,12 +168,7 @@ pub fn write_run(path: &Path, run: &BTreeMap<String, Vec<RunEntry>>, tag: &str) 
         for (qid, entries) in run {
             check_token("query id", qid)?;
             let mut sorted: Vec<&RunEntry> = entries.iter().collect();
-            sorted.sort_by(|a, b| {
-                (b.score as f32)
-                    .partial_cmp(&(a.score as f32))
-                    .unwrap_or(std::cmp::Ordering::Equal)
-                    .then_with(|| b.doc.as_bytes().cmp(a.doc.as_bytes()))
-            });
+            sorted.sort_by(|a, b| trec_order(a, b));
             for (i, e) in sorted.iter().enumerate() {
                 check_token("document id", &e.doc)?;
                 writeln!(w, "{qid} Q0 {} {} {} {tag}", e.doc, i + 1, e.score)?;
