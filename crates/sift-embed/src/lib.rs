@@ -9,10 +9,14 @@
 #![warn(missing_docs)]
 
 mod bert;
+pub mod clip;
 mod device;
+mod encoder;
 mod error;
 mod files;
+pub mod ops;
 pub mod registry;
+pub mod siglip;
 mod text;
 
 pub use device::{DevicePref, select_device};

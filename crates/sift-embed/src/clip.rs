@@ -1,0 +1,342 @@
+//! CLIP (Radford et al. 2021) as Hugging Face `CLIPModel`: both towers and their projections.
+//!
+//! Weight names follow transformers (`text_model.*`, `vision_model.*`, `text_projection`,
+//! `visual_projection`); sizes come from `config.json` with transformers' defaults for keys a
+//! config leaves out (transformers writes only the values that differ from its defaults).
+use candle_core::{Module, Result, Tensor};
+use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
+use serde::Deserialize;
+
+use crate::encoder::{Encoder, EncoderSizes, patch_linear, patchify};
+use crate::ops::{self, Act, Segment};
+
+fn d_text_vocab() -> usize {
+    49408
+}
+fn d_512() -> usize {
+    512
+}
+fn d_2048() -> usize {
+    2048
+}
+fn d_12() -> usize {
+    12
+}
+fn d_8() -> usize {
+    8
+}
+fn d_77() -> usize {
+    77
+}
+fn d_quick_gelu() -> String {
+    "quick_gelu".into()
+}
+fn d_eps() -> f64 {
+    1e-5
+}
+fn d_eos() -> u32 {
+    49407
+}
+fn d_768() -> usize {
+    768
+}
+fn d_3072() -> usize {
+    3072
+}
+fn d_3() -> usize {
+    3
+}
+fn d_224() -> Side {
+    Side::One(224)
+}
+fn d_32() -> Side {
+    Side::One(32)
+}
+
+/// An image or patch size: one number, or `[height, width]`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(untagged)]
+pub enum Side {
+    /// Square.
+    One(usize),
+    /// `[height, width]`.
+    Two([usize; 2]),
+}
+
+impl Side {
+    /// The side of a square; an error for a non-square size.
+    pub fn square(self, what: &str) -> Result<usize> {
+        match self {
+            Side::One(n) => Ok(n),
+            Side::Two([h, w]) if h == w => Ok(h),
+            Side::Two([h, w]) => candle_core::bail!("non-square {what} {h}x{w} is not supported"),
+        }
+    }
+}
+
+/// `text_config` of a CLIP `config.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClipTextConfig {
+    #[serde(default = "d_text_vocab")]
+    vocab_size: usize,
+    #[serde(default = "d_512")]
+    hidden_size: usize,
+    #[serde(default = "d_2048")]
+    intermediate_size: usize,
+    #[serde(default = "d_12")]
+    num_hidden_layers: usize,
+    #[serde(default = "d_8")]
+    num_attention_heads: usize,
+    /// Longest input, special tokens included.
+    #[serde(default = "d_77")]
+    pub max_position_embeddings: usize,
+    #[serde(default = "d_quick_gelu")]
+    hidden_act: String,
+    #[serde(default = "d_eps")]
+    layer_norm_eps: f64,
+    /// End-of-text id; the legacy value 2 means "pool at the highest token id".
+    #[serde(default = "d_eos")]
+    pub eos_token_id: u32,
+}
+
+/// `vision_config` of a CLIP `config.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClipVisionConfig {
+    #[serde(default = "d_768")]
+    hidden_size: usize,
+    #[serde(default = "d_3072")]
+    intermediate_size: usize,
+    #[serde(default = "d_12")]
+    num_hidden_layers: usize,
+    #[serde(default = "d_12")]
+    num_attention_heads: usize,
+    #[serde(default = "d_3")]
+    num_channels: usize,
+    /// Input resolution.
+    #[serde(default = "d_224")]
+    pub image_size: Side,
+    #[serde(default = "d_32")]
+    patch_size: Side,
+    #[serde(default = "d_quick_gelu")]
+    hidden_act: String,
+    #[serde(default = "d_eps")]
+    layer_norm_eps: f64,
+}
+
+/// A CLIP `config.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClipConfig {
+    /// Text tower.
+    #[serde(default = "from_empty")]
+    pub text_config: ClipTextConfig,
+    /// Vision tower.
+    #[serde(default = "from_empty")]
+    pub vision_config: ClipVisionConfig,
+    /// Shared embedding size.
+    #[serde(default = "d_512")]
+    pub projection_dim: usize,
+}
+
+/// A config with every key at its default (for a tower a `config.json` leaves out).
+pub(crate) fn from_empty<T: serde::de::DeserializeOwned>() -> T {
+    serde_json::from_str("{}").expect("every field has a default")
+}
+
+pub(crate) fn act(name: &str) -> Result<Act> {
+    Act::parse(name).ok_or_else(|| candle_core::Error::Msg(format!("hidden_act {name:?}")))
+}
+
+/// CLIP's text tower with its projection.
+pub struct ClipText {
+    token: Embedding,
+    position: Embedding,
+    encoder: Encoder,
+    final_norm: LayerNorm,
+    projection: Linear,
+    max_len: usize,
+    eos: u32,
+}
+
+impl ClipText {
+    fn load(vb: &VarBuilder, c: &ClipConfig) -> Result<ClipText> {
+        let t = &c.text_config;
+        let h = t.hidden_size;
+        let m = vb.pp("text_model");
+        let e = m.pp("embeddings");
+        Ok(ClipText {
+            token: Embedding::new(e.pp("token_embedding").get((t.vocab_size, h), "weight")?, h),
+            position: Embedding::new(
+                e.pp("position_embedding")
+                    .get((t.max_position_embeddings, h), "weight")?,
+                h,
+            ),
+            encoder: Encoder::load(
+                m.pp("encoder"),
+                EncoderSizes {
+                    hidden: h,
+                    intermediate: t.intermediate_size,
+                    layers: t.num_hidden_layers,
+                    heads: t.num_attention_heads,
+                    eps: t.layer_norm_eps,
+                    act: act(&t.hidden_act)?,
+                },
+            )?,
+            final_norm: ops::load_layer_norm(&m.pp("final_layer_norm"), h, t.layer_norm_eps)?,
+            projection: ops::load_linear(&vb.pp("text_projection"), h, c.projection_dim, false)?,
+            max_len: t.max_position_embeddings,
+            eos: t.eos_token_id,
+        })
+    }
+
+    /// Index of the pooled token, as transformers picks it: with the legacy
+    /// `eos_token_id == 2`, the highest id (the end-of-text token has the highest id in
+    /// CLIP's vocabulary); otherwise the first end-of-text token (or 0 when there is none).
+    fn pool_index(&self, ids: &[u32]) -> usize {
+        if self.eos == 2 {
+            // first maximum, like torch.argmax
+            let mut best = 0;
+            for (i, &id) in ids.iter().enumerate() {
+                if id > ids[best] {
+                    best = i;
+                }
+            }
+            best
+        } else {
+            ids.iter().position(|&id| id == self.eos).unwrap_or(0)
+        }
+    }
+
+    /// Projected text features `(n, projection_dim)`, not normalised. Every sequence must be
+    /// non-empty and at most `max_position_embeddings` long.
+    pub fn forward(&self, seqs: &[&[u32]]) -> Result<Tensor> {
+        let dev = self.token.embeddings().device();
+        let mut ids = Vec::new();
+        let mut pos = Vec::new();
+        for s in seqs {
+            if s.is_empty() || s.len() > self.max_len {
+                candle_core::bail!("text of {} tokens (1..={} allowed)", s.len(), self.max_len)
+            }
+            ids.extend_from_slice(s);
+            pos.extend(0..s.len() as u32);
+        }
+        let n = ids.len();
+        let ids = Tensor::from_vec(ids, n, dev)?;
+        let pos = Tensor::from_vec(pos, n, dev)?;
+        let x = (self.token.forward(&ids)? + self.position.forward(&pos)?)?;
+        let segments = Segment::packed(seqs.iter().map(|s| s.len()));
+        let x = self.encoder.forward(x, &segments, true)?;
+        let rows: Vec<u32> = segments
+            .iter()
+            .zip(seqs)
+            .map(|(seg, s)| (seg.start + self.pool_index(s)) as u32)
+            .collect();
+        let rows = Tensor::from_vec(rows, seqs.len(), dev)?;
+        let pooled = self.final_norm.forward(&x.index_select(&rows, 0)?)?;
+        ops::linear(&self.projection, &pooled, None)
+    }
+}
+
+/// CLIP's vision tower with its projection.
+pub struct ClipVision {
+    patch: Linear,
+    patch_size: usize,
+    image_size: usize,
+    class: Tensor,
+    position: Tensor,
+    pre_norm: LayerNorm,
+    encoder: Encoder,
+    post_norm: LayerNorm,
+    projection: Linear,
+}
+
+impl ClipVision {
+    fn load(vb: &VarBuilder, c: &ClipConfig) -> Result<ClipVision> {
+        let v = &c.vision_config;
+        let h = v.hidden_size;
+        let image_size = v.image_size.square("image_size")?;
+        let patch_size = v.patch_size.square("patch_size")?;
+        if patch_size == 0 || !image_size.is_multiple_of(patch_size) {
+            candle_core::bail!(
+                "image_size {image_size} is not a multiple of patch_size {patch_size}"
+            )
+        }
+        let patches = (image_size / patch_size).pow(2);
+        let m = vb.pp("vision_model");
+        let e = m.pp("embeddings");
+        Ok(ClipVision {
+            patch: patch_linear(
+                &e.pp("patch_embedding"),
+                h,
+                v.num_channels,
+                patch_size,
+                false,
+            )?,
+            patch_size,
+            image_size,
+            class: e.get(h, "class_embedding")?,
+            position: e.pp("position_embedding").get((patches + 1, h), "weight")?,
+            // transformers' spelling
+            pre_norm: ops::load_layer_norm(&m.pp("pre_layrnorm"), h, v.layer_norm_eps)?,
+            encoder: Encoder::load(
+                m.pp("encoder"),
+                EncoderSizes {
+                    hidden: h,
+                    intermediate: v.intermediate_size,
+                    layers: v.num_hidden_layers,
+                    heads: v.num_attention_heads,
+                    eps: v.layer_norm_eps,
+                    act: act(&v.hidden_act)?,
+                },
+            )?,
+            post_norm: ops::load_layer_norm(&m.pp("post_layernorm"), h, v.layer_norm_eps)?,
+            projection: ops::load_linear(&vb.pp("visual_projection"), h, c.projection_dim, false)?,
+        })
+    }
+
+    /// Input resolution (square).
+    pub fn image_size(&self) -> usize {
+        self.image_size
+    }
+
+    /// Projected image features `(batch, projection_dim)` of `(batch, 3, size, size)` pixels,
+    /// not normalised.
+    pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
+        let (b, _, hh, ww) = pixels.dims4()?;
+        if hh != self.image_size || ww != self.image_size {
+            candle_core::bail!(
+                "pixels of {hh}x{ww}, the model takes {0}x{0}",
+                self.image_size
+            )
+        }
+        let h = self.class.dim(0)?;
+        let patches = ops::linear(&self.patch, &patchify(pixels, self.patch_size)?, None)?;
+        let np = patches.dim(0)? / b;
+        let patches = patches.reshape((b, np, h))?;
+        let class = self.class.reshape((1, 1, h))?.broadcast_as((b, 1, h))?;
+        let x = Tensor::cat(&[&class, &patches], 1)?.broadcast_add(&self.position.unsqueeze(0)?)?;
+        let x = self.pre_norm.forward(&x.reshape((b * (np + 1), h))?)?;
+        let segments = Segment::packed(std::iter::repeat_n(np + 1, b));
+        let x = self.encoder.forward(x, &segments, false)?;
+        let cls = x.reshape((b, np + 1, h))?.narrow(1, 0, 1)?.squeeze(1)?;
+        let pooled = self.post_norm.forward(&cls)?;
+        ops::linear(&self.projection, &pooled, None)
+    }
+}
+
+/// Both CLIP towers.
+pub struct Clip {
+    /// Text tower.
+    pub text: ClipText,
+    /// Vision tower.
+    pub vision: ClipVision,
+}
+
+impl Clip {
+    /// Loads a `CLIPModel` checkpoint.
+    pub fn load(vb: VarBuilder, config: &ClipConfig) -> Result<Clip> {
+        Ok(Clip {
+            text: ClipText::load(&vb, config)?,
+            vision: ClipVision::load(&vb, config)?,
+        })
+    }
+}

@@ -1,0 +1,137 @@
+//! The pre-norm transformer encoder shared by CLIP and SigLIP (both towers), with Hugging
+//! Face's weight names: `layers.{i}.self_attn.{q,k,v,out}_proj`, `layer_norm1`, `mlp.fc1`,
+//! `mlp.fc2`, `layer_norm2`.
+//!
+//! Like the BERT encoder it runs on packed batches: all tokens in one `(tokens, hidden)`
+//! matrix, attention per sequence (see [`crate::ops::attention`]).
+use candle_core::{Module, Result, Tensor};
+use candle_nn::{LayerNorm, Linear, VarBuilder};
+
+use crate::ops::{self, Act, Segment};
+
+/// Sizes of an encoder (one tower's `text_config` / `vision_config`).
+#[derive(Debug, Clone, Copy)]
+pub struct EncoderSizes {
+    /// Hidden size.
+    pub hidden: usize,
+    /// MLP inner size.
+    pub intermediate: usize,
+    /// Layers.
+    pub layers: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Layer-norm epsilon.
+    pub eps: f64,
+    /// MLP activation.
+    pub act: Act,
+}
+
+impl EncoderSizes {
+    /// Checks that the hidden size splits into the heads.
+    pub fn head_dim(&self) -> Result<usize> {
+        if self.heads == 0 || !self.hidden.is_multiple_of(self.heads) {
+            candle_core::bail!(
+                "hidden size {} is not a multiple of {} attention heads",
+                self.hidden,
+                self.heads
+            )
+        }
+        Ok(self.hidden / self.heads)
+    }
+}
+
+struct Layer {
+    norm1: LayerNorm,
+    qkv: Linear,
+    out: Linear,
+    norm2: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+/// Pre-norm encoder: `x += attn(ln1(x)); x += mlp(ln2(x))` per layer.
+pub struct Encoder {
+    layers: Vec<Layer>,
+    sizes: EncoderSizes,
+    head_dim: usize,
+}
+
+impl Encoder {
+    /// Loads `layers.*` under `vb` (usually `<tower>.encoder`).
+    pub fn load(vb: VarBuilder, sizes: EncoderSizes) -> Result<Encoder> {
+        let head_dim = sizes.head_dim()?;
+        let h = sizes.hidden;
+        let mut layers = Vec::with_capacity(sizes.layers);
+        for i in 0..sizes.layers {
+            let l = vb.pp(format!("layers.{i}"));
+            let a = l.pp("self_attn");
+            let q = ops::load_linear(&a.pp("q_proj"), h, h, true)?;
+            let k = ops::load_linear(&a.pp("k_proj"), h, h, true)?;
+            let v = ops::load_linear(&a.pp("v_proj"), h, h, true)?;
+            layers.push(Layer {
+                norm1: ops::load_layer_norm(&l.pp("layer_norm1"), h, sizes.eps)?,
+                qkv: ops::fuse_qkv(&q, &k, &v, head_dim)?,
+                out: ops::load_linear(&a.pp("out_proj"), h, h, true)?,
+                norm2: ops::load_layer_norm(&l.pp("layer_norm2"), h, sizes.eps)?,
+                fc1: ops::load_linear(&l.pp("mlp.fc1"), h, sizes.intermediate, true)?,
+                fc2: ops::load_linear(&l.pp("mlp.fc2"), sizes.intermediate, h, true)?,
+            });
+        }
+        Ok(Encoder {
+            layers,
+            sizes,
+            head_dim,
+        })
+    }
+
+    /// Runs every layer over the packed `(tokens, hidden)` matrix `x`.
+    pub fn forward(&self, mut x: Tensor, segments: &[Segment], causal: bool) -> Result<Tensor> {
+        for l in &self.layers {
+            let qkv = ops::linear(&l.qkv, &l.norm1.forward(&x)?, None)?;
+            let ctx = ops::attention(&qkv, segments, self.sizes.heads, self.head_dim, causal)?;
+            x = ops::linear(&l.out, &ctx, Some(&x))?;
+            let m = self
+                .sizes
+                .act
+                .apply(&ops::linear(&l.fc1, &l.norm2.forward(&x)?, None)?)?;
+            x = ops::linear(&l.fc2, &m, Some(&x))?;
+        }
+        Ok(x)
+    }
+}
+
+/// Patch embedding as a matrix product: `(batch, channels, height, width)` pixels cut into
+/// `patch x patch` squares, each flattened in (channel, row, column) order like a convolution
+/// kernel, times the kernel matrix. Returns `(batch * patches, hidden)`, patches row-major.
+pub fn patchify(pixels: &Tensor, patch: usize) -> Result<Tensor> {
+    let (b, c, hh, ww) = pixels.dims4()?;
+    if hh % patch != 0 || ww % patch != 0 {
+        candle_core::bail!("image {hh}x{ww} is not a whole number of {patch}x{patch} patches")
+    }
+    let (gh, gw) = (hh / patch, ww / patch);
+    pixels
+        .reshape((b, c, gh, patch, gw, patch))?
+        .permute((0, 2, 4, 1, 3, 5))?
+        .contiguous()?
+        .reshape((b * gh * gw, c * patch * patch))
+}
+
+/// A patch-embedding convolution's weight `(hidden, channels, patch, patch)` as a linear layer
+/// for [`patchify`]'s output.
+pub fn patch_linear(
+    vb: &VarBuilder,
+    hidden: usize,
+    channels: usize,
+    patch: usize,
+    bias: bool,
+) -> Result<Linear> {
+    let w = vb
+        .get((hidden, channels, patch, patch), "weight")?
+        .reshape((hidden, channels * patch * patch))?;
+    let b = if bias {
+        Some(vb.get(hidden, "bias")?)
+    } else {
+        None
+    };
+    Ok(Linear::new(w, b))
+}

@@ -1,0 +1,354 @@
+//! Building blocks shared by the transformer encoders: activations, linear layers with fused
+//! bias/residual additions, and attention over packed (unpadded) sequences.
+//!
+//! On the CPU with f32, the element-wise work runs in parallel custom ops (candle's own unary
+//! ops are single-threaded); elsewhere candle's ops are used, with the same arithmetic.
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Module, Result, Shape, Tensor};
+use candle_nn::{LayerNorm, Linear, VarBuilder};
+
+/// Activation functions of Hugging Face configs (`hidden_act`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    /// Exact GELU, `x * Phi(x)` (`gelu`).
+    Gelu,
+    /// Tanh approximation of GELU (`gelu_pytorch_tanh`, `gelu_new`, `gelu_fast`).
+    GeluTanh,
+    /// `x * sigmoid(1.702 x)` (`quick_gelu`, CLIP).
+    QuickGelu,
+    /// `max(x, 0)`.
+    Relu,
+}
+
+impl Act {
+    /// Parses a `hidden_act` value.
+    pub fn parse(name: &str) -> Option<Act> {
+        Some(match name {
+            "gelu" => Act::Gelu,
+            "gelu_pytorch_tanh" | "gelu_new" | "gelu_fast" => Act::GeluTanh,
+            "quick_gelu" => Act::QuickGelu,
+            "relu" => Act::Relu,
+            _ => return None,
+        })
+    }
+
+    /// Applies the activation.
+    pub fn apply(self, xs: &Tensor) -> Result<Tensor> {
+        if xs.device().is_cpu() && xs.dtype() == DType::F32 {
+            return xs.contiguous()?.apply_op1_no_bwd(&ParAct(self));
+        }
+        match self {
+            Act::Gelu => xs.gelu_erf(),
+            Act::GeluTanh => xs.gelu(),
+            Act::QuickGelu => xs * candle_nn::ops::sigmoid(&(xs * 1.702)?)?,
+            Act::Relu => xs.relu(),
+        }
+    }
+}
+
+/// erf with absolute error below 1.5e-7 (Abramowitz & Stegun 7.1.26).
+#[inline]
+pub(crate) fn erf(x: f32) -> f32 {
+    let s = x.signum();
+    let a = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let y = 1.0
+        - (((((1.061_405_4 * t - 1.453_152_1) * t) + 1.421_413_8) * t - 0.284_496_72) * t
+            + 0.254_829_6)
+            * t
+            * (-a * a).exp();
+    s * y
+}
+
+#[inline]
+fn act_f32(act: Act, x: f32) -> f32 {
+    match act {
+        Act::Gelu => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
+        Act::GeluTanh => {
+            // as PyTorch's gelu(approximate="tanh")
+            const K: f32 = 0.797_884_6; // sqrt(2 / pi)
+            0.5 * x * (1.0 + (K * (x + 0.044_715 * x * x * x)).tanh())
+        }
+        Act::QuickGelu => x / (1.0 + (-1.702 * x).exp()),
+        Act::Relu => x.max(0.0),
+    }
+}
+
+/// An activation applied in parallel on the CPU (f32).
+struct ParAct(Act);
+
+impl CustomOp1 for ParAct {
+    fn name(&self) -> &'static str {
+        "activation-par"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        use rayon::prelude::*;
+        let CpuStorage::F32(data) = storage else {
+            candle_core::bail!("activation-par: f32 only")
+        };
+        let Some((a, b)) = layout.contiguous_offsets() else {
+            candle_core::bail!("activation-par: contiguous input only")
+        };
+        let src = &data[a..b];
+        let mut out = vec![0f32; src.len()];
+        let act = self.0;
+        out.par_chunks_mut(8192)
+            .zip(src.par_chunks(8192))
+            .for_each(|(o, i)| o.iter_mut().zip(i).for_each(|(o, &x)| *o = act_f32(act, x)));
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+}
+
+/// `a + b` where `b` is a row broadcast over `a` (a bias) or has `a`'s shape (a residual),
+/// f32 on the CPU, in parallel, written to a fresh copy of `a`.
+struct AddRow;
+
+impl CustomOp2 for AddRow {
+    fn name(&self) -> &'static str {
+        "add-row-par"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        use rayon::prelude::*;
+        let (CpuStorage::F32(a), CpuStorage::F32(b)) = (s1, s2) else {
+            candle_core::bail!("add-row-par: f32 only")
+        };
+        let (Some((a0, a1)), Some((b0, b1))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
+        else {
+            candle_core::bail!("add-row-par: contiguous inputs only")
+        };
+        let (a, b) = (&a[a0..a1], &b[b0..b1]);
+        let n = b.len();
+        if n == 0 || a.len() % n != 0 {
+            candle_core::bail!("add-row-par: {} values cannot take rows of {n}", a.len());
+        }
+        let mut out = a.to_vec();
+        if n == a.len() {
+            out.par_chunks_mut(8192)
+                .zip(b.par_chunks(8192))
+                .for_each(|(o, r)| o.iter_mut().zip(r).for_each(|(o, r)| *o += r));
+        } else {
+            let rows = (8192 / n).max(1);
+            out.par_chunks_mut(rows * n).for_each(|chunk| {
+                for row in chunk.chunks_mut(n) {
+                    row.iter_mut().zip(b).for_each(|(o, r)| *o += r);
+                }
+            });
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// `x W^T (+ b) (+ residual)` for a 2-D `x`; on the CPU the additions run in parallel.
+pub fn linear(l: &Linear, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+    if x.device().is_cpu() && x.dtype() == DType::F32 {
+        let mut y = x.matmul(&l.weight().t()?)?;
+        if let Some(bias) = l.bias() {
+            y = y.apply_op2_no_bwd(bias, &AddRow)?;
+        }
+        if let Some(r) = residual {
+            y = y.apply_op2_no_bwd(&r.contiguous()?, &AddRow)?;
+        }
+        Ok(y)
+    } else {
+        let y = l.forward(x)?;
+        match residual {
+            Some(r) => y + r,
+            None => Ok(y),
+        }
+    }
+}
+
+/// Loads `weight` `(out, inp)` and, when `bias`, `bias` `(out)`.
+pub fn load_linear(vb: &VarBuilder, inp: usize, out: usize, bias: bool) -> Result<Linear> {
+    let b = if bias {
+        Some(vb.get(out, "bias")?)
+    } else {
+        None
+    };
+    Ok(Linear::new(vb.get((out, inp), "weight")?, b))
+}
+
+/// Loads a layer norm (`weight`, `bias`).
+pub fn load_layer_norm(vb: &VarBuilder, size: usize, eps: f64) -> Result<LayerNorm> {
+    Ok(LayerNorm::new(
+        vb.get(size, "weight")?,
+        vb.get(size, "bias")?,
+        eps,
+    ))
+}
+
+/// One sequence of a packed batch, as attention sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Segment {
+    /// First row of the sequence in the packed matrix.
+    pub start: usize,
+    /// Rows (tokens) of the sequence.
+    pub len: usize,
+    /// Keys visible to every query: the first `keys` tokens (the rest are masked padding).
+    pub keys: usize,
+}
+
+impl Segment {
+    /// Segments of sequences of the given lengths, packed one after the other, every token
+    /// visible.
+    pub fn packed(lens: impl IntoIterator<Item = usize>) -> Vec<Segment> {
+        let mut start = 0;
+        lens.into_iter()
+            .map(|len| {
+                let s = Segment {
+                    start,
+                    len,
+                    keys: len,
+                };
+                start += len;
+                s
+            })
+            .collect()
+    }
+}
+
+/// Multi-head self-attention over packed sequences.
+///
+/// `qkv` is `(tokens, 3 * heads * head_dim)`: queries (already scaled by 1/sqrt(head_dim)),
+/// keys, values. Each segment attends only within itself, to its first `keys` tokens, and,
+/// when `causal`, only to earlier positions. Returns the context `(tokens, heads * head_dim)`.
+/// Segments run in parallel on the CPU.
+pub fn attention(
+    qkv: &Tensor,
+    segments: &[Segment],
+    heads: usize,
+    head_dim: usize,
+    causal: bool,
+) -> Result<Tensor> {
+    let h = heads * head_dim;
+    let attend = |seg: &Segment| -> Result<Tensor> {
+        let part = qkv.narrow(0, seg.start, seg.len)?;
+        let split = |i: usize, rows: usize| -> Result<Tensor> {
+            part.narrow(0, 0, rows)?
+                .narrow(1, i * h, h)?
+                .reshape((rows, heads, head_dim))?
+                .transpose(0, 1)?
+                .contiguous()
+        };
+        let keys = seg.keys.min(seg.len).max(1);
+        let (q, k, v) = (split(0, seg.len)?, split(1, keys)?, split(2, keys)?);
+        let mut scores = q.matmul(&k.t()?)?; // (heads, len, keys)
+        if causal {
+            let mask: Vec<f32> = (0..seg.len)
+                .flat_map(|i| (0..keys).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
+                .collect();
+            let mask =
+                Tensor::from_vec(mask, (seg.len, keys), qkv.device())?.to_dtype(qkv.dtype())?;
+            scores = scores.broadcast_add(&mask)?;
+        }
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        probs.matmul(&v)?.transpose(0, 1)?.reshape((seg.len, h))
+    };
+    let ctx: Vec<Tensor> = if qkv.device().is_cpu() {
+        use rayon::prelude::*;
+        segments.par_iter().map(attend).collect::<Result<_>>()?
+    } else {
+        segments.iter().map(attend).collect::<Result<_>>()?
+    };
+    Tensor::cat(&ctx, 0)
+}
+
+/// Fuses separate Q, K, V projections into one `(3 * hidden, hidden)` linear layer, with the
+/// attention scale `1/sqrt(head_dim)` folded into the query part.
+pub fn fuse_qkv(q: &Linear, k: &Linear, v: &Linear, head_dim: usize) -> Result<Linear> {
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    let w = Tensor::cat(&[&(q.weight() * scale)?, k.weight(), v.weight()], 0)?;
+    let b = match (q.bias(), k.bias(), v.bias()) {
+        (Some(qb), Some(kb), Some(vb)) => Some(Tensor::cat(&[&(qb * scale)?, kb, vb], 0)?),
+        (None, None, None) => None,
+        _ => candle_core::bail!("some but not all of the Q/K/V projections have a bias"),
+    };
+    Ok(Linear::new(w, b))
+}
+
+/// Rows scaled to unit L2 norm (norm clamped at 1e-12), as f32.
+pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
+    let x = x.to_dtype(DType::F32)?;
+    let norm = x.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+    x.broadcast_div(&norm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_is_accurate() {
+        // reference values of erf
+        for (x, want) in [
+            (0.0f32, 0.0f64),
+            (0.5, 0.520_499_877_8),
+            (1.0, 0.842_700_792_9),
+            (-1.5, -0.966_105_146_5),
+            (3.0, 0.999_977_909_5),
+        ] {
+            assert!((erf(x) as f64 - want).abs() < 3e-7, "erf({x})");
+        }
+    }
+
+    #[test]
+    fn parallel_activations_match_candle() {
+        let dev = candle_core::Device::Cpu;
+        let xs: Vec<f32> = (0..20_000)
+            .map(|i| (i as f32 - 10_000.0) / 1500.0)
+            .collect();
+        let x = Tensor::from_vec(xs, 20_000, &dev).unwrap();
+        let reference = |act: Act| -> Tensor {
+            match act {
+                Act::Gelu => x.gelu_erf().unwrap(),
+                Act::GeluTanh => x.gelu().unwrap(),
+                Act::QuickGelu => {
+                    (&x * candle_nn::ops::sigmoid(&(&x * 1.702).unwrap()).unwrap()).unwrap()
+                }
+                Act::Relu => x.relu().unwrap(),
+            }
+        };
+        for act in [Act::Gelu, Act::GeluTanh, Act::QuickGelu, Act::Relu] {
+            let got = act.apply(&x).unwrap();
+            let diff = (got - reference(act))
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(diff < 2e-6, "{act:?}: max diff {diff}");
+        }
+    }
+
+    #[test]
+    fn causal_attention_ignores_later_tokens() {
+        let dev = candle_core::Device::Cpu;
+        // one head of size 2, a sequence of 3 tokens; token 0 must see only itself
+        let qkv = Tensor::from_vec(
+            vec![
+                1f32, 0., 1., 0., 5., 6., //
+                0., 1., 0., 1., 7., 8., //
+                1., 1., 1., 1., 9., 10.,
+            ],
+            (3, 6),
+            &dev,
+        )
+        .unwrap();
+        let seg = Segment::packed([3]);
+        let ctx = attention(&qkv, &seg, 1, 2, true).unwrap();
+        let row0: Vec<f32> = ctx.get(0).unwrap().to_vec1().unwrap();
+        assert_eq!(row0, vec![5., 6.]);
+        let full = attention(&qkv, &seg, 1, 2, false).unwrap();
+        let row0: Vec<f32> = full.get(0).unwrap().to_vec1().unwrap();
+        assert!(row0[0] > 5.5);
+    }
+}

@@ -1,0 +1,366 @@
+//! SigLIP (Zhai et al. 2023) as Hugging Face `SiglipModel`: both towers with their heads.
+//! SigLIP 2 fixed-resolution checkpoints have the same architecture (`model_type` "siglip").
+//!
+//! Text: token + position embeddings, encoder (bidirectional), final layer norm, the LAST
+//! position pooled (padding included: SigLIP pads every text to `max_position_embeddings`),
+//! a linear head. Vision: patch convolution (with bias) + position embeddings, encoder, post
+//! layer norm, multi-head attention pooling with a learned probe.
+use candle_core::{D, Module, Result, Tensor};
+use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
+use serde::Deserialize;
+
+use crate::clip::{Side, act, from_empty};
+use crate::encoder::{Encoder, EncoderSizes, patch_linear, patchify};
+use crate::ops::{self, Segment};
+
+fn d_vocab() -> usize {
+    32000
+}
+fn d_768() -> usize {
+    768
+}
+fn d_3072() -> usize {
+    3072
+}
+fn d_12() -> usize {
+    12
+}
+fn d_64() -> usize {
+    64
+}
+fn d_3() -> usize {
+    3
+}
+fn d_act() -> String {
+    "gelu_pytorch_tanh".into()
+}
+fn d_eps() -> f64 {
+    1e-6
+}
+fn d_224() -> Side {
+    Side::One(224)
+}
+fn d_16() -> Side {
+    Side::One(16)
+}
+fn d_true() -> bool {
+    true
+}
+fn d_pad() -> Option<u32> {
+    Some(1)
+}
+
+/// `text_config` of a SigLIP `config.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SiglipTextConfig {
+    #[serde(default = "d_vocab")]
+    vocab_size: usize,
+    #[serde(default = "d_768")]
+    hidden_size: usize,
+    #[serde(default = "d_3072")]
+    intermediate_size: usize,
+    #[serde(default = "d_12")]
+    num_hidden_layers: usize,
+    #[serde(default = "d_12")]
+    num_attention_heads: usize,
+    /// Every text is padded (or truncated) to this many tokens.
+    #[serde(default = "d_64")]
+    pub max_position_embeddings: usize,
+    #[serde(default = "d_act")]
+    hidden_act: String,
+    #[serde(default = "d_eps")]
+    layer_norm_eps: f64,
+    /// Padding id (used when the tokenizer names none).
+    #[serde(default = "d_pad")]
+    pub pad_token_id: Option<u32>,
+    /// Output size of the head (the hidden size when absent).
+    #[serde(default)]
+    projection_size: Option<usize>,
+}
+
+/// `vision_config` of a SigLIP `config.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SiglipVisionConfig {
+    #[serde(default = "d_768")]
+    hidden_size: usize,
+    #[serde(default = "d_3072")]
+    intermediate_size: usize,
+    #[serde(default = "d_12")]
+    num_hidden_layers: usize,
+    #[serde(default = "d_12")]
+    num_attention_heads: usize,
+    #[serde(default = "d_3")]
+    num_channels: usize,
+    /// Input resolution.
+    #[serde(default = "d_224")]
+    pub image_size: Side,
+    #[serde(default = "d_16")]
+    patch_size: Side,
+    #[serde(default = "d_act")]
+    hidden_act: String,
+    #[serde(default = "d_eps")]
+    layer_norm_eps: f64,
+    #[serde(default = "d_true")]
+    vision_use_head: bool,
+}
+
+/// A SigLIP `config.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SiglipConfig {
+    /// Text tower.
+    #[serde(default = "from_empty")]
+    pub text_config: SiglipTextConfig,
+    /// Vision tower.
+    #[serde(default = "from_empty")]
+    pub vision_config: SiglipVisionConfig,
+}
+
+/// SigLIP's text tower.
+pub struct SiglipText {
+    token: Embedding,
+    position: Embedding,
+    encoder: Encoder,
+    final_norm: LayerNorm,
+    head: Linear,
+    max_len: usize,
+}
+
+impl SiglipText {
+    fn load(vb: &VarBuilder, c: &SiglipConfig) -> Result<SiglipText> {
+        let t = &c.text_config;
+        let h = t.hidden_size;
+        let m = vb.pp("text_model");
+        let e = m.pp("embeddings");
+        Ok(SiglipText {
+            token: Embedding::new(e.pp("token_embedding").get((t.vocab_size, h), "weight")?, h),
+            position: Embedding::new(
+                e.pp("position_embedding")
+                    .get((t.max_position_embeddings, h), "weight")?,
+                h,
+            ),
+            encoder: Encoder::load(
+                m.pp("encoder"),
+                EncoderSizes {
+                    hidden: h,
+                    intermediate: t.intermediate_size,
+                    layers: t.num_hidden_layers,
+                    heads: t.num_attention_heads,
+                    eps: t.layer_norm_eps,
+                    act: act(&t.hidden_act)?,
+                },
+            )?,
+            final_norm: ops::load_layer_norm(&m.pp("final_layer_norm"), h, t.layer_norm_eps)?,
+            head: ops::load_linear(&m.pp("head"), h, t.projection_size.unwrap_or(h), true)?,
+            max_len: t.max_position_embeddings,
+        })
+    }
+
+    /// Text features `(n, projection_size)`, not normalised. `seqs` are padded token ids;
+    /// `keys[i]` is how many leading tokens of sequence `i` attention may see (its length
+    /// when no attention mask is used, its unpadded length with one).
+    pub fn forward(&self, seqs: &[&[u32]], keys: &[usize]) -> Result<Tensor> {
+        let dev = self.token.embeddings().device();
+        let mut ids = Vec::new();
+        let mut pos = Vec::new();
+        for s in seqs {
+            if s.is_empty() || s.len() > self.max_len {
+                candle_core::bail!("text of {} tokens (1..={} allowed)", s.len(), self.max_len)
+            }
+            ids.extend_from_slice(s);
+            pos.extend(0..s.len() as u32);
+        }
+        let n = ids.len();
+        let ids = Tensor::from_vec(ids, n, dev)?;
+        let pos = Tensor::from_vec(pos, n, dev)?;
+        let x = (self.token.forward(&ids)? + self.position.forward(&pos)?)?;
+        let mut segments = Segment::packed(seqs.iter().map(|s| s.len()));
+        for (seg, &k) in segments.iter_mut().zip(keys) {
+            seg.keys = k.clamp(1, seg.len);
+        }
+        let x = self.encoder.forward(x, &segments, false)?;
+        let last: Vec<u32> = segments
+            .iter()
+            .map(|s| (s.start + s.len - 1) as u32)
+            .collect();
+        let last = Tensor::from_vec(last, seqs.len(), dev)?;
+        let pooled = self.final_norm.forward(&x.index_select(&last, 0)?)?;
+        ops::linear(&self.head, &pooled, None)
+    }
+}
+
+/// Multi-head attention pooling (`vision_model.head`): a learned probe attends over the
+/// tokens (torch.nn.MultiheadAttention), then a residual MLP.
+struct PoolingHead {
+    probe: Tensor,
+    q: Linear,
+    kv: Linear,
+    out: Linear,
+    norm: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+    heads: usize,
+    act: ops::Act,
+}
+
+impl PoolingHead {
+    fn load(vb: &VarBuilder, v: &SiglipVisionConfig) -> Result<PoolingHead> {
+        let h = v.hidden_size;
+        let a = vb.pp("attention");
+        let w = a.get((3 * h, h), "in_proj_weight")?;
+        let b = a.get(3 * h, "in_proj_bias")?;
+        let head_dim = EncoderSizes {
+            hidden: h,
+            intermediate: 0,
+            layers: 0,
+            heads: v.num_attention_heads,
+            eps: 0.0,
+            act: ops::Act::Gelu,
+        }
+        .head_dim()?;
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        Ok(PoolingHead {
+            probe: vb.get((1, 1, h), "probe")?.reshape((1, h))?,
+            q: Linear::new(
+                (w.narrow(0, 0, h)? * scale)?,
+                Some((b.narrow(0, 0, h)? * scale)?),
+            ),
+            kv: Linear::new(w.narrow(0, h, 2 * h)?, Some(b.narrow(0, h, 2 * h)?)),
+            out: ops::load_linear(&a.pp("out_proj"), h, h, true)?,
+            norm: ops::load_layer_norm(&vb.pp("layernorm"), h, v.layer_norm_eps)?,
+            fc1: ops::load_linear(&vb.pp("mlp.fc1"), h, v.intermediate_size, true)?,
+            fc2: ops::load_linear(&vb.pp("mlp.fc2"), v.intermediate_size, h, true)?,
+            heads: v.num_attention_heads,
+            act: act(&v.hidden_act)?,
+        })
+    }
+
+    /// `x`: `(batch * tokens, hidden)` -> `(batch, hidden)`.
+    fn forward(&self, x: &Tensor, batch: usize) -> Result<Tensor> {
+        let (rows, h) = x.dims2()?;
+        let tokens = rows / batch;
+        let d = h / self.heads;
+        let q = ops::linear(&self.q, &self.probe, None)? // (1, h), scaled
+            .reshape((1, self.heads, 1, d))?;
+        let kv = ops::linear(&self.kv, x, None)?.reshape((batch, tokens, 2, self.heads, d))?;
+        let k = kv
+            .narrow(2, 0, 1)?
+            .squeeze(2)?
+            .permute((0, 2, 3, 1))?
+            .contiguous()?; // (b, H, d, t)
+        let v = kv
+            .narrow(2, 1, 1)?
+            .squeeze(2)?
+            .transpose(1, 2)?
+            .contiguous()?; // (b, H, t, d)
+        let q = q.broadcast_as((batch, self.heads, 1, d))?.contiguous()?;
+        let probs = candle_nn::ops::softmax(&q.matmul(&k)?, D::Minus1)?; // (b, H, 1, t)
+        let ctx = probs.matmul(&v)?.reshape((batch, h))?;
+        let y = ops::linear(&self.out, &ctx, None)?;
+        let m = self
+            .act
+            .apply(&ops::linear(&self.fc1, &self.norm.forward(&y)?, None)?)?;
+        ops::linear(&self.fc2, &m, Some(&y))
+    }
+}
+
+/// SigLIP's vision tower.
+pub struct SiglipVision {
+    patch: Linear,
+    patch_size: usize,
+    image_size: usize,
+    position: Tensor,
+    encoder: Encoder,
+    post_norm: LayerNorm,
+    head: PoolingHead,
+}
+
+impl SiglipVision {
+    fn load(vb: &VarBuilder, c: &SiglipConfig) -> Result<SiglipVision> {
+        let v = &c.vision_config;
+        if !v.vision_use_head {
+            candle_core::bail!(
+                "vision_use_head = false (no pooled image embedding) is not supported"
+            )
+        }
+        let h = v.hidden_size;
+        let image_size = v.image_size.square("image_size")?;
+        let patch_size = v.patch_size.square("patch_size")?;
+        if patch_size == 0 || !image_size.is_multiple_of(patch_size) {
+            candle_core::bail!(
+                "image_size {image_size} is not a multiple of patch_size {patch_size}"
+            )
+        }
+        let patches = (image_size / patch_size).pow(2);
+        let m = vb.pp("vision_model");
+        let e = m.pp("embeddings");
+        Ok(SiglipVision {
+            patch: patch_linear(
+                &e.pp("patch_embedding"),
+                h,
+                v.num_channels,
+                patch_size,
+                true,
+            )?,
+            patch_size,
+            image_size,
+            position: e.pp("position_embedding").get((patches, h), "weight")?,
+            encoder: Encoder::load(
+                m.pp("encoder"),
+                EncoderSizes {
+                    hidden: h,
+                    intermediate: v.intermediate_size,
+                    layers: v.num_hidden_layers,
+                    heads: v.num_attention_heads,
+                    eps: v.layer_norm_eps,
+                    act: act(&v.hidden_act)?,
+                },
+            )?,
+            post_norm: ops::load_layer_norm(&m.pp("post_layernorm"), h, v.layer_norm_eps)?,
+            head: PoolingHead::load(&m.pp("head"), v)?,
+        })
+    }
+
+    /// Input resolution (square).
+    pub fn image_size(&self) -> usize {
+        self.image_size
+    }
+
+    /// Image features `(batch, hidden)` of `(batch, 3, size, size)` pixels, not normalised.
+    pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
+        let (b, _, hh, ww) = pixels.dims4()?;
+        if hh != self.image_size || ww != self.image_size {
+            candle_core::bail!(
+                "pixels of {hh}x{ww}, the model takes {0}x{0}",
+                self.image_size
+            )
+        }
+        let (np, h) = self.position.dims2()?;
+        let x = ops::linear(&self.patch, &patchify(pixels, self.patch_size)?, None)?;
+        let x = x
+            .reshape((b, np, h))?
+            .broadcast_add(&self.position.unsqueeze(0)?)?
+            .reshape((b * np, h))?;
+        let segments = Segment::packed(std::iter::repeat_n(np, b));
+        let x = self.encoder.forward(x, &segments, false)?;
+        let x = self.post_norm.forward(&x)?;
+        self.head.forward(&x, b)
+    }
+}
+
+/// Both SigLIP towers.
+pub struct Siglip {
+    /// Text tower.
+    pub text: SiglipText,
+    /// Vision tower.
+    pub vision: SiglipVision,
+}
+
+impl Siglip {
+    /// Loads a `SiglipModel` checkpoint.
+    pub fn load(vb: VarBuilder, config: &SiglipConfig) -> Result<Siglip> {
+        Ok(Siglip {
+            text: SiglipText::load(&vb, config)?,
+            vision: SiglipVision::load(&vb, config)?,
+        })
+    }
+}
