@@ -18,5 +18,8 @@ pub use metrics::{
     CUTOFFS, Evaluation, Exclusions, Metrics, Run, RunEntry, evaluate, evaluate_query, metric_names,
 };
 pub use report::{DomainResult, Report};
-pub use tasks::{TaskData, check_qrels_ids, task1};
+pub use tasks::{
+    NO_IMAGE, PAIR_SEP, Pairs, Protocol, TaskData, check_qrels_ids, pair_id, task1, task2, task3,
+    task4,
+};
 pub use trec::{read_exclusions, read_qrels, read_run, write_exclusions, write_qrels, write_run};

@@ -1,9 +1,11 @@
 //! Assembly of evaluation tasks from a corpus (`shared/docs/mm-bright-protocol.md`,
 //! "Qrels per task").
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
-use sift_core::{Corpus, Example, Layout, Qrels, WarningKind, Warnings};
+use sift_core::{
+    Corpus, Example, Layout, Qrels, WarningKind, Warnings, image_base_key, passage_base_key,
+};
 
 use crate::Result;
 use crate::metrics::Exclusions;
@@ -95,4 +97,215 @@ pub fn check_qrels_ids(
             }
         }
     }
+}
+
+/// Task 2 (query text + images -> passages) on `domain`: the `examples_multimodal` rows,
+/// `qrels[qid][gold_id] = 1`, each query's `negative_ids` excluded (protocol, "Qrels per
+/// task" and "Exclusions"). Queries without judgements are dropped and counted.
+pub fn task2(corpus: &Corpus, domain: &str) -> Result<TaskData> {
+    let mut warnings = Warnings::new();
+    let examples = corpus.examples(domain, true, &mut warnings)?;
+    let mut data = TaskData {
+        domain: domain.to_string(),
+        ..TaskData::default()
+    };
+    for ex in examples {
+        if ex.gold_ids.is_empty() {
+            data.dropped_no_qrels += 1;
+            continue;
+        }
+        let judged = data.qrels.entry(ex.id.clone()).or_default();
+        for gold in &ex.gold_ids {
+            judged.insert(gold.clone(), 1);
+        }
+        let excluded: BTreeSet<String> = ex.negative_ids.iter().cloned().collect();
+        if !excluded.is_empty() {
+            data.exclusions.insert(ex.id.clone(), excluded);
+        }
+        data.queries.push(ex);
+    }
+    data.warnings = warnings;
+    Ok(data)
+}
+
+/// Task 3 (query text + images -> images) on `domain`: `qrels[qid][positive_image] = 1`
+/// over the domain's `document_images`; no exclusions (the reference's `negative_ids` are
+/// passage ids and do not apply). Queries without positive images are dropped and counted.
+pub fn task3(corpus: &Corpus, domain: &str) -> Result<TaskData> {
+    let mut warnings = Warnings::new();
+    let examples = corpus.examples(domain, true, &mut warnings)?;
+    let mut data = TaskData {
+        domain: domain.to_string(),
+        ..TaskData::default()
+    };
+    for ex in examples {
+        let positive = ex.images.as_ref().map_or(&[][..], |l| &l.positive[..]);
+        if positive.is_empty() {
+            data.dropped_no_qrels += 1;
+            continue;
+        }
+        let judged = data.qrels.entry(ex.id.clone()).or_default();
+        for img in positive {
+            judged.insert(img.clone(), 1);
+        }
+        data.queries.push(ex);
+    }
+    data.warnings = warnings;
+    Ok(data)
+}
+
+/// The image half of a Task 4 pair id for a passage shown without an image.
+pub const NO_IMAGE: &str = "__NO_IMAGE__";
+
+/// Separator of the passage and image halves of a Task 4 pair id.
+pub const PAIR_SEP: &str = "|||";
+
+/// The id of the Task 4 candidate pairing passage `pid` with `image` (None: no image).
+pub fn pair_id(pid: &str, image: Option<&str>) -> String {
+    format!("{pid}{PAIR_SEP}{}", image.unwrap_or(NO_IMAGE))
+}
+
+/// How Task 4 is judged (protocol, "Qrels per task").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// The paper: graded 2/1/0, pairs with a negative image excluded.
+    #[default]
+    Paper,
+    /// The older reference code: every gold-passage pair rel 1, nothing excluded.
+    Legacy,
+}
+
+/// Task 4 candidates of a domain: for every passage `pid|||__NO_IMAGE__`, plus `pid|||img`
+/// for every corpus image with the passage's base key (protocol, "Linking passages and
+/// images"). Each pair is (passage index, image index).
+#[derive(Debug, Clone, Default)]
+pub struct Pairs {
+    /// `(index into passages, index into images or None)`, passages in order, each passage's
+    /// no-image pair first.
+    pub pairs: Vec<(u32, Option<u32>)>,
+}
+
+impl Pairs {
+    /// Builds the candidate pairs of `passages` and `images` (normalised paths) of `domain`.
+    pub fn build(domain: &str, passages: &[impl AsRef<str>], images: &[impl AsRef<str>]) -> Pairs {
+        let mut by_key: HashMap<&str, Vec<u32>> = HashMap::new();
+        for (i, img) in images.iter().enumerate() {
+            if let Some(key) = image_base_key(domain, img.as_ref()) {
+                by_key.entry(key).or_default().push(i as u32);
+            }
+        }
+        let mut pairs = Vec::with_capacity(passages.len() + images.len());
+        for (p, pid) in passages.iter().enumerate() {
+            pairs.push((p as u32, None));
+            if let Some(imgs) = passage_base_key(pid.as_ref()).and_then(|k| by_key.get(k)) {
+                pairs.extend(imgs.iter().map(|&i| (p as u32, Some(i))));
+            }
+        }
+        Pairs { pairs }
+    }
+}
+
+/// Task 4 (query text + images -> passage+image pairs) on `domain`, given the domain's
+/// passage ids and (normalised) image paths.
+///
+/// Paper protocol: rel 2 = a gold passage with an image annotated positive (every gold
+/// passage whose base key is the image's); rel 1 = a gold passage with `__NO_IMAGE__`; a
+/// pair whose image is annotated negative (and not also positive: positive wins) is excluded
+/// from the ranking; a positive pair missing from the candidates is still judged; a positive
+/// image with no gold passage of its page is an orphan: no pair, counted as a warning.
+/// Legacy protocol: every candidate pair of a gold passage is rel 1; nothing is excluded.
+/// Queries without judgements are dropped and counted.
+pub fn task4(
+    corpus: &Corpus,
+    domain: &str,
+    passages: &[impl AsRef<str>],
+    images: &[impl AsRef<str>],
+    protocol: Protocol,
+) -> Result<TaskData> {
+    let mut warnings = Warnings::new();
+    let examples = corpus.examples(domain, true, &mut warnings)?;
+    let mut passages_by_key: HashMap<&str, Vec<&str>> = HashMap::new();
+    for pid in passages {
+        if let Some(key) = passage_base_key(pid.as_ref()) {
+            passages_by_key.entry(key).or_default().push(pid.as_ref());
+        }
+    }
+    let mut images_by_key: HashMap<&str, Vec<&str>> = HashMap::new();
+    for img in images {
+        if let Some(key) = image_base_key(domain, img.as_ref()) {
+            images_by_key.entry(key).or_default().push(img.as_ref());
+        }
+    }
+    let known: HashSet<&str> = passages.iter().map(|p| p.as_ref()).collect();
+    let source = corpus.root().join("examples_multimodal");
+    let mut data = TaskData {
+        domain: domain.to_string(),
+        ..TaskData::default()
+    };
+    for ex in examples {
+        let mut judged: BTreeMap<String, i32> = BTreeMap::new();
+        let mut excluded = BTreeSet::new();
+        let labels = ex.images.clone().unwrap_or_default();
+        let positive: BTreeSet<&str> = labels.positive.iter().map(String::as_str).collect();
+        match protocol {
+            Protocol::Paper => {
+                for gold in &ex.gold_ids {
+                    judged.insert(pair_id(gold, None), 1);
+                }
+                for img in &positive {
+                    let key = image_base_key(domain, img);
+                    let golds: Vec<&String> = ex
+                        .gold_ids
+                        .iter()
+                        .filter(|g| key.is_some() && passage_base_key(g) == key)
+                        .collect();
+                    if golds.is_empty() {
+                        warnings.push(
+                            WarningKind::OrphanPositiveImage,
+                            &source,
+                            String::new(),
+                            format!(
+                                "query {:?}: positive image {img:?} has no gold passage from its page (no pair)",
+                                ex.id
+                            ),
+                        );
+                    }
+                    for g in golds {
+                        judged.insert(pair_id(g, Some(img)), 2);
+                    }
+                }
+                for img in &labels.negative {
+                    if positive.contains(img.as_str()) {
+                        continue;
+                    }
+                    let Some(key) = image_base_key(domain, img) else {
+                        continue;
+                    };
+                    for pid in passages_by_key.get(key).into_iter().flatten() {
+                        excluded.insert(pair_id(pid, Some(img)));
+                    }
+                }
+            }
+            Protocol::Legacy => {
+                for gold in ex.gold_ids.iter().filter(|g| known.contains(g.as_str())) {
+                    judged.insert(pair_id(gold, None), 1);
+                    let key = passage_base_key(gold);
+                    for img in key.and_then(|k| images_by_key.get(k)).into_iter().flatten() {
+                        judged.insert(pair_id(gold, Some(img)), 1);
+                    }
+                }
+            }
+        }
+        if judged.is_empty() {
+            data.dropped_no_qrels += 1;
+            continue;
+        }
+        data.qrels.insert(ex.id.clone(), judged);
+        if !excluded.is_empty() {
+            data.exclusions.insert(ex.id.clone(), excluded);
+        }
+        data.queries.push(ex);
+    }
+    data.warnings = warnings;
+    Ok(data)
 }
