@@ -19,9 +19,18 @@ pub struct ModelFiles {
     pub pooling: Option<PathBuf>,
     /// sentence-transformers `sentence_bert_config.json`, when present.
     pub sentence_config: Option<PathBuf>,
+    /// `preprocessor_config.json` (image models), when present.
+    pub preprocessor: Option<PathBuf>,
+    /// `tokenizer_config.json`, when present.
+    pub tokenizer_config: Option<PathBuf>,
 }
 
-const OPTIONAL: [&str; 2] = ["1_Pooling/config.json", "sentence_bert_config.json"];
+const OPTIONAL: [&str; 4] = [
+    "1_Pooling/config.json",
+    "sentence_bert_config.json",
+    "preprocessor_config.json",
+    "tokenizer_config.json",
+];
 
 impl ModelFiles {
     /// Finds a model: `spec` is a local directory, or a hub id / registry alias fetched through
@@ -82,6 +91,8 @@ impl ModelFiles {
             weights,
             pooling: opt(OPTIONAL[0]),
             sentence_config: opt(OPTIONAL[1]),
+            preprocessor: opt(OPTIONAL[2]),
+            tokenizer_config: opt(OPTIONAL[3]),
         })
     }
 
@@ -138,6 +149,8 @@ impl ModelFiles {
             weights,
             pooling: get(OPTIONAL[0]).ok(),
             sentence_config: get(OPTIONAL[1]).ok(),
+            preprocessor: get(OPTIONAL[2]).ok(),
+            tokenizer_config: get(OPTIONAL[3]).ok(),
         })
     }
 }

@@ -15,15 +15,18 @@ mod encoder;
 mod error;
 mod files;
 pub mod ops;
+pub mod preprocess;
 pub mod registry;
 pub mod siglip;
 mod text;
+mod vision;
 
 pub use device::{DevicePref, select_device};
 pub use error::{Error, Result};
 pub use files::ModelFiles;
 pub use registry::{ModelInfo, Pooling};
 pub use text::{Kind, TextEmbedder, TextEmbedderOptions};
+pub use vision::{VisionArch, VisionEmbedder, VisionOptions, is_vision_model};
 
 /// Makes glibc's allocator keep large buffers for reuse instead of returning each one to the
 /// kernel: model inference allocates and frees activation tensors of many megabytes per

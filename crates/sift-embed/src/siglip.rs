@@ -155,6 +155,11 @@ impl SiglipText {
         })
     }
 
+    /// Output size.
+    pub fn dim(&self) -> usize {
+        self.head.weight().dim(0).unwrap_or(0)
+    }
+
     /// Text features `(n, projection_size)`, not normalised. `seqs` are padded token ids;
     /// `keys[i]` is how many leading tokens of sequence `i` attention may see (its length
     /// when no attention mask is used, its unpadded length with one).

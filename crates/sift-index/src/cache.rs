@@ -70,6 +70,20 @@ impl EmbedCache {
         h.finish_128()
     }
 
+    /// Key of binary content (an encoded image) under embedder `fingerprint`.
+    pub(crate) fn key_bytes_with(fingerprint: &str, bytes: &[u8]) -> u128 {
+        let mut h = twox_hash::XxHash3_128::new();
+        h.write(fingerprint.as_bytes());
+        h.write(&[1]);
+        h.write(bytes);
+        h.finish_128()
+    }
+
+    /// Every key present.
+    pub(crate) fn keys(&self) -> std::collections::HashSet<u128> {
+        self.index.keys().copied().collect()
+    }
+
     pub(crate) fn get(&self, key: u128) -> Option<impl Iterator<Item = f32> + '_> {
         let at = *self.index.get(&key)?;
         Some(

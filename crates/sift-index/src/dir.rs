@@ -9,7 +9,7 @@ use crate::analyzer::AnalyzerConfig;
 use crate::bm25::{self, Bm25Domain, Bm25Params};
 use crate::cache::EmbedCache;
 use crate::dense::{self, DenseDomain, HnswParams, VectorDtype};
-use crate::manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, Manifest, sync_dir};
+use crate::manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, ImageIndexInfo, Manifest, sync_dir};
 use crate::progress::Progress;
 use crate::{Error, Result};
 
@@ -51,6 +51,22 @@ pub trait PassageEmbedder: Sync {
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, String>;
 }
 
+/// Turns encoded images into unit vectors for an image index, in two stages so that the
+/// build can decode and preprocess the next batch while the model embeds the current one.
+pub trait ImageEmbedder: Sync {
+    /// Model name recorded in the manifest.
+    fn name(&self) -> &str;
+    /// Vector dimension.
+    fn dim(&self) -> usize;
+    /// Everything besides the image bytes that determines the vectors (the cache key).
+    fn fingerprint(&self) -> String;
+    /// Decodes and preprocesses encoded images: model input per image, or why the image
+    /// cannot be decoded.
+    fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, String>>;
+    /// One unit vector per prepared input, in order.
+    fn embed_prepared(&self, inputs: &[Vec<f32>]) -> std::result::Result<Vec<Vec<f32>>, String>;
+}
+
 /// A dense index to build beside BM25.
 pub struct DenseBuild<'a> {
     /// Name of the index (`dense:<slug>`).
@@ -59,6 +75,9 @@ pub struct DenseBuild<'a> {
     pub spec: String,
     /// The embedder.
     pub embedder: &'a dyn PassageEmbedder,
+    /// The image tower of the same model (vision-language models): the domain's
+    /// `document_images` are embedded into an image index under the same slug.
+    pub images: Option<&'a dyn ImageEmbedder>,
     /// Storage precision.
     pub dtype: VectorDtype,
     /// HNSW parameters.
@@ -172,6 +191,38 @@ impl IndexDir {
         ))
     }
 
+    /// Opens the image vectors of `domain` for the dense index named `slug`, with the image
+    /// path of each vector ordinal.
+    pub fn images(&self, slug: &str, domain: &str) -> Result<(DenseDomain, Vec<String>)> {
+        self.check_domain(domain, None)?;
+        let dir = image_dir(&self.root.join(&self.manifest.generation), slug, domain);
+        if !dir.is_dir() {
+            return Err(Error::MissingDense {
+                path: self.root.clone(),
+                name: format!("{slug} (images)"),
+                available: self
+                    .manifest
+                    .dense
+                    .iter()
+                    .filter(|(_, d)| d.images.is_some())
+                    .map(|(s, _)| s.clone())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        let vectors = DenseDomain::open(&dir)?;
+        let ids_path = dir.join(IMAGE_IDS);
+        let text = fs::read_to_string(&ids_path).map_err(|e| Error::io(&ids_path, e))?;
+        let ids: Vec<String> = text.lines().map(str::to_string).collect();
+        if ids.len() != vectors.len() {
+            return Err(Error::Corrupt {
+                path: ids_path,
+                message: format!("{} ids for {} vectors", ids.len(), vectors.len()),
+            });
+        }
+        Ok((vectors, ids))
+    }
+
     /// Opens the BM25 index of `domain`.
     pub fn bm25(&self, domain: &str) -> Result<Bm25Domain> {
         self.check_domain(domain, None)?;
@@ -247,10 +298,13 @@ impl IndexDir {
         let result = build_generation(&gen_dir, corpus, domains, options, progress).and_then(|d| {
             let mut infos = BTreeMap::new();
             for build in dense {
-                infos.insert(
-                    build.slug.clone(),
-                    build_dense(&root, &gen_dir, corpus, domains, &d, build, progress)?,
-                );
+                let mut info = build_dense(&root, &gen_dir, corpus, domains, &d, build, progress)?;
+                if let Some(images) = build.images {
+                    info.images = Some(build_images(
+                        &root, &gen_dir, corpus, domains, build, images, progress,
+                    )?);
+                }
+                infos.insert(build.slug.clone(), info);
             }
             Ok((d, infos))
         });
@@ -428,7 +482,195 @@ fn build_dense(
         hnsw: build.hnsw,
         embedded,
         cached,
+        images: None,
     })
+}
+
+/// Ids of the vectors of an image index, one normalised image path per line.
+const IMAGE_IDS: &str = "ids.txt";
+
+/// Embeds the `document_images` of `domains` (through the cache; undecodable images are
+/// counted and skipped) and writes their vectors, graphs and ids.
+fn build_images(
+    root: &Path,
+    gen_dir: &Path,
+    corpus: &Corpus,
+    domains: &[String],
+    build: &DenseBuild<'_>,
+    embedder: &dyn ImageEmbedder,
+    progress: &dyn Progress,
+) -> Result<ImageIndexInfo> {
+    let dim = embedder.dim();
+    let fingerprint = embedder.fingerprint();
+    let cache_path = root
+        .join("embed-cache")
+        .join(format!("{}.images.bin", build.slug));
+    let mut cache = EmbedCache::open(&cache_path, &fingerprint, dim)?;
+    let mut info = ImageIndexInfo {
+        fingerprint: fingerprint.clone(),
+        ..ImageIndexInfo::default()
+    };
+    const CHUNK: usize = 64;
+    let embed_err = |message: String| Error::Embed {
+        model: embedder.name().to_string(),
+        message,
+    };
+    for domain in domains {
+        progress.start(&format!("{domain} {} images", build.slug), None);
+        let mut ids: Vec<String> = Vec::new();
+        let mut vectors: Vec<f32> = Vec::new();
+        let mut skipped = 0u64;
+        let mut images = corpus.images(domain)?;
+        // a reader thread decodes and preprocesses chunk i + 1 while the model runs on chunk i
+        std::thread::scope(|scope| -> Result<()> {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Prepared>>(1);
+            // keys cached before this domain started (the main thread inserts meanwhile)
+            let known = cache.keys();
+            let key_of = |bytes: &[u8]| EmbedCache::key_bytes_with(&fingerprint, bytes);
+            scope.spawn(move || {
+                loop {
+                    let chunk: Vec<sift_core::ImageRecord> = match images
+                        .by_ref()
+                        .take(CHUNK)
+                        .collect::<sift_core::Result<_>>(
+                    ) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = tx.send(Err(e.into()));
+                            return;
+                        }
+                    };
+                    if chunk.is_empty() {
+                        let _ = tx.send(Ok(Prepared {
+                            records: Vec::new(),
+                            keys: Vec::new(),
+                            inputs: Vec::new(),
+                            warnings: images.warnings().clone(),
+                        }));
+                        return;
+                    }
+                    let keys: Vec<u128> = chunk.iter().map(|r| key_of(&r.bytes)).collect();
+                    let todo: Vec<usize> = (0..chunk.len())
+                        .filter(|&i| !known.contains(&keys[i]))
+                        .collect();
+                    let bytes: Vec<&[u8]> =
+                        todo.iter().map(|&i| chunk[i].bytes.as_slice()).collect();
+                    let prepared = embedder.prepare(&bytes);
+                    let mut inputs: Vec<(usize, std::result::Result<Vec<f32>, String>)> =
+                        todo.into_iter().zip(prepared).collect();
+                    inputs.sort_by_key(|(i, _)| *i);
+                    if tx
+                        .send(Ok(Prepared {
+                            records: chunk,
+                            keys,
+                            inputs,
+                            warnings: sift_core::Warnings::new(),
+                        }))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+            for prepared in rx {
+                let p = prepared?;
+                if p.records.is_empty() {
+                    for (kind, n) in p.warnings.counts() {
+                        *info.warnings.entry(kind.name().to_string()).or_default() += n;
+                    }
+                    break;
+                }
+                let (ok, bad): (Vec<_>, Vec<_>) =
+                    p.inputs.into_iter().partition(|(_, r)| r.is_ok());
+                for (i, r) in &bad {
+                    skipped += 1;
+                    if info.undecodable_examples.len() < 10 {
+                        let why = r.as_ref().err().cloned().unwrap_or_default();
+                        let rec = &p.records[*i];
+                        info.undecodable_examples.push(format!(
+                            "{}: row {}: {}: {why}",
+                            rec.file.display(),
+                            rec.row,
+                            rec.path
+                        ));
+                    }
+                }
+                let ok: Vec<(usize, Vec<f32>)> = ok
+                    .into_iter()
+                    .map(|(i, r)| (i, r.expect("partitioned")))
+                    .collect();
+                let inputs: Vec<Vec<f32>> = ok.iter().map(|(_, x)| x.clone()).collect();
+                let fresh = if inputs.is_empty() {
+                    Vec::new()
+                } else {
+                    embedder.embed_prepared(&inputs).map_err(embed_err)?
+                };
+                if fresh.len() != inputs.len() || fresh.iter().any(|v| v.len() != dim) {
+                    return Err(embed_err(format!(
+                        "expected {} vectors of {dim} dimensions",
+                        inputs.len()
+                    )));
+                }
+                let entries: Vec<(u128, &[f32])> = ok
+                    .iter()
+                    .zip(&fresh)
+                    .map(|((i, _), v)| (p.keys[*i], v.as_slice()))
+                    .collect();
+                cache.insert(&entries)?;
+                info.embedded += fresh.len() as u64;
+                let bad: std::collections::HashSet<usize> = bad.iter().map(|(i, _)| *i).collect();
+                for (i, r) in p.records.iter().enumerate() {
+                    if bad.contains(&i) {
+                        continue;
+                    }
+                    let Some(v) = cache.get(p.keys[i]) else {
+                        continue;
+                    };
+                    vectors.extend(v);
+                    ids.push(r.path.clone());
+                }
+                info.cached += (p.records.len() - bad.len() - fresh.len()) as u64;
+                progress.inc(p.records.len() as u64);
+            }
+            Ok(())
+        })?;
+        progress.finish();
+        let dir = image_dir(gen_dir, &build.slug, domain);
+        progress.start(&format!("{domain} image hnsw"), None);
+        let written = dense::write(
+            &dir,
+            embedder.name(),
+            dim,
+            &vectors,
+            build.dtype,
+            build.hnsw,
+        );
+        progress.finish();
+        written?;
+        let ids_path = dir.join(IMAGE_IDS);
+        let mut text = ids.join("\n");
+        text.push('\n');
+        fs::write(&ids_path, text).map_err(|e| Error::io(&ids_path, e))?;
+        info.images.insert(domain.clone(), ids.len() as u64);
+        if skipped > 0 {
+            info.undecodable.insert(domain.clone(), skipped);
+        }
+    }
+    Ok(info)
+}
+
+/// A chunk of corpus images read and prepared ahead of the model.
+struct Prepared {
+    records: Vec<sift_core::ImageRecord>,
+    keys: Vec<u128>,
+    /// (index into records, model input or decode error) of the images not in the cache
+    inputs: Vec<(usize, std::result::Result<Vec<f32>, String>)>,
+    /// reader warnings, sent with the final (empty) chunk
+    warnings: sift_core::Warnings,
+}
+
+fn image_dir(gen_dir: &Path, slug: &str, domain: &str) -> PathBuf {
+    gen_dir.join("images").join(slug).join(domain)
 }
 
 /// Removes generation directories other than `live` (left by crashed or replaced builds).

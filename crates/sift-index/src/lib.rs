@@ -30,7 +30,7 @@ pub use bm25::{Bm25Domain, Bm25Params, Hit, QueryWeighting, Scratch};
 pub use dense::{
     AnnMode, DenseDomain, DenseMeta, HnswParams, VectorDtype, dot, write as write_dense,
 };
-pub use dir::{BuildOptions, DenseBuild, IndexDir, PassageEmbedder};
+pub use dir::{BuildOptions, DenseBuild, ImageEmbedder, IndexDir, PassageEmbedder};
 pub use error::{Error, Result};
-pub use manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, Manifest};
+pub use manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, ImageIndexInfo, Manifest};
 pub use progress::{NoProgress, Progress};

@@ -58,6 +58,28 @@ pub struct DenseInfo {
     pub embedded: u64,
     /// Passages taken from the embedding cache.
     pub cached: u64,
+    /// The image index of a vision-language model, when one was built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImageIndexInfo>,
+}
+
+/// The corpus images embedded by a vision-language model.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ImageIndexInfo {
+    /// Image embedding settings (model, preprocessing).
+    pub fingerprint: String,
+    /// Images indexed per domain.
+    pub images: BTreeMap<String, u64>,
+    /// Images that could not be decoded, skipped, per domain.
+    pub undecodable: BTreeMap<String, u64>,
+    /// The first few undecodable images: file, row, path and the decoder's message.
+    pub undecodable_examples: Vec<String>,
+    /// Images embedded during the build.
+    pub embedded: u64,
+    /// Images taken from the embedding cache.
+    pub cached: u64,
+    /// Reader warnings (missing bytes, repeated paths) by kind.
+    pub warnings: BTreeMap<String, u64>,
 }
 
 /// Facts about one indexed domain.

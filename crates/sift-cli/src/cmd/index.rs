@@ -96,6 +96,7 @@ pub fn run(a: Args) -> Result<()> {
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| spec.clone()),
             embedder: adapter,
+            images: None,
             dtype: match a.vector_dtype {
                 Dtype::F32 => VectorDtype::F32,
                 Dtype::F16 => VectorDtype::F16,

@@ -1,0 +1,405 @@
+//! Vision-language embedders (CLIP, SigLIP): text and images into one space.
+//!
+//! Loading reads `config.json` (`model_type` clip or siglip), `tokenizer.json` (with the
+//! model's truncation and padding applied as its transformers processor does) and
+//! `preprocessor_config.json` (see [`crate::preprocess`]; defaults per family when absent).
+//! Vectors are L2-normalised; the `*_features` methods return them unnormalised, as
+//! transformers' `get_text_features` / `get_image_features` do.
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use serde::Deserialize;
+use tokenizers::{
+    PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationDirection,
+    TruncationParams, TruncationStrategy,
+};
+
+use crate::clip::{Clip, ClipConfig};
+use crate::files::ModelFiles;
+use crate::ops::l2_normalize;
+use crate::preprocess::{ImageProcessor, decode_rgb};
+use crate::siglip::{Siglip, SiglipConfig};
+use crate::{Error, Result};
+
+/// Model family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VisionArch {
+    /// OpenAI CLIP and compatible (`model_type` "clip").
+    Clip,
+    /// SigLIP and SigLIP 2 fixed-resolution (`model_type` "siglip").
+    Siglip,
+}
+
+impl VisionArch {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            VisionArch::Clip => "clip",
+            VisionArch::Siglip => "siglip",
+        }
+    }
+}
+
+/// Settings of a [`VisionEmbedder`].
+#[derive(Debug, Clone)]
+pub struct VisionOptions {
+    /// Texts or images per forward pass.
+    pub batch_size: usize,
+    /// Weights and activations dtype (f32 on CPU).
+    pub dtype: DType,
+    /// SigLIP text: pass the padding mask to attention. Off by default, as SigLIP was
+    /// trained and published (big_vision; transformers 4): padding is attended and the last
+    /// (padding) position is pooled. transformers 5's tokenizers return a mask, which
+    /// changes the vectors; turn this on to match a pipeline that passes it.
+    pub siglip_text_mask: bool,
+}
+
+impl Default for VisionOptions {
+    fn default() -> Self {
+        VisionOptions {
+            batch_size: 32,
+            dtype: DType::F32,
+            siglip_text_mask: false,
+        }
+    }
+}
+
+enum Towers {
+    Clip(Clip),
+    Siglip(Siglip),
+}
+
+/// A text/image embedder of the CLIP family.
+pub struct VisionEmbedder {
+    name: String,
+    arch: VisionArch,
+    towers: Towers,
+    tokenizer: Tokenizer,
+    /// SiglipTokenizer's canonicalisation: lower-case and drop ASCII punctuation
+    canonicalize: bool,
+    processor: ImageProcessor,
+    dim: usize,
+    max_text_len: usize,
+    device: Device,
+    options: VisionOptions,
+}
+
+#[derive(Deserialize)]
+struct Arch {
+    model_type: Option<String>,
+    projection_dim: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+struct TokenizerConfig {
+    tokenizer_class: Option<String>,
+    do_lower_case: Option<bool>,
+    pad_token: Option<serde_json::Value>,
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
+    serde_json::from_str(&text).map_err(|e| Error::file(path, format!("invalid JSON: {e}")))
+}
+
+/// Whether `config.json` describes a model this module loads.
+pub fn is_vision_model(config: &Path) -> bool {
+    read_json::<Arch>(config)
+        .ok()
+        .and_then(|a| a.model_type)
+        .is_some_and(|t| t == "clip" || t == "siglip")
+}
+
+impl VisionEmbedder {
+    /// Loads a model (see [`ModelFiles::resolve`]) onto `device`.
+    pub fn load(files: &ModelFiles, device: &Device, options: VisionOptions) -> Result<Self> {
+        let arch: Arch = read_json(&files.config)?;
+        let unsupported = |message: String| Error::Unsupported {
+            path: files.config.clone(),
+            message,
+        };
+        let kind = match arch.model_type.as_deref() {
+            Some("clip") => VisionArch::Clip,
+            Some("siglip") => VisionArch::Siglip,
+            other => {
+                return Err(unsupported(format!(
+                    "model_type {other:?} (vision models supported: clip, siglip)"
+                )));
+            }
+        };
+        // SAFETY: the weight files are memory-mapped read-only and not modified while the
+        // model is alive (the contract of every candle model loader).
+        let vb =
+            unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, options.dtype, device)? };
+        let bad_weights = |e: candle_core::Error| {
+            unsupported(format!("weights do not match a {} model: {e}", kind.name()))
+        };
+        let tok_config: TokenizerConfig = match &files.tokenizer_config {
+            Some(p) => read_json(p)?,
+            None => TokenizerConfig::default(),
+        };
+        let mut tokenizer =
+            Tokenizer::from_file(&files.tokenizer).map_err(|e| Error::file(&files.tokenizer, e))?;
+        let (towers, dim, max_text_len, image_size, pad) = match kind {
+            VisionArch::Clip => {
+                let c: ClipConfig = read_json(&files.config)?;
+                let m = Clip::load(vb, &c).map_err(bad_weights)?;
+                let size = m.vision.image_size();
+                let max = c.text_config.max_position_embeddings;
+                let dim = arch.projection_dim.unwrap_or(c.projection_dim);
+                (Towers::Clip(m), dim, max, size, None)
+            }
+            VisionArch::Siglip => {
+                let c: SiglipConfig = read_json(&files.config)?;
+                let m = Siglip::load(vb, &c).map_err(bad_weights)?;
+                let size = m.vision.image_size();
+                let max = c.text_config.max_position_embeddings;
+                let dim = m.text.dim();
+                let pad_id = match tok_config.pad_token.as_ref().and_then(token_content) {
+                    Some(t) => tokenizer.token_to_id(&t),
+                    None => None,
+                }
+                .or(c.text_config.pad_token_id)
+                .ok_or_else(|| unsupported("no padding token".into()))?;
+                (Towers::Siglip(m), dim, max, size, Some(pad_id))
+            }
+        };
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_text_len,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        match pad {
+            // SigLIP: every text padded to the full length, as the processor is called
+            // (padding="max_length"), because the last position is pooled
+            Some(pad_id) => {
+                let pad_token = tokenizer.id_to_token(pad_id).unwrap_or_default();
+                tokenizer.with_padding(Some(PaddingParams {
+                    strategy: PaddingStrategy::Fixed(max_text_len),
+                    direction: PaddingDirection::Right,
+                    pad_to_multiple_of: None,
+                    pad_id,
+                    pad_type_id: 0,
+                    pad_token,
+                }));
+            }
+            None => {
+                tokenizer.with_padding(None);
+            }
+        }
+        let processor = match &files.preprocessor {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| Error::file(p, e))?;
+                ImageProcessor::from_config_json(&text).map_err(|e| Error::file(p, e))?
+            }
+            None => match kind {
+                VisionArch::Clip => ImageProcessor::clip(image_size as u32),
+                VisionArch::Siglip => ImageProcessor::siglip(image_size as u32),
+            },
+        };
+        let (h, w) = processor.output_size();
+        if (h as usize, w as usize) != (image_size, image_size) {
+            return Err(unsupported(format!(
+                "the image processor makes {h}x{w} inputs, the model takes {image_size}x{image_size}"
+            )));
+        }
+        let canonicalize = tok_config.tokenizer_class.as_deref() == Some("SiglipTokenizer")
+            && tok_config.do_lower_case.unwrap_or(true);
+        Ok(VisionEmbedder {
+            name: files.name.clone(),
+            arch: kind,
+            towers,
+            tokenizer,
+            canonicalize,
+            processor,
+            dim,
+            max_text_len,
+            device: device.clone(),
+            options,
+        })
+    }
+
+    /// Model name (hub id or directory name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Family.
+    pub fn arch(&self) -> VisionArch {
+        self.arch
+    }
+
+    /// Embedding dimension.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Longest text, in tokens.
+    pub fn max_text_len(&self) -> usize {
+        self.max_text_len
+    }
+
+    /// The image preprocessing in use.
+    pub fn processor(&self) -> &ImageProcessor {
+        &self.processor
+    }
+
+    /// Settings.
+    pub fn options(&self) -> &VisionOptions {
+        &self.options
+    }
+
+    /// Token ids and attention masks as the model's processor makes them (CLIP: truncated,
+    /// unpadded; SigLIP: truncated and padded to the full length).
+    pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<(Vec<u32>, usize)>> {
+        let inputs: Vec<String> = texts
+            .iter()
+            .map(|t| {
+                if self.canonicalize {
+                    t.to_lowercase()
+                        .chars()
+                        .filter(|c| !c.is_ascii_punctuation())
+                        .collect()
+                } else {
+                    t.to_string()
+                }
+            })
+            .collect();
+        let enc = self
+            .tokenizer
+            .encode_batch(inputs, true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(enc
+            .into_iter()
+            .map(|e| {
+                let real = e.get_attention_mask().iter().filter(|&&m| m == 1).count();
+                (e.get_ids().to_vec(), real)
+            })
+            .collect())
+    }
+
+    /// Unnormalised text features of tokenised inputs, `(n, dim)`.
+    pub fn text_features(&self, inputs: &[(Vec<u32>, usize)]) -> Result<Tensor> {
+        let seqs: Vec<&[u32]> = inputs
+            .iter()
+            .map(|(ids, _)| if ids.is_empty() { &[0u32][..] } else { ids })
+            .collect();
+        Ok(match &self.towers {
+            Towers::Clip(m) => m.text.forward(&seqs)?,
+            Towers::Siglip(m) => {
+                let keys: Vec<usize> = inputs
+                    .iter()
+                    .map(|(ids, real)| {
+                        if self.options.siglip_text_mask {
+                            *real
+                        } else {
+                            ids.len()
+                        }
+                    })
+                    .collect();
+                m.text.forward(&seqs, &keys)?
+            }
+        })
+    }
+
+    /// Unit text vectors, one per text, in order.
+    pub fn embed_texts(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let inputs = self.tokenize(texts)?;
+        let mut order: Vec<usize> = (0..inputs.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(inputs[i].0.len()));
+        let mut out = vec![Vec::new(); inputs.len()];
+        for chunk in order.chunks(self.options.batch_size.max(1)) {
+            let batch: Vec<(Vec<u32>, usize)> = chunk.iter().map(|&i| inputs[i].clone()).collect();
+            let v = l2_normalize(&self.text_features(&batch)?)?.to_vec2::<f32>()?;
+            for (&i, v) in chunk.iter().zip(v) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Unnormalised image features of preprocessed pixels `(n, 3, size, size)`.
+    pub fn image_features(&self, pixels: &Tensor) -> Result<Tensor> {
+        let pixels = pixels
+            .to_device(&self.device)?
+            .to_dtype(self.options.dtype)?;
+        Ok(match &self.towers {
+            Towers::Clip(m) => m.vision.forward(&pixels)?,
+            Towers::Siglip(m) => m.vision.forward(&pixels)?,
+        })
+    }
+
+    /// Decodes and preprocesses encoded images in parallel: the model input of each, or why
+    /// it cannot be decoded.
+    pub fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, String>> {
+        use rayon::prelude::*;
+        images
+            .par_iter()
+            .map(|bytes| {
+                let img = decode_rgb(bytes).map_err(|e| e.to_string())?;
+                Ok(self.processor.preprocess(&img))
+            })
+            .collect()
+    }
+
+    /// Unit vectors of prepared inputs (see [`VisionEmbedder::prepare`]), in order.
+    pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
+        let (h, w) = self.processor.output_size();
+        let per = 3 * h as usize * w as usize;
+        let mut out = Vec::with_capacity(inputs.len());
+        for chunk in inputs.chunks(self.options.batch_size.max(1)) {
+            let mut flat = Vec::with_capacity(chunk.len() * per);
+            for x in chunk {
+                if x.len() != per {
+                    return Err(Error::Candle(candle_core::Error::Msg(format!(
+                        "prepared image of {} values, expected {per}",
+                        x.len()
+                    ))));
+                }
+                flat.extend_from_slice(x);
+            }
+            let pixels =
+                Tensor::from_vec(flat, (chunk.len(), 3, h as usize, w as usize), &Device::Cpu)?;
+            out.extend(l2_normalize(&self.image_features(&pixels)?)?.to_vec2::<f32>()?);
+        }
+        Ok(out)
+    }
+
+    /// Unit vectors of encoded images; undecodable ones are errors (use
+    /// [`VisionEmbedder::prepare`] to skip them instead).
+    pub fn embed_images(&self, images: &[&[u8]]) -> Result<Vec<Vec<f32>>> {
+        let prepared = self
+            .prepare(images)
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.map_err(|e| Error::Tokenizer(format!("image {i}: {e}"))))
+            .collect::<Result<Vec<_>>>()?;
+        self.embed_prepared(&prepared)
+    }
+
+    /// Settings that determine the vectors besides the input (for caches).
+    pub fn fingerprint(&self, tower: &str) -> String {
+        format!(
+            "{}|{}|{tower}|{:?}|len={}|mask={}|{:?}",
+            self.name,
+            self.arch.name(),
+            self.options.dtype,
+            self.max_text_len,
+            self.options.siglip_text_mask,
+            self.processor
+        )
+    }
+}
+
+/// `"</s>"` or `{"content": "</s>", ...}`.
+fn token_content(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
+        _ => None,
+    }
+}
