@@ -949,3 +949,151 @@ fn embed_writes_jsonl_and_npy_and_loads_from_the_hub_cache() {
         .contains("in.txt:2")
     );
 }
+
+/// `sift eval --task all` on the sample: BM25, MiniLM (when installed) and the tiny CLIP and
+/// SigLIP checkpoints, all four tasks, both query-fusion modes; the Task 4 qrels it writes
+/// equal the independent script's (`eval/reference/mmbright_qrels.py`).
+#[test]
+fn all_four_tasks_on_the_sample() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sample = sample();
+    let index = tmp.path().join("index");
+    let out_dir = tmp.path().join("eval");
+    let fixtures = repo().join("models/fixtures/vision");
+    let clip = fixtures.join("tiny-clip-quickgelu");
+    let siglip = fixtures.join("tiny-siglip");
+    let mut args = vec![
+        "index",
+        "--corpus",
+        s(&sample),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&clip),
+        "--dense",
+        s(&siglip),
+        "--json",
+    ];
+    let model = minilm();
+    if let Some(m) = &model {
+        args.extend(["--dense", s(m)]);
+    }
+    let built = json(&ok(&args));
+    let images = &built["manifest"]["dense"]["tiny-clip-quickgelu"]["images"];
+    // 33 corpus images, one deliberately undecodable: counted and skipped
+    assert_eq!(
+        images["images"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum::<u64>(),
+        32
+    );
+    assert_eq!(images["undecodable"]["physics"], 1);
+    let mut args = vec![
+        "eval",
+        "--corpus",
+        s(&sample),
+        "--index",
+        s(&index),
+        "--task",
+        "all",
+        "--retriever",
+        "bm25",
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+        "--retriever",
+        "dense:tiny-siglip",
+        "--query-fusion",
+        "both",
+        "--out",
+        s(&out_dir),
+        "--json",
+    ];
+    if model.is_some() {
+        args.extend(["--retriever", "dense:minilm"]);
+    }
+    let e = json(&ok(&args));
+    let reports = e["reports"].as_array().unwrap();
+    let count = |task: &str| {
+        reports
+            .iter()
+            .filter(|r| r["task"].as_str().unwrap().starts_with(task))
+            .count()
+    };
+    let text_models = if model.is_some() { 2 } else { 1 };
+    // task 1: every retriever once; tasks 2 and 4: text retrievers once, vision ones per
+    // fusion mode; task 3: vision retrievers only
+    assert_eq!(count("1"), text_models + 2);
+    assert_eq!(count("2"), text_models + 4);
+    assert_eq!(count("3"), 4);
+    assert_eq!(count("4"), text_models + 4);
+    for r in reports {
+        assert_eq!(
+            r["per_domain"].as_object().unwrap().len(),
+            3,
+            "{}",
+            r["label"]
+        );
+        let v = r["metrics"]["ndcg@10"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&v), "{}", r["label"]);
+    }
+    assert_eq!(e["orphan_positive_images"], 1);
+    assert!(out_dir.join("results.md").is_file());
+    assert!(
+        out_dir
+            .join("runs/task3.dense_tiny-siglip__query_images__first_.trec")
+            .is_file()
+    );
+    let reference = repo().join("eval/reference/sample_qrels");
+    let lines = |p: &Path| {
+        let mut v: Vec<String> = fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect();
+        v.sort();
+        v
+    };
+    for (ours, theirs) in [
+        ("task4.qrels", "task4.paper.qrels"),
+        ("task4.exclusions", "task4.paper.exclusions"),
+        ("task3.qrels", "task3.qrels"),
+        ("task2.qrels", "task2.qrels"),
+    ] {
+        assert_eq!(
+            lines(&out_dir.join("qrels").join(ours)),
+            lines(&reference.join(theirs)),
+            "{ours}"
+        );
+    }
+    // the legacy protocol judges every gold-passage pair 1 and excludes nothing
+    let legacy = tmp.path().join("legacy.qrels");
+    ok(&[
+        "eval",
+        "--corpus",
+        s(&sample),
+        "--index",
+        s(&index),
+        "--task",
+        "4",
+        "--protocol",
+        "legacy",
+        "--qrels-out",
+        s(&legacy),
+        "--json",
+    ]);
+    assert_eq!(lines(&legacy), lines(&reference.join("task4.legacy.qrels")));
+    // BM25 cannot rank images
+    let err = fails(&[
+        "eval",
+        "--corpus",
+        s(&sample),
+        "--index",
+        s(&index),
+        "--task",
+        "3",
+    ]);
+    assert!(err.contains("cannot rank images"), "{err}");
+}

@@ -1,7 +1,8 @@
 //! Glue between `sift-embed` models and the index/eval commands.
 use anyhow::{Context, Result};
 use sift_embed::{
-    DevicePref, Kind, ModelFiles, TextEmbedder, TextEmbedderOptions, registry, select_device,
+    DevicePref, Kind, ModelFiles, TextEmbedder, TextEmbedderOptions, VisionEmbedder, VisionOptions,
+    is_vision_model, registry, select_device,
 };
 
 /// Model flags shared by commands that embed.
@@ -15,25 +16,90 @@ pub struct ModelFlags {
     pub batch_size: usize,
 }
 
-/// Loads a text model from a directory or hub id.
-pub fn load_text_model(spec: &str, flags: &ModelFlags) -> Result<TextEmbedder> {
+/// A loaded embedding model: a text encoder, or a vision-language model (text and images).
+pub enum Model {
+    /// BERT-family sentence encoder.
+    Text(Box<TextEmbedder>),
+    /// CLIP / SigLIP.
+    Vision(Box<VisionEmbedder>),
+}
+
+impl Model {
+    /// Model name (hub id or directory name).
+    pub fn name(&self) -> &str {
+        match self {
+            Model::Text(m) => m.name(),
+            Model::Vision(m) => m.name(),
+        }
+    }
+
+    /// Embedding dimension.
+    pub fn dim(&self) -> usize {
+        match self {
+            Model::Text(m) => m.dim(),
+            Model::Vision(m) => m.dim(),
+        }
+    }
+
+    /// The vision-language model, if this is one.
+    pub fn vision(&self) -> Option<&VisionEmbedder> {
+        match self {
+            Model::Text(_) => None,
+            Model::Vision(m) => Some(m),
+        }
+    }
+
+    /// Unit vectors of texts of `kind`.
+    pub fn embed(&self, texts: &[&str], kind: Kind) -> Result<Vec<Vec<f32>>> {
+        Ok(match self {
+            Model::Text(m) => m.embed(texts, kind)?,
+            Model::Vision(m) => m.embed_texts(texts)?,
+        })
+    }
+}
+
+/// Loads a model from a directory or hub id (text or vision-language, by its config).
+pub fn load_model(spec: &str, flags: &ModelFlags) -> Result<Model> {
     let pref: DevicePref = flags.device.parse()?;
     let device = select_device(pref)?;
     let files = ModelFiles::resolve(spec)?;
-    TextEmbedder::load(
-        &files,
-        &device,
-        TextEmbedderOptions {
+    if is_vision_model(&files.config) {
+        let options = VisionOptions {
             batch_size: flags.batch_size.max(1),
             ..Default::default()
-        },
-    )
-    .with_context(|| format!("loading model {spec}"))
+        };
+        return Ok(Model::Vision(Box::new(
+            VisionEmbedder::load(&files, &device, options)
+                .with_context(|| format!("loading model {spec}"))?,
+        )));
+    }
+    Ok(Model::Text(Box::new(
+        TextEmbedder::load(
+            &files,
+            &device,
+            TextEmbedderOptions {
+                batch_size: flags.batch_size.max(1),
+                ..Default::default()
+            },
+        )
+        .with_context(|| format!("loading model {spec}"))?,
+    )))
+}
+
+/// Loads a text model from a directory or hub id.
+pub fn load_text_model(spec: &str, flags: &ModelFlags) -> Result<TextEmbedder> {
+    match load_model(spec, flags)? {
+        Model::Text(m) => Ok(*m),
+        Model::Vision(m) => anyhow::bail!(
+            "{spec} is a {} model; this command needs a text model",
+            m.arch().name()
+        ),
+    }
 }
 
 /// The name a dense index of `model` goes by: the registry alias, else the model name made
 /// safe for a directory.
-pub fn slug(model: &TextEmbedder) -> String {
+pub fn slug(model: &Model) -> String {
     if let Some(info) = registry::find(model.name()) {
         return info.alias.clone();
     }
@@ -54,7 +120,7 @@ pub fn slug(model: &TextEmbedder) -> String {
 }
 
 /// Embeds passages for the index builder.
-pub struct Passages<'a>(pub &'a TextEmbedder);
+pub struct Passages<'a>(pub &'a Model);
 
 impl sift_index::PassageEmbedder for Passages<'_> {
     fn name(&self) -> &str {
@@ -64,17 +130,41 @@ impl sift_index::PassageEmbedder for Passages<'_> {
         self.0.dim()
     }
     fn fingerprint(&self) -> String {
-        format!(
-            "{}|{:?}|{}|{:?}",
-            self.0.name(),
-            self.0.pooling(),
-            self.0.max_seq_len(),
-            self.0.prefix(Kind::Passage)
-        )
+        match self.0 {
+            Model::Text(m) => format!(
+                "{}|{:?}|{}|{:?}",
+                m.name(),
+                m.pooling(),
+                m.max_seq_len(),
+                m.prefix(Kind::Passage)
+            ),
+            Model::Vision(m) => m.fingerprint("text"),
+        }
     }
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, String> {
         self.0
             .embed(texts, Kind::Passage)
-            .map_err(|e| e.to_string())
+            .map_err(|e| format!("{e:#}"))
+    }
+}
+
+/// Embeds corpus images for the index builder.
+pub struct Images<'a>(pub &'a VisionEmbedder);
+
+impl sift_index::ImageEmbedder for Images<'_> {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+    fn fingerprint(&self) -> String {
+        self.0.fingerprint("image")
+    }
+    fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, String>> {
+        self.0.prepare(images)
+    }
+    fn embed_prepared(&self, inputs: &[Vec<f32>]) -> std::result::Result<Vec<Vec<f32>>, String> {
+        self.0.embed_prepared(inputs).map_err(|e| e.to_string())
     }
 }

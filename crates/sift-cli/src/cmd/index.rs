@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use sift_core::Corpus;
 use sift_index::{AnalyzerConfig, BuildOptions, DenseBuild, HnswParams, IndexDir, VectorDtype};
 
-use crate::models::{ModelFlags, Passages, load_text_model, slug};
+use crate::models::{Images, ModelFlags, Passages, load_model, slug};
 
 use crate::options::{AnalyzerFlags, Bm25Flags, split_list};
 use crate::progress::Bars;
@@ -30,10 +30,15 @@ pub struct Args {
     bm25: Bm25Flags,
     #[command(flatten)]
     analyzer: AnalyzerFlags,
-    /// Also embed passages with this text model (directory or hub id / registry alias) and
-    /// build an HNSW index of the vectors; repeat for several models.
+    /// Also embed passages with this model (directory or hub id / registry alias) and build
+    /// an HNSW index of the vectors; repeat for several models. A vision-language model
+    /// (CLIP, SigLIP) embeds passages with its text tower and also indexes the corpus
+    /// images (`document_images`) with its image tower.
     #[arg(long = "dense", value_name = "MODEL")]
     dense: Vec<String>,
+    /// Do not index corpus images with vision-language models.
+    #[arg(long)]
+    no_images: bool,
     #[command(flatten)]
     model: ModelFlags,
     /// Precision of stored vectors.
@@ -77,9 +82,13 @@ pub fn run(a: Args) -> Result<()> {
     let models = a
         .dense
         .iter()
-        .map(|spec| load_text_model(spec, &a.model))
+        .map(|spec| load_model(spec, &a.model))
         .collect::<Result<Vec<_>>>()?;
     let adapters: Vec<Passages> = models.iter().map(Passages).collect();
+    let image_adapters: Vec<Option<Images>> = models
+        .iter()
+        .map(|m| m.vision().filter(|_| !a.no_images).map(Images))
+        .collect();
     let hnsw = HnswParams {
         m: a.hnsw_m,
         ef_construction: a.ef_construction,
@@ -89,14 +98,15 @@ pub fn run(a: Args) -> Result<()> {
         .iter()
         .zip(&models)
         .zip(&adapters)
-        .map(|((spec, model), adapter)| DenseBuild {
+        .zip(&image_adapters)
+        .map(|(((spec, model), adapter), images)| DenseBuild {
             slug: slug(model),
             spec: std::path::Path::new(spec)
                 .canonicalize()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| spec.clone()),
             embedder: adapter,
-            images: None,
+            images: images.as_ref().map(|i| i as &dyn sift_index::ImageEmbedder),
             dtype: match a.vector_dtype {
                 Dtype::F32 => VectorDtype::F32,
                 Dtype::F16 => VectorDtype::F16,
@@ -136,6 +146,17 @@ pub fn run(a: Args) -> Result<()> {
                 "  dense:{slug:<14} {} ({} dims): {} passages embedded, {} from the cache",
                 d.model, d.dim, d.embedded, d.cached
             );
+            if let Some(i) = &d.images {
+                let total: u64 = i.images.values().sum();
+                let bad: u64 = i.undecodable.values().sum();
+                println!(
+                    "  {:<20} {total} images indexed ({} embedded, {} from the cache), {bad} undecodable skipped",
+                    "", i.embedded, i.cached
+                );
+                for e in &i.undecodable_examples {
+                    eprintln!("warning: undecodable image skipped: {e}");
+                }
+            }
         }
     }
     for (name, d) in &m.domains {
