@@ -1097,3 +1097,82 @@ fn all_four_tasks_on_the_sample() {
     ]);
     assert!(err.contains("cannot rank images"), "{err}");
 }
+
+/// `sift embed --image` runs decoding, preprocessing and the image tower end to end: its
+/// vectors are the normalised transformers features of the same image files
+/// (`models/fixtures/vision/*/reference.json`), and text and image vectors share a space.
+#[test]
+fn embed_images_matches_transformers_end_to_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = repo().join("models/fixtures/vision");
+    for model in [
+        "tiny-clip-quickgelu",
+        "tiny-clip-gelu",
+        "tiny-siglip",
+        "tiny-siglip2-style",
+    ] {
+        let dir = fixtures.join(model);
+        let reference: Value = json(&fs::read_to_string(dir.join("reference.json")).unwrap());
+        // the reference images, listed in its order
+        let list = tmp.path().join(format!("{model}.txt"));
+        let files: Vec<String> = reference["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let f = i["file"].as_str().unwrap();
+                dir.join(f).canonicalize().unwrap().display().to_string()
+            })
+            .collect();
+        fs::write(&list, files.join("\n")).unwrap();
+        let out = tmp.path().join(format!("{model}.jsonl"));
+        ok(&[
+            "embed",
+            "--model",
+            s(&dir),
+            "--image",
+            "--input",
+            s(&list),
+            "--out",
+            s(&out),
+            "-q",
+        ]);
+        let got: Vec<Vec<f64>> = fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                json(l)["vector"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect()
+            })
+            .collect();
+        let want = reference["image_embeds"].as_array().unwrap();
+        assert_eq!(got.len(), want.len(), "{model}");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let w: Vec<f64> = w
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            let norm = w.iter().map(|x| x * x).sum::<f64>().sqrt();
+            let cos: f64 = g.iter().zip(&w).map(|(a, b)| a * b / norm).sum();
+            assert!(cos >= 0.9999, "{model} image {i}: cosine {cos}");
+        }
+    }
+    // a text model cannot embed images
+    let err = fails(&[
+        "embed",
+        "--model",
+        s(&fixtures.join("tiny-clip-quickgelu")),
+        "--image",
+        "--input",
+        s(&tmp.path().join("missing")),
+        "--out",
+        s(&tmp.path().join("x.jsonl")),
+    ]);
+    assert!(err.contains("missing"), "{err}");
+}

@@ -11,6 +11,10 @@ pub enum Pooling {
     Mean,
     /// The first token's state.
     Cls,
+    /// The end-of-text token's state (CLIP's text tower).
+    Eos,
+    /// The last position's state, padding included (SigLIP's text tower).
+    Last,
 }
 
 /// A registry entry.
@@ -20,7 +24,7 @@ pub struct ModelInfo {
     pub id: String,
     /// Short name accepted wherever an id is.
     pub alias: String,
-    /// Architecture family (`bert`).
+    /// Architecture family (`bert`, `clip`, `siglip`).
     pub arch: String,
     /// Pooling.
     pub pooling: Pooling,
@@ -74,5 +78,8 @@ mod tests {
             Pooling::Cls
         );
         assert!(find("no-such-model").is_none());
+        let clip = find("clip-b32").unwrap();
+        assert_eq!((clip.arch.as_str(), clip.dim), ("clip", 512));
+        assert_eq!(find("google/siglip-so400m-patch14-384").unwrap().dim, 1152);
     }
 }

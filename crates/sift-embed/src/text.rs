@@ -113,6 +113,12 @@ impl TextEmbedder {
             }
             None => info.map_or(Pooling::Mean, |m| m.pooling),
         };
+        if !matches!(pooling, Pooling::Mean | Pooling::Cls) {
+            return Err(Error::Unsupported {
+                path: files.config.clone(),
+                message: format!("{pooling:?} pooling in a BERT-family model"),
+            });
+        }
         let st_max = match &files.sentence_config {
             Some(p) => read_json::<SentenceConfig>(p)?.max_seq_length,
             None => None,
@@ -230,6 +236,7 @@ impl TextEmbedder {
             pooled.push(match self.pooling {
                 Pooling::Cls => rows.get(0)?,
                 Pooling::Mean => rows.mean(0)?,
+                Pooling::Eos | Pooling::Last => rows.get(s.len() - 1)?,
             });
             start += s.len();
         }

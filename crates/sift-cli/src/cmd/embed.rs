@@ -5,18 +5,21 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use sift_embed::Kind;
 
-use crate::models::{ModelFlags, load_text_model};
+use crate::models::{ModelFlags, load_model};
 use crate::progress::Bars;
 
-/// Embed texts, one per input line, and write the vectors (L2-normalised).
+/// Embed texts (one per input line) or images, and write the vectors (L2-normalised).
 ///
-/// Input lines are plain text (id = line number), or JSON objects with "text" and an
-/// optional "id"/"_id" (BEIR corpus.jsonl and queries.jsonl work as they are). Output: JSONL
+/// Text input lines are plain text (id = line number), or JSON objects with "text" and an
+/// optional "id"/"_id" (BEIR corpus.jsonl and queries.jsonl work as they are). With --image
+/// (vision-language models), the input is a folder (its png, jpg, jpeg, webp, gif and bmp
+/// files, sorted; id = file name) or a file listing image paths, one per line (id = the path
+/// as written; relative paths are relative to the list's folder). Output: JSONL
 /// `{"id", "vector"}` lines, or a float32 `.npy` matrix when the name ends in `.npy` (ids
 /// then go to `<name>.ids.txt`, one per row).
 #[derive(clap::Args)]
 #[command(
-    after_help = "Example:\n  sift embed --model models/local/all-MiniLM-L6-v2 --input queries.txt --kind query --out q.npy"
+    after_help = "Examples:\n  sift embed --model models/local/all-MiniLM-L6-v2 --input queries.txt --kind query --out q.npy\n  sift embed --model openai/clip-vit-base-patch32 --image --input figures/ --out figures.jsonl"
 )]
 pub struct Args {
     /// Model: a directory in Hugging Face layout, or a hub id / registry alias.
@@ -31,6 +34,12 @@ pub struct Args {
     /// Output file (.jsonl or .npy).
     #[arg(long)]
     out: PathBuf,
+    /// Embed texts with the text tower (the default).
+    #[arg(long, conflicts_with = "image")]
+    text: bool,
+    /// Embed images with the image tower of a vision-language model (CLIP, SigLIP).
+    #[arg(long)]
+    image: bool,
     #[command(flatten)]
     model_flags: ModelFlags,
     /// No progress bar.
@@ -109,12 +118,101 @@ fn write_npy(path: &PathBuf, rows: &[Vec<f32>], dim: usize) -> std::io::Result<(
     w.flush()
 }
 
+/// Image files to embed: (id, path).
+fn image_inputs(input: &PathBuf) -> Result<Vec<(String, PathBuf)>> {
+    const EXT: [&str; 6] = ["png", "jpg", "jpeg", "webp", "gif", "bmp"];
+    if input.is_dir() {
+        let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(input)
+            .with_context(|| format!("{}", input.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_file()
+                    && p.extension()
+                        .and_then(|e| e.to_str())
+                        .is_some_and(|e| EXT.contains(&e.to_ascii_lowercase().as_str()))
+            })
+            .map(|p| {
+                let id = p
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                (id, p)
+            })
+            .collect();
+        out.sort();
+        return Ok(out);
+    }
+    let base = input.parent().map(PathBuf::from).unwrap_or_default();
+    let text = std::fs::read_to_string(input).with_context(|| format!("{}", input.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| (l.to_string(), base.join(l)))
+        .collect())
+}
+
+fn embed_images(
+    a: &Args,
+    model: &sift_embed::VisionEmbedder,
+) -> Result<(Vec<String>, Vec<Vec<f32>>)> {
+    let inputs = image_inputs(&a.input)?;
+    if inputs.is_empty() {
+        bail!("{}: no images", a.input.display());
+    }
+    let bar = Bars::new(a.quiet).bar("embed", inputs.len() as u64);
+    let (mut ids, mut vectors, mut skipped) = (Vec::new(), Vec::new(), 0usize);
+    for chunk in inputs.chunks(256) {
+        let bytes: Vec<Vec<u8>> = chunk
+            .iter()
+            .map(|(_, p)| {
+                std::fs::read(p).with_context(|| format!("reading image {}", p.display()))
+            })
+            .collect::<Result<_>>()?;
+        let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        let mut ok = Vec::new();
+        for ((id, path), r) in chunk.iter().zip(model.prepare(&refs)) {
+            match r {
+                Ok(x) => {
+                    ids.push(id.clone());
+                    ok.push(x);
+                }
+                Err(e) => {
+                    skipped += 1;
+                    eprintln!(
+                        "warning: {}: cannot decode image: {e}: skipped",
+                        path.display()
+                    );
+                }
+            }
+        }
+        vectors.extend(model.embed_prepared(&ok)?);
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    if skipped > 0 {
+        eprintln!("warning: {skipped} undecodable image(s) skipped");
+    }
+    Ok((ids, vectors))
+}
+
 pub fn run(a: Args) -> Result<()> {
+    let model = load_model(&a.model, &a.model_flags)?;
+    if a.image {
+        let Some(vision) = model.vision() else {
+            bail!(
+                "{} is a text model: --image needs a vision-language model (CLIP, SigLIP)",
+                a.model
+            );
+        };
+        let (ids, vectors) = embed_images(&a, vision)?;
+        return write_vectors(&a, &ids, &vectors, model.dim(), "images", model.name());
+    }
     let inputs = read_inputs(&a.input)?;
     if inputs.is_empty() {
         bail!("{}: no texts", a.input.display());
     }
-    let model = load_text_model(&a.model, &a.model_flags)?;
     let kind = match a.kind {
         TextKind::Query => Kind::Query,
         TextKind::Passage => Kind::Passage,
@@ -127,27 +225,38 @@ pub fn run(a: Args) -> Result<()> {
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
+    let ids: Vec<String> = inputs.into_iter().map(|(id, _)| id).collect();
+    write_vectors(&a, &ids, &vectors, model.dim(), "texts", model.name())
+}
+
+fn write_vectors(
+    a: &Args,
+    ids: &[String],
+    vectors: &[Vec<f32>],
+    dim: usize,
+    what: &str,
+    model: &str,
+) -> Result<()> {
     let is_npy = a.out.extension().is_some_and(|e| e == "npy");
     if is_npy {
-        write_npy(&a.out, &vectors, model.dim()).with_context(|| format!("{}", a.out.display()))?;
-        let mut ids = a.out.as_os_str().to_owned();
-        ids.push(".ids.txt");
-        let text: String = inputs.iter().map(|(id, _)| format!("{id}\n")).collect();
-        std::fs::write(&ids, text).with_context(|| format!("{}", PathBuf::from(&ids).display()))?;
+        write_npy(&a.out, vectors, dim).with_context(|| format!("{}", a.out.display()))?;
+        let mut path = a.out.as_os_str().to_owned();
+        path.push(".ids.txt");
+        let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
+        std::fs::write(&path, text)
+            .with_context(|| format!("{}", PathBuf::from(&path).display()))?;
     } else {
         let mut w =
             BufWriter::new(File::create(&a.out).with_context(|| format!("{}", a.out.display()))?);
-        for ((id, _), v) in inputs.iter().zip(&vectors) {
+        for (id, v) in ids.iter().zip(vectors) {
             serde_json::to_writer(&mut w, &serde_json::json!({"id": id, "vector": v}))?;
             w.write_all(b"\n")?;
         }
         w.flush()?;
     }
     eprintln!(
-        "embedded {} texts with {} ({} dims) -> {}",
+        "embedded {} {what} with {model} ({dim} dims) -> {}",
         vectors.len(),
-        model.name(),
-        model.dim(),
         a.out.display()
     );
     Ok(())
