@@ -129,7 +129,7 @@ impl Bert {
             let a = layer
                 .attn_norm
                 .forward(&ops::linear(&layer.attn_out, &ctx, Some(&x))?)?;
-            let i = self.act.apply(&ops::linear(&layer.inter, &a, None)?)?;
+            let i = ops::linear_act(&layer.inter, &a, None, Some(self.act))?;
             x = layer
                 .out_norm
                 .forward(&ops::linear(&layer.out, &i, Some(&a))?)?;

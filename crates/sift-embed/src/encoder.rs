@@ -90,10 +90,7 @@ impl Encoder {
             let qkv = ops::linear(&l.qkv, &l.norm1.forward(&x)?, None)?;
             let ctx = ops::attention(&qkv, segments, self.sizes.heads, self.head_dim, causal)?;
             x = ops::linear(&l.out, &ctx, Some(&x))?;
-            let m = self
-                .sizes
-                .act
-                .apply(&ops::linear(&l.fc1, &l.norm2.forward(&x)?, None)?)?;
+            let m = ops::linear_act(&l.fc1, &l.norm2.forward(&x)?, None, Some(self.sizes.act))?;
             x = ops::linear(&l.fc2, &m, Some(&x))?;
         }
         Ok(x)

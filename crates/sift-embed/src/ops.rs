@@ -3,7 +3,9 @@
 //!
 //! On the CPU with f32, the element-wise work runs in parallel custom ops (candle's own unary
 //! ops are single-threaded); elsewhere candle's ops are used, with the same arithmetic.
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Module, Result, Shape, Tensor};
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Module, Result, Shape, Tensor,
+};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 
 /// Activation functions of Hugging Face configs (`hidden_act`).
@@ -99,13 +101,154 @@ impl CustomOp1 for ParAct {
     }
 }
 
-/// `a + b` where `b` is a row broadcast over `a` (a bias) or has `a`'s shape (a residual),
-/// f32 on the CPU, in parallel, written to a fresh copy of `a`.
-struct AddRow;
+/// `act(x W^T + b) (+ residual)` for a 2-D `x` (the activation, when given, applies before
+/// the residual; layers use one or the other).
+///
+/// On the CPU with f32 this is one custom op over the gemm kernel candle itself uses: the
+/// output starts as the bias (plus the residual) and the matrix product accumulates into
+/// it, then the activation runs in place, in parallel. That saves the zero fill, the copies
+/// and the separate passes of `matmul` + `broadcast_add` + `add` + activation.
+pub fn linear_act(
+    l: &Linear,
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    act: Option<Act>,
+) -> Result<Tensor> {
+    let cpu_f32 = x.device().is_cpu() && x.dtype() == DType::F32 && x.rank() == 2;
+    if cpu_f32 {
+        let op = LinearOp {
+            bias: l.bias().map(|b| b.to_vec1::<f32>()).transpose()?,
+            act,
+        };
+        let x = x.contiguous()?;
+        let w = l.weight().contiguous()?;
+        return match residual {
+            Some(r) => x.apply_op3_no_bwd(&w, &r.contiguous()?, &op),
+            None => x.apply_op2_no_bwd(&w, &op),
+        };
+    }
+    let mut y = l.forward(x)?;
+    if let Some(a) = act {
+        y = a.apply(&y)?;
+    }
+    match residual {
+        Some(r) => y + r,
+        None => Ok(y),
+    }
+}
 
-impl CustomOp2 for AddRow {
+/// `x W^T (+ b) (+ residual)` for a 2-D `x` (see [`linear_act`]).
+pub fn linear(l: &Linear, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+    linear_act(l, x, residual, None)
+}
+
+/// The fused CPU linear layer of [`linear_act`].
+struct LinearOp {
+    bias: Option<Vec<f32>>,
+    act: Option<Act>,
+}
+
+impl LinearOp {
+    fn compute(
+        &self,
+        x: &CpuStorage,
+        xl: &Layout,
+        w: &CpuStorage,
+        wl: &Layout,
+        residual: Option<(&CpuStorage, &Layout)>,
+    ) -> Result<(CpuStorage, Shape)> {
+        use rayon::prelude::*;
+        let (CpuStorage::F32(x), CpuStorage::F32(w)) = (x, w) else {
+            candle_core::bail!("linear: f32 only")
+        };
+        let (Some((x0, x1)), Some((w0, w1))) = (xl.contiguous_offsets(), wl.contiguous_offsets())
+        else {
+            candle_core::bail!("linear: contiguous inputs only")
+        };
+        let (m, k) = xl.shape().dims2()?;
+        let (n, k2) = wl.shape().dims2()?;
+        if k != k2 {
+            candle_core::bail!("linear: input of {k} features, weight of {k2}")
+        }
+        let (x, w) = (&x[x0..x1], &w[w0..w1]);
+        let mut dst = vec![0f32; m * n];
+        let rows = (16384 / n.max(1)).max(1);
+        match residual {
+            Some((r, rl)) => {
+                let CpuStorage::F32(r) = r else {
+                    candle_core::bail!("linear: f32 residual only")
+                };
+                let Some((r0, r1)) = rl.contiguous_offsets() else {
+                    candle_core::bail!("linear: contiguous residual only")
+                };
+                let r = &r[r0..r1];
+                if r.len() != m * n {
+                    candle_core::bail!("linear: residual of {} values for {m}x{n}", r.len())
+                }
+                dst.par_chunks_mut(rows * n)
+                    .zip(r.par_chunks(rows * n))
+                    .for_each(|(d, r)| {
+                        d.copy_from_slice(r);
+                        if let Some(b) = &self.bias {
+                            for row in d.chunks_mut(n) {
+                                row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+                            }
+                        }
+                    });
+            }
+            None => {
+                if let Some(b) = &self.bias {
+                    dst.par_chunks_mut(rows * n).for_each(|d| {
+                        for row in d.chunks_mut(n) {
+                            row.copy_from_slice(b);
+                        }
+                    });
+                }
+            }
+        }
+        let read_dst = residual.is_some() || self.bias.is_some();
+        let threads = candle_core::utils::get_num_threads();
+        let parallelism = if threads > 1 {
+            gemm::Parallelism::Rayon(threads)
+        } else {
+            gemm::Parallelism::None
+        };
+        // SAFETY: dst is m x n row-major, x is m x k row-major, w is n x k row-major (read as
+        // the k x n matrix W^T through its strides); every pointer covers its full extent.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                read_dst,
+                x.as_ptr(),
+                1,
+                k as isize,
+                w.as_ptr(),
+                k as isize,
+                1,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+        if let Some(act) = self.act {
+            dst.par_chunks_mut(8192)
+                .for_each(|d| d.iter_mut().for_each(|v| *v = act_f32(act, *v)));
+        }
+        Ok((CpuStorage::F32(dst), Shape::from((m, n))))
+    }
+}
+
+impl CustomOp2 for LinearOp {
     fn name(&self) -> &'static str {
-        "add-row-par"
+        "linear-fused"
     }
 
     fn cpu_fwd(
@@ -115,53 +258,25 @@ impl CustomOp2 for AddRow {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        use rayon::prelude::*;
-        let (CpuStorage::F32(a), CpuStorage::F32(b)) = (s1, s2) else {
-            candle_core::bail!("add-row-par: f32 only")
-        };
-        let (Some((a0, a1)), Some((b0, b1))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
-        else {
-            candle_core::bail!("add-row-par: contiguous inputs only")
-        };
-        let (a, b) = (&a[a0..a1], &b[b0..b1]);
-        let n = b.len();
-        if n == 0 || a.len() % n != 0 {
-            candle_core::bail!("add-row-par: {} values cannot take rows of {n}", a.len());
-        }
-        let mut out = a.to_vec();
-        if n == a.len() {
-            out.par_chunks_mut(8192)
-                .zip(b.par_chunks(8192))
-                .for_each(|(o, r)| o.iter_mut().zip(r).for_each(|(o, r)| *o += r));
-        } else {
-            let rows = (8192 / n).max(1);
-            out.par_chunks_mut(rows * n).for_each(|chunk| {
-                for row in chunk.chunks_mut(n) {
-                    row.iter_mut().zip(b).for_each(|(o, r)| *o += r);
-                }
-            });
-        }
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
+        self.compute(s1, l1, s2, l2, None)
     }
 }
 
-/// `x W^T (+ b) (+ residual)` for a 2-D `x`; on the CPU the additions run in parallel.
-pub fn linear(l: &Linear, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
-    if x.device().is_cpu() && x.dtype() == DType::F32 {
-        let mut y = x.matmul(&l.weight().t()?)?;
-        if let Some(bias) = l.bias() {
-            y = y.apply_op2_no_bwd(bias, &AddRow)?;
-        }
-        if let Some(r) = residual {
-            y = y.apply_op2_no_bwd(&r.contiguous()?, &AddRow)?;
-        }
-        Ok(y)
-    } else {
-        let y = l.forward(x)?;
-        match residual {
-            Some(r) => y + r,
-            None => Ok(y),
-        }
+impl CustomOp3 for LinearOp {
+    fn name(&self) -> &'static str {
+        "linear-fused-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.compute(s1, l1, s2, l2, Some((s3, l3)))
     }
 }
 
@@ -327,6 +442,41 @@ mod tests {
                 .unwrap();
             assert!(diff < 2e-6, "{act:?}: max diff {diff}");
         }
+    }
+
+    #[test]
+    fn fused_linear_matches_matmul() {
+        let dev = candle_core::Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (37, 24), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (19, 24), &dev).unwrap();
+        let b = Tensor::randn(0f32, 1.0, 19, &dev).unwrap();
+        let r = Tensor::randn(0f32, 1.0, (37, 19), &dev).unwrap();
+        let l = Linear::new(w.clone(), Some(b.clone()));
+        let plain = x
+            .matmul(&w.t().unwrap())
+            .unwrap()
+            .broadcast_add(&b)
+            .unwrap();
+        let max_diff = |a: &Tensor, b: &Tensor| -> f32 {
+            (a - b)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar()
+                .unwrap()
+        };
+        assert!(max_diff(&linear(&l, &x, None).unwrap(), &plain) < 1e-5);
+        let with_res = (&plain + &r).unwrap();
+        assert!(max_diff(&linear(&l, &x, Some(&r)).unwrap(), &with_res) < 1e-5);
+        let act = linear_act(&l, &x, None, Some(Act::Gelu)).unwrap();
+        assert!(max_diff(&act, &plain.gelu_erf().unwrap()) < 1e-5);
+        let no_bias = Linear::new(w.clone(), None);
+        let plain = x.matmul(&w.t().unwrap()).unwrap();
+        assert!(max_diff(&linear(&no_bias, &x, None).unwrap(), &plain) < 1e-5);
     }
 
     #[test]

@@ -261,9 +261,7 @@ impl PoolingHead {
         let probs = candle_nn::ops::softmax(&q.matmul(&k)?, D::Minus1)?; // (b, H, 1, t)
         let ctx = probs.matmul(&v)?.reshape((batch, h))?;
         let y = ops::linear(&self.out, &ctx, None)?;
-        let m = self
-            .act
-            .apply(&ops::linear(&self.fc1, &self.norm.forward(&y)?, None)?)?;
+        let m = ops::linear_act(&self.fc1, &self.norm.forward(&y)?, None, Some(self.act))?;
         ops::linear(&self.fc2, &m, Some(&y))
     }
 }
