@@ -1176,3 +1176,55 @@ fn embed_images_matches_transformers_end_to_end() {
     ]);
     assert!(err.contains("missing"), "{err}");
 }
+
+/// Corpus images may come as a folder (`document_images/<domain>/...`) instead of parquet:
+/// the same ids, the same vectors.
+#[test]
+fn corpus_images_from_a_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    copy_dir(&sample(), &corpus);
+    // write physics' images out as files and drop its parquet
+    let sample_corpus = sift_core::Corpus::open(sample()).unwrap();
+    for r in sample_corpus.images("physics").unwrap() {
+        let r = r.unwrap();
+        let p = corpus.join("document_images").join(&r.path);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, &r.bytes).unwrap();
+    }
+    fs::remove_file(corpus.join("document_images/physics.parquet")).unwrap();
+    let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+    let vectors = |corpus: &Path, name: &str| -> Value {
+        let index = tmp.path().join(name);
+        let out = json(&ok(&[
+            "index",
+            "--corpus",
+            s(corpus),
+            "--index",
+            s(&index),
+            "--domains",
+            "physics",
+            "--dense",
+            s(&clip),
+            "--json",
+        ]));
+        out["manifest"]["dense"]["tiny-clip-quickgelu"]["images"].clone()
+    };
+    let from_parquet = vectors(&sample(), "a");
+    let from_folder = vectors(&corpus, "b");
+    assert_eq!(from_folder["images"], from_parquet["images"]);
+    assert_eq!(from_folder["undecodable"], from_parquet["undecodable"]);
+    let e = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&tmp.path().join("b")),
+        "--task",
+        "3",
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+        "--json",
+    ]));
+    assert_eq!(e["per_domain"].as_object().unwrap().len(), 1);
+}

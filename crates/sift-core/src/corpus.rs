@@ -255,19 +255,52 @@ impl Corpus {
         self.image_config("examples_images", domain)
     }
 
+    /// Images of `config` for `domain`: its parquet files (`path`, `bytes`), or else a folder
+    /// `<config>/<domain>/` of image files, each named by its path below `<config>/`
+    /// (`physics/physics_2e6f8c35_0001/image_1.png`), the form the parquet paths take.
     fn image_config(&self, config: &str, domain: &str) -> Result<Images> {
         let files = match self.layout {
             Layout::Beir => Vec::new(),
             Layout::MmBright => self.domain_files(config, domain)?,
         };
+        let mut folder = Vec::new();
+        let dir = self.root.join(config).join(domain);
+        if files.is_empty() && dir.is_dir() {
+            collect_files(&dir, &self.root.join(config), &mut folder)?;
+            folder.sort();
+        }
         Ok(Images {
             files: files.into(),
+            folder: folder.into(),
             table: None,
             seen: HashSet::new(),
             pending: Default::default(),
             warnings: Warnings::new(),
         })
     }
+}
+
+/// Every regular, non-hidden file below `dir`, as (id relative to `base` with `/`, path).
+fn collect_files(dir: &Path, base: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let path = entry.path();
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            collect_files(&path, base, out)?;
+        } else if path.is_file() {
+            let rel = path.strip_prefix(base).unwrap_or(&path);
+            let id: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            out.push((normalize_image_path(&id.join("/")), path));
+        }
+    }
+    Ok(())
 }
 
 /// `physics-00000-of-00002` -> `physics`; `physics` -> `physics`.
@@ -350,6 +383,8 @@ impl ImageRecord {
 /// memory at once. Rows with no bytes and repeated paths are skipped and counted.
 pub struct Images {
     files: std::collections::VecDeque<PathBuf>,
+    /// image files of a folder: (id, path)
+    folder: std::collections::VecDeque<(String, PathBuf)>,
     table: Option<Table>,
     seen: HashSet<String>,
     pending: std::collections::VecDeque<ImageRecord>,
@@ -369,6 +404,27 @@ impl Images {
         loop {
             if let Some(r) = self.pending.pop_front() {
                 return Ok(Some(r));
+            }
+            if self.table.is_none() && self.files.is_empty() {
+                let Some((id, path)) = self.folder.pop_front() else {
+                    return Ok(None);
+                };
+                let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+                if bytes.is_empty() {
+                    self.warnings.push(
+                        WarningKind::MissingImageBytes,
+                        &path,
+                        String::new(),
+                        format!("image {id:?} is an empty file: skipped"),
+                    );
+                    continue;
+                }
+                return Ok(Some(ImageRecord {
+                    path: id,
+                    bytes,
+                    file: path,
+                    row: 0,
+                }));
             }
             if self.table.is_none() {
                 let Some(file) = self.files.pop_front() else {
@@ -443,6 +499,7 @@ impl Iterator for Images {
         let r = self.next_image().transpose();
         if matches!(r, Some(Err(_))) {
             self.files.clear();
+            self.folder.clear();
             self.table = None;
         }
         r
