@@ -100,13 +100,21 @@ impl Encoder {
 /// Patch embedding as a matrix product: `(batch, channels, height, width)` pixels cut into
 /// `patch x patch` squares, each flattened in (channel, row, column) order like a convolution
 /// kernel, times the kernel matrix. Returns `(batch * patches, hidden)`, patches row-major.
+/// As a stride-`patch` convolution without padding does, rows and columns beyond the last
+/// whole patch are dropped (so400m: 384 = 27 x 14 + 6).
 pub fn patchify(pixels: &Tensor, patch: usize) -> Result<Tensor> {
     let (b, c, hh, ww) = pixels.dims4()?;
-    if hh % patch != 0 || ww % patch != 0 {
-        candle_core::bail!("image {hh}x{ww} is not a whole number of {patch}x{patch} patches")
-    }
     let (gh, gw) = (hh / patch, ww / patch);
+    if gh == 0 || gw == 0 {
+        candle_core::bail!("image {hh}x{ww} is smaller than one {patch}x{patch} patch")
+    }
+    let pixels = if gh * patch != hh || gw * patch != ww {
+        pixels.narrow(2, 0, gh * patch)?.narrow(3, 0, gw * patch)?
+    } else {
+        pixels.clone()
+    };
     pixels
+        .contiguous()?
         .reshape((b, c, gh, patch, gw, patch))?
         .permute((0, 2, 4, 1, 3, 5))?
         .contiguous()?

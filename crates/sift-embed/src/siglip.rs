@@ -288,10 +288,8 @@ impl SiglipVision {
         let h = v.hidden_size;
         let image_size = v.image_size.square("image_size")?;
         let patch_size = v.patch_size.square("patch_size")?;
-        if patch_size == 0 || !image_size.is_multiple_of(patch_size) {
-            candle_core::bail!(
-                "image_size {image_size} is not a multiple of patch_size {patch_size}"
-            )
+        if patch_size == 0 || patch_size > image_size {
+            candle_core::bail!("patch_size {patch_size} does not fit image_size {image_size}")
         }
         let patches = (image_size / patch_size).pow(2);
         let m = vb.pp("vision_model");
