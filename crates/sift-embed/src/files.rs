@@ -25,6 +25,9 @@ pub struct ModelFiles {
     pub tokenizer_config: Option<PathBuf>,
 }
 
+const NO_TOKENIZER_JSON: &str = "missing: this model ships only a SentencePiece spiece.model \
+(SigLIP v1); write tokenizer.json next to it once with `python3 models/siglip_tokenizer_json.py DIR`";
+
 const OPTIONAL: [&str; 4] = [
     "1_Pooling/config.json",
     "sentence_bert_config.json",
@@ -58,6 +61,9 @@ impl ModelFiles {
             }
         };
         let config = need("config.json")?;
+        if !dir.join("tokenizer.json").is_file() && dir.join("spiece.model").is_file() {
+            return Err(Error::file(dir.join("tokenizer.json"), NO_TOKENIZER_JSON));
+        }
         let tokenizer = need("tokenizer.json")?;
         let weights = if dir.join("model.safetensors").is_file() {
             vec![dir.join("model.safetensors")]
@@ -130,7 +136,13 @@ impl ModelFiles {
             })
         };
         let config = get("config.json")?;
-        let tokenizer = get("tokenizer.json")?;
+        let tokenizer = get("tokenizer.json").map_err(|e| match get("spiece.model") {
+            Ok(spm) => Error::file(
+                spm.with_file_name("tokenizer.json"),
+                format!("{NO_TOKENIZER_JSON} (the directory is the hub cache snapshot above)"),
+            ),
+            Err(_) => e,
+        })?;
         let weights = match get("model.safetensors") {
             Ok(p) => vec![p],
             Err(first) => {

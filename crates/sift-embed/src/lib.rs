@@ -26,7 +26,7 @@ pub use error::{Error, Result};
 pub use files::ModelFiles;
 pub use registry::{ModelInfo, Pooling};
 pub use text::{Kind, TextEmbedder, TextEmbedderOptions};
-pub use vision::{VisionArch, VisionEmbedder, VisionOptions, is_vision_model};
+pub use vision::{VisionArch, VisionEmbedder, VisionOptions, is_vision_model, siglip_canonicalize};
 
 /// Makes glibc's allocator keep large buffers for reuse instead of returning each one to the
 /// kernel: model inference allocates and frees activation tensors of many megabytes per

@@ -260,10 +260,7 @@ impl VisionEmbedder {
             .iter()
             .map(|t| {
                 if self.canonicalize {
-                    t.to_lowercase()
-                        .chars()
-                        .filter(|c| !c.is_ascii_punctuation())
-                        .collect()
+                    siglip_canonicalize(t)
                 } else {
                     t.to_string()
                 }
@@ -393,6 +390,16 @@ impl VisionEmbedder {
             self.processor
         )
     }
+}
+
+/// transformers' `SiglipTokenizer.canonicalize_text` (SigLIP v1, `do_lower_case`): lower
+/// case, ASCII punctuation (Python's `string.punctuation`) removed. It runs in Python before
+/// SentencePiece, so a converted `tokenizer.json` does not carry it.
+pub fn siglip_canonicalize(text: &str) -> String {
+    text.to_lowercase()
+        .chars()
+        .filter(|c| !c.is_ascii_punctuation())
+        .collect()
 }
 
 /// `"</s>"` or `{"content": "</s>", ...}`.
