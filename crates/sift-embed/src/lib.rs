@@ -26,7 +26,10 @@ pub use error::{Error, Result};
 pub use files::ModelFiles;
 pub use registry::{ModelInfo, Pooling};
 pub use text::{Kind, TextEmbedder, TextEmbedderOptions};
-pub use vision::{VisionArch, VisionEmbedder, VisionOptions, is_vision_model, siglip_canonicalize};
+pub use vision::{
+    VisionArch, VisionEmbedder, VisionOptions, is_vision_model, siglip_canonicalize,
+    siglip_canonicalize_with,
+};
 
 /// Makes glibc's allocator keep large buffers for reuse instead of returning each one to the
 /// kernel: model inference allocates and frees activation tensors of many megabytes per

@@ -76,8 +76,8 @@ pub struct VisionEmbedder {
     arch: VisionArch,
     towers: Towers,
     tokenizer: Tokenizer,
-    /// SiglipTokenizer's canonicalisation: lower-case and drop ASCII punctuation
-    canonicalize: bool,
+    /// SiglipTokenizer's canonicalisation ([`siglip_canonicalize_with`]); `Some(lowercase)`
+    canonicalize: Option<bool>,
     processor: ImageProcessor,
     dim: usize,
     max_text_len: usize,
@@ -207,8 +207,9 @@ impl VisionEmbedder {
                 "the image processor makes {h}x{w} inputs, the model takes {image_size}x{image_size}"
             )));
         }
-        let canonicalize = tok_config.tokenizer_class.as_deref() == Some("SiglipTokenizer")
-            && tok_config.do_lower_case.unwrap_or(true);
+        // SiglipTokenizer canonicalises whatever do_lower_case says (it only gates lower-casing)
+        let canonicalize = (tok_config.tokenizer_class.as_deref() == Some("SiglipTokenizer"))
+            .then(|| tok_config.do_lower_case.unwrap_or(true));
         Ok(VisionEmbedder {
             name: files.name.clone(),
             arch: kind,
@@ -258,12 +259,9 @@ impl VisionEmbedder {
     pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<(Vec<u32>, usize)>> {
         let inputs: Vec<String> = texts
             .iter()
-            .map(|t| {
-                if self.canonicalize {
-                    siglip_canonicalize(t)
-                } else {
-                    t.to_string()
-                }
+            .map(|t| match self.canonicalize {
+                Some(lowercase) => siglip_canonicalize_with(t, lowercase),
+                None => t.to_string(),
             })
             .collect();
         let enc = self
@@ -392,14 +390,119 @@ impl VisionEmbedder {
     }
 }
 
-/// transformers' `SiglipTokenizer.canonicalize_text` (SigLIP v1, `do_lower_case`): lower
-/// case, ASCII punctuation (Python's `string.punctuation`) removed. It runs in Python before
-/// SentencePiece, so a converted `tokenizer.json` does not carry it.
+/// The special tokens `SiglipTokenizer` finds in the raw text before it canonicalises (eos =
+/// pad `</s>`, unk `<unk>`: every SigLIP v1 tokenizer_config.json). They stay in the text, so
+/// `tokenizer.json` (models/siglip_tokenizer_json.py) matches them as added tokens.
+const SIGLIP_SPECIAL_TOKENS: [&str; 2] = ["</s>", "<unk>"];
+
+/// What transformers' `SiglipTokenizer.tokenize` (SigLIP v1, `do_lower_case`) does to a text
+/// before SentencePiece, so that a converted `tokenizer.json` then gives its ids: `▁` becomes a
+/// space; the text is split on `</s>`/`<unk>` (kept as they are); each piece between them goes
+/// through `canonicalize_text`: lower case, ASCII punctuation (Python's `string.punctuation`)
+/// removed, runs of whitespace (Python's `\s`: Unicode White_Space plus U+001C..U+001F) made
+/// one space, stripped; then [`compose_like_sentencepiece`]. Python reference:
+/// `siglip_canonicalize` in models/siglip_tokenizer_json.py.
 pub fn siglip_canonicalize(text: &str) -> String {
-    text.to_lowercase()
-        .chars()
-        .filter(|c| !c.is_ascii_punctuation())
-        .collect()
+    siglip_canonicalize_with(text, true)
+}
+
+/// [`siglip_canonicalize`], lower-casing only when `lowercase` (`do_lower_case`).
+pub fn siglip_canonicalize_with(text: &str, lowercase: bool) -> String {
+    let text = text.replace('\u{2581}', " ");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    loop {
+        let special = SIGLIP_SPECIAL_TOKENS
+            .iter()
+            .filter_map(|s| rest.find(s).map(|at| (at, *s)))
+            .min_by_key(|&(at, _)| at);
+        let piece = special.map_or(rest, |(at, _)| &rest[..at]);
+        out.push_str(&compose_like_sentencepiece(&canonicalize_piece(
+            piece, lowercase,
+        )));
+        let Some((at, token)) = special else { break };
+        out.push_str(token);
+        rest = &rest[at + token.len()..];
+    }
+    out
+}
+
+/// `canonicalize_text` of one piece.
+fn canonicalize_piece(piece: &str, lowercase: bool) -> String {
+    let text = if lowercase {
+        piece.to_lowercase()
+    } else {
+        piece.to_string()
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut space = false;
+    for c in text.chars().filter(|c| !c.is_ascii_punctuation()) {
+        // Python's str.isspace / re `\s`: Rust's White_Space plus the four separators
+        if c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c) {
+            space = !out.is_empty();
+        } else {
+            if space {
+                out.push(' ');
+                space = false;
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A combining mark or a Hangul medial/final jamo: part of the cluster before it.
+fn joins(c: char) -> bool {
+    unicode_normalization_alignments::char::is_combining_mark(c)
+        || ('\u{1160}'..='\u{11ff}').contains(&c)
+}
+
+fn normalized(text: &str, nfc: bool) -> String {
+    let mut n = tokenizers::NormalizedString::from(text);
+    if nfc {
+        n.nfc();
+    } else {
+        n.nfd();
+    }
+    n.get().to_string()
+}
+
+/// Composes canonical decompositions the way SentencePiece's nmt_nfkc charsmap does: the
+/// longest exact canonical decomposition of one character at the start of each cluster (NFD
+/// "ế" = e U+0302 U+0301, NFD Hangul jamo) becomes that character; other marks stay (a
+/// precomposed "ê" + U+0301 stays two characters). tokenizers' `Precompiled` normaliser
+/// instead replaces a whole short grapheme by its shortest matching prefix and drops the rest
+/// (NFD "ế" -> "ê"; huggingface/tokenizers#2116, #2334); after this it only sees composed
+/// characters and lone marks, which it maps like SentencePiece. Not covered: a compatibility
+/// character followed by a mark ("ﬁ" U+0301: SentencePiece "fi" U+0301, tokenizers "fi").
+fn compose_like_sentencepiece(text: &str) -> String {
+    if !text.chars().any(joins) {
+        return text.to_string();
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let mut j = i + 1;
+        while j < chars.len() && joins(chars[j]) {
+            j += 1;
+        }
+        let (mut k, mut composed) = (i + 1, chars[i]);
+        for end in i + 2..=j {
+            let seq: String = chars[i..end].iter().collect();
+            let nfc = normalized(&seq, true);
+            let mut one = nfc.chars();
+            if let (Some(c), None) = (one.next(), one.next())
+                && normalized(&nfc, false) == seq
+            {
+                (k, composed) = (end, c);
+            }
+        }
+        out.push(composed);
+        out.extend(&chars[k..j]);
+        i = j;
+    }
+    out
 }
 
 /// `"</s>"` or `{"content": "</s>", ...}`.

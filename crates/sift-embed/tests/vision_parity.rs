@@ -28,7 +28,8 @@ fn fixtures() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("reference.json").is_file())
+        // checkpoints only (siglip-spm/ is a tokenizer-only fixture: siglip_tokenizer.rs)
+        .filter(|p| p.join("reference.json").is_file() && p.join("config.json").is_file())
         .collect();
     dirs.sort();
     assert!(dirs.len() >= 4, "fixtures missing under {}", root.display());
