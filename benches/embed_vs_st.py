@@ -57,15 +57,16 @@ SAME = ["items", "batch_size", "threads"]  # warn if these differ between the en
 PEER_PKGS = ["sentence-transformers", "torch", "transformers", "tokenizers", "numpy"]
 
 
-def check_keys(label: str, res: dict, engine: str) -> None:
-    missing = [k for k in KEYS if k not in res]
+def check_keys(label: str, res: dict, engine: str, keys=KEYS, optional=OPTIONAL,
+               positive=("seconds", "items_per_s", "peak_rss_mb")) -> None:
+    missing = [k for k in keys if k not in res]
     if missing:
         raise SystemExit(f"{label}: result lacks keys {missing}: {json.dumps(res)}")
-    bad = [k for k in ("seconds", "items_per_s", "peak_rss_mb")
+    bad = [k for k in positive
            if not isinstance(res[k], (int, float)) or res[k] <= 0]
     if bad:
         raise SystemExit(f"{label}: non-positive or non-numeric {bad}: {json.dumps(res)}")
-    extra = sorted(set(res) - set(KEYS) - OPTIONAL)
+    extra = sorted(set(res) - set(keys) - set(optional))
     if extra:
         print(f"warning: {label}: extra keys {extra} (kept in raw results)", file=sys.stderr)
     if res["engine"] != engine:
@@ -89,11 +90,11 @@ def peer_cmd(args) -> list:
     return cmd
 
 
-def peer_env() -> dict:
+def peer_env(pkgs=PEER_PKGS) -> dict:
     code = (
         "import json, importlib.metadata as m\n"
         "out = {}\n"
-        f"for p in {PEER_PKGS!r}:\n"
+        f"for p in {list(pkgs)!r}:\n"
         "    try: out[p] = m.version(p)\n"
         "    except m.PackageNotFoundError: out[p] = None\n"
         "print(json.dumps(out))\n"
@@ -129,15 +130,79 @@ def machine() -> dict:
     return {"uname": uname, "cpu": cpu or platform.processor(), "nproc": nproc, "loadavg_at_start": load}
 
 
-def markdown(report: dict) -> str:
+def run_rounds(rounds: int, sift_cmd: str, pcmd: list, peer: str, check, unit: str) -> list:
+    """`rounds` alternating rounds, each engine in a fresh process: Sift's shell command and
+    the peer's argv, Sift first in odd rounds. `check(label, result, engine)` validates each
+    result. Returns the raw per-round entries."""
+    raw = []
+    for r in range(rounds):
+        order = ["sift", peer] if r % 2 == 0 else [peer, "sift"]
+        entry = {"round": r + 1, "order": order}
+        for eng in order:
+            label = f"round {r + 1} {eng}"
+            if eng == "sift":
+                res, wall = run_cmd(label, sift_cmd, shell=True)
+            else:
+                res, wall = run_cmd(label, pcmd, shell=False)
+            check(label, res, eng)
+            entry[eng] = res
+            entry[f"{eng}_process_seconds"] = wall
+        raw.append(entry)
+        print(f"round {r + 1}/{rounds} ({' then '.join(order)}): "
+              f"sift {entry['sift']['items_per_s']:.1f} {unit}, "
+              f"{peer} {entry[peer]['items_per_s']:.1f} {unit}",
+              file=sys.stderr)
+    return raw
+
+
+def summarise(raw: list, peer: str, metrics: list, same: list, carry: tuple) -> tuple:
+    """Per-engine medians of each metric key (plus the identity keys, `same`, and the `carry`
+    keys of round 1), ratios oriented so that > 1 means Sift is better, and warnings where
+    the engines' settings (`same`, warmup, model directory name) differ."""
+    medians = {}
+    for eng in ("sift", peer):
+        first = raw[0][eng]
+        m = {k: first[k] for k in ("engine", "version", "model", *same)}
+        for k in carry:
+            if k in first:
+                m[k] = first[k]
+        for _, key, _ in metrics:
+            m[key] = statistics.median(e[eng][key] for e in raw)
+        medians[eng] = m
+
+    ratios = {}
+    for _, key, orient in metrics:
+        sv, pv = medians["sift"][key], medians[peer][key]
+        ratios[key] = (sv / pv) if orient == "sift/peer" else (pv / sv)
+
+    warnings = []
+    s, p = medians["sift"], medians[peer]
+    for k in same:
+        sv = sorted({e["sift"][k] for e in raw})
+        pv = sorted({e[peer][k] for e in raw})
+        if sv != pv or len(sv) != 1:
+            warnings.append(f"{k} differs: sift {sv if len(sv) > 1 else sv[0]}, "
+                            f"{peer} {pv if len(pv) > 1 else pv[0]}")
+    if "warmup" in s and s["warmup"] != p.get("warmup"):
+        warnings.append(f"warmup differs: sift {s['warmup']}, {peer} {p.get('warmup')}")
+    sm = os.path.basename(os.path.normpath(str(s["model"])))
+    pm = os.path.basename(os.path.normpath(str(p["model"])))
+    if sm != pm:
+        warnings.append(f"model names differ: sift {s['model']!r}, {peer} {p['model']!r}")
+    for w in warnings:
+        print("warning: " + w, file=sys.stderr)
+    return medians, ratios, warnings
+
+
+def markdown(report: dict, peer: str = PEER, metrics: list = METRICS) -> str:
     med, ratios = report["medians"], report["ratios"]
-    s, p = med["sift"], med[PEER]
+    s, p = med["sift"], med[peer]
     rounds = report["rounds"]
     lines = [
-        f"| metric (median of {rounds} rounds) | Sift | sentence-transformers | ratio (higher = Sift better) |",
+        f"| metric (median of {rounds} rounds) | Sift | {peer} | ratio (higher = Sift better) |",
         "|---|---:|---:|---:|",
     ]
-    for label, key, _ in METRICS:
+    for label, key, _ in metrics:
         lines.append(f"| {label} | {fmt(s[key])} | {fmt(p[key])} | {ratios[key]:.2f}x |")
     return "\n".join(lines)
 
@@ -168,58 +233,11 @@ def main() -> int:
     mach = machine()
     env = peer_env()
 
-    raw = []
     pcmd = peer_cmd(args)
-    for r in range(args.rounds):
-        order = ["sift", PEER] if r % 2 == 0 else [PEER, "sift"]
-        entry = {"round": r + 1, "order": order}
-        for eng in order:
-            label = f"round {r + 1} {eng}"
-            if eng == "sift":
-                res, wall = run_cmd(label, args.sift_bench, shell=True)
-            else:
-                res, wall = run_cmd(label, pcmd, shell=False)
-            check_keys(label, res, eng)
-            entry[eng] = res
-            entry[f"{eng}_process_seconds"] = wall
-        raw.append(entry)
-        print(f"round {r + 1}/{args.rounds} ({' then '.join(order)}): "
-              f"sift {entry['sift']['items_per_s']:.1f} texts/s, "
-              f"{PEER} {entry[PEER]['items_per_s']:.1f} texts/s",
-              file=sys.stderr)
-
-    medians = {}
-    for eng in ("sift", PEER):
-        first = raw[0][eng]
-        m = {k: first[k] for k in ("engine", "version", "model", *SAME)}
-        for k in ("warmup", "max_seq_length", "torch", "device"):
-            if k in first:
-                m[k] = first[k]
-        for _, key, _ in METRICS:
-            m[key] = statistics.median(e[eng][key] for e in raw)
-        medians[eng] = m
-
-    ratios = {}
-    for _, key, orient in METRICS:
-        sv, pv = medians["sift"][key], medians[PEER][key]
-        ratios[key] = (sv / pv) if orient == "sift/peer" else (pv / sv)
-
-    warnings = []
+    raw = run_rounds(args.rounds, args.sift_bench, pcmd, PEER, check_keys, "texts/s")
+    medians, ratios, warnings = summarise(raw, PEER, METRICS, SAME,
+                                          ("warmup", "max_seq_length", "torch", "device"))
     s, p = medians["sift"], medians[PEER]
-    for k in SAME:
-        sv = sorted({e["sift"][k] for e in raw})
-        pv = sorted({e[PEER][k] for e in raw})
-        if sv != pv or len(sv) != 1:
-            warnings.append(f"{k} differs: sift {sv if len(sv) > 1 else sv[0]}, "
-                            f"{PEER} {pv if len(pv) > 1 else pv[0]}")
-    if "warmup" in s and s["warmup"] != p.get("warmup"):
-        warnings.append(f"warmup differs: sift {s['warmup']}, {PEER} {p.get('warmup')}")
-    sm = os.path.basename(os.path.normpath(str(s["model"])))
-    pm = os.path.basename(os.path.normpath(str(p["model"])))
-    if sm != pm:
-        warnings.append(f"model names differ: sift {s['model']!r}, {PEER} {p['model']!r}")
-    for w in warnings:
-        print("warning: " + w, file=sys.stderr)
 
     report = {
         "benchmark": "embed_vs_st",

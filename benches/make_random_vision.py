@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Full-size random-weight CLIP / SigLIP checkpoints and synthetic images for the image
+embedding benchmark (benches/vision_vs_transformers.py). Nothing is downloaded.
+
+    python3 benches/make_random_vision.py [--models clip-vit-base-patch32,siglip-base-patch16-224]
+        [--out target/bench-models] [--images target/bench-images] [--n-images 128] [--force]
+
+Checkpoints (--models, comma-separated, or "all"; default the two base ones), each a complete
+Hugging Face layout under <out>/<name>/: config.json, model.safetensors (float32, via
+save_pretrained), preprocessor_config.json (the family's PIL image processor at the real
+checkpoint's input size), processor_config.json, and tokenizer.json + tokenizer_config.json
+copied from the tiny fixtures in models/fixtures/vision/ (only the image tower is benchmarked;
+the tiny vocabularies fit inside the full-size text embeddings):
+
+  clip-vit-base-patch32      CLIPConfig defaults (ViT-B/32, 224 px, text 512 wide, projection 512)
+  siglip-base-patch16-224    SiglipConfig defaults (ViT-B/16, 224 px, text 768 wide, 64 positions)
+  clip-vit-large-patch14     ViT-L/14: vision 1024 wide, 24 layers, 16 heads, MLP 4096, 224 px;
+                             text 768 wide, 12 layers, 12 heads, MLP 3072; projection 768
+  siglip-so400m-patch14-384  So400m/14 at 384 px: vision and text 1152 wide, MLP 4304,
+                             27 layers, 16 heads; text 64 positions
+
+Weights come from each model's own initialiser after torch.manual_seed(--seed), so the output
+is deterministic for a given torch/transformers version. Special-token ids in the text configs
+are set to the copied tokenizer's (CLIP: eos_token_id 2, i.e. the openai checkpoints'
+legacy argmax pooling; SigLIP: pad = eos = "</s>" = 1).
+
+Images (--images, --n-images): a deterministic mix meant to look like StackExchange figures:
+about 55 % PNG screenshots/diagrams near 800x600 (text-like bars, boxes, lines, gradient
+header; half with an embedded noisy photo panel; some RGBA or palette PNGs), 30 % JPEG photos near 1024x768 (smooth gradients, blobs, noise),
+15 % small or odd-aspect images (icons, wide banners, tall strips, grayscale). Every image has
+gradients, shapes and noise, so decoders and encoders do real work.
+
+An existing checkpoint directory / image set is kept unless --force.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "models" / "fixtures" / "vision"
+
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
+# name -> (family, tokenizer fixture, image size, config overrides {"text": {...}, "vision": {...}, "top": {...}})
+MODELS = {
+    "clip-vit-base-patch32": ("clip", "tiny-clip-quickgelu", 224, {"text": {}, "vision": {}, "top": {}}),
+    "siglip-base-patch16-224": ("siglip", "tiny-siglip", 224, {"text": {}, "vision": {}, "top": {}}),
+    "clip-vit-large-patch14": ("clip", "tiny-clip-quickgelu", 224, {
+        "vision": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                       num_attention_heads=16, patch_size=14, image_size=224, projection_dim=768),
+        "text": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                     num_attention_heads=12, projection_dim=768),
+        "top": dict(projection_dim=768),
+    }),
+    "siglip-so400m-patch14-384": ("siglip", "tiny-siglip", 384, {
+        "vision": dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
+                       num_attention_heads=16, patch_size=14, image_size=384),
+        "text": dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
+                     num_attention_heads=16, max_position_embeddings=64),
+        "top": {},
+    }),
+}
+DEFAULT_MODELS = ["clip-vit-base-patch32", "siglip-base-patch16-224"]
+
+
+def make_model(name: str, out: Path, seed: int, force: bool) -> None:
+    import torch
+    from transformers import (CLIPConfig, CLIPImageProcessorPil, CLIPModel, SiglipConfig,
+                              SiglipImageProcessorPil, SiglipModel)
+
+    family, tok_fixture, size, ov = MODELS[name]
+    d = out / name
+    if (d / "model.safetensors").is_file() and (d / "config.json").is_file() and not force:
+        print(f"{d}: exists, kept (--force to rebuild)", file=sys.stderr)
+        return
+    t0 = time.time()
+    d.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    if family == "clip":
+        text = dict(bos_token_id=0, eos_token_id=2, pad_token_id=1, **ov["text"])
+        cfg = CLIPConfig(text_config=text, vision_config=dict(ov["vision"]), **ov["top"])
+        model = CLIPModel(cfg)
+        proc = CLIPImageProcessorPil(size={"shortest_edge": size},
+                                     crop_size={"height": size, "width": size},
+                                     image_mean=CLIP_MEAN, image_std=CLIP_STD)
+        proc_class = "CLIPProcessor"
+    else:
+        text = dict(bos_token_id=None, eos_token_id=1, pad_token_id=1, **ov["text"])
+        cfg = SiglipConfig(text_config=text, vision_config=dict(ov["vision"]), **ov["top"])
+        model = SiglipModel(cfg)
+        proc = SiglipImageProcessorPil(size={"height": size, "width": size},
+                                       image_mean=[0.5] * 3, image_std=[0.5] * 3)
+        proc_class = "SiglipProcessor"
+    model = model.to(torch.float32).eval()
+    model.save_pretrained(d, safe_serialization=True)
+    proc.save_pretrained(d)
+    (d / "processor_config.json").write_text(json.dumps({"processor_class": proc_class}, indent=2) + "\n")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(FIXTURES / tok_fixture / f, d / f)
+
+    # The copied tokenizer's ids must index the text embedding table.
+    tok = json.loads((d / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
+    ids += [a["id"] for a in tok.get("added_tokens", [])]
+    assert max(ids) < cfg.text_config.vocab_size, (max(ids), cfg.text_config.vocab_size)
+    n = sum(p.numel() for p in model.parameters())
+    nv = sum(p.numel() for p in model.vision_model.parameters())
+    print(f"{d}: {n / 1e6:.1f} M parameters ({nv / 1e6:.1f} M vision), {time.time() - t0:.0f} s",
+          file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------------------------
+# Images
+# ------------------------------------------------------------------------------------------------
+
+def _gradient(rng, w, h, c=3):
+    """Linear gradient between two random colours at a random angle, float32 (h, w, c)."""
+    a = rng.uniform(0, 2 * math.pi)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    t = (x * math.cos(a) + y * math.sin(a))
+    t = (t - t.min()) / max(float(t.max() - t.min()), 1.0)
+    c0, c1 = rng.uniform(0, 255, c), rng.uniform(0, 255, c)
+    return c0[None, None, :] * (1 - t[..., None]) + c1[None, None, :] * t[..., None]
+
+
+def _screenshot(rng, w, h):
+    from PIL import Image, ImageDraw
+    base = np.full((h, w, 3), rng.uniform(225, 255), np.float32)
+    # a header bar with a gradient, like a window title or a chart banner
+    hb = max(8, h // 12)
+    base[:hb] = _gradient(rng, w, hb)
+    img = Image.fromarray(base.clip(0, 255).astype(np.uint8))
+    d = ImageDraw.Draw(img)
+    kind = rng.integers(3)
+    if kind == 0:  # text-like lines
+        y = hb + 10
+        while y < h - 12:
+            x = int(rng.integers(8, 40))
+            while x < w - 20:
+                wl = int(rng.integers(10, 70))
+                col = tuple(int(v) for v in rng.integers(0, 90, 3))
+                d.rectangle([x, y, min(x + wl, w - 5), y + 7], fill=col)
+                x += wl + int(rng.integers(4, 10))
+            y += int(rng.integers(14, 22))
+    elif kind == 1:  # box-and-arrow diagram
+        boxes = []
+        for _ in range(int(rng.integers(4, 10))):
+            bw, bh = int(rng.integers(60, 180)), int(rng.integers(30, 90))
+            x0, y0 = int(rng.integers(0, max(1, w - bw))), int(rng.integers(hb, max(hb + 1, h - bh)))
+            col = tuple(int(v) for v in rng.integers(120, 255, 3))
+            d.rounded_rectangle([x0, y0, x0 + bw, y0 + bh], radius=8, fill=col, outline=(0, 0, 0), width=2)
+            boxes.append((x0 + bw // 2, y0 + bh // 2))
+        for (a, b) in zip(boxes, boxes[1:]):
+            d.line([a, b], fill=(30, 30, 30), width=2)
+    else:  # plot: axes, grid, curves
+        d.line([(40, h - 30), (w - 10, h - 30)], fill=(0, 0, 0), width=2)
+        d.line([(40, hb + 5), (40, h - 30)], fill=(0, 0, 0), width=2)
+        for gx in range(40, w, 60):
+            d.line([(gx, hb + 5), (gx, h - 30)], fill=(220, 220, 220))
+        for _ in range(int(rng.integers(1, 4))):
+            f, p, amp = rng.uniform(0.005, 0.03), rng.uniform(0, 6), rng.uniform(0.1, 0.4) * h
+            pts = [(x, (h / 2) + amp * math.sin(f * x + p)) for x in range(41, w - 10, 3)]
+            d.line(pts, fill=tuple(int(v) for v in rng.integers(0, 200, 3)), width=2)
+    arr = np.asarray(img).copy()
+    if rng.uniform() < 0.5:  # an embedded photo/figure panel (noisy, hard to compress)
+        pw, ph = int(w * rng.uniform(0.25, 0.5)), int(h * rng.uniform(0.25, 0.5))
+        x0, y0 = int(rng.integers(0, w - pw)), int(rng.integers(hb, max(hb + 1, h - ph)))
+        arr[y0:y0 + ph, x0:x0 + pw] = _photo(rng, pw, ph)[: h - y0]
+    return arr
+
+
+def _photo(rng, w, h):
+    from PIL import Image, ImageFilter
+    arr = _gradient(rng, w, h)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    for _ in range(int(rng.integers(4, 10))):
+        cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(0.05, 0.35) * min(w, h)
+        m = np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * r * r))[..., None]
+        arr = arr * (1 - m) + rng.uniform(0, 255, 3)[None, None, :] * m
+    arr += rng.normal(0, 8.0, arr.shape).astype(np.float32)  # sensor noise / texture
+    img = Image.fromarray(arr.clip(0, 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(0.8))
+    return np.asarray(img)
+
+
+def make_images(out: Path, n: int, seed: int, force: bool) -> None:
+    from PIL import Image
+    if out.is_dir() and any(out.iterdir()) and not force:
+        print(f"{out}: exists, kept (--force to rebuild)", file=sys.stderr)
+        return
+    if out.is_dir():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    counts = {"png": 0, "jpg": 0}
+    total = 0
+    for i in range(n):
+        u = (i * 0.6180339887) % 1.0  # low-discrepancy spread of the three kinds over the set
+        if u < 0.55:  # screenshot / diagram PNG near 800x600
+            w, h = int(rng.integers(700, 960)), int(rng.integers(500, 720))
+            arr = _screenshot(rng, w, h)
+            img = Image.fromarray(arr)
+            mode = rng.uniform()
+            if mode < 0.15:
+                img = img.convert("RGBA")
+                a = np.asarray(img).copy()
+                a[..., 3] = np.where(a[..., 0] > 240, 0, 255)  # transparent background
+                img = Image.fromarray(a, "RGBA")
+            elif mode < 0.30:
+                img = img.convert("P", palette=Image.Palette.ADAPTIVE, colors=64)
+            name, fmt = f"img{i:03d}_screen_{w}x{h}.png", "PNG"
+        elif u < 0.85:  # photo JPEG near 1024x768
+            w, h = int(rng.integers(900, 1280)), int(rng.integers(640, 960))
+            img = Image.fromarray(_photo(rng, w, h))
+            name, fmt = f"img{i:03d}_photo_{w}x{h}.jpg", "JPEG"
+        else:  # small / odd aspect
+            kind = int(rng.integers(4))
+            w, h = [(int(rng.integers(48, 160)), int(rng.integers(48, 160))),  # icon
+                    (int(rng.integers(900, 1400)), int(rng.integers(90, 200))),  # wide banner
+                    (int(rng.integers(150, 300)), int(rng.integers(900, 1400))),  # tall strip
+                    (int(rng.integers(300, 500)), int(rng.integers(250, 400)))][kind]
+            arr = _photo(rng, w, h) if kind == 3 else _screenshot(rng, w, h)
+            img = Image.fromarray(arr)
+            if kind == 3:
+                img = img.convert("L")  # grayscale scan
+            jpg = kind == 3 or rng.uniform() < 0.3
+            name = f"img{i:03d}_odd_{w}x{h}." + ("jpg" if jpg else "png")
+            fmt = "JPEG" if jpg else "PNG"
+        p = out / name
+        if fmt == "JPEG":
+            img.save(p, "JPEG", quality=90)
+        else:
+            img.save(p, "PNG")
+        counts["jpg" if fmt == "JPEG" else "png"] += 1
+        total += p.stat().st_size
+    print(f"{out}: {n} images ({counts['png']} PNG, {counts['jpg']} JPEG), "
+          f"{total / 2**20:.1f} MiB", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                    help=f"comma-separated subset of {', '.join(MODELS)}, 'all', or 'none'")
+    ap.add_argument("--out", default=str(REPO / "target" / "bench-models"))
+    ap.add_argument("--images", default=str(REPO / "target" / "bench-images"))
+    ap.add_argument("--n-images", type=int, default=128, help="0: no images")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--force", action="store_true", help="rebuild existing outputs")
+    args = ap.parse_args(argv)
+    names = (list(MODELS) if args.models == "all" else
+             [] if args.models == "none" else [m for m in args.models.split(",") if m])
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown models {unknown}; choose from {list(MODELS)}")
+    if args.n_images > 0:
+        make_images(Path(args.images), args.n_images, args.seed, args.force)
+    for m in names:
+        make_model(m, Path(args.out), args.seed, args.force)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
