@@ -1228,3 +1228,44 @@ fn corpus_images_from_a_folder() {
     ]));
     assert_eq!(e["per_domain"].as_object().unwrap().len(), 1);
 }
+
+/// `sift bench embed` measures text and image embedding, per batch size, as valid JSON.
+#[test]
+fn bench_embed_prints_valid_json() {
+    let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+    for modality in ["text", "image"] {
+        let out = json(&ok(&[
+            "bench",
+            "embed",
+            "--model",
+            s(&clip),
+            "--modality",
+            modality,
+            "--batch-size",
+            "2,4",
+            "--items",
+            "8",
+            "--warmup",
+            "2",
+            "--json",
+        ]));
+        let results = out["results"].as_array().unwrap();
+        assert_eq!(results.len(), 2, "{modality}");
+        for r in results {
+            assert!(r["items_per_s"].as_f64().unwrap() > 0.0);
+            let share = r["prepare_share"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&share));
+            assert!(
+                r["batch_latency_ms_p99"].as_f64().unwrap()
+                    >= r["batch_latency_ms_p50"].as_f64().unwrap()
+            );
+        }
+        assert_eq!(out["modality"], modality);
+        assert!(out["best"]["batch_size"].as_u64().is_some());
+    }
+    // a text model cannot embed images
+    if let Some(m) = minilm() {
+        let err = fails(&["bench", "embed", "--model", s(&m), "--modality", "image"]);
+        assert!(err.contains("text model"), "{err}");
+    }
+}

@@ -60,12 +60,18 @@ impl Model {
 
 /// Loads a model from a directory or hub id (text or vision-language, by its config).
 pub fn load_model(spec: &str, flags: &ModelFlags) -> Result<Model> {
+    load_model_as(spec, flags, candle_core::DType::F32)
+}
+
+/// [`load_model`] with weights and activations in `dtype`.
+pub fn load_model_as(spec: &str, flags: &ModelFlags, dtype: candle_core::DType) -> Result<Model> {
     let pref: DevicePref = flags.device.parse()?;
     let device = select_device(pref)?;
     let files = ModelFiles::resolve(spec)?;
     if is_vision_model(&files.config) {
         let options = VisionOptions {
             batch_size: flags.batch_size.max(1),
+            dtype,
             ..Default::default()
         };
         return Ok(Model::Vision(Box::new(
@@ -79,6 +85,7 @@ pub fn load_model(spec: &str, flags: &ModelFlags) -> Result<Model> {
             &device,
             TextEmbedderOptions {
                 batch_size: flags.batch_size.max(1),
+                dtype,
                 ..Default::default()
             },
         )

@@ -23,6 +23,59 @@ enum Cmd {
     /// HNSW against exact search on a dense index: recall@k and queries/s for each
     /// ef_search, with the corpus's queries (the recall/QPS curve).
     Search(SearchArgs),
+    /// Embedding throughput of a model on this machine: items/s, per-batch latency, the time
+    /// split between input preparation (tokenising, or decoding + preprocessing images) and
+    /// the model, peak memory; several batch sizes to find the best.
+    Embed(EmbedArgs),
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:\n  \
+sift bench embed --model models/local/all-MiniLM-L6-v2 --batch-size 16,32,64 --json\n  \
+sift bench embed --model openai/clip-vit-base-patch32 --modality image --input figures/")]
+struct EmbedArgs {
+    /// Model: a directory in Hugging Face layout, or a hub id / registry alias.
+    #[arg(long)]
+    model: String,
+    /// What to embed: texts, or images (vision-language models).
+    #[arg(long, value_enum, default_value = "text")]
+    modality: Modality,
+    /// Device: cpu, cuda, cuda:N, metal or auto.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Weights and activations: f32, f16 or bf16 (half precision is meant for GPUs).
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: BenchDtype,
+    /// Comma-separated batch sizes, each measured in turn.
+    #[arg(long, default_value = "32")]
+    batch_size: String,
+    /// Items timed per batch size.
+    #[arg(long, default_value_t = 256)]
+    items: usize,
+    /// Items embedded, untimed, before each measurement.
+    #[arg(long, default_value_t = 32)]
+    warmup: usize,
+    /// Inputs: for text a file (one text per line, or JSONL with "text", BEIR corpus.jsonl
+    /// included); for images a folder. Without it, inputs are generated: texts of 20 to 200
+    /// words, 800x600 PNG images.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Modality {
+    Text,
+    Image,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum BenchDtype {
+    F32,
+    F16,
+    Bf16,
 }
 
 #[derive(clap::Args)]
@@ -58,7 +111,305 @@ struct SearchArgs {
 pub fn run(a: Args) -> Result<()> {
     match a.command {
         Cmd::Search(s) => search(s),
+        Cmd::Embed(e) => embed(e),
     }
+}
+
+/// Peak resident memory of this process (MB), from /proc; None elsewhere.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// Deterministic texts of 20 to 200 words.
+fn generated_texts(n: usize) -> Vec<String> {
+    const WORDS: [&str; 24] = [
+        "pressure",
+        "boundary",
+        "layer",
+        "flow",
+        "the",
+        "of",
+        "heat",
+        "transfer",
+        "shock",
+        "wave",
+        "laminar",
+        "turbulent",
+        "plate",
+        "velocity",
+        "and",
+        "in",
+        "a",
+        "model",
+        "retrieval",
+        "image",
+        "question",
+        "answer",
+        "theory",
+        "measured",
+    ];
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..n)
+        .map(|_| {
+            let len = 20 + (next() % 181) as usize;
+            (0..len)
+                .map(|_| WORDS[(next() % WORDS.len() as u64) as usize])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Deterministic 800x600 PNG images (gradients and stripes, so encoders do real work).
+fn generated_images(n: usize) -> Result<Vec<Vec<u8>>> {
+    (0..n.min(64))
+        .map(|k| {
+            let img = image::RgbImage::from_fn(800, 600, |x, y| {
+                let k = k as u32;
+                image::Rgb([
+                    ((x * 255 / 800 + k * 37) % 256) as u8,
+                    ((y * 255 / 600 + k * 91) % 256) as u8,
+                    (((x / (8 + k % 16)) + (y / 12)) % 2 * 200) as u8,
+                ])
+            });
+            let mut out = std::io::Cursor::new(Vec::new());
+            img.write_to(&mut out, image::ImageFormat::Png)?;
+            Ok(out.into_inner())
+        })
+        .collect()
+}
+
+fn read_texts(path: &std::path::Path) -> Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with('{') {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: malformed JSON", path.display(), i + 1))?;
+            let title = v.get("title").and_then(|t| t.as_str()).unwrap_or("");
+            let body = v
+                .get("text")
+                .and_then(|t| t.as_str())
+                .with_context(|| format!("{}:{}: no \"text\"", path.display(), i + 1))?;
+            out.push(if title.trim().is_empty() {
+                body.to_string()
+            } else {
+                format!("{title} {body}")
+            });
+        } else {
+            out.push(line.to_string());
+        }
+    }
+    Ok(out)
+}
+
+fn read_images(dir: &std::path::Path) -> Result<Vec<Vec<u8>>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
+        .collect()
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i]
+}
+
+fn embed(a: EmbedArgs) -> Result<()> {
+    use crate::models::{Model, load_model_as};
+    let sizes: Vec<usize> = split_list(&Some(a.batch_size.clone()))
+        .iter()
+        .map(|s| s.parse::<usize>().ok().filter(|&n| n > 0))
+        .collect::<Option<_>>()
+        .context("--batch-size: comma-separated positive integers")?;
+    if sizes.is_empty() || a.items == 0 {
+        bail!("--batch-size and --items must be positive");
+    }
+    let dtype = match a.dtype {
+        BenchDtype::F32 => candle_core::DType::F32,
+        BenchDtype::F16 => candle_core::DType::F16,
+        BenchDtype::Bf16 => candle_core::DType::BF16,
+    };
+    let flags = ModelFlags {
+        device: a.device.clone(),
+        batch_size: *sizes.iter().max().expect("non-empty"),
+    };
+    sift_embed::tune_allocator();
+    let load_start = Instant::now();
+    let model = load_model_as(&a.model, &flags, dtype)?;
+    let load_seconds = load_start.elapsed().as_secs_f64();
+    if a.modality == Modality::Image && model.vision().is_none() {
+        bail!(
+            "{} is a text model: --modality image needs a vision-language model",
+            a.model
+        );
+    }
+    let need = a.items + a.warmup;
+    let (texts, images): (Vec<String>, Vec<Vec<u8>>) = match (a.modality, &a.input) {
+        (Modality::Text, Some(p)) => (read_texts(p)?, Vec::new()),
+        (Modality::Text, None) => (generated_texts(need), Vec::new()),
+        (Modality::Image, Some(p)) => (Vec::new(), read_images(p)?),
+        (Modality::Image, None) => (Vec::new(), generated_images(need)?),
+    };
+    let pool = if a.modality == Modality::Text {
+        texts.len()
+    } else {
+        images.len()
+    };
+    if pool == 0 {
+        bail!("no inputs");
+    }
+    // (preparation seconds, model seconds) of one batch of the items at `idx`
+    let run_batch = |idx: &[usize]| -> Result<(f64, f64)> {
+        let t0 = Instant::now();
+        match (&model, a.modality) {
+            (Model::Text(m), _) => {
+                let batch: Vec<&str> = idx.iter().map(|&i| texts[i % pool].as_str()).collect();
+                let ids = m.tokenize(&batch, Kind::Passage)?;
+                let t1 = Instant::now();
+                m.embed_tokens(&ids)?;
+                Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
+            }
+            (Model::Vision(m), Modality::Text) => {
+                let batch: Vec<&str> = idx.iter().map(|&i| texts[i % pool].as_str()).collect();
+                let ids = m.tokenize(&batch)?;
+                let t1 = Instant::now();
+                m.text_features(&ids)?
+                    .to_dtype(candle_core::DType::F32)?
+                    .to_vec2::<f32>()?;
+                Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
+            }
+            (Model::Vision(m), Modality::Image) => {
+                let batch: Vec<&[u8]> = idx.iter().map(|&i| images[i % pool].as_slice()).collect();
+                let prepared = m
+                    .prepare(&batch)
+                    .into_iter()
+                    .collect::<std::result::Result<Vec<_>, String>>()
+                    .map_err(|e| anyhow::anyhow!("undecodable input image: {e}"))?;
+                let t1 = Instant::now();
+                m.embed_prepared(&prepared)?;
+                Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
+            }
+        }
+    };
+    let mut results = Vec::new();
+    for &b in &sizes {
+        let warm: Vec<usize> = (0..a.warmup).collect();
+        for chunk in warm.chunks(b) {
+            run_batch(chunk)?;
+        }
+        let timed: Vec<usize> = (a.warmup..a.warmup + a.items).collect();
+        let (mut prep, mut fwd, mut lat) = (0.0, 0.0, Vec::new());
+        let start = Instant::now();
+        for chunk in timed.chunks(b) {
+            let (p, m) = run_batch(chunk)?;
+            prep += p;
+            fwd += m;
+            lat.push((p + m) * 1000.0);
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        lat.sort_by(f64::total_cmp);
+        results.push(serde_json::json!({
+            "batch_size": b,
+            "items": a.items,
+            "seconds": seconds,
+            "items_per_s": a.items as f64 / seconds,
+            "prepare_seconds": prep,
+            "model_seconds": fwd,
+            "prepare_share": prep / (prep + fwd),
+            "batch_latency_ms_p50": percentile(&lat, 0.5),
+            "batch_latency_ms_p99": percentile(&lat, 0.99),
+        }));
+    }
+    let best = results
+        .iter()
+        .max_by(|x, y| {
+            x["items_per_s"]
+                .as_f64()
+                .unwrap_or(0.0)
+                .total_cmp(&y["items_per_s"].as_f64().unwrap_or(0.0))
+        })
+        .cloned()
+        .expect("one result per batch size");
+    let best_rate = best["items_per_s"].as_f64().unwrap_or(f64::NAN);
+    // MM-BRIGHT's corpus: about 2.5 million passages (protocol notes)
+    let mm_bright_hours = (a.modality == Modality::Text).then(|| 2_500_000.0 / best_rate / 3600.0);
+    let out = serde_json::json!({
+        "engine": "sift",
+        "version": env!("CARGO_PKG_VERSION"),
+        "model": model.name(),
+        "modality": format!("{:?}", a.modality).to_lowercase(),
+        "device": a.device,
+        "dtype": format!("{dtype:?}").to_lowercase(),
+        "threads": candle_core::utils::get_num_threads(),
+        "inputs": if a.input.is_some() { "file" } else { "generated" },
+        "load_seconds": load_seconds,
+        "results": results,
+        "best": best,
+        "peak_rss_mb": peak_rss_mb(),
+        "gpu_memory_mb": serde_json::Value::Null,
+        "mm_bright_passages_hours": mm_bright_hours,
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{} ({}, {}, {:?}, {} threads), {} {} items per batch size\n",
+        model.name(),
+        out["modality"].as_str().unwrap_or(""),
+        a.device,
+        dtype,
+        out["threads"],
+        a.items,
+        out["inputs"].as_str().unwrap_or("")
+    );
+    println!("| batch | items/s | batch p50 (ms) | batch p99 (ms) | preparation share |");
+    println!("|---:|---:|---:|---:|---:|");
+    for r in &out["results"].as_array().cloned().unwrap_or_default() {
+        println!(
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1}% |",
+            r["batch_size"],
+            r["items_per_s"].as_f64().unwrap_or(f64::NAN),
+            r["batch_latency_ms_p50"].as_f64().unwrap_or(f64::NAN),
+            r["batch_latency_ms_p99"].as_f64().unwrap_or(f64::NAN),
+            100.0 * r["prepare_share"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    println!(
+        "\nbest batch size: {} ({best_rate:.1} items/s)",
+        best["batch_size"]
+    );
+    if let Some(mb) = peak_rss_mb() {
+        println!("peak memory: {mb:.0} MB");
+    }
+    if let Some(h) = mm_bright_hours {
+        println!("MM-BRIGHT's ~2.5M passages at this rate: {h:.1} h");
+    }
+    Ok(())
 }
 
 fn search(a: SearchArgs) -> Result<()> {
