@@ -1269,3 +1269,38 @@ fn bench_embed_prints_valid_json() {
         assert!(err.contains("text model"), "{err}");
     }
 }
+
+/// `sift bench index` reports BM25 and HNSW build rates.
+#[test]
+fn bench_index_reports_build_rates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&clip),
+        "-q",
+    ]);
+    let out = json(&ok(&[
+        "bench",
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        "tiny-clip-quickgelu",
+        "--json",
+    ]));
+    assert_eq!(out["bm25"]["passages"], 46);
+    assert!(out["bm25"]["passages_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(out["hnsw"]["vectors"], 46);
+    assert!(out["hnsw"]["vectors_per_s"].as_f64().unwrap() > 0.0);
+    // the scratch index is gone, the real one untouched
+    assert!(index.join("manifest.json").is_file());
+}

@@ -27,6 +27,39 @@ enum Cmd {
     /// split between input preparation (tokenising, or decoding + preprocessing images) and
     /// the model, peak memory; several batch sizes to find the best.
     Embed(EmbedArgs),
+    /// Build rates: BM25 indexing of a corpus (passages/s, into a scratch directory), and
+    /// HNSW graph building from the stored vectors of a dense index (vectors/s).
+    Index(IndexArgs),
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "Example:\n  \
+sift bench index --corpus ../shared/data/cranfield --index target/cranfield --dense minilm --json")]
+struct IndexArgs {
+    /// Corpus to index with BM25.
+    #[arg(long)]
+    corpus: PathBuf,
+    /// Comma-separated domains [default: all].
+    #[arg(long)]
+    domains: Option<String>,
+    /// Indexing threads [default: number of cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// An index holding the dense vectors to rebuild HNSW graphs from.
+    #[arg(long, requires = "dense")]
+    index: Option<PathBuf>,
+    /// Dense index name (e.g. minilm).
+    #[arg(long, requires = "index")]
+    dense: Option<String>,
+    /// HNSW maximum connections per node (M).
+    #[arg(long, default_value_t = sift_index::HnswParams::default().m)]
+    hnsw_m: usize,
+    /// HNSW candidate list size while building.
+    #[arg(long, default_value_t = sift_index::HnswParams::default().ef_construction)]
+    ef_construction: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -112,7 +145,98 @@ pub fn run(a: Args) -> Result<()> {
     match a.command {
         Cmd::Search(s) => search(s),
         Cmd::Embed(e) => embed(e),
+        Cmd::Index(i) => bench_index(i),
     }
+}
+
+fn bench_index(a: IndexArgs) -> Result<()> {
+    let corpus = Corpus::open(&a.corpus)?;
+    let domains = corpus.select_domains(&split_list(&a.domains))?;
+    let defaults = sift_index::BuildOptions::default();
+    let options = sift_index::BuildOptions {
+        threads: a.threads.unwrap_or(defaults.threads).max(1),
+        ..defaults
+    };
+    let scratch = tempfile::tempdir().context("creating a scratch directory")?;
+    let start = Instant::now();
+    let built = IndexDir::build(
+        scratch.path().join("bm25"),
+        &corpus,
+        &domains,
+        &options,
+        &[],
+        &sift_index::NoProgress,
+    )?;
+    let bm25_seconds = start.elapsed().as_secs_f64();
+    let passages: u64 = built.manifest().domains.values().map(|d| d.passages).sum();
+    let mut out = serde_json::json!({
+        "corpus": a.corpus,
+        "domains": domains,
+        "threads": options.threads,
+        "bm25": {
+            "passages": passages,
+            "seconds": bm25_seconds,
+            "passages_per_s": passages as f64 / bm25_seconds,
+        },
+    });
+    if let (Some(index), Some(name)) = (&a.index, &a.dense) {
+        let index = IndexDir::open(index)?;
+        let (slug, info) = index.dense_info(name)?;
+        let params = sift_index::HnswParams {
+            m: a.hnsw_m,
+            ef_construction: a.ef_construction,
+        };
+        let (mut count, mut seconds) = (0usize, 0f64);
+        for domain in index.manifest().domains.keys() {
+            let dense = index.dense(slug, domain)?;
+            let mut vectors = Vec::with_capacity(dense.len() * info.dim);
+            for ord in 0..dense.len() as u32 {
+                vectors.extend_from_slice(dense.vector(ord));
+            }
+            let start = Instant::now();
+            sift_index::write_dense(
+                &scratch.path().join("hnsw").join(domain),
+                &info.model,
+                info.dim,
+                &vectors,
+                sift_index::VectorDtype::F32,
+                params,
+            )?;
+            seconds += start.elapsed().as_secs_f64();
+            count += dense.len();
+        }
+        out["hnsw"] = serde_json::json!({
+            "dense": slug,
+            "dim": info.dim,
+            "m": params.m,
+            "ef_construction": params.ef_construction,
+            "vectors": count,
+            "seconds": seconds,
+            "vectors_per_s": count as f64 / seconds,
+            "includes": "graph insertion, the every-point-finds-itself check, writing vectors and graph",
+        });
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "BM25: {passages} passages in {bm25_seconds:.2}s = {:.0} passages/s ({} threads)",
+            passages as f64 / bm25_seconds,
+            options.threads
+        );
+        if let Some(h) = out.get("hnsw") {
+            println!(
+                "HNSW dense:{} (M {}, ef_construction {}): {} vectors in {:.2}s = {:.0} vectors/s",
+                h["dense"].as_str().unwrap_or(""),
+                h["m"],
+                h["ef_construction"],
+                h["vectors"],
+                h["seconds"].as_f64().unwrap_or(f64::NAN),
+                h["vectors_per_s"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Peak resident memory of this process (MB), from /proc; None elsewhere.
