@@ -53,11 +53,17 @@ fn read_npy(path: &Path) -> Result<(Vec<f32>, usize, usize)> {
     let (header_len, start) = if bytes[6] == 1 {
         (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
     } else {
-        (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
+        (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        )
     };
     let header = std::str::from_utf8(&bytes[start..start + header_len])?;
     if !header.contains("'<f4'") || header.contains("'fortran_order': True") {
-        bail!("{}: need little-endian float32 in C order: {header}", path.display());
+        bail!(
+            "{}: need little-endian float32 in C order: {header}",
+            path.display()
+        );
     }
     let shape = header
         .split("'shape': (")
@@ -77,7 +83,11 @@ fn read_npy(path: &Path) -> Result<(Vec<f32>, usize, usize)> {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
     if data.len() != n * d {
-        bail!("{}: {} values for shape ({n}, {d})", path.display(), data.len());
+        bail!(
+            "{}: {} values for shape ({n}, {d})",
+            path.display(),
+            data.len()
+        );
     }
     Ok((data, n, d))
 }
