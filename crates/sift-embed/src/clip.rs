@@ -4,10 +4,10 @@
 //! `visual_projection`); sizes come from `config.json` with transformers' defaults for keys a
 //! config leaves out (transformers writes only the values that differ from its defaults).
 use candle_core::{Module, Result, Tensor};
-use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
+use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::encoder::{Encoder, EncoderSizes, patch_linear, patchify};
+use crate::encoder::{Encoder, EncoderSizes, TextEmbeddings, patch_linear, patchify};
 use crate::ops::{self, Act, Segment};
 
 fn d_text_vocab() -> usize {
@@ -148,12 +148,10 @@ pub(crate) fn act(name: &str) -> Result<Act> {
 
 /// CLIP's text tower with its projection.
 pub struct ClipText {
-    token: Embedding,
-    position: Embedding,
+    embeddings: TextEmbeddings,
     encoder: Encoder,
     final_norm: LayerNorm,
     projection: Linear,
-    max_len: usize,
     eos: u32,
 }
 
@@ -162,14 +160,13 @@ impl ClipText {
         let t = &c.text_config;
         let h = t.hidden_size;
         let m = vb.pp("text_model");
-        let e = m.pp("embeddings");
         Ok(ClipText {
-            token: Embedding::new(e.pp("token_embedding").get((t.vocab_size, h), "weight")?, h),
-            position: Embedding::new(
-                e.pp("position_embedding")
-                    .get((t.max_position_embeddings, h), "weight")?,
+            embeddings: TextEmbeddings::load(
+                &m.pp("embeddings"),
+                t.vocab_size,
+                t.max_position_embeddings,
                 h,
-            ),
+            )?,
             encoder: Encoder::load(
                 m.pp("encoder"),
                 EncoderSizes {
@@ -183,7 +180,6 @@ impl ClipText {
             )?,
             final_norm: ops::load_layer_norm(&m.pp("final_layer_norm"), h, t.layer_norm_eps)?,
             projection: ops::load_linear(&vb.pp("text_projection"), h, c.projection_dim, false)?,
-            max_len: t.max_position_embeddings,
             eos: t.eos_token_id,
         })
     }
@@ -209,21 +205,8 @@ impl ClipText {
     /// Projected text features `(n, projection_dim)`, not normalised. Every sequence must be
     /// non-empty and at most `max_position_embeddings` long.
     pub fn forward(&self, seqs: &[&[u32]]) -> Result<Tensor> {
-        let dev = self.token.embeddings().device();
-        let mut ids = Vec::new();
-        let mut pos = Vec::new();
-        for s in seqs {
-            if s.is_empty() || s.len() > self.max_len {
-                candle_core::bail!("text of {} tokens (1..={} allowed)", s.len(), self.max_len)
-            }
-            ids.extend_from_slice(s);
-            pos.extend(0..s.len() as u32);
-        }
-        let n = ids.len();
-        let ids = Tensor::from_vec(ids, n, dev)?;
-        let pos = Tensor::from_vec(pos, n, dev)?;
-        let x = (self.token.forward(&ids)? + self.position.forward(&pos)?)?;
-        let segments = Segment::packed(seqs.iter().map(|s| s.len()));
+        let dev = self.embeddings.device();
+        let (x, segments) = self.embeddings.forward(seqs)?;
         let x = self.encoder.forward(x, &segments, true)?;
         let rows: Vec<u32> = segments
             .iter()

@@ -4,8 +4,8 @@
 //!
 //! Like the BERT encoder it runs on packed batches: all tokens in one `(tokens, hidden)`
 //! matrix, attention per sequence (see [`crate::ops::attention`]).
-use candle_core::{Module, Result, Tensor};
-use candle_nn::{LayerNorm, Linear, VarBuilder};
+use candle_core::{Device, Module, Result, Tensor};
+use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 
 use crate::ops::{self, Act, Segment};
 
@@ -94,6 +94,55 @@ impl Encoder {
             x = ops::linear(&l.fc2, &m, Some(&x))?;
         }
         Ok(x)
+    }
+}
+
+/// Token + learned position embeddings of a text tower (`embeddings.token_embedding`,
+/// `embeddings.position_embedding`, as CLIP and SigLIP name them).
+pub struct TextEmbeddings {
+    token: Embedding,
+    position: Embedding,
+    max_len: usize,
+}
+
+impl TextEmbeddings {
+    /// Loads `token_embedding` and `position_embedding` under `vb` (`<tower>.embeddings`).
+    pub fn load(vb: &VarBuilder, vocab: usize, max_len: usize, hidden: usize) -> Result<Self> {
+        let table = |name: &str, rows: usize| -> Result<Embedding> {
+            Ok(Embedding::new(
+                vb.pp(name).get((rows, hidden), "weight")?,
+                hidden,
+            ))
+        };
+        Ok(TextEmbeddings {
+            token: table("token_embedding", vocab)?,
+            position: table("position_embedding", max_len)?,
+            max_len,
+        })
+    }
+
+    /// The device the tables live on.
+    pub fn device(&self) -> &Device {
+        self.token.embeddings().device()
+    }
+
+    /// The packed `(tokens, hidden)` embeddings of `seqs` (positions from 0 in each) and
+    /// their segments. Every sequence must be non-empty and at most `max_len` long.
+    pub fn forward(&self, seqs: &[&[u32]]) -> Result<(Tensor, Vec<Segment>)> {
+        let mut ids = Vec::new();
+        let mut pos = Vec::new();
+        for s in seqs {
+            if s.is_empty() || s.len() > self.max_len {
+                candle_core::bail!("text of {} tokens (1..={} allowed)", s.len(), self.max_len)
+            }
+            ids.extend_from_slice(s);
+            pos.extend(0..s.len() as u32);
+        }
+        let n = ids.len();
+        let ids = Tensor::from_vec(ids, n, self.device())?;
+        let pos = Tensor::from_vec(pos, n, self.device())?;
+        let x = (self.token.forward(&ids)? + self.position.forward(&pos)?)?;
+        Ok((x, Segment::packed(seqs.iter().map(|s| s.len()))))
     }
 }
 

@@ -6,11 +6,11 @@
 //! a linear head. Vision: patch convolution (with bias) + position embeddings, encoder, post
 //! layer norm, multi-head attention pooling with a learned probe.
 use candle_core::{D, Module, Result, Tensor};
-use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
+use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use crate::clip::{Side, act, from_empty};
-use crate::encoder::{Encoder, EncoderSizes, patch_linear, patchify};
+use crate::encoder::{Encoder, EncoderSizes, TextEmbeddings, patch_linear, patchify};
 use crate::ops::{self, Segment};
 
 fn d_vocab() -> usize {
@@ -117,12 +117,10 @@ pub struct SiglipConfig {
 
 /// SigLIP's text tower.
 pub struct SiglipText {
-    token: Embedding,
-    position: Embedding,
+    embeddings: TextEmbeddings,
     encoder: Encoder,
     final_norm: LayerNorm,
     head: Linear,
-    max_len: usize,
 }
 
 impl SiglipText {
@@ -130,14 +128,13 @@ impl SiglipText {
         let t = &c.text_config;
         let h = t.hidden_size;
         let m = vb.pp("text_model");
-        let e = m.pp("embeddings");
         Ok(SiglipText {
-            token: Embedding::new(e.pp("token_embedding").get((t.vocab_size, h), "weight")?, h),
-            position: Embedding::new(
-                e.pp("position_embedding")
-                    .get((t.max_position_embeddings, h), "weight")?,
+            embeddings: TextEmbeddings::load(
+                &m.pp("embeddings"),
+                t.vocab_size,
+                t.max_position_embeddings,
                 h,
-            ),
+            )?,
             encoder: Encoder::load(
                 m.pp("encoder"),
                 EncoderSizes {
@@ -151,7 +148,6 @@ impl SiglipText {
             )?,
             final_norm: ops::load_layer_norm(&m.pp("final_layer_norm"), h, t.layer_norm_eps)?,
             head: ops::load_linear(&m.pp("head"), h, t.projection_size.unwrap_or(h), true)?,
-            max_len: t.max_position_embeddings,
         })
     }
 
@@ -164,21 +160,8 @@ impl SiglipText {
     /// `keys[i]` is how many leading tokens of sequence `i` attention may see (its length
     /// when no attention mask is used, its unpadded length with one).
     pub fn forward(&self, seqs: &[&[u32]], keys: &[usize]) -> Result<Tensor> {
-        let dev = self.token.embeddings().device();
-        let mut ids = Vec::new();
-        let mut pos = Vec::new();
-        for s in seqs {
-            if s.is_empty() || s.len() > self.max_len {
-                candle_core::bail!("text of {} tokens (1..={} allowed)", s.len(), self.max_len)
-            }
-            ids.extend_from_slice(s);
-            pos.extend(0..s.len() as u32);
-        }
-        let n = ids.len();
-        let ids = Tensor::from_vec(ids, n, dev)?;
-        let pos = Tensor::from_vec(pos, n, dev)?;
-        let x = (self.token.forward(&ids)? + self.position.forward(&pos)?)?;
-        let mut segments = Segment::packed(seqs.iter().map(|s| s.len()));
+        let dev = self.embeddings.device();
+        let (x, mut segments) = self.embeddings.forward(seqs)?;
         for (seg, &k) in segments.iter_mut().zip(keys) {
             seg.keys = k.clamp(1, seg.len);
         }
