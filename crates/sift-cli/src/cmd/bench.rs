@@ -88,9 +88,9 @@ struct EmbedArgs {
     /// Items embedded, untimed, before each measurement.
     #[arg(long, default_value_t = 32)]
     warmup: usize,
-    /// Inputs: for text a file (one text per line, or JSONL with "text", BEIR corpus.jsonl
-    /// included); for images a folder. Without it, inputs are generated: texts of 20 to 200
-    /// words, 800x600 PNG images.
+    /// Inputs, read as `sift embed` reads them: for text a file (one text per line, or JSONL
+    /// with "text", BEIR corpus.jsonl included); for images a folder or a file listing image
+    /// paths. Without it, inputs are generated: texts of 20 to 200 words, 800x600 PNG images.
     #[arg(long)]
     input: Option<PathBuf>,
     /// Print JSON.
@@ -312,48 +312,6 @@ fn generated_images(n: usize) -> Result<Vec<Vec<u8>>> {
         .collect()
 }
 
-fn read_texts(path: &std::path::Path) -> Result<Vec<String>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if line.starts_with('{') {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .with_context(|| format!("{}:{}: malformed JSON", path.display(), i + 1))?;
-            let title = v.get("title").and_then(|t| t.as_str()).unwrap_or("");
-            let body = v
-                .get("text")
-                .and_then(|t| t.as_str())
-                .with_context(|| format!("{}:{}: no \"text\"", path.display(), i + 1))?;
-            out.push(if title.trim().is_empty() {
-                body.to_string()
-            } else {
-                format!("{title} {body}")
-            });
-        } else {
-            out.push(line.to_string());
-        }
-    }
-    Ok(out)
-}
-
-fn read_images(dir: &std::path::Path) -> Result<Vec<Vec<u8>>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
-        .collect()
-}
-
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -393,9 +351,21 @@ fn embed(a: EmbedArgs) -> Result<()> {
     }
     let need = a.items + a.warmup;
     let (texts, images): (Vec<String>, Vec<Vec<u8>>) = match (a.modality, &a.input) {
-        (Modality::Text, Some(p)) => (read_texts(p)?, Vec::new()),
+        (Modality::Text, Some(p)) => (
+            super::embed::read_inputs(p)?
+                .into_iter()
+                .map(|(_, t)| t)
+                .collect(),
+            Vec::new(),
+        ),
         (Modality::Text, None) => (generated_texts(need), Vec::new()),
-        (Modality::Image, Some(p)) => (Vec::new(), read_images(p)?),
+        (Modality::Image, Some(p)) => (
+            Vec::new(),
+            super::embed::image_inputs(p)?
+                .iter()
+                .map(|(_, f)| std::fs::read(f).with_context(|| format!("reading {}", f.display())))
+                .collect::<Result<_>>()?,
+        ),
         (Modality::Image, None) => (Vec::new(), generated_images(need)?),
     };
     let pool = if a.modality == Modality::Text {

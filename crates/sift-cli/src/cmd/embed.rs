@@ -53,7 +53,7 @@ enum TextKind {
     Passage,
 }
 
-fn read_inputs(path: &PathBuf) -> Result<Vec<(String, String)>> {
+pub(crate) fn read_inputs(path: &PathBuf) -> Result<Vec<(String, String)>> {
     let reader = BufReader::new(File::open(path).with_context(|| format!("{}", path.display()))?);
     let mut out = Vec::new();
     for (i, line) in reader.split(b'\n').enumerate() {
@@ -119,7 +119,7 @@ fn write_npy(path: &PathBuf, rows: &[Vec<f32>], dim: usize) -> std::io::Result<(
 }
 
 /// Image files to embed: (id, path).
-fn image_inputs(input: &PathBuf) -> Result<Vec<(String, PathBuf)>> {
+pub(crate) fn image_inputs(input: &PathBuf) -> Result<Vec<(String, PathBuf)>> {
     const EXT: [&str; 6] = ["png", "jpg", "jpeg", "webp", "gif", "bmp"];
     if input.is_dir() {
         let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(input)
