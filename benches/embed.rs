@@ -8,6 +8,9 @@
 //!
 //! Usage: cargo bench --bench embed -- --model models/local/all-MiniLM-L6-v2 \
 //!   --texts ../shared/data/cranfield/corpus.jsonl --items 512 --batch-size 32 --threads 2 --json
+#[path = "common.rs"]
+mod common;
+
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -42,19 +45,6 @@ struct Args {
     /// cargo passes --bench to harness=false benches.
     #[arg(long, hide = true)]
     bench: bool,
-}
-
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|kb| kb.parse::<f64>().ok())
-            })
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 fn main() -> Result<()> {
@@ -115,7 +105,7 @@ fn main() -> Result<()> {
             "max_seq_length": model.max_seq_len(),
             "seconds": seconds,
             "items_per_s": vectors.len() as f64 / seconds,
-            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_mb": common::rss_mb("VmHWM:"),
         })
     );
     Ok(())

@@ -15,6 +15,9 @@
 //! Usage (cargo runs benches from crates/sift-cli, so pass absolute paths):
 //!   cargo bench --bench embed_image -- --model /abs/target/bench-models/clip-vit-base-patch32 \
 //!     --images /abs/target/bench-images --items 128 --batch-size 32 --threads 2 --warmup 32 --json
+#[path = "common.rs"]
+mod common;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -48,20 +51,6 @@ struct Args {
     /// cargo passes --bench to harness=false benches.
     #[arg(long, hide = true)]
     bench: bool,
-}
-
-/// `VmHWM` (peak) or `VmRSS` (current) of this process, in MB.
-fn rss_mb(field: &str) -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with(field)).and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|kb| kb.parse::<f64>().ok())
-            })
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 fn main() -> Result<()> {
@@ -139,8 +128,8 @@ fn main() -> Result<()> {
             "prep_items_per_s": bytes.len() as f64 / prep_seconds,
             // the peak includes the memory-mapped weight file while the weights are copied
             // out of it at load; the end value is the resident set after the timed runs
-            "peak_rss_mb": rss_mb("VmHWM:"),
-            "end_rss_mb": rss_mb("VmRSS:"),
+            "peak_rss_mb": common::rss_mb("VmHWM:"),
+            "end_rss_mb": common::rss_mb("VmRSS:"),
         })
     );
     Ok(())

@@ -9,6 +9,9 @@
 //!
 //! Usage: cargo bench --bench hnsw -- --base /abs/base.npy --queries /abs/queries.npy \
 //!   --m 24 --ef-construction 200 --ef 16,32,64,128,256 --k 10 --threads 2 --json
+#[path = "common.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -92,17 +95,6 @@ fn read_npy(path: &Path) -> Result<(Vec<f32>, usize, usize)> {
     Ok((data, n, d))
 }
 
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 fn main() -> Result<()> {
     let a = Args::parse();
     rayon::ThreadPoolBuilder::new()
@@ -175,7 +167,7 @@ fn main() -> Result<()> {
         "build_seconds": build_seconds,
         "build_vectors_per_s": n as f64 / build_seconds,
         "sweep": sweep,
-        "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb": common::rss_mb("VmHWM:"),
     });
     println!("{}", serde_json::to_string(&out)?);
     Ok(())
