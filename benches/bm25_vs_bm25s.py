@@ -138,6 +138,16 @@ def machine() -> dict:
     return {"uname": uname, "cpu": cpu or platform.processor(), "nproc": nproc}
 
 
+def write_report(out: str, report: dict, md: str) -> None:
+    """Writes <out>.json (the report) and <out>.md (the table), creating the folder."""
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + ".json", "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    with open(out + ".md", "w") as f:
+        f.write(md)
+
+
 def fmt(v: float) -> str:
     if v >= 1000:
         return f"{v:,.0f}"
@@ -271,13 +281,7 @@ def main() -> int:
         "",
     ])
 
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(out_dir, exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    with open(args.out + ".md", "w") as f:
-        f.write(md)
+    write_report(args.out, report, md)
     print(table)
     return 0
 

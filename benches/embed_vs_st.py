@@ -37,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # Shared with the BM25 driver: result parsing, running a command from the repo root, number format.
-from bm25_vs_bm25s import fmt, last_json_object, run_cmd  # noqa: E402
+from bm25_vs_bm25s import write_report, fmt, last_json_object, run_cmd  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "st_embed_peer.py")
@@ -282,13 +282,7 @@ def main() -> int:
         "",
     ])
 
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(out_dir, exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    with open(args.out + ".md", "w") as f:
-        f.write(md)
+    write_report(args.out, report, md)
     print(table)
     return 0
 

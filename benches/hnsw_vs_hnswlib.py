@@ -27,7 +27,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bm25_vs_bm25s import fmt, last_json_object, machine, run_cmd  # noqa: E402,F401
+from bm25_vs_bm25s import fmt, machine, run_cmd, write_report  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -126,10 +126,7 @@ def main() -> int:
         f"--vectors {a.vectors} --dim {a.dim} --queries {a.queries} --rounds {a.rounds} --out {a.out}`",
     ]
     md = "\n".join(lines) + "\n"
-    with open(os.path.join(REPO, a.out + ".md"), "w") as f:
-        f.write(md)
-    with open(os.path.join(REPO, a.out + ".json"), "w") as f:
-        json.dump({"args": vars(a), "raw": raw, "median": med, "machine": m}, f, indent=1)
+    write_report(os.path.join(REPO, a.out), {"args": vars(a), "raw": raw, "median": med, "machine": m}, md)
     print(md)
     return 0
 

@@ -38,6 +38,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from embed_vs_st import (REPO, check_keys, machine, markdown, peer_env, repo_path,  # noqa: E402
                          run_rounds, summarise)
+from bm25_vs_bm25s import write_report  # noqa: E402
 
 PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "hf_vision_peer.py")
 PEER = "transformers"
@@ -221,13 +222,7 @@ def main() -> int:
         "",
     ])
 
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(out_dir, exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    with open(args.out + ".md", "w") as f:
-        f.write(md)
+    write_report(args.out, report, md)
     print(table)
     return 0
 
