@@ -644,11 +644,7 @@ impl<'a> Domain<'a> {
             .filter(|e| !exclude.contains(e.doc.as_str()))
             .collect();
         // trec_eval order (score descending, then doc id descending) before the cut-off
-        entries.sort_by(|a, b| {
-            (b.score as f32)
-                .total_cmp(&(a.score as f32))
-                .then_with(|| b.doc.cmp(&a.doc))
-        });
+        entries.sort_by(sift_eval::trec_order);
         entries.truncate(settings.top_k);
         Ok(entries)
     }

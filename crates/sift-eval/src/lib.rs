@@ -15,7 +15,8 @@ mod trec;
 
 pub use error::{Error, Result};
 pub use metrics::{
-    CUTOFFS, Evaluation, Exclusions, Metrics, Run, RunEntry, evaluate, evaluate_query, metric_names,
+    CUTOFFS, Evaluation, Exclusions, Metrics, Run, RunEntry, evaluate, evaluate_query,
+    metric_names, trec_order,
 };
 pub use report::{DomainResult, Report};
 pub use tasks::{

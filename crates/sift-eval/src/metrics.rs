@@ -41,7 +41,7 @@ pub type Exclusions = BTreeMap<String, BTreeSet<String>>;
 
 /// trec_eval's order: score descending, compared as 32-bit floats (trec_eval stores scores
 /// in a C `float`, and `-0.0 == 0.0`), then document id descending in byte order.
-pub(crate) fn trec_order(a: &RunEntry, b: &RunEntry) -> Ordering {
+pub fn trec_order(a: &RunEntry, b: &RunEntry) -> Ordering {
     let (sa, sb) = (a.score as f32, b.score as f32);
     sb.partial_cmp(&sa)
         .unwrap_or(Ordering::Equal)
