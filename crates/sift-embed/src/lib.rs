@@ -4,6 +4,8 @@
 //!   from the model's `config.json`, pooling from sentence-transformers'
 //!   `1_Pooling/config.json` (else the [`registry`]), L2 normalisation, query/passage
 //!   prefixes, truncation to the model's maximum sequence length.
+//! - [`GmeEmbedder`]: GME (Qwen2-VL, [`qwen2vl`]): text, images, and text with images in
+//!   one space.
 //! - [`registry`]: the supported model ids (`models/registry.json`).
 //! - [`ModelFiles::resolve`]: a local directory, or a hub id through hf-hub (feature `hub`).
 #![warn(missing_docs)]
@@ -14,8 +16,10 @@ mod device;
 mod encoder;
 mod error;
 mod files;
+pub mod gme;
 pub mod ops;
 pub mod preprocess;
+pub mod qwen2vl;
 pub mod registry;
 pub mod siglip;
 mod text;
@@ -24,6 +28,7 @@ mod vision;
 pub use device::{DevicePref, select_device};
 pub use error::{Error, Result};
 pub use files::ModelFiles;
+pub use gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
 pub use registry::{ModelInfo, Pooling};
 pub use text::{Kind, TextEmbedder, TextEmbedderOptions};
 pub use vision::{

@@ -19,6 +19,8 @@ pub enum Act {
     QuickGelu,
     /// `max(x, 0)`.
     Relu,
+    /// `x * sigmoid(x)` (`silu`, `swish`: Qwen2's MLP gate).
+    Silu,
 }
 
 impl Act {
@@ -29,6 +31,7 @@ impl Act {
             "gelu_pytorch_tanh" | "gelu_new" | "gelu_fast" => Act::GeluTanh,
             "quick_gelu" => Act::QuickGelu,
             "relu" => Act::Relu,
+            "silu" | "swish" => Act::Silu,
             _ => return None,
         })
     }
@@ -41,6 +44,7 @@ impl Act {
             Act::GeluTanh => xs.gelu(),
             Act::QuickGelu => xs * candle_nn::ops::sigmoid(&(xs * 1.702)?)?,
             Act::Relu => xs.relu(),
+            Act::Silu => xs.silu(),
         }
     }
 }
@@ -91,6 +95,7 @@ fn act_f32(act: Act, x: f32) -> f32 {
         }
         Act::QuickGelu => x / (1.0 + exp_approx(-1.702 * x)),
         Act::Relu => x.max(0.0),
+        Act::Silu => x / (1.0 + exp_approx(-x)),
     }
 }
 
@@ -129,6 +134,7 @@ fn act_slice_portable(act: Act, xs: &mut [f32]) {
         Act::GeluTanh => xs.iter_mut().for_each(|x| *x = act_f32(Act::GeluTanh, *x)),
         Act::QuickGelu => xs.iter_mut().for_each(|x| *x = act_f32(Act::QuickGelu, *x)),
         Act::Relu => xs.iter_mut().for_each(|x| *x = x.max(0.0)),
+        Act::Silu => xs.iter_mut().for_each(|x| *x = act_f32(Act::Silu, *x)),
     }
 }
 
@@ -617,7 +623,13 @@ mod tests {
             .map(|i| (i as f32 - 10_000.0) / 1500.0)
             .collect();
         let x = Tensor::from_vec(xs.clone(), 20_000, &dev).unwrap();
-        for act in [Act::Gelu, Act::GeluTanh, Act::QuickGelu, Act::Relu] {
+        for act in [
+            Act::Gelu,
+            Act::GeluTanh,
+            Act::QuickGelu,
+            Act::Relu,
+            Act::Silu,
+        ] {
             let mut fast = xs.clone();
             act_slice(act, &mut fast);
             let got = Tensor::from_vec(fast, 20_000, &dev).unwrap();

@@ -1048,6 +1048,21 @@ fn png_info(bytes: &[u8]) -> Option<PngInfo> {
 /// libjpeg-turbo; see the fixtures' README). EXIF orientation and ICC profiles are ignored,
 /// as with `Image.open`.
 pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage, PreprocessError> {
+    decode_rgb_with(bytes, Alpha::OverWhite)
+}
+
+/// What becomes of transparency when an image is converted to RGB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alpha {
+    /// Composited onto opaque white, as transformers 5's `convert_rgb` does.
+    OverWhite,
+    /// Dropped, as Pillow's `Image.convert("RGB")` does (the colour under a transparent
+    /// pixel shows): what GME's own image loading (`fetch_image`) gives its processor.
+    Drop,
+}
+
+/// [`decode_rgb`] with the given treatment of transparency.
+pub fn decode_rgb_with(bytes: &[u8], alpha: Alpha) -> Result<RgbImage, PreprocessError> {
     let format = image::guess_format(bytes).map_err(|_| PreprocessError::UnknownFormat)?;
     let png = if format == ImageFormat::Png {
         png_info(bytes)
@@ -1055,12 +1070,14 @@ pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage, PreprocessError> {
         None
     };
     let img = image::load_from_memory_with_format(bytes, format)?;
-    Ok(to_rgb_like_pil(img, png))
+    Ok(to_rgb_like_pil(img, png, alpha))
 }
 
 /// Converts a decoded image to RGB as Pillow would have opened and transformers converted
 /// it. `png` is the header info when the image was a PNG.
-fn to_rgb_like_pil(img: DynamicImage, png: Option<PngInfo>) -> RgbImage {
+fn to_rgb_like_pil(img: DynamicImage, png: Option<PngInfo>, alpha: Alpha) -> RgbImage {
+    let composite_rgba =
+        |w: u32, h: u32, pixel: &dyn Fn(u32, u32) -> Rgba<u8>| composite_rgba(w, h, pixel, alpha);
     let (w, h) = (img.width(), img.height());
     let key = png.and_then(|p| p.trns_key);
     let color_type = png.map(|p| p.color_type);
@@ -1085,7 +1102,7 @@ fn to_rgb_like_pil(img: DynamicImage, png: Option<PngInfo>) -> RgbImage {
                 }
                 _ => None,
             };
-            composite_rgba(w, h, |x, y| {
+            composite_rgba(w, h, &|x, y| {
                 let p = la.get_pixel(x, y);
                 let a = match pil_key {
                     Some(k) => {
@@ -1103,7 +1120,7 @@ fn to_rgb_like_pil(img: DynamicImage, png: Option<PngInfo>) -> RgbImage {
         DynamicImage::ImageRgba8(rgba) => {
             // PNG colour-key and palette tRNS, GIF transparency, WebP/PNG alpha: the
             // decoder's alpha is the one Pillow's convert("RGBA") gives.
-            composite_rgba(w, h, |x, y| *rgba.get_pixel(x, y))
+            composite_rgba(w, h, &|x, y| *rgba.get_pixel(x, y))
         }
         DynamicImage::ImageLuma16(l) => RgbImage::from_fn(w, h, |x, y| {
             let v = l.get_pixel(x, y)[0].min(255) as u8;
@@ -1113,12 +1130,12 @@ fn to_rgb_like_pil(img: DynamicImage, png: Option<PngInfo>) -> RgbImage {
             if let (Some(0), Some(k)) = (color_type, key) {
                 // 16-bit greyscale with a tRNS key: Pillow opens it as I;16, and
                 // convert("RGBA") compares the saturated 8-bit value with the raw key.
-                composite_rgba(w, h, |x, y| {
+                composite_rgba(w, h, &|x, y| {
                     let v = la.get_pixel(x, y)[0].min(255) as u8;
                     Rgba([v, v, v, if v as u16 == k[0] { 0 } else { 255 }])
                 })
             } else {
-                composite_rgba(w, h, |x, y| {
+                composite_rgba(w, h, &|x, y| {
                     let p = la.get_pixel(x, y);
                     let v = (p[0] >> 8) as u8;
                     Rgba([v, v, v, (p[1] >> 8) as u8])
@@ -1134,7 +1151,7 @@ fn to_rgb_like_pil(img: DynamicImage, png: Option<PngInfo>) -> RgbImage {
                 (Some(2), Some(k)) => Some(k),
                 _ => None,
             };
-            composite_rgba(w, h, |x, y| {
+            composite_rgba(w, h, &|x, y| {
                 let p = rgba.get_pixel(x, y);
                 let (r, g, b) = ((p[0] >> 8) as u8, (p[1] >> 8) as u8, (p[2] >> 8) as u8);
                 let a = match rgb_key {
@@ -1155,11 +1172,14 @@ fn to_rgb_like_pil(img: DynamicImage, png: Option<PngInfo>) -> RgbImage {
     }
 }
 
-/// Builds the image pixel by pixel and composites each onto opaque white.
-fn composite_rgba(w: u32, h: u32, pixel: impl Fn(u32, u32) -> Rgba<u8>) -> RgbImage {
+/// Builds the image pixel by pixel and composites each onto opaque white (or drops alpha).
+fn composite_rgba(w: u32, h: u32, pixel: &dyn Fn(u32, u32) -> Rgba<u8>, alpha: Alpha) -> RgbImage {
     RgbImage::from_fn(w, h, |x, y| {
         let p = pixel(x, y);
-        let a = p[3];
+        let a = match alpha {
+            Alpha::OverWhite => p[3],
+            Alpha::Drop => 255,
+        };
         image::Rgb([
             over_white(p[0], a),
             over_white(p[1], a),

@@ -1,0 +1,637 @@
+//! Qwen2-VL in candle (candle-transformers has none): the vision tower and the Qwen2
+//! language model, as transformers' `modeling_qwen2_vl.py` computes them.
+//!
+//! - Vision: the 3-D patch embedding (a `(temporal 2, 14, 14)` convolution over the
+//!   processor's flattened patches) as one matrix product; 2-D rotary positions (row and
+//!   column of each patch, laid out in 2x2 merge blocks); pre-norm blocks (layer norm,
+//!   attention within each image, `quick_gelu` MLP); the patch merger (layer norm, 2x2
+//!   neighbours concatenated, GELU MLP) giving one language-model token per 2x2 patches.
+//! - Language model: Qwen2 decoder layers (RMSNorm, grouped-query causal attention with
+//!   biased Q/K/V, SwiGLU MLP), rotary positions with three axes (M-RoPE: temporal, height,
+//!   width positions each rotate their own band of frequencies, `mrope_section`).
+//!
+//! Weight names follow the published checkpoints (`visual.*`, `model.*`: transformers
+//! 4.45-4.51, which GME ships); the transformers 5 layout (`model.visual.*`,
+//! `model.language_model.*`) loads too. Configurations are read from `config.json` in
+//! either the flat (4.x) or nested (`text_config`, 5.x) form, with transformers' defaults
+//! for absent keys.
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_nn::{Embedding, LayerNorm, Linear, RmsNorm, VarBuilder};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::ops::{self, Act, Segment};
+
+/// `vision_config` of a Qwen2-VL checkpoint (transformers' `Qwen2VLVisionConfig` defaults).
+#[derive(Debug, Clone, Deserialize)]
+pub struct VisionConfig {
+    /// Blocks.
+    #[serde(default = "d_depth")]
+    pub depth: usize,
+    /// Width of the blocks.
+    #[serde(default = "d_embed_dim")]
+    pub embed_dim: usize,
+    /// Output width of the merger (the language model's hidden size).
+    #[serde(default = "d_vision_hidden")]
+    pub hidden_size: usize,
+    /// Block MLP activation.
+    #[serde(default = "d_quick_gelu")]
+    pub hidden_act: String,
+    /// MLP width as a multiple of `embed_dim`.
+    #[serde(default = "d_mlp_ratio")]
+    pub mlp_ratio: f64,
+    /// Attention heads.
+    #[serde(default = "d_vision_heads")]
+    pub num_heads: usize,
+    /// Input channels.
+    #[serde(default = "d_three", alias = "in_chans")]
+    pub in_channels: usize,
+    /// Patch side in pixels.
+    #[serde(default = "d_patch")]
+    pub patch_size: usize,
+    /// Patches merged per side into one language-model token.
+    #[serde(default = "d_two")]
+    pub spatial_merge_size: usize,
+    /// Frames per patch (an image is repeated to fill them).
+    #[serde(default = "d_two")]
+    pub temporal_patch_size: usize,
+}
+
+fn d_depth() -> usize {
+    32
+}
+fn d_embed_dim() -> usize {
+    1280
+}
+fn d_vision_hidden() -> usize {
+    3584
+}
+fn d_quick_gelu() -> String {
+    "quick_gelu".into()
+}
+fn d_mlp_ratio() -> f64 {
+    4.0
+}
+fn d_vision_heads() -> usize {
+    16
+}
+fn d_three() -> usize {
+    3
+}
+fn d_patch() -> usize {
+    14
+}
+fn d_two() -> usize {
+    2
+}
+
+impl Default for VisionConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("all fields have defaults")
+    }
+}
+
+impl VisionConfig {
+    /// Values per flattened patch: channels x frames x patch x patch.
+    pub fn patch_values(&self) -> usize {
+        self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
+    }
+}
+
+/// The language model's settings (transformers' `Qwen2VLTextConfig` defaults).
+#[derive(Debug, Clone, Deserialize)]
+pub struct TextConfig {
+    /// Vocabulary size.
+    #[serde(default = "d_vocab")]
+    pub vocab_size: usize,
+    /// Hidden size.
+    #[serde(default = "d_hidden")]
+    pub hidden_size: usize,
+    /// MLP width.
+    #[serde(default = "d_intermediate")]
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    #[serde(default = "d_layers")]
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    #[serde(default = "d_heads")]
+    pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention).
+    #[serde(default = "d_kv_heads")]
+    pub num_key_value_heads: usize,
+    /// MLP activation.
+    #[serde(default = "d_silu")]
+    pub hidden_act: String,
+    /// RMSNorm epsilon.
+    #[serde(default = "d_rms_eps")]
+    pub rms_norm_eps: f64,
+    /// Rotary base (`rope_theta`, or `rope_parameters.rope_theta`).
+    #[serde(skip)]
+    pub rope_theta: f64,
+    /// Frequency bands of the temporal, height and width positions (halves of the head
+    /// dimension; `rope_scaling.mrope_section` or `rope_parameters.mrope_section`).
+    #[serde(skip)]
+    pub mrope_section: Vec<usize>,
+}
+
+fn d_vocab() -> usize {
+    152064
+}
+fn d_hidden() -> usize {
+    8192
+}
+fn d_intermediate() -> usize {
+    29568
+}
+fn d_layers() -> usize {
+    80
+}
+fn d_heads() -> usize {
+    64
+}
+fn d_kv_heads() -> usize {
+    8
+}
+fn d_silu() -> String {
+    "silu".into()
+}
+fn d_rms_eps() -> f64 {
+    1e-5
+}
+
+impl TextConfig {
+    /// Dimension of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads.max(1)
+    }
+}
+
+/// A Qwen2-VL `config.json`.
+#[derive(Debug, Clone)]
+pub struct Qwen2VlConfig {
+    /// The language model.
+    pub text: TextConfig,
+    /// The vision tower.
+    pub vision: VisionConfig,
+    /// Token id of each image token (`<|image_pad|>`).
+    pub image_token_id: u32,
+}
+
+impl Qwen2VlConfig {
+    /// Parses `config.json` (flat transformers-4 form, or with `text_config`).
+    pub fn from_json(value: &Value) -> std::result::Result<Self, String> {
+        let text_value = value.get("text_config").unwrap_or(value);
+        let mut text: TextConfig =
+            serde_json::from_value(text_value.clone()).map_err(|e| format!("text config: {e}"))?;
+        let vision: VisionConfig = match value.get("vision_config") {
+            Some(v) => {
+                serde_json::from_value(v.clone()).map_err(|e| format!("vision_config: {e}"))?
+            }
+            None => VisionConfig::default(),
+        };
+        let lookup = |key: &str| -> Option<&Value> {
+            [text_value, value].into_iter().find_map(|v| {
+                v.get(key)
+                    .or_else(|| v.get("rope_parameters").and_then(|r| r.get(key)))
+                    .or_else(|| v.get("rope_scaling").and_then(|r| r.get(key)))
+            })
+        };
+        text.rope_theta = lookup("rope_theta")
+            .and_then(Value::as_f64)
+            .unwrap_or(1_000_000.0);
+        text.mrope_section = match lookup("mrope_section") {
+            Some(v) => {
+                serde_json::from_value(v.clone()).map_err(|e| format!("mrope_section: {e}"))?
+            }
+            None => vec![16, 24, 24],
+        };
+        let image_token_id = lookup("image_token_id")
+            .and_then(Value::as_u64)
+            .unwrap_or(151_655) as u32;
+        let cfg = Qwen2VlConfig {
+            text,
+            vision,
+            image_token_id,
+        };
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        let t = &self.text;
+        if t.num_attention_heads == 0
+            || !t.hidden_size.is_multiple_of(t.num_attention_heads)
+            || t.num_key_value_heads == 0
+            || !t.num_attention_heads.is_multiple_of(t.num_key_value_heads)
+        {
+            return Err(format!(
+                "hidden_size {} / num_attention_heads {} / num_key_value_heads {} do not divide",
+                t.hidden_size, t.num_attention_heads, t.num_key_value_heads
+            ));
+        }
+        if self.text.mrope_section.len() != 3
+            || self.text.mrope_section.iter().sum::<usize>() * 2 != t.head_dim()
+        {
+            return Err(format!(
+                "mrope_section {:?} must be three bands summing to head_dim / 2 = {}",
+                t.mrope_section,
+                t.head_dim() / 2
+            ));
+        }
+        let v = &self.vision;
+        if v.num_heads == 0 || !v.embed_dim.is_multiple_of(v.num_heads) {
+            return Err(format!(
+                "vision embed_dim {} is not a multiple of {} heads",
+                v.embed_dim, v.num_heads
+            ));
+        }
+        if !(v.embed_dim / v.num_heads).is_multiple_of(4) {
+            return Err("vision head dimension must be a multiple of 4 (2-D rotary)".into());
+        }
+        if v.hidden_size != t.hidden_size {
+            return Err(format!(
+                "vision_config.hidden_size {} differs from the language model's {}",
+                v.hidden_size, t.hidden_size
+            ));
+        }
+        if Act::parse(&v.hidden_act).is_none() || Act::parse(&t.hidden_act).is_none() {
+            return Err(format!(
+                "unsupported activation ({} / {})",
+                v.hidden_act, t.hidden_act
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Inverse rotary frequencies `1 / base^(2i / dim)`, `i < dim / 2`, in f32 as torch computes
+/// them.
+fn inv_freq(base: f64, dim: usize) -> Vec<f32> {
+    (0..dim / 2)
+        .map(|i| 1.0 / (base as f32).powf((2 * i) as f32 / dim as f32))
+        .collect()
+}
+
+/// Applies rotary tables to the query and key parts of a packed `(tokens, (hq + 2 hk) * d)`
+/// projection and returns `(tokens, 3 hq d)` for [`ops::attention`]: queries and keys
+/// rotated (`x cos + rotate_half(x) sin`, `cos`/`sin` `(tokens, d / 2)`), keys and values
+/// repeated to every query head of their group.
+fn rotate_qkv(
+    qkv: &Tensor,
+    hq: usize,
+    hk: usize,
+    d: usize,
+    cos: &Tensor,
+    sin: &Tensor,
+) -> Result<Tensor> {
+    let n = qkv.dim(0)?;
+    let part = |start: usize, heads: usize| -> Result<Tensor> {
+        qkv.narrow(1, start * d, heads * d)?
+            .contiguous()?
+            .reshape((1, n, heads, d))
+    };
+    let q = candle_nn::rotary_emb::rope_thd(&part(0, hq)?, cos, sin)?;
+    let k = candle_nn::rotary_emb::rope_thd(&part(hq, hk)?, cos, sin)?;
+    let v = part(hq + hk, hk)?;
+    let repeat = |x: Tensor| -> Result<Tensor> {
+        if hq == hk {
+            return x.reshape((n, hq * d));
+        }
+        x.reshape((n, hk, 1, d))?
+            .broadcast_as((n, hk, hq / hk, d))?
+            .contiguous()?
+            .reshape((n, hq * d))
+    };
+    Tensor::cat(&[q.reshape((n, hq * d))?, repeat(k)?, repeat(v)?], 1)
+}
+
+fn tables(
+    angles: Vec<f32>,
+    n: usize,
+    half: usize,
+    device: &Device,
+    dtype: DType,
+) -> Result<(Tensor, Tensor)> {
+    let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+    let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+    Ok((
+        Tensor::from_vec(cos, (n, half), device)?.to_dtype(dtype)?,
+        Tensor::from_vec(sin, (n, half), device)?.to_dtype(dtype)?,
+    ))
+}
+
+/// Loads a weight under the first prefix of `prefixes` that has it (published and
+/// transformers-5 layouts).
+fn pick<'a>(vb: &VarBuilder<'a>, prefixes: &[&str], probe: &str) -> VarBuilder<'a> {
+    for p in prefixes {
+        if vb.contains_tensor(&format!("{p}.{probe}")) {
+            return vb.pp(*p);
+        }
+    }
+    vb.pp(prefixes[0])
+}
+
+struct VisionBlock {
+    norm1: LayerNorm,
+    qkv: Linear,
+    proj: Linear,
+    norm2: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+/// The Qwen2-VL vision tower (`visual`).
+pub struct VisionTower {
+    patch: Linear,
+    blocks: Vec<VisionBlock>,
+    merger_norm: LayerNorm,
+    merger_fc1: Linear,
+    merger_fc2: Linear,
+    cfg: VisionConfig,
+    act: Act,
+    inv_freq: Vec<f32>,
+}
+
+impl VisionTower {
+    /// Loads `visual.*` (or `model.visual.*`) from the checkpoint root `vb`.
+    pub fn load(vb: &VarBuilder, cfg: &VisionConfig) -> Result<Self> {
+        let vb = pick(vb, &["visual", "model.visual"], "patch_embed.proj.weight");
+        let e = cfg.embed_dim;
+        let heads = cfg.num_heads;
+        let d = e / heads;
+        let mlp = (e as f64 * cfg.mlp_ratio) as usize;
+        let patch = Linear::new(
+            vb.pp("patch_embed.proj")
+                .get(
+                    (
+                        e,
+                        cfg.in_channels,
+                        cfg.temporal_patch_size,
+                        cfg.patch_size,
+                        cfg.patch_size,
+                    ),
+                    "weight",
+                )?
+                .reshape((e, cfg.patch_values()))?,
+            None,
+        );
+        let scale = 1.0 / (d as f64).sqrt();
+        let mut blocks = Vec::with_capacity(cfg.depth);
+        for i in 0..cfg.depth {
+            let b = vb.pp(format!("blocks.{i}"));
+            let qkv = ops::load_linear(&b.pp("attn.qkv"), e, 3 * e, true)?;
+            // fold the attention scale into the query rows (rotation is linear)
+            let w = qkv.weight();
+            let bias = qkv.bias().expect("loaded with bias");
+            let w = Tensor::cat(&[(w.narrow(0, 0, e)? * scale)?, w.narrow(0, e, 2 * e)?], 0)?;
+            let bias = Tensor::cat(
+                &[(bias.narrow(0, 0, e)? * scale)?, bias.narrow(0, e, 2 * e)?],
+                0,
+            )?;
+            blocks.push(VisionBlock {
+                norm1: ops::load_layer_norm(&b.pp("norm1"), e, 1e-6)?,
+                qkv: Linear::new(w, Some(bias)),
+                proj: ops::load_linear(&b.pp("attn.proj"), e, e, true)?,
+                norm2: ops::load_layer_norm(&b.pp("norm2"), e, 1e-6)?,
+                fc1: ops::load_linear(&b.pp("mlp.fc1"), e, mlp, true)?,
+                fc2: ops::load_linear(&b.pp("mlp.fc2"), mlp, e, true)?,
+            });
+        }
+        let merged = e * cfg.spatial_merge_size * cfg.spatial_merge_size;
+        let m = vb.pp("merger");
+        Ok(VisionTower {
+            patch,
+            blocks,
+            merger_norm: ops::load_layer_norm(&m.pp("ln_q"), e, 1e-6)?,
+            merger_fc1: ops::load_linear(&m.pp("mlp.0"), merged, merged, true)?,
+            merger_fc2: ops::load_linear(&m.pp("mlp.2"), merged, cfg.hidden_size, true)?,
+            act: Act::parse(&cfg.hidden_act).unwrap_or(Act::QuickGelu),
+            // axial rope: a quarter of the head dimension per axis, base 10000
+            inv_freq: inv_freq(10_000.0, d / 2),
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Rotary tables `(patches, head_dim / 2)` of images with patch grids `grids`
+    /// (`[t, h, w]` each): row then column frequencies of each patch, patches in the
+    /// processor's order (2x2 merge blocks, row-major inside and between blocks).
+    fn rotary(
+        &self,
+        grids: &[[usize; 3]],
+        device: &Device,
+        dtype: DType,
+    ) -> Result<(Tensor, Tensor)> {
+        let m = self.cfg.spatial_merge_size;
+        let q = self.inv_freq.len();
+        let mut angles = Vec::new();
+        let mut n = 0;
+        for &[t, h, w] in grids {
+            for _ in 0..t {
+                for bh in 0..h / m {
+                    for bw in 0..w / m {
+                        for mh in 0..m {
+                            for mw in 0..m {
+                                let (row, col) = ((bh * m + mh) as f32, (bw * m + mw) as f32);
+                                angles.extend(self.inv_freq.iter().map(|f| row * f));
+                                angles.extend(self.inv_freq.iter().map(|f| col * f));
+                                n += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tables(angles, n, 2 * q, device, dtype)
+    }
+
+    /// Merged image tokens `(sum of t h w / merge^2, hidden)` of the flattened patches
+    /// `(sum of t h w, patch_values)` of images with grids `grids`.
+    pub fn forward(&self, patches: &Tensor, grids: &[[usize; 3]]) -> Result<Tensor> {
+        let total: usize = grids.iter().map(|g| g[0] * g[1] * g[2]).sum();
+        let m = self.cfg.spatial_merge_size;
+        if patches.dims() != [total, self.cfg.patch_values()] {
+            candle_core::bail!(
+                "patches {:?} do not match the grids ({total} x {})",
+                patches.dims(),
+                self.cfg.patch_values()
+            )
+        }
+        if grids.iter().any(|g| g[1] % m != 0 || g[2] % m != 0) {
+            candle_core::bail!("patch grids {grids:?} are not multiples of the merge size {m}")
+        }
+        let heads = self.cfg.num_heads;
+        let d = self.cfg.embed_dim / heads;
+        let (cos, sin) = self.rotary(grids, patches.device(), patches.dtype())?;
+        // attention runs within each frame of each image
+        let segments = Segment::packed(
+            grids
+                .iter()
+                .flat_map(|&[t, h, w]| std::iter::repeat_n(h * w, t)),
+        );
+        let mut x = ops::linear(&self.patch, patches, None)?;
+        for b in &self.blocks {
+            let qkv = ops::linear(&b.qkv, &b.norm1.forward(&x)?, None)?;
+            let qkv = rotate_qkv(&qkv, heads, heads, d, &cos, &sin)?;
+            let ctx = ops::attention(&qkv, &segments, heads, d, false)?;
+            x = ops::linear(&b.proj, &ctx, Some(&x))?;
+            let h = ops::linear_act(&b.fc1, &b.norm2.forward(&x)?, None, Some(self.act))?;
+            x = ops::linear(&b.fc2, &h, Some(&x))?;
+        }
+        let merged = self.cfg.embed_dim * m * m;
+        let x = self
+            .merger_norm
+            .forward(&x)?
+            .reshape((total / (m * m), merged))?;
+        let x = ops::linear_act(&self.merger_fc1, &x, None, Some(Act::Gelu))?;
+        ops::linear(&self.merger_fc2, &x, None)
+    }
+}
+
+struct DecoderLayer {
+    input_norm: RmsNorm,
+    qkv: Linear,
+    o: Linear,
+    post_norm: RmsNorm,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// The Qwen2 language model of Qwen2-VL (`model.*` or `model.language_model.*`), without
+/// the LM head.
+pub struct TextModel {
+    embed: Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    cfg: TextConfig,
+    act: Act,
+    inv_freq: Vec<f32>,
+}
+
+/// M-RoPE positions of one token: temporal, height, width.
+pub type Position = [u32; 3];
+
+impl TextModel {
+    /// Loads the language model from the checkpoint root `vb`.
+    pub fn load(vb: &VarBuilder, cfg: &TextConfig) -> Result<Self> {
+        let vb = pick(
+            vb,
+            &["model", "model.language_model"],
+            "embed_tokens.weight",
+        );
+        let h = cfg.hidden_size;
+        let (hq, hk, d) = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim(),
+        );
+        let rms = |vb: VarBuilder| -> Result<RmsNorm> {
+            Ok(RmsNorm::new(vb.get(h, "weight")?, cfg.rms_norm_eps))
+        };
+        let scale = 1.0 / (d as f64).sqrt();
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let l = vb.pp(format!("layers.{i}"));
+            let a = l.pp("self_attn");
+            let q = ops::load_linear(&a.pp("q_proj"), h, hq * d, true)?;
+            let k = ops::load_linear(&a.pp("k_proj"), h, hk * d, true)?;
+            let v = ops::load_linear(&a.pp("v_proj"), h, hk * d, true)?;
+            let w = Tensor::cat(&[&(q.weight() * scale)?, k.weight(), v.weight()], 0)?;
+            let b = Tensor::cat(
+                &[
+                    &(q.bias().expect("bias") * scale)?,
+                    k.bias().expect("bias"),
+                    v.bias().expect("bias"),
+                ],
+                0,
+            )?;
+            let mlp = l.pp("mlp");
+            layers.push(DecoderLayer {
+                input_norm: rms(l.pp("input_layernorm"))?,
+                qkv: Linear::new(w, Some(b)),
+                o: ops::load_linear(&a.pp("o_proj"), hq * d, h, false)?,
+                post_norm: rms(l.pp("post_attention_layernorm"))?,
+                gate: ops::load_linear(&mlp.pp("gate_proj"), h, cfg.intermediate_size, false)?,
+                up: ops::load_linear(&mlp.pp("up_proj"), h, cfg.intermediate_size, false)?,
+                down: ops::load_linear(&mlp.pp("down_proj"), cfg.intermediate_size, h, false)?,
+            });
+        }
+        Ok(TextModel {
+            embed: Embedding::new(vb.pp("embed_tokens").get((cfg.vocab_size, h), "weight")?, h),
+            layers,
+            norm: rms(vb.pp("norm"))?,
+            act: Act::parse(&cfg.hidden_act).unwrap_or(Act::Silu),
+            inv_freq: inv_freq(cfg.rope_theta, d),
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Token embeddings `(tokens, hidden)` of `ids`.
+    pub fn embed_tokens(&self, ids: &[u32]) -> Result<Tensor> {
+        let device = self.embed.embeddings().device();
+        if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.cfg.vocab_size) {
+            candle_core::bail!(
+                "token id {bad} is outside the vocabulary ({})",
+                self.cfg.vocab_size
+            )
+        }
+        self.embed
+            .forward(&Tensor::from_slice(ids, ids.len(), device)?)
+    }
+
+    /// M-RoPE tables of tokens at `positions`: frequency `j` rotates by the temporal,
+    /// height or width position according to the band of `mrope_section` it falls in.
+    fn rotary(
+        &self,
+        positions: &[Position],
+        device: &Device,
+        dtype: DType,
+    ) -> Result<(Tensor, Tensor)> {
+        let half = self.inv_freq.len();
+        let mut axis = Vec::with_capacity(half);
+        for (a, &len) in self.cfg.mrope_section.iter().enumerate() {
+            axis.extend(std::iter::repeat_n(a, len));
+        }
+        let mut angles = Vec::with_capacity(positions.len() * half);
+        for p in positions {
+            angles.extend(
+                self.inv_freq
+                    .iter()
+                    .zip(&axis)
+                    .map(|(f, &a)| p[a] as f32 * f),
+            );
+        }
+        tables(angles, positions.len(), half, device, dtype)
+    }
+
+    /// Runs the decoder over the packed input embeddings `x` `(tokens, hidden)`: sequences
+    /// given by `segments` (causal attention within each), each token at `positions`.
+    /// Returns the final-norm hidden states of the rows `pick` (e.g. each sequence's last).
+    pub fn forward(
+        &self,
+        mut x: Tensor,
+        positions: &[Position],
+        segments: &[Segment],
+        pick: &[usize],
+    ) -> Result<Tensor> {
+        let (hq, hk, d) = (
+            self.cfg.num_attention_heads,
+            self.cfg.num_key_value_heads,
+            self.cfg.head_dim(),
+        );
+        let (cos, sin) = self.rotary(positions, x.device(), x.dtype())?;
+        for l in &self.layers {
+            let qkv = ops::linear(&l.qkv, &l.input_norm.forward(&x)?, None)?;
+            let qkv = rotate_qkv(&qkv, hq, hk, d, &cos, &sin)?;
+            let ctx = ops::attention(&qkv, segments, hq, d, true)?;
+            x = ops::linear(&l.o, &ctx, Some(&x))?;
+            let h = l.post_norm.forward(&x)?;
+            let g = ops::linear_act(&l.gate, &h, None, Some(self.act))?;
+            let u = ops::linear(&l.up, &h, None)?;
+            x = ops::linear(&l.down, &(g * u)?, Some(&x))?;
+        }
+        let rows: Vec<u32> = pick.iter().map(|&r| r as u32).collect();
+        let rows = Tensor::from_vec(rows, pick.len(), x.device())?;
+        self.norm.forward(&x.index_select(&rows, 0)?)
+    }
+}
