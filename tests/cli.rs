@@ -962,6 +962,7 @@ fn all_four_tasks_on_the_sample() {
     let fixtures = repo().join("models/fixtures/vision");
     let clip = fixtures.join("tiny-clip-quickgelu");
     let siglip = fixtures.join("tiny-siglip");
+    let gme = repo().join("models/fixtures/gme/tiny-gme");
     let mut args = vec![
         "index",
         "--corpus",
@@ -972,6 +973,8 @@ fn all_four_tasks_on_the_sample() {
         s(&clip),
         "--dense",
         s(&siglip),
+        "--dense",
+        s(&gme),
         "--json",
     ];
     let model = minilm();
@@ -991,6 +994,8 @@ fn all_four_tasks_on_the_sample() {
         32
     );
     assert_eq!(images["undecodable"]["physics"], 1);
+    let gme_images = &built["manifest"]["dense"]["tiny-gme"]["images"];
+    assert_eq!(gme_images["undecodable"]["physics"], 1);
     let mut args = vec![
         "eval",
         "--corpus",
@@ -1005,6 +1010,8 @@ fn all_four_tasks_on_the_sample() {
         "dense:tiny-clip-quickgelu",
         "--retriever",
         "dense:tiny-siglip",
+        "--retriever",
+        "dense:tiny-gme",
         "--query-fusion",
         "both",
         "--out",
@@ -1025,10 +1032,11 @@ fn all_four_tasks_on_the_sample() {
     let text_models = if model.is_some() { 2 } else { 1 };
     // task 1: every retriever once; tasks 2 and 4: text retrievers once, vision ones per
     // fusion mode; task 3: vision retrievers only
-    assert_eq!(count("1"), text_models + 2);
-    assert_eq!(count("2"), text_models + 4);
-    assert_eq!(count("3"), 4);
-    assert_eq!(count("4"), text_models + 4);
+    // (three vision-language models: CLIP, SigLIP, GME)
+    assert_eq!(count("1"), text_models + 3);
+    assert_eq!(count("2"), text_models + 6);
+    assert_eq!(count("3"), 6);
+    assert_eq!(count("4"), text_models + 6);
     for r in reports {
         assert_eq!(
             r["per_domain"].as_object().unwrap().len(),
@@ -1175,6 +1183,60 @@ fn embed_images_matches_transformers_end_to_end() {
         s(&tmp.path().join("x.jsonl")),
     ]);
     assert!(err.contains("missing"), "{err}");
+}
+
+/// `sift embed --image` with GME: decoding, GME's two resizes, patches, the vision tower,
+/// the prompt and the language model end to end give transformers' vectors for the image
+/// files (models/fixtures/gme/expected.json, image-only candidate cases; PNG files, since
+/// JPEG decoders differ slightly).
+#[test]
+fn embed_images_with_gme_matches_transformers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = repo().join("models/fixtures/gme");
+    let expected: Value = json(&fs::read_to_string(root.join("expected.json")).unwrap());
+    let cases: Vec<&Value> = expected["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["kind"] == "image" && c["images"][0].as_str().is_some_and(|p| p.ends_with(".png"))
+        })
+        .collect();
+    assert!(cases.len() >= 4);
+    let list = tmp.path().join("images.txt");
+    let files: Vec<String> = cases
+        .iter()
+        .map(|c| s(&root.join(c["images"][0].as_str().unwrap())).to_string())
+        .collect();
+    fs::write(&list, files.join("\n")).unwrap();
+    let out = tmp.path().join("gme.jsonl");
+    ok(&[
+        "embed",
+        "--model",
+        s(&root.join("tiny-gme")),
+        "--image",
+        "--input",
+        s(&list),
+        "--out",
+        s(&out),
+        "-q",
+    ]);
+    let got: Vec<Value> = fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(json)
+        .collect();
+    assert_eq!(got.len(), cases.len());
+    for (g, c) in got.iter().zip(&cases) {
+        let g = g["vector"].as_array().unwrap();
+        let w = c["embedding_gme"].as_array().unwrap();
+        let cos: f64 = g
+            .iter()
+            .zip(w)
+            .map(|(a, b)| a.as_f64().unwrap() * b.as_f64().unwrap())
+            .sum();
+        assert!(cos >= 0.9999, "{}: cosine {cos}", c["name"]);
+    }
 }
 
 /// Corpus images may come as a folder (`document_images/<domain>/...`) instead of parquet:

@@ -1,8 +1,8 @@
 //! Glue between `sift-embed` models and the index/eval commands.
 use anyhow::{Context, Result};
 use sift_embed::{
-    DevicePref, Kind, ModelFiles, TextEmbedder, TextEmbedderOptions, VisionEmbedder, VisionOptions,
-    is_vision_model, registry, select_device,
+    DevicePref, GmeEmbedder, GmeOptions, Kind, ModelFiles, TextEmbedder, TextEmbedderOptions,
+    VisionEmbedder, VisionOptions, is_gme_model, is_vision_model, registry, select_device,
 };
 
 /// Model flags shared by commands that embed.
@@ -20,8 +20,10 @@ pub struct ModelFlags {
 pub enum Model {
     /// BERT-family sentence encoder.
     Text(Box<TextEmbedder>),
-    /// CLIP / SigLIP.
+    /// CLIP / SigLIP: separate text and image towers.
     Vision(Box<VisionEmbedder>),
+    /// GME (Qwen2-VL): one model for text, images, and text with images.
+    Gme(Box<GmeEmbedder>),
 }
 
 impl Model {
@@ -30,6 +32,7 @@ impl Model {
         match self {
             Model::Text(m) => m.name(),
             Model::Vision(m) => m.name(),
+            Model::Gme(m) => m.name(),
         }
     }
 
@@ -38,14 +41,29 @@ impl Model {
         match self {
             Model::Text(m) => m.dim(),
             Model::Vision(m) => m.dim(),
+            Model::Gme(m) => m.dim(),
         }
     }
 
-    /// The vision-language model, if this is one.
+    /// The CLIP/SigLIP model, if this is one.
     pub fn vision(&self) -> Option<&VisionEmbedder> {
         match self {
-            Model::Text(_) => None,
             Model::Vision(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Whether the model embeds images (CLIP, SigLIP, GME).
+    pub fn has_images(&self) -> bool {
+        !matches!(self, Model::Text(_))
+    }
+
+    /// A short name of the family, for messages.
+    pub fn family(&self) -> &'static str {
+        match self {
+            Model::Text(_) => "text",
+            Model::Vision(m) => m.arch().name(),
+            Model::Gme(_) => "gme",
         }
     }
 
@@ -54,6 +72,7 @@ impl Model {
         Ok(match self {
             Model::Text(m) => m.embed(texts, kind)?,
             Model::Vision(m) => m.embed_texts(texts)?,
+            Model::Gme(m) => m.embed_texts(texts, kind == Kind::Query)?,
         })
     }
 }
@@ -68,6 +87,17 @@ pub fn load_model_as(spec: &str, flags: &ModelFlags, dtype: candle_core::DType) 
     let pref: DevicePref = flags.device.parse()?;
     let device = select_device(pref)?;
     let files = ModelFiles::resolve(spec)?;
+    if is_gme_model(&files.config) {
+        let options = GmeOptions {
+            batch_size: flags.batch_size.max(1),
+            dtype,
+            ..Default::default()
+        };
+        return Ok(Model::Gme(Box::new(
+            GmeEmbedder::load(&files, &device, options)
+                .with_context(|| format!("loading model {spec}"))?,
+        )));
+    }
     if is_vision_model(&files.config) {
         let options = VisionOptions {
             batch_size: flags.batch_size.max(1),
@@ -97,9 +127,9 @@ pub fn load_model_as(spec: &str, flags: &ModelFlags, dtype: candle_core::DType) 
 pub fn load_text_model(spec: &str, flags: &ModelFlags) -> Result<TextEmbedder> {
     match load_model(spec, flags)? {
         Model::Text(m) => Ok(*m),
-        Model::Vision(m) => anyhow::bail!(
+        other => anyhow::bail!(
             "{spec} is a {} model; this command needs a text model",
-            m.arch().name()
+            other.family()
         ),
     }
 }
@@ -146,6 +176,7 @@ impl sift_index::PassageEmbedder for Passages<'_> {
                 m.prefix(Kind::Passage)
             ),
             Model::Vision(m) => m.fingerprint("text"),
+            Model::Gme(m) => m.fingerprint("passage"),
         }
     }
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, String> {
@@ -155,8 +186,35 @@ impl sift_index::PassageEmbedder for Passages<'_> {
     }
 }
 
-/// Embeds corpus images for the index builder.
-pub struct Images<'a>(pub &'a VisionEmbedder);
+/// Embeds corpus images for the index builder (and `sift embed --image`, `sift bench`):
+/// the image side of a CLIP, SigLIP or GME model.
+pub struct Images<'a>(&'a Model);
+
+impl<'a> Images<'a> {
+    /// The image side of `model`, if it has one.
+    pub fn of(model: &'a Model) -> Option<Images<'a>> {
+        model.has_images().then_some(Images(model))
+    }
+
+    /// Decodes and preprocesses encoded images: model input per image, or why the image
+    /// cannot be decoded.
+    pub fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, String>> {
+        match self.0 {
+            Model::Vision(m) => m.prepare(images),
+            Model::Gme(m) => m.prepare(images),
+            Model::Text(_) => unreachable!("Images::of checks"),
+        }
+    }
+
+    /// One unit vector per prepared input.
+    pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
+        Ok(match self.0 {
+            Model::Vision(m) => m.embed_prepared(inputs)?,
+            Model::Gme(m) => m.embed_prepared(inputs)?,
+            Model::Text(_) => unreachable!("Images::of checks"),
+        })
+    }
+}
 
 impl sift_index::ImageEmbedder for Images<'_> {
     fn name(&self) -> &str {
@@ -166,12 +224,16 @@ impl sift_index::ImageEmbedder for Images<'_> {
         self.0.dim()
     }
     fn fingerprint(&self) -> String {
-        self.0.fingerprint("image")
+        match self.0 {
+            Model::Vision(m) => m.fingerprint("image"),
+            Model::Gme(m) => m.fingerprint("image"),
+            Model::Text(_) => unreachable!("Images::of checks"),
+        }
     }
     fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, String>> {
-        self.0.prepare(images)
+        Images::prepare(self, images)
     }
     fn embed_prepared(&self, inputs: &[Vec<f32>]) -> std::result::Result<Vec<Vec<f32>>, String> {
-        self.0.embed_prepared(inputs).map_err(|e| e.to_string())
+        Images::embed_prepared(self, inputs).map_err(|e| format!("{e:#}"))
     }
 }

@@ -88,7 +88,7 @@ impl Retriever {
     pub fn ranks_images(&self, models: &Models) -> bool {
         match self {
             Retriever::Bm25 => false,
-            Retriever::Dense(n) => models.get(n).is_some_and(|m| m.vision().is_some()),
+            Retriever::Dense(n) => models.get(n).is_some_and(|m| m.has_images()),
             Retriever::Hybrid { parts, .. } => parts.iter().all(|p| p.ranks_images(models)),
         }
     }
@@ -97,7 +97,7 @@ impl Retriever {
     pub fn sees_images(&self, models: &Models) -> bool {
         match self {
             Retriever::Bm25 => false,
-            Retriever::Dense(n) => models.get(n).is_some_and(|m| m.vision().is_some()),
+            Retriever::Dense(n) => models.get(n).is_some_and(|m| m.has_images()),
             Retriever::Hybrid { parts, .. } => parts.iter().any(|p| p.sees_images(models)),
         }
     }
@@ -269,7 +269,7 @@ impl<'a> Domain<'a> {
                     bm25.len()
                 );
             }
-            if images && model.vision().is_some() {
+            if images && model.has_images() {
                 let (vectors, ids) = index.images(slug, domain).with_context(|| {
                     format!("dense:{slug} has no image index (rebuild without --no-images)")
                 })?;
@@ -304,6 +304,11 @@ impl<'a> Domain<'a> {
         let texts: Vec<&str> = queries.iter().map(|q| q.query.as_str()).collect();
         let mut out = QueryVectors::new();
         for (name, (_, model)) in &self.dense {
+            if let (Model::Gme(gme), Some(fusion)) = (model, fusion) {
+                let v = gme_query_vectors(gme, queries, fusion, query_images, warnings, source)?;
+                out.insert(name.clone(), v);
+                continue;
+            }
             let text = model.embed(&texts, Kind::Query)?;
             let (Some(vision), Some(fusion)) = (model.vision(), fusion) else {
                 out.insert(name.clone(), text);
@@ -682,6 +687,62 @@ fn normalized_sum(a: &[f32], b: &[f32]) -> Vec<f32> {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
     v.iter_mut().for_each(|x| *x /= norm);
     v
+}
+
+/// GME query vectors: each query's text and images in one prompt (the model fuses them
+/// itself): every image with [`QueryFusion::All`], the first with [`QueryFusion::First`];
+/// a query without images is its text alone. When a query has several images each gets at
+/// most an equal share of the prompt length (GME's own bound for a single image).
+fn gme_query_vectors(
+    gme: &sift_embed::GmeEmbedder,
+    queries: &[Example],
+    fusion: QueryFusion,
+    query_images: &HashMap<String, Vec<u8>>,
+    warnings: &mut Warnings,
+    source: &std::path::Path,
+) -> Result<Vec<Vec<f32>>> {
+    let mut prepared: Vec<Vec<sift_embed::GmeImage>> = Vec::with_capacity(queries.len());
+    for q in queries {
+        let paths: &[String] = match fusion {
+            QueryFusion::All => &q.image_paths,
+            QueryFusion::First => &q.image_paths[..q.image_paths.len().min(1)],
+        };
+        let budget = (gme.max_length().saturating_sub(128) / paths.len().max(1)) as u64;
+        let mut imgs = Vec::new();
+        for p in paths {
+            let Some(bytes) = query_images.get(p) else {
+                warnings.push(
+                    WarningKind::MissingImageBytes,
+                    source,
+                    q.id.clone(),
+                    format!("query image {p:?} is not in examples_images: skipped"),
+                );
+                continue;
+            };
+            match gme.processor().prepare(bytes, Some(budget)) {
+                Ok(img) => imgs.push(img),
+                Err(e) => warnings.push(
+                    WarningKind::UndecodableImage,
+                    source,
+                    q.id.clone(),
+                    format!("query image {p:?}: {e}: skipped"),
+                ),
+            }
+        }
+        prepared.push(imgs);
+    }
+    let refs: Vec<Vec<&sift_embed::GmeImage>> =
+        prepared.iter().map(|v| v.iter().collect()).collect();
+    let inputs: Vec<sift_embed::GmeInput<'_>> = queries
+        .iter()
+        .zip(&refs)
+        .map(|(q, imgs)| sift_embed::GmeInput {
+            instruction: gme.query_instruction(),
+            images: imgs,
+            text: Some(q.query.as_str()),
+        })
+        .collect();
+    Ok(gme.embed(&inputs)?)
 }
 
 /// The vector of a blank white 224x224 image (the reference's stand-in for a query without

@@ -321,7 +321,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 fn embed(a: EmbedArgs) -> Result<()> {
-    use crate::models::{Model, load_model_as};
+    use crate::models::{Images, Model, load_model_as};
     let sizes: Vec<usize> = split_list(&Some(a.batch_size.clone()))
         .iter()
         .map(|s| s.parse::<usize>().ok().filter(|&n| n > 0))
@@ -343,7 +343,7 @@ fn embed(a: EmbedArgs) -> Result<()> {
     let load_start = Instant::now();
     let model = load_model_as(&a.model, &flags, dtype)?;
     let load_seconds = load_start.elapsed().as_secs_f64();
-    if a.modality == Modality::Image && model.vision().is_none() {
+    if a.modality == Modality::Image && !model.has_images() {
         bail!(
             "{} is a text model: --modality image needs a vision-language model",
             a.model
@@ -396,7 +396,14 @@ fn embed(a: EmbedArgs) -> Result<()> {
                     .to_vec2::<f32>()?;
                 Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
             }
-            (Model::Vision(m), Modality::Image) => {
+            (Model::Gme(m), Modality::Text) => {
+                let batch: Vec<&str> = idx.iter().map(|&i| texts[i % pool].as_str()).collect();
+                // tokenising is part of the forward pass here (it is a small share)
+                m.embed_texts(&batch, false)?;
+                Ok((0.0, t0.elapsed().as_secs_f64()))
+            }
+            (_, Modality::Image) => {
+                let m = Images::of(&model).expect("checked above");
                 let batch: Vec<&[u8]> = idx.iter().map(|&i| images[i % pool].as_slice()).collect();
                 let prepared = m
                     .prepare(&batch)

@@ -37,7 +37,7 @@ pub struct Args {
     /// Embed texts with the text tower (the default).
     #[arg(long, conflicts_with = "image")]
     text: bool,
-    /// Embed images with the image tower of a vision-language model (CLIP, SigLIP).
+    /// Embed images with the image side of a vision-language model (CLIP, SigLIP, GME).
     #[arg(long)]
     image: bool,
     #[command(flatten)]
@@ -155,7 +155,7 @@ pub(crate) fn image_inputs(input: &PathBuf) -> Result<Vec<(String, PathBuf)>> {
 
 fn embed_images(
     a: &Args,
-    model: &sift_embed::VisionEmbedder,
+    model: &crate::models::Images<'_>,
 ) -> Result<(Vec<String>, Vec<Vec<f32>>)> {
     let inputs = image_inputs(&a.input)?;
     if inputs.is_empty() {
@@ -200,13 +200,13 @@ fn embed_images(
 pub fn run(a: Args) -> Result<()> {
     let model = load_model(&a.model, &a.model_flags)?;
     if a.image {
-        let Some(vision) = model.vision() else {
+        let Some(vision) = crate::models::Images::of(&model) else {
             bail!(
-                "{} is a text model: --image needs a vision-language model (CLIP, SigLIP)",
+                "{} is a text model: --image needs a vision-language model (CLIP, SigLIP, GME)",
                 a.model
             );
         };
-        let (ids, vectors) = embed_images(&a, vision)?;
+        let (ids, vectors) = embed_images(&a, &vision)?;
         return write_vectors(&a, &ids, &vectors, model.dim(), "images", model.name());
     }
     let inputs = read_inputs(&a.input)?;

@@ -87,7 +87,7 @@ pub fn run(a: Args) -> Result<()> {
     let adapters: Vec<Passages> = models.iter().map(Passages).collect();
     let image_adapters: Vec<Option<Images>> = models
         .iter()
-        .map(|m| m.vision().filter(|_| !a.no_images).map(Images))
+        .map(|m| Images::of(m).filter(|_| !a.no_images))
         .collect();
     let hnsw = HnswParams {
         m: a.hnsw_m,
