@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Full-size random-weight CLIP / SigLIP checkpoints and synthetic images for the image
-embedding benchmark (benches/vision_vs_transformers.py). Nothing is downloaded.
+"""Full-size random-weight CLIP / SigLIP (and GME / Qwen2-VL) checkpoints and synthetic images for
+the image embedding benchmarks (benches/vision_vs_transformers.py). Nothing is downloaded.
 
     python3 benches/make_random_vision.py [--models clip-vit-base-patch32,siglip-base-patch16-224]
         [--out target/bench-models] [--images target/bench-images] [--n-images 128] [--force]
+    python3 benches/make_random_vision.py --models gme-qwen2-vl-2b --n-images 0
 
 Checkpoints (--models, comma-separated, or "all"; default the two base ones), each a complete
 Hugging Face layout under <out>/<name>/: config.json, model.safetensors (float32, via
@@ -19,8 +20,29 @@ the tiny vocabularies fit inside the full-size text embeddings):
   siglip-so400m-patch14-384  So400m/14 at 384 px: vision and text 1152 wide, MLP 4304,
                              27 layers, 16 heads; text 64 positions
 
-Weights come from each model's own initialiser after torch.manual_seed(--seed), so the output
-is deterministic for a given torch/transformers version. Special-token ids in the text configs
+  gme-qwen2-vl-2b            gme-Qwen2-VL-2B-Instruct / Qwen2-VL-2B: text 1536 wide, 28 layers,
+                             12 heads, 2 KV heads, MLP 8960, rope_theta 1e6, mrope_section
+                             [16, 24, 24], vocab 151936, tied embeddings; vision 32 blocks,
+                             1280 wide, 16 heads, MLP x4, quick_gelu, patch 14, merge 2,
+                             temporal 2, merger to 1536; GME's min_image_tokens 256,
+                             max_image_tokens 1280, max_length 1800. Only built when named
+                             ("all" is the four CLIP/SigLIP ones): about 4.4 GB.
+
+The GME checkpoint is written the way the published one is: the flat transformers-4.45
+config.json (text keys at top level, nested vision_config), bfloat16 safetensors with the
+legacy names (visual.*, model.*; no lm_head) sharded into files of at most 2 GB
+(model-0000i-of-0000n.safetensors + model.safetensors.index.json), preprocessor_config.json
+as in Qwen2-VL-2B-Instruct (Qwen2VLImageProcessor, min_pixels 3136, max_pixels 12845056; GME
+itself overrides these with config.json's min/max_image_tokens x 28 x 28), and tokenizer.json +
+tokenizer_config.json copied from models/fixtures/gme/tiny-gme/ (config.json's image_token_id,
+vision_start/end ids, bos/eos are that tokenizer's). Its tensors are drawn one by one straight in
+bfloat16 (norm weights 1 + N(0, 0.02), biases N(0, 0.02), embeddings N(0, 0.02), matrices
+N(0, 1/sqrt(fan_in))) from a seeded generator and written shard by shard, so building it needs
+only about 3 GB of memory; names and shapes are checked against transformers'
+Qwen2VLForConditionalGeneration built on the meta device.
+
+Weights of the CLIP / SigLIP checkpoints come from each model's own initialiser after
+torch.manual_seed(--seed), so the output is deterministic for a given torch/transformers version. Special-token ids in the text configs
 are set to the copied tokenizer's (CLIP: eos_token_id 2, i.e. the openai checkpoints'
 legacy argmax pooling; SigLIP: pad = eos = "</s>" = 1).
 
@@ -47,6 +69,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "models" / "fixtures" / "vision"
+GME_FIXTURES = REPO / "models" / "fixtures" / "gme"
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
@@ -69,8 +92,115 @@ MODELS = {
                      num_attention_heads=16, max_position_embeddings=64),
         "top": {},
     }),
+    "gme-qwen2-vl-2b": ("gme", "tiny-gme", None, {
+        "text": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                     num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                     mrope_section=[16, 24, 24], max_position_embeddings=32768),
+        "vision": dict(depth=32, embed_dim=1280, hidden_size=1536, hidden_act="quick_gelu", mlp_ratio=4,
+                       num_heads=16, in_chans=3, patch_size=14, spatial_merge_size=2, spatial_patch_size=14,
+                       temporal_patch_size=2),
+        "top": dict(vocab_size=151936, min_image_tokens=256, max_image_tokens=1280, max_length=1800),
+    }),
 }
 DEFAULT_MODELS = ["clip-vit-base-patch32", "siglip-base-patch16-224"]
+ALL_MODELS = [m for m, spec in MODELS.items() if spec[0] != "gme"]  # what --models all means
+GME_MAX_SHARD_BYTES = 2 * 10**9   # "2GB" as transformers' max_shard_size counts it
+
+
+def _gme_helpers():
+    """models/fixtures/gme/make_gme_fixtures.py, for its config / name-mapping / init helpers."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_gme_fixtures", GME_FIXTURES / "make_gme_fixtures.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_gme_model(name: str, out: Path, seed: int, force: bool, spec=None,
+                   max_shard_bytes: int = GME_MAX_SHARD_BYTES) -> None:
+    """A random bfloat16 GME / Qwen2-VL checkpoint in the published (legacy, sharded) layout."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, Qwen2VLForConditionalGeneration
+
+    family, tok_fixture, _, ov = spec or MODELS[name]
+    d = out / name
+    index = d / "model.safetensors.index.json"
+    if index.is_file() and (d / "config.json").is_file() and not force:
+        print(f"{d}: exists, kept (--force to rebuild)", file=sys.stderr)
+        return
+    t0 = time.time()
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    gme = _gme_helpers()
+    tok_dir = GME_FIXTURES / tok_fixture
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(tok_dir / f, d / f)
+    tok = json.loads((tok_dir / "tokenizer.json").read_text())
+    ids = {a["content"]: a["id"] for a in tok["added_tokens"]}
+    top = dict(ov["top"])
+    assert max(ids.values()) < top["vocab_size"]
+    cfg = gme.legacy_config(ov["text"], ov["vision"], top["vocab_size"], ids, top["min_image_tokens"],
+                            top["max_image_tokens"], top["max_length"], "bfloat16")
+    (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (d / "preprocessor_config.json").write_text(
+        json.dumps(gme.preprocessor_config(56 * 56, 28 * 28 * 16384), indent=2) + "\n")
+
+    # names and shapes from transformers' own model, built without memory on the meta device
+    config = AutoConfig.from_pretrained(d)
+    with torch.device("meta"):
+        meta = Qwen2VLForConditionalGeneration(config)
+    tensors = [(gme.legacy_name(n), tuple(p.shape)) for n, p in meta.named_parameters()
+               if gme.legacy_name(n) is not None]
+    del meta
+    tensors.sort(key=lambda t: (not t[0].startswith("visual."), t[0]))
+    nbytes = [2 * math.prod(shape) for _, shape in tensors]
+
+    # plan the shards (in order, each <= max_shard_bytes unless one tensor alone is bigger)
+    shards, cur, cur_bytes = [], [], 0
+    for (tname, shape), nb in zip(tensors, nbytes):
+        if cur and cur_bytes + nb > max_shard_bytes:
+            shards.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append((tname, shape))
+        cur_bytes += nb
+    shards.append(cur)
+    n = len(shards)
+    g = torch.Generator().manual_seed(seed)
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        fname = f"model-{i:05d}-of-{n:05d}.safetensors"
+        sd = {}
+        for tname, shape in shard:
+            kind, centre, std = gme.init_kind(tname, shape)
+            if kind != "matrix":
+                std = 0.02
+            t = torch.randn(shape, generator=g, dtype=torch.float32)
+            t.mul_(std).add_(centre)
+            sd[tname] = t.to(torch.bfloat16)
+            del t
+            weight_map[tname] = fname
+        save_file(sd, str(d / fname), metadata={"format": "pt"})
+        del sd
+    total = sum(nbytes)
+    index.write_text(json.dumps({"metadata": {"total_size": total},
+                                 "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n")
+
+    # the files hold exactly the expected names / shapes / dtype
+    seen = {}
+    for fname in sorted(set(weight_map.values())):
+        assert (d / fname).stat().st_size <= max(max_shard_bytes, max(nbytes)) + 10**6, fname
+        with safe_open(str(d / fname), "pt") as f:
+            for k in f.keys():
+                sl = f.get_slice(k)
+                seen[k] = (tuple(sl.get_shape()), sl.get_dtype())
+    assert seen == {k: (s, "BF16") for k, s in tensors}, "shard contents differ from the model's parameters"
+    nv = sum(math.prod(s) for k, s in tensors if k.startswith("visual."))
+    size = sum(p.stat().st_size for p in d.iterdir())
+    print(f"{d}: {sum(math.prod(s) for _, s in tensors) / 1e9:.2f} B parameters ({nv / 1e6:.0f} M vision), "
+          f"{n} shards, {size / 2**30:.2f} GiB, {time.time() - t0:.0f} s", file=sys.stderr)
 
 
 def make_model(name: str, out: Path, seed: int, force: bool) -> None:
@@ -79,6 +209,9 @@ def make_model(name: str, out: Path, seed: int, force: bool) -> None:
                               SiglipImageProcessorPil, SiglipModel)
 
     family, tok_fixture, size, ov = MODELS[name]
+    if family == "gme":
+        make_gme_model(name, out, seed, force)
+        return
     d = out / name
     if (d / "model.safetensors").is_file() and (d / "config.json").is_file() and not force:
         print(f"{d}: exists, kept (--force to rebuild)", file=sys.stderr)
@@ -250,14 +383,15 @@ def make_images(out: Path, n: int, seed: int, force: bool) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                    help=f"comma-separated subset of {', '.join(MODELS)}, 'all', or 'none'")
+                    help=f"comma-separated subset of {', '.join(MODELS)}, 'all' (the CLIP/SigLIP "
+                         f"ones: {', '.join(ALL_MODELS)}), or 'none'")
     ap.add_argument("--out", default=str(REPO / "target" / "bench-models"))
     ap.add_argument("--images", default=str(REPO / "target" / "bench-images"))
     ap.add_argument("--n-images", type=int, default=128, help="0: no images")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true", help="rebuild existing outputs")
     args = ap.parse_args(argv)
-    names = (list(MODELS) if args.models == "all" else
+    names = (list(ALL_MODELS) if args.models == "all" else
              [] if args.models == "none" else [m for m in args.models.split(",") if m])
     unknown = [m for m in names if m not in MODELS]
     if unknown:
