@@ -3,7 +3,7 @@
 //! `benches/hnsw_vs_hnswlib.py`.
 //!
 //! Timed: building the index (`sift_index::write_dense`: parallel graph insertion, the
-//! every-point-finds-itself check, writing vectors and graph) and, for each ef_search, all
+//! level-0 reachability check, writing vectors and graph) and, for each ef_search, all
 //! queries searched in parallel (`DenseDomain::search`, top k). Recall@k is against exact
 //! search (brute-force inner product, untimed).
 //!

@@ -118,7 +118,7 @@ def main() -> int:
     lines += [
         "",
         f"- M {a.m}, ef_construction {a.ef_construction}, k {a.k}, threads {a.threads}; inner-product space; "
-        "Sift's build time includes its every-point-finds-itself check and writing vectors and graph to disk; "
+        "Sift's build time includes its level-0 reachability check and writing vectors and graph to disk; "
         "hnswlib's is in-memory insertion.",
         f"- Machine: {json.dumps(m)}",
         f"- Date (UTC): {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",

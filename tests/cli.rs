@@ -564,9 +564,10 @@ fn mismatched_settings_and_versions_are_refused_clearly() {
     );
     // another format version
     let m = index.join("manifest.json");
-    let text = fs::read_to_string(&m)
-        .unwrap()
-        .replace("\"format_version\": 1", "\"format_version\": 99");
+    let text = fs::read_to_string(&m).unwrap().replace(
+        &format!("\"format_version\": {}", sift_index::FORMAT_VERSION),
+        "\"format_version\": 99",
+    );
     fs::write(&m, text).unwrap();
     assert!(fails(&["search", "--index", s(&index), "--query", "x"]).contains("format version 99"));
     // not an index at all

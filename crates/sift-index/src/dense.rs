@@ -1,22 +1,20 @@
 //! Dense vectors of one domain: stored vectors (f32 or f16) by passage ordinal, an HNSW graph
-//! (hnsw_rs) persisted beside them, and exact flat search for small corpora and verification.
+//! (Sift's own, [`crate::hnsw`]) persisted beside them, and exact flat search for small
+//! corpora and verification.
 use std::fs;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use hnsw_rs::anndists::dist::Distance;
-use hnsw_rs::api::AnnT;
-use hnsw_rs::hnsw::Hnsw;
-use hnsw_rs::hnswio::HnswIo;
 use serde::{Deserialize, Serialize};
 
 use crate::bm25::{Hit, top_k};
+use crate::hnsw::Hnsw;
 use crate::{Error, Result};
 
 const META: &str = "meta.json";
 const VECTORS_F32: &str = "vectors.f32";
 const VECTORS_F16: &str = "vectors.f16";
-const GRAPH: &str = "hnsw";
+const GRAPH: &str = "graph.bin";
 
 /// Storage precision of vectors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -32,7 +30,7 @@ pub enum VectorDtype {
 /// HNSW build parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HnswParams {
-    /// Maximum connections per node (hnsw_rs `max_nb_connection`, often called M).
+    /// Maximum links per point on the upper levels (M); level 0 allows 2 M.
     pub m: usize,
     /// Candidate list size while building.
     pub ef_construction: usize,
@@ -48,7 +46,7 @@ impl Default for HnswParams {
 }
 
 impl HnswParams {
-    /// hnsw_rs exits the process above 256 connections: refuse such values first.
+    /// Checks the parameters: M within [2, 256], ef_construction >= M.
     pub fn validate(&self) -> Result<()> {
         if self.m < 2 || self.m > 256 {
             return Err(Error::InvalidParameter(format!(
@@ -79,33 +77,56 @@ pub struct DenseMeta {
     pub dtype: VectorDtype,
     /// HNSW parameters.
     pub hnsw: HnswParams,
-    /// Ordinals the graph could not reach after building (hnsw_rs parallel insertion can
-    /// strand points); searched exactly at query time so nothing is lost.
+    /// Ordinals no level-0 path reaches from the graph's entry point (pruning can strand a
+    /// point); searched exactly at query time so nothing is lost.
     pub unreachable: Vec<u32>,
 }
 
 /// Inner product of two equally long vectors: 16 accumulators so it vectorises, compiled for
-/// AVX2/FMA behind run-time detection (the crate itself targets baseline x86-64).
+/// AVX-512 or AVX2/FMA behind run-time detection (the crate itself targets baseline x86-64).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
+    match simd_level() {
         // SAFETY: the features were detected.
-        return unsafe { dot_avx2(a, b) };
+        Simd::Avx512 => return unsafe { dot_avx512(a, b) },
+        Simd::Avx2 => return unsafe { dot_avx2(a, b) },
+        Simd::None => {}
     }
     dot_portable(a, b)
 }
 
 #[cfg(target_arch = "x86_64")]
-fn has_avx2() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Simd {
+    Avx512,
+    Avx2,
+    None,
+}
+
+#[cfg(target_arch = "x86_64")]
+fn simd_level() -> Simd {
+    use std::arch::is_x86_feature_detected as has;
+    static LEVEL: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        if has!("avx512f") && has!("fma") {
+            Simd::Avx512
+        } else if has!("avx2") && has!("fma") {
+            Simd::Avx2
+        } else {
+            Simd::None
+        }
     })
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    dot_portable(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
     dot_portable(a, b)
 }
 
@@ -126,27 +147,6 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
-/// 1 - dot for unit vectors, clamped at 0 (rounding can push a dot product past 1, which
-/// hnsw_rs's own `DistDot` turns into a panic).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnitDot;
-
-impl Distance<f32> for UnitDot {
-    fn eval(&self, va: &[f32], vb: &[f32]) -> f32 {
-        (1.0 - dot(va, vb)).max(0.0)
-    }
-}
-
-type Graph<'a> = Hnsw<'a, f32, UnitDot>;
-
-self_cell::self_cell!(
-    struct LoadedGraph {
-        owner: HnswIo,
-        #[not_covariant]
-        dependent: Graph,
-    }
-);
-
 /// How to search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AnnMode {
@@ -160,7 +160,7 @@ pub enum AnnMode {
 pub struct DenseDomain {
     meta: DenseMeta,
     vectors: Vec<f32>,
-    graph: LoadedGraph,
+    graph: Hnsw,
 }
 
 /// Writes the vectors (row-major, `dim` per passage ordinal) and HNSW graph of one domain
@@ -202,13 +202,10 @@ pub fn write(
             .map(|x| half::f16::from_f32(*x).to_f32())
             .collect(),
     };
-    let graph = build_graph(&stored, dim, params);
-    // A point is its own nearest neighbour: a modest ef finds it whenever it is reachable.
-    let unreachable = unreachable_points(&graph, &stored, dim, 64);
-    graph.file_dump(dir, GRAPH).map_err(|e| Error::Corrupt {
-        path: dir.to_path_buf(),
-        message: format!("writing the HNSW graph: {e}"),
-    })?;
+    let graph = Hnsw::build(&stored, dim, params.m, params.ef_construction);
+    let unreachable = graph.unreachable();
+    let graph_path = dir.join(GRAPH);
+    fs::write(&graph_path, graph.to_bytes()).map_err(|e| Error::io(&graph_path, e))?;
     let meta = DenseMeta {
         model: model.to_string(),
         dim,
@@ -224,35 +221,6 @@ pub fn write(
     )
     .map_err(|e| Error::io(&meta_path, e))?;
     Ok(meta)
-}
-
-fn build_graph(vectors: &[f32], dim: usize, params: HnswParams) -> Graph<'static> {
-    let count = vectors.len() / dim;
-    let layers = 16;
-    let graph = Hnsw::new(
-        params.m,
-        count.max(1),
-        layers,
-        params.ef_construction,
-        UnitDot,
-    );
-    let items: Vec<(&[f32], usize)> = vectors.chunks_exact(dim).zip(0..).collect();
-    graph.parallel_insert_slice(&items);
-    graph
-}
-
-/// Points that a search for their own vector does not return (the reported hnsw_rs
-/// parallel-insert defect).
-fn unreachable_points(graph: &Graph<'_>, vectors: &[f32], dim: usize, ef: usize) -> Vec<u32> {
-    use rayon::prelude::*;
-    let mut out: Vec<u32> = vectors
-        .par_chunks_exact(dim)
-        .enumerate()
-        .filter(|(i, v)| !graph.search(v, 10, ef).iter().any(|n| n.d_id == *i))
-        .map(|(i, _)| i as u32)
-        .collect();
-    out.sort_unstable();
-    out
 }
 
 impl DenseDomain {
@@ -292,18 +260,20 @@ impl DenseDomain {
                 .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
                 .collect(),
         };
+        let graph_path = dir.join(GRAPH);
         let corrupt = |message: String| Error::Corrupt {
-            path: dir.to_path_buf(),
+            path: graph_path.clone(),
             message,
         };
-        let graph = LoadedGraph::try_new(HnswIo::new(dir, GRAPH), |io| {
-            io.load_hnsw_with_dist(UnitDot)
-                .map_err(|e| corrupt(format!("reading the HNSW graph: {e}")))
-        })?;
-        let points = graph.with_dependent(|_, g| g.get_nb_point());
-        if points != meta.count {
+        let graph = Hnsw::from_bytes(
+            &fs::read(&graph_path).map_err(|e| Error::io(&graph_path, e))?,
+            meta.dim,
+        )
+        .map_err(|e| corrupt(format!("reading the HNSW graph: {e}")))?;
+        if graph.len() != meta.count {
             return Err(corrupt(format!(
-                "HNSW graph has {points} points, expected {}",
+                "HNSW graph has {} points, expected {}",
+                graph.len(),
                 meta.count
             )));
         }
@@ -362,12 +332,9 @@ impl DenseDomain {
                 let want = k + exclude.len();
                 let mut hits: Vec<Hit> = self
                     .graph
-                    .with_dependent(|_, g| g.search(query, want, ef.max(want)))
+                    .search(&self.vectors, query, want, ef.max(want))
                     .into_iter()
-                    .map(|n| Hit {
-                        ord: n.d_id as u32,
-                        score: dot(query, self.vector(n.d_id as u32)),
-                    })
+                    .map(|(ord, score)| Hit { ord, score })
                     .collect();
                 for &ord in &self.meta.unreachable {
                     if !hits.iter().any(|h| h.ord == ord) {

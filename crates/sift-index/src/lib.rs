@@ -22,6 +22,7 @@ mod cache;
 mod dense;
 mod dir;
 mod error;
+mod hnsw;
 mod manifest;
 mod progress;
 
@@ -32,5 +33,6 @@ pub use dense::{
 };
 pub use dir::{BuildOptions, DenseBuild, ImageEmbedder, IndexDir, PassageEmbedder};
 pub use error::{Error, Result};
+pub use hnsw::Hnsw;
 pub use manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, ImageIndexInfo, Manifest};
 pub use progress::{NoProgress, Progress};

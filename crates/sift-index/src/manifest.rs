@@ -11,7 +11,7 @@ use crate::bm25::Bm25Params;
 use crate::{Error, Result};
 
 /// Version of the on-disk format; an index of another version is refused.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// What was built, from what, with which settings. Stored as `manifest.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -213,7 +213,7 @@ fn bench_index(a: IndexArgs) -> Result<()> {
             "vectors": count,
             "seconds": seconds,
             "vectors_per_s": count as f64 / seconds,
-            "includes": "graph insertion, the every-point-finds-itself check, writing vectors and graph",
+            "includes": "graph insertion, the reachability check, writing vectors and graph",
         });
     }
     if a.json {

@@ -1,0 +1,675 @@
+//! Sift's HNSW graph (Malkov & Yashunin, "Efficient and robust approximate nearest neighbor
+//! search using Hierarchical Navigable Small World graphs", 2018) for unit vectors under
+//! inner product.
+//!
+//! - Build: every point draws its level (`floor(-ln(u) / ln(M))`, `u` from a hash of its
+//!   ordinal, so levels do not depend on thread timing); points are inserted in parallel;
+//!   each (point, level) link list has its own lock, held only while the list is read or
+//!   changed; a new point links to the `M` candidates chosen by the paper's heuristic
+//!   (Algorithm 4, without keeping pruned ones) among `ef_construction` found on each level;
+//!   a neighbour whose list is full (`M` links, `2 M` on level 0) re-selects with the same
+//!   heuristic. Only a point that raises the top level serialises with others.
+//! - Search: greedy descent through the upper levels, then a best-first search with `ef`
+//!   candidates on level 0. After the build the lists are frozen into flat arrays (no locks,
+//!   no per-search allocation: visited marks are per thread, stamped with an epoch).
+//! - On disk: one little-endian file (`graph.bin`), checked when read.
+use std::cell::RefCell;
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+use std::sync::{Mutex, RwLock};
+
+use rayon::prelude::*;
+
+use crate::dense::dot;
+
+const MAGIC: &[u8; 8] = b"SIFTHNSW";
+const VERSION: u32 = 1;
+const MAX_LEVEL: u8 = 15;
+const NO_UPPER: u32 = u32::MAX;
+/// Largest M accepted (level 0 holds up to 2 M links).
+pub const MAX_M: usize = 256;
+
+/// A point and its similarity to the query (ordered by similarity, then ordinal).
+#[derive(Debug, Clone, Copy)]
+struct Cand {
+    sim: f32,
+    id: u32,
+}
+
+impl PartialEq for Cand {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Cand {}
+impl PartialOrd for Cand {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Cand {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.sim.total_cmp(&o.sim).then(o.id.cmp(&self.id))
+    }
+}
+
+/// Visited marks of one thread: a point is visited when its mark equals the epoch.
+#[derive(Default)]
+struct Visited {
+    marks: Vec<u32>,
+    epoch: u32,
+}
+
+impl Visited {
+    fn reset(&mut self, n: usize) {
+        if self.marks.len() < n {
+            self.marks.resize(n, 0);
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.marks.fill(0);
+            self.epoch = 1;
+        }
+    }
+
+    /// Marks `id`; true if it was not marked yet.
+    #[inline]
+    fn insert(&mut self, id: u32) -> bool {
+        let m = &mut self.marks[id as usize];
+        if *m == self.epoch {
+            false
+        } else {
+            *m = self.epoch;
+            true
+        }
+    }
+}
+
+/// Per-thread search state, reused across searches.
+#[derive(Default)]
+struct Scratch {
+    visited: Visited,
+    candidates: BinaryHeap<Cand>,
+    results: BinaryHeap<Reverse<Cand>>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Asks the processor to start loading the first cache line of `x`.
+#[inline(always)]
+fn prefetch(x: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint; any address is allowed.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(x.as_ptr() as *const i8, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// Link lists as the search reads them.
+trait Links {
+    /// Calls `f` with the links of `node` on `level`.
+    fn with<R>(&self, node: u32, level: usize, f: impl FnOnce(&[u32]) -> R) -> R;
+}
+
+/// The vectors, row-major.
+#[derive(Clone, Copy)]
+struct Vectors<'a> {
+    data: &'a [f32],
+    dim: usize,
+}
+
+impl Vectors<'_> {
+    #[inline]
+    fn get(&self, id: u32) -> &[f32] {
+        let i = id as usize * self.dim;
+        &self.data[i..i + self.dim]
+    }
+
+    fn len(&self) -> usize {
+        self.data.len() / self.dim.max(1)
+    }
+}
+
+/// Greedy walk on `level` from `cur` to a local maximum of similarity to `q`.
+fn greedy(links: &impl Links, v: Vectors<'_>, q: &[f32], mut cur: Cand, level: usize) -> Cand {
+    loop {
+        let next = links.with(cur.id, level, |ns| {
+            let mut best = cur;
+            for &n in ns {
+                let s = dot(q, v.get(n));
+                if s > best.sim {
+                    best = Cand { sim: s, id: n };
+                }
+            }
+            best
+        });
+        if next.id == cur.id {
+            return cur;
+        }
+        cur = next;
+    }
+}
+
+/// Best-first search on `level` from `entry` keeping `ef` results; best first.
+fn search_layer(
+    links: &impl Links,
+    v: Vectors<'_>,
+    q: &[f32],
+    entry: Cand,
+    ef: usize,
+    level: usize,
+    scratch: &mut Scratch,
+) -> Vec<Cand> {
+    let Scratch {
+        visited,
+        candidates,
+        results,
+    } = scratch;
+    visited.reset(v.len());
+    visited.insert(entry.id);
+    candidates.clear();
+    results.clear();
+    candidates.push(entry);
+    results.push(Reverse(entry));
+    while let Some(c) = candidates.pop() {
+        let worst = results.peek().expect("non-empty").0.sim;
+        if c.sim < worst && results.len() >= ef {
+            break;
+        }
+        links.with(c.id, level, |ns| {
+            let mut worst = worst;
+            for (i, &n) in ns.iter().enumerate() {
+                if let Some(&next) = ns.get(i + 1) {
+                    prefetch(v.get(next));
+                }
+                if !visited.insert(n) {
+                    continue;
+                }
+                let s = dot(q, v.get(n));
+                if results.len() < ef || s > worst {
+                    let cand = Cand { sim: s, id: n };
+                    candidates.push(cand);
+                    results.push(Reverse(cand));
+                    if results.len() > ef {
+                        results.pop();
+                    }
+                    worst = results.peek().expect("non-empty").0.sim;
+                }
+            }
+        });
+    }
+    let mut out: Vec<Cand> = results.drain().map(|r| r.0).collect();
+    out.sort_unstable_by(|a, b| b.cmp(a));
+    out
+}
+
+/// The paper's neighbour heuristic: walking `cands` best first, keep a candidate unless a
+/// kept one is closer to it than the base point is; at most `m`.
+fn select(v: Vectors<'_>, cands: &[Cand], m: usize) -> Vec<u32> {
+    let mut kept: Vec<u32> = Vec::with_capacity(m);
+    for c in cands {
+        if kept.len() >= m {
+            break;
+        }
+        let cv = v.get(c.id);
+        if kept.iter().all(|&r| dot(cv, v.get(r)) <= c.sim) {
+            kept.push(c.id);
+        }
+    }
+    kept
+}
+
+/// Level of point `i`: `floor(-ln(u) * ml)`, `u` in (0, 1] from a hash of `i`.
+fn level_of(i: u32, ml: f64) -> u8 {
+    // splitmix64
+    let mut z = (i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let u = ((z >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    ((-u.ln() * ml).floor() as u64).min(MAX_LEVEL as u64) as u8
+}
+
+/// The graph while it is built: one lock per (point, level) list.
+struct Building<'a> {
+    v: Vectors<'a>,
+    m: usize,
+    m0: usize,
+    ef_construction: usize,
+    levels: Vec<u8>,
+    /// First list of each point (level 0), then its upper levels.
+    offset: Vec<usize>,
+    lists: Vec<Mutex<Vec<u32>>>,
+    /// (entry point, top level).
+    entry: RwLock<(u32, usize)>,
+    /// Held by an insertion that raises the top level, for all of it.
+    grow: Mutex<()>,
+}
+
+impl Links for Building<'_> {
+    fn with<R>(&self, node: u32, level: usize, f: impl FnOnce(&[u32]) -> R) -> R {
+        // copy the links out so the lock is held for the copy only, not the distances
+        let mut buf = [0u32; 2 * MAX_M];
+        let len = {
+            let l = self.lists[self.offset[node as usize] + level]
+                .lock()
+                .expect("no panics while a list is held");
+            buf[..l.len()].copy_from_slice(&l);
+            l.len()
+        };
+        f(&buf[..len])
+    }
+}
+
+impl Building<'_> {
+    fn insert(&self, q: u32, scratch: &mut Scratch) {
+        let level = self.levels[q as usize] as usize;
+        let qv = self.v.get(q);
+        let (_, top) = *self.entry.read().expect("not poisoned");
+        let _grow = (level > top).then(|| self.grow.lock().expect("not poisoned"));
+        let (entry, top) = *self.entry.read().expect("not poisoned");
+        let mut cur = Cand {
+            sim: dot(qv, self.v.get(entry)),
+            id: entry,
+        };
+        for lc in (level + 1..=top).rev() {
+            cur = greedy(self, self.v, qv, cur, lc);
+        }
+        for lc in (0..=level.min(top)).rev() {
+            let found = search_layer(self, self.v, qv, cur, self.ef_construction, lc, scratch);
+            let chosen = select(self.v, &found, self.m);
+            *self.lists[self.offset[q as usize] + lc]
+                .lock()
+                .expect("not poisoned") = chosen.clone();
+            let cap = if lc == 0 { self.m0 } else { self.m };
+            for &n in &chosen {
+                let mut l = self.lists[self.offset[n as usize] + lc]
+                    .lock()
+                    .expect("not poisoned");
+                if l.contains(&q) {
+                    continue;
+                }
+                if l.len() < cap {
+                    l.push(q);
+                    continue;
+                }
+                let nv = self.v.get(n);
+                let mut cands: Vec<Cand> = l
+                    .iter()
+                    .map(|&x| Cand {
+                        sim: dot(nv, self.v.get(x)),
+                        id: x,
+                    })
+                    .collect();
+                cands.push(Cand {
+                    sim: dot(nv, qv),
+                    id: q,
+                });
+                cands.sort_unstable_by(|a, b| b.cmp(a));
+                *l = select(self.v, &cands, cap);
+            }
+            cur = found[0];
+        }
+        if level > top {
+            *self.entry.write().expect("not poisoned") = (q, level);
+        }
+    }
+}
+
+/// A built graph, frozen for search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hnsw {
+    dim: usize,
+    m: usize,
+    m0: usize,
+    entry: u32,
+    top: usize,
+    levels: Vec<u8>,
+    /// Level-0 lists: `1 + m0` words per point (count, links).
+    base: Vec<u32>,
+    /// Start in `upper` of each point's level-1 list; `NO_UPPER` for level-0 points.
+    upper_start: Vec<u32>,
+    /// Upper lists: `1 + m` words each, levels 1.. of a point one after the other.
+    upper: Vec<u32>,
+}
+
+impl Links for Hnsw {
+    #[inline]
+    fn with<R>(&self, node: u32, level: usize, f: impl FnOnce(&[u32]) -> R) -> R {
+        f(self.links(node, level))
+    }
+}
+
+impl Hnsw {
+    /// Builds the graph of `vectors` (row-major, `dim` each) with at most `m` links per
+    /// point (`2 m` on level 0) and `ef_construction` candidates, in parallel.
+    pub fn build(vectors: &[f32], dim: usize, m: usize, ef_construction: usize) -> Hnsw {
+        let v = Vectors { data: vectors, dim };
+        let n = v.len();
+        let m = m.clamp(2, MAX_M);
+        let m0 = 2 * m;
+        let ml = 1.0 / (m as f64).ln();
+        let levels: Vec<u8> = (0..n as u32).map(|i| level_of(i, ml)).collect();
+        let mut offset = Vec::with_capacity(n);
+        let mut total = 0;
+        for &l in &levels {
+            offset.push(total);
+            total += l as usize + 1;
+        }
+        let lists = (0..total).map(|_| Mutex::new(Vec::new())).collect();
+        let b = Building {
+            v,
+            m,
+            m0,
+            ef_construction: ef_construction.max(m),
+            entry: RwLock::new((0, levels.first().copied().unwrap_or(0) as usize)),
+            levels,
+            offset,
+            lists,
+            grow: Mutex::new(()),
+        };
+        if n > 1 {
+            (1..n as u32).into_par_iter().for_each(|i| {
+                SCRATCH.with(|sc| b.insert(i, &mut sc.borrow_mut()));
+            });
+        }
+        let (entry, top) = *b.entry.read().expect("not poisoned");
+        let lists: Vec<Vec<u32>> = b
+            .lists
+            .into_iter()
+            .map(|l| l.into_inner().expect("not poisoned"))
+            .collect();
+        let mut base = vec![0u32; n * (1 + m0)];
+        let mut upper_start = vec![NO_UPPER; n];
+        let mut upper = Vec::new();
+        for i in 0..n {
+            let o = b.offset[i];
+            let l0 = &lists[o];
+            base[i * (1 + m0)] = l0.len() as u32;
+            base[i * (1 + m0) + 1..][..l0.len()].copy_from_slice(l0);
+            if b.levels[i] > 0 {
+                upper_start[i] = upper.len() as u32;
+                for lc in 1..=b.levels[i] as usize {
+                    let l = &lists[o + lc];
+                    upper.push(l.len() as u32);
+                    upper.extend_from_slice(l);
+                    upper.extend(std::iter::repeat_n(0, m - l.len()));
+                }
+            }
+        }
+        Hnsw {
+            dim,
+            m,
+            m0,
+            entry,
+            top: if n == 0 { 0 } else { top },
+            levels: b.levels,
+            base,
+            upper_start,
+            upper,
+        }
+    }
+
+    /// Points.
+    pub fn len(&self) -> usize {
+        self.levels.len()
+    }
+
+    /// True for an empty graph.
+    pub fn is_empty(&self) -> bool {
+        self.levels.is_empty()
+    }
+
+    #[inline]
+    fn links(&self, node: u32, level: usize) -> &[u32] {
+        if level == 0 {
+            let s = node as usize * (1 + self.m0);
+            &self.base[s + 1..s + 1 + self.base[s] as usize]
+        } else {
+            let s = self.upper_start[node as usize] as usize + (level - 1) * (1 + self.m);
+            &self.upper[s + 1..s + 1 + self.upper[s] as usize]
+        }
+    }
+
+    /// The `k` points most similar to `query` found with `ef` candidates: (ordinal,
+    /// inner product), best first. `vectors` must be the ones the graph was built on.
+    pub fn search(&self, vectors: &[f32], query: &[f32], k: usize, ef: usize) -> Vec<(u32, f32)> {
+        if self.is_empty() || k == 0 {
+            return Vec::new();
+        }
+        let v = Vectors {
+            data: vectors,
+            dim: self.dim,
+        };
+        let mut cur = Cand {
+            sim: dot(query, v.get(self.entry)),
+            id: self.entry,
+        };
+        for lc in (1..=self.top).rev() {
+            cur = greedy(self, v, query, cur, lc);
+        }
+        let found = SCRATCH
+            .with(|sc| search_layer(self, v, query, cur, ef.max(k), 0, &mut sc.borrow_mut()));
+        found.into_iter().take(k).map(|c| (c.id, c.sim)).collect()
+    }
+
+    /// Points that no path of level-0 links reaches from the entry point (ascending); a
+    /// search can only find them by scanning.
+    pub fn unreachable(&self) -> Vec<u32> {
+        let n = self.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut seen = vec![false; n];
+        let mut stack = vec![self.entry];
+        seen[self.entry as usize] = true;
+        while let Some(x) = stack.pop() {
+            for &y in self.links(x, 0) {
+                if !seen[y as usize] {
+                    seen[y as usize] = true;
+                    stack.push(y);
+                }
+            }
+        }
+        (0..n as u32).filter(|&i| !seen[i as usize]).collect()
+    }
+
+    /// The graph as bytes (see [`Hnsw::from_bytes`]).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let n = self.len();
+        let mut out = Vec::with_capacity(40 + n + 4 * (self.base.len() + n + self.upper.len()));
+        out.extend_from_slice(MAGIC);
+        for x in [
+            VERSION,
+            self.dim as u32,
+            self.m as u32,
+            n as u32,
+            self.entry,
+            self.top as u32,
+            self.upper.len() as u32,
+        ] {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        out.extend_from_slice(&self.levels);
+        for w in self.base.iter().chain(&self.upper_start).chain(&self.upper) {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// Reads [`Hnsw::to_bytes`]'s output, checking every count and link, for `dim`-sized
+    /// vectors.
+    pub fn from_bytes(bytes: &[u8], dim: usize) -> std::result::Result<Hnsw, String> {
+        let header = 8 + 7 * 4;
+        if bytes.len() < header || &bytes[..8] != MAGIC {
+            return Err("not a Sift HNSW graph".into());
+        }
+        let word = |i: usize| {
+            u32::from_le_bytes(bytes[8 + 4 * i..12 + 4 * i].try_into().expect("4 bytes"))
+        };
+        if word(0) != VERSION {
+            return Err(format!("graph format {} (expected {VERSION})", word(0)));
+        }
+        let (gdim, m, n, entry, top, upper_len) = (
+            word(1) as usize,
+            word(2) as usize,
+            word(3) as usize,
+            word(4),
+            word(5) as usize,
+            word(6) as usize,
+        );
+        if gdim != dim {
+            return Err(format!(
+                "graph of {gdim}-dimensional vectors, expected {dim}"
+            ));
+        }
+        if !(2..=MAX_M).contains(&m) {
+            return Err(format!("M = {m}"));
+        }
+        let m0 = 2 * m;
+        let words = n * (1 + m0) + n + upper_len;
+        if bytes.len() != header + n + 4 * words {
+            return Err(format!(
+                "{} bytes, expected {}",
+                bytes.len(),
+                header + n + 4 * words
+            ));
+        }
+        let levels = bytes[header..header + n].to_vec();
+        let mut it = bytes[header + n..]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+        let base: Vec<u32> = it.by_ref().take(n * (1 + m0)).collect();
+        let upper_start: Vec<u32> = it.by_ref().take(n).collect();
+        let upper: Vec<u32> = it.collect();
+        let g = Hnsw {
+            dim,
+            m,
+            m0,
+            entry,
+            top,
+            levels,
+            base,
+            upper_start,
+            upper,
+        };
+        g.check()?;
+        Ok(g)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        let n = self.len();
+        if n == 0 {
+            return Ok(());
+        }
+        if self.entry as usize >= n || self.levels[self.entry as usize] as usize != self.top {
+            return Err("entry point is not a top-level point".into());
+        }
+        let bad_list = |l: &[u32], cap: usize| l.len() > cap || l.iter().any(|&x| x as usize >= n);
+        for i in 0..n {
+            let s = i * (1 + self.m0);
+            let c = self.base[s] as usize;
+            if c > self.m0 || bad_list(&self.base[s + 1..s + 1 + c], self.m0) {
+                return Err(format!("point {i}: bad level-0 links"));
+            }
+            let lv = self.levels[i] as usize;
+            if lv > MAX_LEVEL as usize || lv > self.top {
+                return Err(format!("point {i}: level {lv}"));
+            }
+            let start = self.upper_start[i];
+            if (lv == 0) != (start == NO_UPPER) {
+                return Err(format!("point {i}: upper lists do not match its level"));
+            }
+            for lc in 1..=lv {
+                let s = start as usize + (lc - 1) * (1 + self.m);
+                if s + 1 + self.m > self.upper.len() {
+                    return Err(format!("point {i}: upper lists out of range"));
+                }
+                let c = self.upper[s] as usize;
+                if c > self.m || bad_list(&self.upper[s + 1..s + 1 + c], self.m) {
+                    return Err(format!("point {i}: bad level-{lc} links"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit_vectors(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        let mut next = move || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+        };
+        let mut v: Vec<f32> = (0..n * dim).map(|_| next()).collect();
+        for row in v.chunks_exact_mut(dim) {
+            let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+            row.iter_mut().for_each(|x| *x /= norm);
+        }
+        v
+    }
+
+    #[test]
+    fn finds_exact_neighbours_and_round_trips() {
+        let (n, dim) = (3000, 16);
+        let v = unit_vectors(n, dim, 1);
+        let g = Hnsw::build(&v, dim, 12, 100);
+        assert_eq!(g.len(), n);
+        let mut hits = 0;
+        for q in (0..n).step_by(30) {
+            let query = &v[q * dim..(q + 1) * dim];
+            let mut exact: Vec<(u32, f32)> = (0..n as u32)
+                .map(|i| (i, dot(query, &v[i as usize * dim..(i as usize + 1) * dim])))
+                .collect();
+            exact.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let got = g.search(&v, query, 10, 64);
+            hits += exact[..10]
+                .iter()
+                .filter(|e| got.iter().any(|h| h.0 == e.0))
+                .count();
+        }
+        let recall = hits as f64 / (100 * 10) as f64;
+        assert!(recall >= 0.98, "recall {recall}");
+        let back = Hnsw::from_bytes(&g.to_bytes(), dim).unwrap();
+        assert_eq!(back, g);
+        assert!(g.unreachable().len() < n / 100);
+    }
+
+    #[test]
+    fn damaged_bytes_are_errors() {
+        let v = unit_vectors(200, 8, 2);
+        let g = Hnsw::build(&v, 8, 4, 20);
+        let bytes = g.to_bytes();
+        assert!(Hnsw::from_bytes(&bytes[..bytes.len() - 1], 8).is_err());
+        assert!(Hnsw::from_bytes(&bytes, 9).is_err());
+        let mut bad = bytes.clone();
+        // a link to a point that does not exist
+        let first_link = 8 + 7 * 4 + 200 + 4;
+        bad[first_link..first_link + 4].copy_from_slice(&1000u32.to_le_bytes());
+        assert!(Hnsw::from_bytes(&bad, 8).is_err());
+        assert!(Hnsw::from_bytes(b"nonsense", 8).is_err());
+    }
+
+    #[test]
+    fn tiny_graphs() {
+        assert!(
+            Hnsw::build(&[], 4, 8, 16)
+                .search(&[], &[1.0, 0.0, 0.0, 0.0], 3, 8)
+                .is_empty()
+        );
+        let v = [1.0, 0.0, 0.0, 1.0];
+        let g = Hnsw::build(&v, 2, 8, 16);
+        assert_eq!(g.search(&v, &[0.0, 1.0], 2, 8)[0].0, 1);
+        assert!(g.unreachable().is_empty());
+    }
+}
