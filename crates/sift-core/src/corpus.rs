@@ -247,18 +247,26 @@ impl Corpus {
     /// Streams the corpus images of `domain` (`document_images`), a few at a time.
     /// BEIR corpora have none.
     pub fn images(&self, domain: &str) -> Result<Images> {
-        self.image_config("document_images", domain)
+        self.image_config("document_images", domain, true)
+    }
+
+    /// The corpus images of `domain` without their bytes ([`ImageRecord::bytes`] is empty):
+    /// the same ids, in the same order, with the same rows skipped and counted as
+    /// [`Corpus::images`] (no bytes, repeated paths), but nothing is copied (parquet) or read
+    /// (folders: the file size is enough). For listing candidates.
+    pub fn image_paths(&self, domain: &str) -> Result<Images> {
+        self.image_config("document_images", domain, false)
     }
 
     /// Streams the query images of `domain` (`examples_images`).
     pub fn query_images(&self, domain: &str) -> Result<Images> {
-        self.image_config("examples_images", domain)
+        self.image_config("examples_images", domain, true)
     }
 
     /// Images of `config` for `domain`: its parquet files (`path`, `bytes`), or else a folder
     /// `<config>/<domain>/` of image files, each named by its path below `<config>/`
     /// (`physics/physics_2e6f8c35_0001/image_1.png`), the form the parquet paths take.
-    fn image_config(&self, config: &str, domain: &str) -> Result<Images> {
+    fn image_config(&self, config: &str, domain: &str, with_bytes: bool) -> Result<Images> {
         let files = match self.layout {
             Layout::Beir => Vec::new(),
             Layout::MmBright => self.domain_files(config, domain)?,
@@ -276,6 +284,7 @@ impl Corpus {
             seen: HashSet::new(),
             pending: Default::default(),
             warnings: Warnings::new(),
+            with_bytes,
         })
     }
 }
@@ -389,6 +398,8 @@ pub struct Images {
     seen: HashSet<String>,
     pending: std::collections::VecDeque<ImageRecord>,
     warnings: Warnings,
+    /// Whether records carry their bytes.
+    with_bytes: bool,
 }
 
 /// Rows per batch when reading images.
@@ -409,8 +420,17 @@ impl Images {
                 let Some((id, path)) = self.folder.pop_front() else {
                     return Ok(None);
                 };
-                let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-                if bytes.is_empty() {
+                let (bytes, empty) = if self.with_bytes {
+                    let b = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+                    let empty = b.is_empty();
+                    (b, empty)
+                } else {
+                    let len = std::fs::metadata(&path)
+                        .map_err(|e| Error::io(&path, e))?
+                        .len();
+                    (Vec::new(), len == 0)
+                };
+                if empty {
                     self.warnings.push(
                         WarningKind::MissingImageBytes,
                         &path,
@@ -484,7 +504,11 @@ impl Images {
                 }
                 self.pending.push_back(ImageRecord {
                     path,
-                    bytes: data.to_vec(),
+                    bytes: if self.with_bytes {
+                        data.to_vec()
+                    } else {
+                        Vec::new()
+                    },
                     file: table.path.clone(),
                     row,
                 });

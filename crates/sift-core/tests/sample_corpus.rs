@@ -112,3 +112,22 @@ fn fingerprints_are_stable_and_per_domain() {
         c.fingerprint("physics").unwrap()
     );
 }
+
+#[test]
+fn image_paths_list_what_images_yields_without_the_bytes() {
+    let c = sample();
+    for domain in ["biology", "gis", "physics"] {
+        let mut full = c.images(domain).unwrap();
+        let want: Vec<String> = full.by_ref().map(|r| r.unwrap().path).collect();
+        let mut paths = c.image_paths(domain).unwrap();
+        let got: Vec<_> = paths.by_ref().map(|r| r.unwrap()).collect();
+        assert!(got.iter().all(|r| r.bytes.is_empty()), "{domain}");
+        let got: Vec<String> = got.into_iter().map(|r| r.path).collect();
+        assert_eq!(got, want, "{domain}");
+        assert_eq!(
+            paths.warnings().counts().collect::<Vec<_>>(),
+            full.warnings().counts().collect::<Vec<_>>(),
+            "{domain}"
+        );
+    }
+}

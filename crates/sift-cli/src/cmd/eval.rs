@@ -353,7 +353,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         let passages: Vec<String> = bm25.ids().to_vec();
         let images: Vec<String> = if needs_images {
             corpus
-                .images(domain)?
+                .image_paths(domain)?
                 .map(|r| r.map(|r| r.path))
                 .collect::<sift_core::Result<_>>()?
         } else {
