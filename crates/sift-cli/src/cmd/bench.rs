@@ -25,7 +25,8 @@ enum Cmd {
     Search(SearchArgs),
     /// Embedding throughput of a model on this machine: items/s, per-batch latency, the time
     /// split between input preparation (tokenising, or decoding + preprocessing images) and
-    /// the model, peak memory; several batch sizes to find the best.
+    /// the model, peak host memory and (with `--device cuda[:N]` and `nvidia-smi`) peak GPU
+    /// memory; several batch sizes to find the best.
     Embed(EmbedArgs),
     /// Build rates: BM25 indexing of a corpus (passages/s, into a scratch directory), and
     /// HNSW graph building from the stored vectors of a dense index (vectors/s).
@@ -239,6 +240,68 @@ fn bench_index(a: IndexArgs) -> Result<()> {
     Ok(())
 }
 
+/// Samples the used memory of an NVIDIA GPU with `nvidia-smi` while a benchmark runs, and
+/// keeps the largest value (MB of the whole device, this process's allocations included).
+/// Nothing is sampled for other devices or when `nvidia-smi` is not there.
+struct GpuMemory {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<Option<f64>>>,
+}
+
+impl GpuMemory {
+    fn start(device: &str) -> GpuMemory {
+        let index = cuda_index(device);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handle = index.map(|index| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut peak: Option<f64> = None;
+                loop {
+                    let used = std::process::Command::new("nvidia-smi")
+                        .args([
+                            "--query-gpu=memory.used",
+                            "--format=csv,noheader,nounits",
+                            &format!("--id={index}"),
+                        ])
+                        .output()
+                        .ok()
+                        .filter(|o| o.status.success())
+                        .and_then(|o| {
+                            String::from_utf8_lossy(&o.stdout)
+                                .trim()
+                                .parse::<f64>()
+                                .ok()
+                        });
+                    match used {
+                        Some(u) => peak = Some(peak.map_or(u, |p: f64| p.max(u))),
+                        None => return peak,
+                    }
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return peak;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+            })
+        });
+        GpuMemory { stop, handle }
+    }
+
+    /// Stops sampling: the peak in MB, if anything was sampled.
+    fn finish(mut self) -> Option<f64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.take().and_then(|h| h.join().ok().flatten())
+    }
+}
+
+/// The GPU index of `cuda` (0) or `cuda:N`; None for other devices.
+fn cuda_index(device: &str) -> Option<u32> {
+    match device.strip_prefix("cuda") {
+        Some("") => Some(0),
+        Some(rest) => rest.strip_prefix(':').and_then(|n| n.parse().ok()),
+        None => None,
+    }
+}
+
 /// Peak resident memory of this process (MB), from /proc; None elsewhere.
 fn peak_rss_mb() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -416,6 +479,7 @@ fn embed(a: EmbedArgs) -> Result<()> {
             }
         }
     };
+    let gpu_memory = GpuMemory::start(&a.device);
     let mut results = Vec::new();
     for &b in &sizes {
         let warm: Vec<usize> = (0..a.warmup).collect();
@@ -471,7 +535,7 @@ fn embed(a: EmbedArgs) -> Result<()> {
         "results": results,
         "best": best,
         "peak_rss_mb": peak_rss_mb(),
-        "gpu_memory_mb": serde_json::Value::Null,
+        "gpu_memory_mb": gpu_memory.finish(),
         "mm_bright_passages_hours": mm_bright_hours,
     });
     if a.json {
@@ -589,4 +653,19 @@ fn search(a: SearchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_memory_is_sampled_for_cuda_devices_only() {
+        assert_eq!(cuda_index("cuda"), Some(0));
+        assert_eq!(cuda_index("cuda:3"), Some(3));
+        assert_eq!(cuda_index("cuda:x"), None);
+        assert_eq!(cuda_index("cpu"), None);
+        assert_eq!(cuda_index("metal"), None);
+        assert_eq!(GpuMemory::start("cpu").finish(), None);
+    }
 }
