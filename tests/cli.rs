@@ -1240,6 +1240,63 @@ fn embed_images_with_gme_matches_transformers() {
     }
 }
 
+/// `sift embed --kind query --query-instruction` gives GME's query vectors with that
+/// instruction (transformers' vectors from models/fixtures/gme/expected.json); without it,
+/// GME's default instruction.
+#[test]
+fn gme_query_instruction_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = repo().join("models/fixtures/gme");
+    let expected: Value = json(&fs::read_to_string(root.join("expected.json")).unwrap());
+    let case = |name: &str| -> Value {
+        expected["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let model = root.join("tiny-gme");
+    for (name, instruction) in [
+        (
+            "q_text_instruction",
+            Some("Find the passage that answers the question."),
+        ),
+        ("q_text_short", None),
+    ] {
+        let c = case(name);
+        let input = tmp.path().join(format!("{name}.txt"));
+        fs::write(&input, c["text"].as_str().unwrap()).unwrap();
+        let out = tmp.path().join(format!("{name}.jsonl"));
+        let mut args = vec![
+            "embed",
+            "--model",
+            s(&model),
+            "--input",
+            s(&input),
+            "--kind",
+            "query",
+            "--out",
+            s(&out),
+            "-q",
+        ];
+        if let Some(i) = instruction {
+            args.extend(["--query-instruction", i]);
+        }
+        ok(&args);
+        let got = json(fs::read_to_string(&out).unwrap().lines().next().unwrap());
+        let cos: f64 = got["vector"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(c["embedding_gme"].as_array().unwrap())
+            .map(|(a, b)| a.as_f64().unwrap() * b.as_f64().unwrap())
+            .sum();
+        assert!(cos >= 0.9999, "{name}: cosine {cos}");
+    }
+}
+
 /// Corpus images may come as a folder (`document_images/<domain>/...`) instead of parquet:
 /// the same ids, the same vectors.
 #[test]

@@ -14,6 +14,10 @@ pub struct ModelFlags {
     /// Texts per forward pass.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
+    /// Instruction (system prompt) of GME queries; GME's default "You are a helpful
+    /// assistant." when absent. Passages and corpus images always use the default.
+    #[arg(long)]
+    pub query_instruction: Option<String>,
 }
 
 /// A loaded embedding model: a text encoder, or a vision-language model (text and images).
@@ -91,6 +95,7 @@ pub fn load_model_as(spec: &str, flags: &ModelFlags, dtype: candle_core::DType) 
         let options = GmeOptions {
             batch_size: flags.batch_size.max(1),
             dtype,
+            query_instruction: flags.query_instruction.clone(),
             ..Default::default()
         };
         return Ok(Model::Gme(Box::new(

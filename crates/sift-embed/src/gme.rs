@@ -674,17 +674,17 @@ impl GmeEmbedder {
         self.embed(&inputs)
     }
 
-    /// Settings that determine the vectors besides the input (for caches).
+    /// Settings that determine the vectors of passages and corpus images besides the input
+    /// (for caches; the query instruction does not enter them).
     pub fn fingerprint(&self, kind: &str) -> String {
         format!(
-            "{}|gme|{kind}|{:?}|{:?}|len={}|pixels={}..{}|q={:?}",
+            "{}|gme|{kind}|{:?}|{:?}|len={}|pixels={}..{}",
             self.name,
             self.options.dtype,
             self.options.positions,
             self.max_length,
             self.processor.min_pixels,
             self.processor.max_pixels,
-            self.options.query_instruction
         )
     }
 }

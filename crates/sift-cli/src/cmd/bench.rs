@@ -401,6 +401,7 @@ fn embed(a: EmbedArgs) -> Result<()> {
     let flags = ModelFlags {
         device: a.device.clone(),
         batch_size: *sizes.iter().max().expect("non-empty"),
+        query_instruction: None,
     };
     sift_embed::tune_allocator();
     let load_start = Instant::now();
