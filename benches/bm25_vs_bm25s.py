@@ -47,6 +47,16 @@ PEER_PKGS = ["bm25s", "PyStemmer", "numpy", "scipy", "pytrec-eval-terrier", "num
 
 
 def last_json_object(stdout: str) -> dict:
+    """The last line of stdout that is a JSON object, or the whole output when it is one
+    pretty-printed object (`sift bench embed --json`)."""
+    text = stdout.strip()
+    if text.startswith("{") and "\n" in text:
+        try:
+            obj = json.loads(text)
+            if isinstance(obj, dict):
+                return obj
+        except json.JSONDecodeError:
+            pass
     for line in reversed(stdout.splitlines()):
         line = line.strip()
         if not line.startswith("{"):

@@ -130,10 +130,12 @@ def machine() -> dict:
     return {"uname": uname, "cpu": cpu or platform.processor(), "nproc": nproc, "loadavg_at_start": load}
 
 
-def run_rounds(rounds: int, sift_cmd: str, pcmd: list, peer: str, check, unit: str) -> list:
+def run_rounds(rounds: int, sift_cmd: str, pcmd: list, peer: str, check, unit: str,
+               adapt_sift=None) -> list:
     """`rounds` alternating rounds, each engine in a fresh process: Sift's shell command and
-    the peer's argv, Sift first in odd rounds. `check(label, result, engine)` validates each
-    result. Returns the raw per-round entries."""
+    the peer's argv, Sift first in odd rounds. `adapt_sift(label, result)`, when given, maps
+    Sift's output to the common keys; `check(label, result, engine)` validates each result.
+    Returns the raw per-round entries."""
     raw = []
     for r in range(rounds):
         order = ["sift", peer] if r % 2 == 0 else [peer, "sift"]
@@ -142,6 +144,8 @@ def run_rounds(rounds: int, sift_cmd: str, pcmd: list, peer: str, check, unit: s
             label = f"round {r + 1} {eng}"
             if eng == "sift":
                 res, wall = run_cmd(label, sift_cmd, shell=True)
+                if adapt_sift is not None:
+                    res = adapt_sift(label, res)
             else:
                 res, wall = run_cmd(label, pcmd, shell=False)
             check(label, res, eng)
@@ -149,8 +153,8 @@ def run_rounds(rounds: int, sift_cmd: str, pcmd: list, peer: str, check, unit: s
             entry[f"{eng}_process_seconds"] = wall
         raw.append(entry)
         print(f"round {r + 1}/{rounds} ({' then '.join(order)}): "
-              f"sift {entry['sift']['items_per_s']:.1f} {unit}, "
-              f"{peer} {entry[peer]['items_per_s']:.1f} {unit}",
+              f"sift {fmt(entry['sift']['items_per_s'])} {unit}, "
+              f"{peer} {fmt(entry[peer]['items_per_s'])} {unit}",
               file=sys.stderr)
     return raw
 

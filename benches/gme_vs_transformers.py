@@ -41,14 +41,12 @@ import datetime as _dt
 import json
 import os
 import shlex
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from embed_vs_st import (REPO, check_keys, machine, markdown, peer_env, repo_path,  # noqa: E402
-                         summarise)
-from bm25_vs_bm25s import last_json_object, run_cmd, write_report  # noqa: E402
+                         run_rounds, summarise)
+from bm25_vs_bm25s import write_report  # noqa: E402
 from vision_vs_transformers import sift_source  # noqa: E402
 
 sys.path.insert(0, os.path.join(REPO, "eval", "peers"))
@@ -115,20 +113,8 @@ def expected_tokens(args) -> tuple[float, list]:
     return round(mean, 3), per_file
 
 
-def run_sift(label: str, cmd: str, args, tokens: float, n_files: int) -> tuple[dict, float]:
-    """Runs `sift bench embed --json` (pretty-printed, several lines) and maps its output."""
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, shell=True, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr[-4000:])
-        raise SystemExit(f"{label}: command failed with exit status {p.returncode}: {cmd}")
-    out = p.stdout
-    try:
-        obj = json.loads(out[out.index("{"):]) if "{" in out else last_json_object(out)
-    except ValueError as e:
-        sys.stderr.write(out[-2000:] + p.stderr[-2000:])
-        raise SystemExit(f"{label}: no JSON object in the output ({e}): {cmd}")
+def sift_result(label: str, obj: dict, args, tokens: float, n_files: int) -> dict:
+    """Maps `sift bench embed --json` (one batch size) to the common keys."""
     if len(obj.get("results", [])) != 1:
         raise SystemExit(f"{label}: expected one batch size in \"results\": {json.dumps(obj)}")
     b = obj["best"]
@@ -152,29 +138,7 @@ def run_sift(label: str, cmd: str, args, tokens: float, n_files: int) -> tuple[d
     }
     if res["peak_rss_mb"] is None:
         raise SystemExit(f"{label}: sift reported no peak_rss_mb (not Linux?)")
-    return res, wall
-
-
-def run_rounds(args, scmd: str, pcmd: list, tokens: float, n_files: int) -> list:
-    """`rounds` alternating rounds (Sift first in odd rounds), each engine in a fresh process."""
-    raw = []
-    for r in range(args.rounds):
-        order = ["sift", PEER] if r % 2 == 0 else [PEER, "sift"]
-        entry = {"round": r + 1, "order": order}
-        for eng in order:
-            label = f"round {r + 1} {eng}"
-            if eng == "sift":
-                res, wall = run_sift(label, scmd, args, tokens, n_files)
-            else:
-                res, wall = run_cmd(label, pcmd, shell=False)
-            check_keys(label, res, eng, keys=KEYS, optional=OPTIONAL, positive=POSITIVE)
-            entry[eng] = res
-            entry[f"{eng}_process_seconds"] = wall
-        raw.append(entry)
-        print(f"round {r + 1}/{args.rounds} ({' then '.join(order)}): "
-              f"sift {entry['sift']['items_per_s']:.3f} images/s, "
-              f"{PEER} {entry[PEER]['items_per_s']:.3f} images/s", file=sys.stderr)
-    return raw
+    return res
 
 
 def main() -> int:
@@ -215,7 +179,13 @@ def main() -> int:
     scmd = sift_cmd(args)
     pcmd = peer_cmd(args)
 
-    raw = run_rounds(args, scmd, pcmd, tokens, len(per_file))
+    n_files = len(per_file)
+
+    def check(label, res, eng):
+        check_keys(label, res, eng, keys=KEYS, optional=OPTIONAL, positive=POSITIVE)
+
+    raw = run_rounds(args.rounds, scmd, pcmd, PEER, check, "images/s",
+                     adapt_sift=lambda label, obj: sift_result(label, obj, args, tokens, n_files))
     medians, ratios, warnings = summarise(raw, PEER, METRICS, SAME, CARRY)
     s, p = medians["sift"], medians[PEER]
     extra = []

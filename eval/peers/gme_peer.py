@@ -61,8 +61,6 @@ from typing import List
 
 IMAGE_EXT = ("png", "jpg", "jpeg", "webp", "gif", "bmp")  # what `sift embed` takes from a folder
 DEFAULT_INSTRUCTION = "You are a helpful assistant."
-IMAGE_PROMPT = ("<|im_start|>system\n" + DEFAULT_INSTRUCTION + "<|im_end|>\n<|im_start|>user\n"
-                "<|vision_start|><|image_pad|><|vision_end|><|im_end|>\n<|im_start|>assistant\n<|endoftext|>")
 
 # GME's fetch_image bounds (gme_inference.py / qwen_vl_utils)
 IMAGE_FACTOR = 28
@@ -136,6 +134,48 @@ def processor_smart_resize(height, width, min_pixels, max_pixels, factor=IMAGE_F
     return h_bar, w_bar
 
 
+def gme_prompt(text, n_images: int, instruction: str = DEFAULT_INSTRUCTION) -> str:
+    """GME's prompt: the instruction as system prompt, then the images and the text."""
+    input_str = "<|vision_start|><|image_pad|><|vision_end|>" * n_images
+    if text is not None:
+        input_str += text
+    return (f"<|im_start|>system\n{instruction}<|im_end|>\n<|im_start|>user\n{input_str}<|im_end|>\n"
+            f"<|im_start|>assistant\n<|endoftext|>")
+
+
+def fetch_image(image):
+    """GME's fetch_image on an opened PIL image: convert("RGB") (alpha dropped), then PIL's
+    default (bicubic) resize to fetch_smart_resize's size."""
+    image = image.convert("RGB")
+    width, height = image.size
+    h, w = fetch_smart_resize(height, width)
+    return image.resize((w, h))
+
+
+def embed_gme(model, inputs, image_token_id):
+    """GME's forward on transformers 5 (`model.model.visual` / `model.model.language_model`): the
+    merged image embeddings replace the image tokens' embeddings, the language model runs without
+    position ids (0, 1, 2, ... on every M-RoPE axis, as GME's code gets from transformers < 4.52),
+    the last real token is pooled and L2-normalised. Returns (embeddings, visual embeddings or
+    None). Call under torch.no_grad()."""
+    import torch
+    lm = model.model.language_model
+    emb = lm.embed_tokens(inputs["input_ids"])
+    vis = None
+    if "pixel_values" in inputs:
+        vis = model.model.visual(inputs["pixel_values"].to(torch.float32),
+                                 grid_thw=inputs["image_grid_thw"]).pooler_output
+        mask = inputs["input_ids"] == image_token_id
+        if int(mask.sum()) != vis.shape[0]:
+            raise RuntimeError(f"{int(mask.sum())} image tokens, {vis.shape[0]} visual embeddings")
+        emb[mask] = vis.to(emb.dtype)
+    am = inputs["attention_mask"]
+    out = lm(input_ids=None, inputs_embeds=emb, attention_mask=am, position_ids=None,
+             use_cache=False).last_hidden_state
+    last = out[torch.arange(out.shape[0]), am.sum(1) - 1]
+    return torch.nn.functional.normalize(last, p=2, dim=1), vis
+
+
 def expected_image_tokens(width: int, height: int, min_image_tokens: int, max_image_tokens: int) -> int:
     """Merged image tokens GME gives a width x height image: fetch_image's resize, then the
     processor's, then (h/14)(w/14)/4. Depends on the image size only, not on its pixels."""
@@ -162,6 +202,8 @@ def load_processor(model: str, min_pixels: int, max_pixels: int):
     proc = Qwen2VLProcessorNoVideo(image_processor=ip, tokenizer=AutoTokenizer.from_pretrained(model))
     proc.tokenizer.padding_side = "right"
     ip = proc.image_processor
+    if type(ip).__name__ != "Qwen2VLImageProcessorPil":
+        raise RuntimeError(f"image processor {type(ip).__name__}, expected the PIL backend")
     if ip.size["shortest_edge"] != min_pixels or ip.size["longest_edge"] != max_pixels:
         raise RuntimeError(f"image processor size {ip.size}, expected {min_pixels}..{max_pixels} pixels")
     return proc
@@ -180,36 +222,15 @@ class GmeImageEmbedder:
         self.proc = load_processor(model, self.min_pixels, self.max_pixels)
         self.model = Qwen2VLForConditionalGeneration.from_pretrained(model, dtype=torch.float32).eval()
         self.image_token_id = self.model.config.image_token_id
-        self.lm, self.visual = self.model.model.language_model, self.model.model.visual
-
-    @staticmethod
-    def fetch_image(b: bytes):
-        from PIL import Image
-        image = Image.open(io.BytesIO(b)).convert("RGB")
-        width, height = image.size
-        h, w = fetch_smart_resize(height, width)
-        return image.resize((w, h))
 
     def prep(self, chunk):
-        imgs = [self.fetch_image(b) for b in chunk]
-        return self.proc(text=[IMAGE_PROMPT] * len(imgs), images=imgs, padding=True, truncation=True,
+        from PIL import Image
+        imgs = [fetch_image(Image.open(io.BytesIO(b))) for b in chunk]
+        return self.proc(text=[gme_prompt(None, 1)] * len(imgs), images=imgs, padding=True, truncation=True,
                          max_length=self.config["max_length"], return_tensors="pt")
 
     def forward(self, inputs):
-        import torch
-        lm = self.lm
-        emb = lm.embed_tokens(inputs["input_ids"])
-        vis = self.visual(inputs["pixel_values"].to(torch.float32),
-                          grid_thw=inputs["image_grid_thw"]).pooler_output
-        mask = inputs["input_ids"] == self.image_token_id
-        if int(mask.sum()) != vis.shape[0]:
-            raise RuntimeError(f"{int(mask.sum())} image tokens, {vis.shape[0]} visual embeddings")
-        emb[mask] = vis.to(emb.dtype)
-        am = inputs["attention_mask"]
-        out = lm(input_ids=None, inputs_embeds=emb, attention_mask=am, position_ids=None,
-                 use_cache=False).last_hidden_state
-        last = out[torch.arange(out.shape[0]), am.sum(1) - 1]
-        return torch.nn.functional.normalize(last, p=2, dim=1)
+        return embed_gme(self.model, inputs, self.image_token_id)[0]
 
 
 def rss_mb() -> tuple[float, float]:
