@@ -115,36 +115,41 @@ fn has_avx512() -> bool {
     *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f") && has_avx2())
 }
 
-/// Applies `act` to every value, with AVX-512 or AVX2/FMA code when the processor has it
-/// (the loops are written so the compiler vectorises them; the crate itself is built for
-/// baseline x86-64).
-fn act_slice(act: Act, xs: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx512() {
-        // SAFETY: the features were detected.
-        unsafe { act_slice_avx512(act, xs) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the features were detected.
-        unsafe { act_slice_avx2(act, xs) };
-        return;
-    }
-    act_slice_portable(act, xs);
+/// Defines `$name`, which runs `$portable` compiled for AVX-512, for AVX2/FMA or for
+/// baseline x86-64, whichever the processor has (the portable loops are written so the
+/// compiler vectorises them; the crate itself is built for baseline x86-64).
+macro_rules! simd_dispatch {
+    ($(#[$meta:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $portable:ident) => {
+        $(#[$meta])*
+        fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    $portable($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) {
+                    $portable($($arg),*)
+                }
+                if has_avx512() {
+                    // SAFETY: the features were detected.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if has_avx2() {
+                    // SAFETY: the features were detected.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $portable($($arg),*)
+        }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn act_slice_avx2(act: Act, xs: &mut [f32]) {
-    act_slice_portable(act, xs);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn act_slice_avx512(act: Act, xs: &mut [f32]) {
-    act_slice_portable(act, xs);
-}
+simd_dispatch!(
+    /// Applies `act` to every value.
+    fn act_slice(act: Act, xs: &mut [f32]) => act_slice_portable
+);
 
 #[inline(always)]
 fn act_slice_portable(act: Act, xs: &mut [f32]) {
@@ -157,34 +162,10 @@ fn act_slice_portable(act: Act, xs: &mut [f32]) {
     }
 }
 
-/// Softmax of one row in place over its first `visible` values (the rest set to 0).
-fn softmax_row(row: &mut [f32], visible: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx512() {
-        // SAFETY: the features were detected.
-        unsafe { softmax_row_avx512(row, visible) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the features were detected.
-        unsafe { softmax_row_avx2(row, visible) };
-        return;
-    }
-    softmax_row_portable(row, visible);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn softmax_row_avx2(row: &mut [f32], visible: usize) {
-    softmax_row_portable(row, visible);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn softmax_row_avx512(row: &mut [f32], visible: usize) {
-    softmax_row_portable(row, visible);
-}
+simd_dispatch!(
+    /// Softmax of one row in place over its first `visible` values (the rest set to 0).
+    fn softmax_row(row: &mut [f32], visible: usize) => softmax_row_portable
+);
 
 #[inline(always)]
 fn softmax_row_portable(row: &mut [f32], visible: usize) {
