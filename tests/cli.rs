@@ -55,6 +55,21 @@ fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
 }
 
+/// Cosine of two JSON arrays of numbers.
+fn cosine(a: &Value, b: &Value) -> f64 {
+    let f = |v: &Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let (a, b) = (f(a), f(b));
+    let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (norm(&a) * norm(&b))
+}
+
 /// A BEIR corpus in a temp dir.
 fn beir(dir: &Path, corpus: &str, queries: &str, qrels: &str) -> PathBuf {
     let root = dir.join("beir");
@@ -1146,29 +1161,15 @@ fn embed_images_matches_transformers_end_to_end() {
             s(&out),
             "-q",
         ]);
-        let got: Vec<Vec<f64>> = fs::read_to_string(&out)
+        let got: Vec<Value> = fs::read_to_string(&out)
             .unwrap()
             .lines()
-            .map(|l| {
-                json(l)["vector"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap())
-                    .collect()
-            })
+            .map(json)
             .collect();
         let want = reference["image_embeds"].as_array().unwrap();
         assert_eq!(got.len(), want.len(), "{model}");
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            let w: Vec<f64> = w
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap())
-                .collect();
-            let norm = w.iter().map(|x| x * x).sum::<f64>().sqrt();
-            let cos: f64 = g.iter().zip(&w).map(|(a, b)| a * b / norm).sum();
+            let cos = cosine(&g["vector"], w);
             assert!(cos >= 0.9999, "{model} image {i}: cosine {cos}");
         }
     }
@@ -1229,13 +1230,7 @@ fn embed_images_with_gme_matches_transformers() {
         .collect();
     assert_eq!(got.len(), cases.len());
     for (g, c) in got.iter().zip(&cases) {
-        let g = g["vector"].as_array().unwrap();
-        let w = c["embedding_gme"].as_array().unwrap();
-        let cos: f64 = g
-            .iter()
-            .zip(w)
-            .map(|(a, b)| a.as_f64().unwrap() * b.as_f64().unwrap())
-            .sum();
+        let cos = cosine(&g["vector"], &c["embedding_gme"]);
         assert!(cos >= 0.9999, "{}: cosine {cos}", c["name"]);
     }
 }
@@ -1286,13 +1281,7 @@ fn gme_query_instruction_flag() {
         }
         ok(&args);
         let got = json(fs::read_to_string(&out).unwrap().lines().next().unwrap());
-        let cos: f64 = got["vector"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .zip(c["embedding_gme"].as_array().unwrap())
-            .map(|(a, b)| a.as_f64().unwrap() * b.as_f64().unwrap())
-            .sum();
+        let cos = cosine(&got["vector"], &c["embedding_gme"]);
         assert!(cos >= 0.9999, "{name}: cosine {cos}");
     }
 }
