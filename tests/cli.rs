@@ -3,115 +3,13 @@
 //! naming file and line/row, or a counted warning; never a panic or a half-written index).
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn sample() -> PathBuf {
-    repo().join("corpora/sample")
-}
-
-fn sift(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sift"))
-        .args(args)
-        .output()
-        .expect("sift runs")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-/// Runs sift, asserts success, returns stdout.
-fn ok(args: &[&str]) -> String {
-    let out = sift(args);
-    assert!(
-        out.status.success(),
-        "sift {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 stdout")
-}
-
-/// Runs sift, asserts a clean failure (exit 1, no panic), returns stderr.
-fn fails(args: &[&str]) -> String {
-    let out = sift(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "sift {args:?} should fail cleanly, stderr:\n{stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "panic: {stderr}");
-    stderr
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
-}
-
-/// Cosine of two JSON arrays of numbers.
-fn cosine(a: &Value, b: &Value) -> f64 {
-    let f = |v: &Value| -> Vec<f64> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
-    let (a, b) = (f(a), f(b));
-    let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-    dot / (norm(&a) * norm(&b))
-}
-
-/// A BEIR corpus in a temp dir.
-fn beir(dir: &Path, corpus: &str, queries: &str, qrels: &str) -> PathBuf {
-    let root = dir.join("beir");
-    fs::create_dir_all(root.join("qrels")).unwrap();
-    fs::write(root.join("corpus.jsonl"), corpus).unwrap();
-    fs::write(root.join("queries.jsonl"), queries).unwrap();
-    fs::write(root.join("qrels/test.tsv"), qrels).unwrap();
-    root
-}
-
-const CORPUS: &str = r#"{"_id": "d1", "title": "Boundary layers", "text": "Laminar boundary layer flow over a flat plate."}
-{"_id": "d2", "title": "", "text": "Heat transfer in supersonic flow and shock waves."}
-{"_id": 3, "text": "Buckling of thin cylindrical shells under axial compression."}
-"#;
-const QUERIES: &str = r#"{"_id": "q1", "text": "laminar boundary layer on a plate"}
-{"_id": "q2", "text": "shell buckling"}
-{"_id": "q3", "text": "   "}
-"#;
-const QRELS: &str = "query-id\tcorpus-id\tscore\nq1\td1\t2\nq2\t3\t1\n";
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
-
-fn generations(index: &Path) -> Vec<String> {
-    let mut g: Vec<String> = fs::read_dir(index)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("gen-"))
-        .collect();
-    g.sort();
-    g
-}
+mod common;
+use common::*;
 
 #[test]
 fn quickstart_on_the_sample_corpus() {
@@ -718,22 +616,6 @@ fn killing_a_build_midway_leaves_the_previous_index_usable() {
         "--json",
     ]));
     assert_eq!(hits["hits"][0]["id"], "x123");
-}
-
-/// The MiniLM weights (`python3 models/install_minilm.py`), or `None` outside CI when absent.
-fn minilm() -> Option<PathBuf> {
-    let dir = std::env::var_os("SIFT_MINILM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("models/local/all-MiniLM-L6-v2"));
-    if dir.join("model.safetensors").is_file() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must install the MiniLM weights"
-    );
-    eprintln!("skipped: no MiniLM weights at {}", dir.display());
-    None
 }
 
 #[test]

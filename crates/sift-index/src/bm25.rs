@@ -115,10 +115,17 @@ pub(crate) fn build(
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let index = Index::create_in_dir(dir, schema).map_err(|e| Error::tantivy(dir, e))?;
     index.tokenizers().register(TOKENIZER, analyzer.build());
+    // tantivy indexes with at most 8 threads (`MAX_NUM_THREAD`); more are not an error.
     let threads = threads.clamp(1, 8);
     let mut writer: IndexWriter<TantivyDocument> = index
         .writer_with_num_threads(threads, threads * 64_000_000)
         .map_err(|e| Error::tantivy(dir, e))?;
+    // Segments are merged once, explicitly, after the commit below. tantivy's default merge
+    // policy would start merges of its own in the background at that commit, racing the
+    // explicit merge for the same segments ("The segments that were merged could not be found
+    // in the SegmentManager"), which happens as soon as there are enough segments to merge,
+    // i.e. with several indexing threads.
+    writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
     let mut ids = Vec::new();
     for passage in passages {
         let passage = passage?;
