@@ -3,6 +3,8 @@
 //! read-only indexes, concurrent rebuilds, symlinks, panics, silent successes, misleading
 //! messages). Each asserts the clear error, counted warning or correct result.
 
+use std::fs;
+
 mod common;
 use common::*;
 
@@ -47,4 +49,420 @@ fn index_builds_with_16_threads() {
         "--json",
     ]));
     assert!(ev["metrics"]["ndcg@10"].as_f64().unwrap() > 0.5, "{ev}");
+}
+
+/// Makes every file and directory below `dir` read-only (as `chmod -R a-w`).
+fn chmod_read_only(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            chmod_read_only(&p);
+        } else {
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o444)).unwrap();
+        }
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o555)).unwrap();
+}
+
+/// A read-only copy of an index (chmod -R a-w; and, when the tests run as root, which
+/// ignores permissions, searched as the unprivileged user `nobody`) answers `search` and
+/// `eval`: readers take no lock files and write nothing.
+#[test]
+fn read_only_indexes_can_be_searched() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let index = tmp.path().join("idx");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ]);
+    let want = ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--json",
+    ]);
+    chmod_read_only(&index);
+    let before = listing(&index);
+    let corpus = sample();
+    let args = [
+        vec![
+            "search",
+            "--index",
+            s(&index),
+            "--domain",
+            "gis",
+            "--query",
+            "map projection",
+            "--json",
+        ],
+        vec![
+            "eval",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--json",
+        ],
+    ];
+    let root = unsafe { libc::geteuid() } == 0;
+    for a in &args {
+        let out = ok(a);
+        if a[0] == "eval" {
+            assert_eq!(json(&out)["metrics"], json(&want)["metrics"]);
+        }
+        if root {
+            let out = std::process::Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_sift"))
+                .args(a)
+                .output()
+                .expect("setpriv runs");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "as nobody: sift {a:?}: {stderr}");
+        }
+    }
+    // nothing in the index changed
+    assert_eq!(listing(&index), before);
+}
+
+/// Every path below `dir` with its size and modification time.
+fn listing(dir: &std::path::Path) -> Vec<(String, u64, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = fs::metadata(&p).unwrap();
+            out.push((p.display().to_string(), m.len(), m.modified().unwrap()));
+            if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `sift eval` keeps working while `sift index` rebuilds the same directory: readers lease
+/// the generation they opened, and a build removes only generations nobody holds.
+#[test]
+fn eval_during_rebuilds_never_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let builds = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let builder = {
+        let (index, stop, builds) = (index.clone(), stop.clone(), builds.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                ok(&[
+                    "index",
+                    "--corpus",
+                    s(&sample()),
+                    "--index",
+                    s(&index),
+                    "-q",
+                ]);
+                builds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
+    // at least 50 evaluations, and on until 25 rebuilds have happened underneath them
+    let mut failures = Vec::new();
+    let mut evals = 0;
+    while evals < 50 || (builds.load(std::sync::atomic::Ordering::Relaxed) < 25 && evals < 1000) {
+        let out = sift(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--json",
+        ]);
+        if !out.status.success() {
+            failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        evals += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    builder.join().unwrap();
+    let builds = builds.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        failures.is_empty(),
+        "{} of {evals} evaluations failed during {builds} rebuilds: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert!(
+        builds >= 25,
+        "only {builds} rebuilds overlapped the evaluations"
+    );
+    // leased generations are removed by a later build once nobody holds them
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ]);
+    assert_eq!(generations(&index).len(), 1);
+}
+
+fn tiny_clip() -> std::path::PathBuf {
+    repo().join("models/fixtures/vision/tiny-clip-quickgelu")
+}
+
+fn manifest(index: &std::path::Path) -> serde_json::Value {
+    json(&fs::read_to_string(index.join("manifest.json")).unwrap())
+}
+
+/// Rebuilding some domains keeps the others (hard-linked from the previous generation) when
+/// the dense indexes are the same; a build that would drop a dense index or a domain is
+/// refused until `--replace` says so.
+#[test]
+fn partial_rebuilds_keep_the_rest_or_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    let clip = tiny_clip();
+    let corpus = sample();
+    let build = |extra: &[&str]| {
+        let mut a = vec!["index", "--corpus", s(&corpus), "--index", s(&index), "-q"];
+        a.extend_from_slice(extra);
+        a.iter().map(|x| x.to_string()).collect::<Vec<String>>()
+    };
+    let run = |a: Vec<String>| sift(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let evaluate = || {
+        json(&ok(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--task",
+            "all",
+            "--retriever",
+            "bm25",
+            "--retriever",
+            "dense:tiny-clip-quickgelu",
+            "--json",
+        ]))
+    };
+    assert!(run(build(&["--dense", s(&clip)])).status.success());
+    let before = evaluate();
+    let images_before =
+        manifest(&index)["dense"]["tiny-clip-quickgelu"]["images"]["images"].clone();
+
+    // one domain rebuilt with the same dense index: the other two are kept as they were
+    assert!(
+        run(build(&["--domains", "gis", "--dense", s(&clip)]))
+            .status
+            .success()
+    );
+    let m = manifest(&index);
+    let domains: Vec<&String> = m["domains"].as_object().unwrap().keys().collect();
+    assert_eq!(domains, ["biology", "gis", "physics"]);
+    assert_eq!(
+        m["dense"]["tiny-clip-quickgelu"]["images"]["images"],
+        images_before
+    );
+    assert_eq!(evaluate()["reports"], before["reports"]);
+
+    // dropping the dense index, or changing it while keeping other domains: refused, and the
+    // index is unchanged
+    let gen_before = m["generation"].clone();
+    for extra in [
+        vec!["--domains", "gis"],
+        vec![],
+        vec![
+            "--domains",
+            "gis",
+            "--dense",
+            s(&clip),
+            "--vector-dtype",
+            "f16",
+        ],
+    ] {
+        let out = run(build(&extra));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(
+            err.contains("would drop") && err.contains("--replace"),
+            "{err}"
+        );
+        assert_eq!(manifest(&index)["generation"], gen_before);
+    }
+    let out = run(build(&["--domains", "gis"]));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dense:tiny-clip-quickgelu"));
+    // --replace: exactly what was asked for
+    assert!(
+        run(build(&["--domains", "gis", "--replace"]))
+            .status
+            .success()
+    );
+    let m = manifest(&index);
+    assert_eq!(m["domains"].as_object().unwrap().len(), 1);
+    assert!(m["dense"].as_object().unwrap().is_empty());
+    assert_eq!(generations(&index).len(), 1);
+}
+
+/// An unreadable manifest is called corrupt by readers; a build leaves that index (and its
+/// generations) alone unless `--replace` is given.
+#[test]
+fn a_corrupt_manifest_is_reported_and_not_overwritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ]);
+    let gens = generations(&index);
+    fs::write(
+        index.join("manifest.json"),
+        "{\"format_version\": 3, \"garbage",
+    )
+    .unwrap();
+    let err = fails(&["eval", "--corpus", s(&sample()), "--index", s(&index)]);
+    assert!(
+        err.contains("manifest.json") && err.contains("corrupt manifest"),
+        "{err}"
+    );
+    let err = fails(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ]);
+    assert!(
+        err.contains("unreadable") && err.contains("--replace"),
+        "{err}"
+    );
+    assert_eq!(generations(&index), gens, "the stored generation is kept");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+        "--replace",
+    ]);
+    ok(&["eval", "--corpus", s(&sample()), "--index", s(&index)]);
+    assert_eq!(generations(&index).len(), 1);
+}
+
+/// Index files that disagree or were tampered with are a "corrupt index" error naming the
+/// file, never a panic: a generation path outside the index, duplicate ids, bit flips in
+/// tantivy's files (caught by their checksums, and tantivy's own panics caught as a last
+/// resort).
+#[test]
+fn tampered_index_files_are_reported_as_corrupt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    let eval = |index: &std::path::Path| {
+        fails(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(index),
+            "--domains",
+            "gis",
+        ])
+    };
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ]);
+    let original = fs::read_to_string(index.join("manifest.json")).unwrap();
+    let generation = manifest(&index)["generation"].as_str().unwrap().to_string();
+    for bad in ["/tmp", "../elsewhere", "gen-x/../../y", "other"] {
+        fs::write(
+            index.join("manifest.json"),
+            original.replace(&format!("\"{generation}\""), &format!("{bad:?}")),
+        )
+        .unwrap();
+        let err = eval(&index);
+        assert!(
+            err.contains("not a generation directory name"),
+            "{bad}: {err}"
+        );
+    }
+    fs::write(index.join("manifest.json"), &original).unwrap();
+
+    let bm25 = index.join(&generation).join("bm25/gis");
+    let ids_path = bm25.join("ids.json");
+    let ids_text = fs::read_to_string(&ids_path).unwrap();
+    let ids: Vec<String> = serde_json::from_str(&ids_text).unwrap();
+    let mut dup = ids.clone();
+    dup[1] = dup[0].clone();
+    fs::write(&ids_path, serde_json::to_string(&dup).unwrap()).unwrap();
+    let err = eval(&index);
+    assert!(
+        err.contains("ids.json") && err.contains("listed twice"),
+        "{err}"
+    );
+    fs::write(&ids_path, &ids_text).unwrap();
+
+    // a flipped bit anywhere in each of tantivy's files
+    let files: Vec<std::path::PathBuf> = fs::read_dir(&bm25)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            ["idx", "term", "fieldnorm", "fast", "store"]
+                .contains(&p.extension().and_then(|e| e.to_str()).unwrap_or(""))
+        })
+        .collect();
+    assert!(files.len() >= 4, "{files:?}");
+    for file in files {
+        let bytes = fs::read(&file).unwrap();
+        for at in [0, bytes.len() / 3, bytes.len() / 2, bytes.len() - 1] {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= 0x10;
+            fs::write(&file, &flipped).unwrap();
+            let err = eval(&index);
+            assert!(
+                err.contains("corrupt"),
+                "{} byte {at}: {err}",
+                file.display()
+            );
+        }
+        fs::write(&file, &bytes).unwrap();
+    }
+    ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--domains",
+        "gis",
+    ]);
 }

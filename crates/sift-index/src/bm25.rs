@@ -185,6 +185,14 @@ struct Segment {
     norms: Vec<u8>,
 }
 
+/// A tantivy error while opening a built index: its files are not what the build wrote.
+fn corrupt(dir: &Path, e: tantivy::TantivyError) -> Error {
+    Error::Corrupt {
+        path: dir.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
 /// A searchable BM25 index of one domain.
 pub struct Bm25Domain {
     path: PathBuf,
@@ -233,19 +241,35 @@ pub struct Scratch {
 }
 
 impl Bm25Domain {
-    /// Opens the BM25 index of one domain.
+    /// Opens the BM25 index of one domain, read-only (no locks, nothing written). Every
+    /// index file's checksum is verified first, so a damaged file is reported as a corrupt
+    /// index rather than read.
     pub fn open(dir: &Path, analyzer: &AnalyzerConfig) -> Result<Bm25Domain> {
-        let index = Index::open_in_dir(dir).map_err(|e| Error::tantivy(dir, e))?;
+        crate::readonly::guard(dir, || Self::open_unguarded(dir, analyzer))
+    }
+
+    fn open_unguarded(dir: &Path, analyzer: &AnalyzerConfig) -> Result<Bm25Domain> {
+        let index = Index::open(crate::readonly::ReadOnlyDirectory::open(dir)?)
+            .map_err(|e| corrupt(dir, e))?;
+        let damaged = index.validate_checksum().map_err(|e| corrupt(dir, e))?;
+        if !damaged.is_empty() {
+            let mut names: Vec<String> = damaged.iter().map(|p| p.display().to_string()).collect();
+            names.sort();
+            return Err(Error::Corrupt {
+                path: dir.to_path_buf(),
+                message: format!("checksum mismatch in {}", names.join(", ")),
+            });
+        }
         index.tokenizers().register(TOKENIZER, analyzer.build());
         let body = index
             .schema()
             .get_field(BODY)
-            .map_err(|e| Error::tantivy(dir, e))?;
+            .map_err(|e| corrupt(dir, e))?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()
-            .map_err(|e| Error::tantivy(dir, e))?;
+            .map_err(|e| corrupt(dir, e))?;
         let searcher = reader.searcher();
         let ids_path = dir.join(IDS_FILE);
         let ids: Vec<String> =
@@ -258,17 +282,14 @@ impl Bm25Domain {
         let mut total_tokens = 0u64;
         let mut num_docs = 0u64;
         for seg in searcher.segment_readers() {
-            let corrupt = |message: String| Error::Corrupt {
+            let bad_ord = |message: String| Error::Corrupt {
                 path: dir.to_path_buf(),
                 message,
             };
-            let col = seg
-                .fast_fields()
-                .u64(ORD)
-                .map_err(|e| Error::tantivy(dir, e))?;
+            let col = seg.fast_fields().u64(ORD).map_err(|e| corrupt(dir, e))?;
             let norms_reader: FieldNormReader = seg
                 .get_fieldnorms_reader(body)
-                .map_err(|e| Error::tantivy(dir, e))?;
+                .map_err(|e| corrupt(dir, e))?;
             let max_doc = seg.max_doc();
             let mut ords = Vec::with_capacity(max_doc as usize);
             let mut norms = Vec::with_capacity(max_doc as usize);
@@ -276,13 +297,13 @@ impl Bm25Domain {
                 let o = col
                     .first(doc)
                     .filter(|&o| (o as usize) < ids.len())
-                    .ok_or_else(|| corrupt(format!("document {doc} has no valid ordinal")))?;
+                    .ok_or_else(|| bad_ord(format!("document {doc} has no valid ordinal")))?;
                 ords.push(o as u32);
                 norms.push(norms_reader.fieldnorm_id(doc));
             }
             total_tokens += seg
                 .inverted_index(body)
-                .map_err(|e| Error::tantivy(dir, e))?
+                .map_err(|e| corrupt(dir, e))?
                 .total_num_tokens();
             num_docs += seg.num_docs() as u64;
             segments.push(Segment {
@@ -297,11 +318,15 @@ impl Bm25Domain {
                 message: format!("{} documents but {} ids", num_docs, ids.len()),
             });
         }
-        let ord_of = ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.clone(), i as u32))
-            .collect();
+        let mut ord_of = HashMap::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            if ord_of.insert(id.clone(), i as u32).is_some() {
+                return Err(Error::Corrupt {
+                    path: ids_path,
+                    message: format!("passage id {id:?} is listed twice"),
+                });
+            }
+        }
         Ok(Bm25Domain {
             path: dir.to_path_buf(),
             _reader: reader,
@@ -358,6 +383,19 @@ impl Bm25Domain {
     /// descending, as trec_eval orders them. Passages in `exclude` are left out before the
     /// cut-off. Passages sharing no term with the query are not returned.
     pub fn search(
+        &self,
+        scratch: &mut Scratch,
+        query: &str,
+        k: usize,
+        params: &Bm25Params,
+        exclude: &[u32],
+    ) -> Result<Vec<Hit>> {
+        crate::readonly::guard(&self.path, || {
+            self.search_unguarded(scratch, query, k, params, exclude)
+        })
+    }
+
+    fn search_unguarded(
         &self,
         scratch: &mut Scratch,
         query: &str,

@@ -14,7 +14,13 @@ use crate::progress::Progress;
 use crate::{Error, Result};
 
 const LOCK_FILE: &str = ".lock";
-const GEN_PREFIX: &str = "gen-";
+pub(crate) const GEN_PREFIX: &str = "gen-";
+/// A file in each generation that readers hold a shared lock on while they use it; a build
+/// removes an old generation only when it can lock this file exclusively.
+const LEASE_FILE: &str = ".lease";
+/// How many times a reader re-reads the manifest when the generation it named was replaced
+/// between reading the manifest and taking the lease.
+const OPEN_ATTEMPTS: usize = 50;
 
 /// Settings of a build.
 #[derive(Debug, Clone)]
@@ -25,6 +31,11 @@ pub struct BuildOptions {
     pub bm25: Bm25Params,
     /// Indexing threads.
     pub threads: usize,
+    /// Replace the index even when the new one would lack domains or dense indexes the
+    /// existing one has, or when the existing manifest is unreadable (its generations are then
+    /// removed). Without it such a build is refused ([`Error::WouldDrop`],
+    /// [`Error::UnreadableIndex`]).
+    pub replace: bool,
 }
 
 impl Default for BuildOptions {
@@ -33,6 +44,7 @@ impl Default for BuildOptions {
             analyzer: AnalyzerConfig::default(),
             bm25: Bm25Params::default(),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            replace: false,
         }
     }
 }
@@ -85,25 +97,50 @@ pub struct DenseBuild<'a> {
 }
 
 /// An index directory with a readable manifest.
+///
+/// While an `IndexDir` (or a clone) lives, its generation is leased: a concurrent rebuild of
+/// the same directory swaps the manifest but leaves this generation's files in place.
 #[derive(Debug, Clone)]
 pub struct IndexDir {
     root: PathBuf,
     manifest: Manifest,
+    _lease: Option<std::sync::Arc<fs::File>>,
 }
 
 impl IndexDir {
-    /// Opens an existing index.
+    /// Opens an existing index, read-only: nothing in the directory is written or locked
+    /// exclusively, so a read-only copy (or one owned by another user) opens too.
     pub fn open(root: impl AsRef<Path>) -> Result<IndexDir> {
         let root = root.as_ref().to_path_buf();
-        let manifest = Manifest::read(&root)?;
-        let gen_dir = root.join(&manifest.generation);
-        if !gen_dir.is_dir() {
-            return Err(Error::Corrupt {
-                path: gen_dir,
-                message: "the generation named by manifest.json is missing".into(),
-            });
+        for _ in 0..OPEN_ATTEMPTS {
+            let manifest = Manifest::read(&root)?;
+            let gen_dir = root.join(&manifest.generation);
+            match take_lease(&gen_dir)? {
+                Lease::Held(lease) => {
+                    return Ok(IndexDir {
+                        root,
+                        manifest,
+                        _lease: Some(std::sync::Arc::new(lease)),
+                    });
+                }
+                // replaced by a build between reading the manifest and taking the lease
+                Lease::Gone if Manifest::read(&root)?.generation != manifest.generation => {
+                    continue;
+                }
+                Lease::Gone => {
+                    return Err(Error::Corrupt {
+                        path: gen_dir,
+                        message: "the generation named by manifest.json is missing".into(),
+                    });
+                }
+            }
         }
-        Ok(IndexDir { root, manifest })
+        Err(Error::Corrupt {
+            path: root,
+            message: format!(
+                "the index was replaced {OPEN_ATTEMPTS} times while opening it; try again"
+            ),
+        })
     }
 
     /// The index root.
@@ -287,27 +324,53 @@ impl IndexDir {
             Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: lock_path }),
             Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
         }
-        let live = Manifest::read(&root).ok().map(|m| m.generation);
-        remove_stale_generations(&root, live.as_deref());
+        let previous = match Manifest::read(&root) {
+            Ok(m) => Some(m),
+            // nothing there, or an index this version cannot read anyway: replaced
+            Err(Error::NotAnIndex { .. } | Error::FormatVersion { .. }) => None,
+            Err(_) if options.replace => None,
+            Err(e) => {
+                return Err(Error::UnreadableIndex {
+                    path: root.join("manifest.json"),
+                    message: e.to_string(),
+                });
+            }
+        };
+        let carried = match &previous {
+            Some(old) if !options.replace => carry_over(&root, old, domains, options, dense)?,
+            _ => Vec::new(),
+        };
+        if previous.is_some() || options.replace {
+            remove_stale_generations(&root, previous.as_ref().map(|m| m.generation.as_str()));
+        }
 
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let generation = format!("{GEN_PREFIX}{:x}-{}", now.as_nanos(), std::process::id());
         let gen_dir = root.join(&generation);
-        let result = build_generation(&gen_dir, corpus, domains, options, progress).and_then(|d| {
-            let mut infos = BTreeMap::new();
-            for build in dense {
-                let mut info = build_dense(&root, &gen_dir, corpus, domains, &d, build, progress)?;
-                if let Some(images) = build.images {
-                    info.images = Some(build_images(
-                        &root, &gen_dir, corpus, domains, build, images, progress,
-                    )?);
+        let result = create_generation(&gen_dir)
+            .and_then(|()| build_generation(&gen_dir, corpus, domains, options, progress))
+            .and_then(|d| {
+                let mut infos = BTreeMap::new();
+                for build in dense {
+                    let mut info =
+                        build_dense(&root, &gen_dir, corpus, domains, &d, build, progress)?;
+                    if let Some(images) = build.images {
+                        info.images = Some(build_images(
+                            &root, &gen_dir, corpus, domains, build, images, progress,
+                        )?);
+                    }
+                    infos.insert(build.slug.clone(), info);
                 }
-                infos.insert(build.slug.clone(), info);
-            }
-            Ok((d, infos))
-        });
+                Ok((d, infos))
+            })
+            .and_then(|(mut d, mut infos)| {
+                if let Some(old) = &previous {
+                    link_domains(&root, old, &gen_dir, &carried, &mut d, &mut infos)?;
+                }
+                Ok((d, infos))
+            });
         let (domain_infos, dense_infos) = match result {
             Ok(d) => d,
             Err(e) => {
@@ -334,8 +397,131 @@ impl IndexDir {
         manifest.write_atomic(&root)?;
         remove_stale_generations(&root, Some(&manifest.generation));
         drop(lock);
-        Ok(IndexDir { root, manifest })
+        IndexDir::open(&root)
     }
+}
+
+/// Creates an empty generation directory with its lease file.
+fn create_generation(gen_dir: &Path) -> Result<()> {
+    fs::create_dir_all(gen_dir).map_err(|e| Error::io(gen_dir, e))?;
+    let lease = gen_dir.join(LEASE_FILE);
+    fs::File::create(&lease).map_err(|e| Error::io(&lease, e))?;
+    Ok(())
+}
+
+/// The domains of the `old` index that this build does not rebuild and keeps, unchanged.
+/// That is possible only when the new index has the same dense indexes, built the same way
+/// (so the kept domains have every vector index the new manifest lists) and the same
+/// analyzer; otherwise the build would drop them, which needs [`BuildOptions::replace`].
+/// Dense indexes of the old index that this build lacks are likewise refused.
+fn carry_over(
+    root: &Path,
+    old: &Manifest,
+    domains: &[String],
+    options: &BuildOptions,
+    dense: &[DenseBuild<'_>],
+) -> Result<Vec<String>> {
+    let mut dropped = Vec::new();
+    for slug in old.dense.keys() {
+        if !dense.iter().any(|d| &d.slug == slug) {
+            dropped.push(format!("dense:{slug}"));
+        }
+    }
+    let kept: Vec<String> = old
+        .domains
+        .keys()
+        .filter(|d| !domains.contains(d))
+        .cloned()
+        .collect();
+    if !kept.is_empty() {
+        let mut why = Vec::new();
+        if old.analyzer != options.analyzer {
+            why.push("another analyzer".to_string());
+        }
+        for d in dense {
+            match old.dense.get(&d.slug) {
+                None => why.push(format!("dense:{} is new", d.slug)),
+                Some(info)
+                    if info.fingerprint != d.embedder.fingerprint()
+                        || info.dtype != d.dtype
+                        || info.hnsw != d.hnsw
+                        || info.images.is_some() != d.images.is_some() =>
+                {
+                    why.push(format!("dense:{} is built differently", d.slug))
+                }
+                Some(_) => {}
+            }
+        }
+        if !why.is_empty() {
+            for k in &kept {
+                dropped.push(format!("domain {k} (not rebuilt, and {})", why.join(", ")));
+            }
+        }
+    }
+    if !dropped.is_empty() {
+        return Err(Error::WouldDrop {
+            path: root.to_path_buf(),
+            dropped,
+        });
+    }
+    Ok(kept)
+}
+
+/// Links the files of the `carried` domains of the `old` generation into the new one and
+/// records them in the new manifest's entries.
+fn link_domains(
+    root: &Path,
+    old: &Manifest,
+    gen_dir: &Path,
+    carried: &[String],
+    domains: &mut BTreeMap<String, DomainInfo>,
+    dense: &mut BTreeMap<String, DenseInfo>,
+) -> Result<()> {
+    let old_gen = root.join(&old.generation);
+    for domain in carried {
+        link_tree(
+            &old_gen.join("bm25").join(domain),
+            &gen_dir.join("bm25").join(domain),
+        )?;
+        domains.insert(domain.clone(), old.domains[domain].clone());
+        for (slug, info) in dense.iter_mut() {
+            link_tree(
+                &dense::domain_dir(&old_gen, slug, domain),
+                &dense::domain_dir(gen_dir, slug, domain),
+            )?;
+            let (Some(new), Some(was)) = (&mut info.images, &old.dense[slug].images) else {
+                continue;
+            };
+            link_tree(
+                &image_dir(&old_gen, slug, domain),
+                &image_dir(gen_dir, slug, domain),
+            )?;
+            if let Some(n) = was.images.get(domain) {
+                new.images.insert(domain.clone(), *n);
+            }
+            if let Some(n) = was.undecodable.get(domain) {
+                new.undecodable.insert(domain.clone(), *n);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Recreates the directory tree `from` at `to`, hard-linking the files (index files are never
+/// modified in place), or copying them where links are not possible.
+fn link_tree(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir_all(to).map_err(|e| Error::io(to, e))?;
+    for entry in fs::read_dir(from).map_err(|e| Error::io(from, e))? {
+        let entry = entry.map_err(|e| Error::io(from, e))?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type().map_err(|e| Error::io(&src, e))?;
+        if kind.is_dir() {
+            link_tree(&src, &dst)?;
+        } else if fs::hard_link(&src, &dst).is_err() {
+            fs::copy(&src, &dst).map_err(|e| Error::io(&src, e))?;
+        }
+    }
+    Ok(())
 }
 
 fn build_generation(
@@ -673,7 +859,8 @@ fn image_dir(gen_dir: &Path, slug: &str, domain: &str) -> PathBuf {
     gen_dir.join("images").join(slug).join(domain)
 }
 
-/// Removes generation directories other than `live` (left by crashed or replaced builds).
+/// Removes generation directories other than `live` (left by crashed or replaced builds),
+/// except those a reader still holds a lease on (a later build removes them).
 fn remove_stale_generations(root: &Path, live: Option<&str>) {
     let Ok(entries) = fs::read_dir(root) else {
         return;
@@ -684,9 +871,60 @@ fn remove_stale_generations(root: &Path, live: Option<&str>) {
         let stale_gen = name.starts_with(GEN_PREFIX) && Some(name.as_ref()) != live;
         let stale_tmp = name.starts_with(".manifest.json.tmp-");
         if stale_gen {
-            let _ = fs::remove_dir_all(entry.path());
+            remove_unleased(&entry.path());
         } else if stale_tmp {
             let _ = fs::remove_file(entry.path());
         }
     }
+}
+
+/// Removes a generation directory unless a reader holds its lease. The exclusive lock is held
+/// while the files are removed, so a reader that opened the lease file just before sees it
+/// gone once it gets its shared lock ([`take_lease`]).
+fn remove_unleased(dir: &Path) {
+    match fs::File::open(dir.join(LEASE_FILE)) {
+        Ok(lease) => {
+            if lease.try_lock().is_ok() {
+                let _ = fs::remove_dir_all(dir);
+            }
+        }
+        // a build that crashed before writing its lease
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let _ = fs::remove_dir_all(dir);
+        }
+        Err(_) => {}
+    }
+}
+
+enum Lease {
+    /// The lease file, shared-locked.
+    Held(fs::File),
+    /// The generation is not there (any more).
+    Gone,
+}
+
+/// Takes a shared lock on the lease of the generation `gen_dir`. Works on read-only files
+/// and file systems: the lease file is opened for reading, and `flock` needs no write access.
+fn take_lease(gen_dir: &Path) -> Result<Lease> {
+    let path = gen_dir.join(LEASE_FILE);
+    let file = match fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lease::Gone),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    file.lock_shared().map_err(|e| Error::io(&path, e))?;
+    // A build removing this generation held the exclusive lock while it deleted the files:
+    // if the path no longer names the file locked, the generation is gone.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let held = file.metadata().map_err(|e| Error::io(&path, e))?;
+        match fs::metadata(&path) {
+            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {}
+            Ok(_) => return Ok(Lease::Gone),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lease::Gone),
+            Err(e) => return Err(Error::io(&path, e)),
+        }
+    }
+    Ok(Lease::Held(file))
 }

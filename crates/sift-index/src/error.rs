@@ -106,6 +106,35 @@ pub enum Error {
     /// A parameter is out of range.
     #[error("invalid parameter: {0}")]
     InvalidParameter(String),
+    /// The index was built by a Sift with another on-disk format.
+    #[error(
+        "{path}: index format version {found} is not supported by this Sift (expects {expected}); rebuild the index"
+    )]
+    FormatVersion {
+        /// Manifest file.
+        path: PathBuf,
+        /// Version in the manifest.
+        found: u32,
+        /// Version this Sift reads and writes.
+        expected: u32,
+    },
+    /// A build would replace an index whose manifest cannot be read (its generations might
+    /// be the only copy of a long build), and replacing was not asked for.
+    #[error("{path}: the existing index is unreadable ({message}); it was left as it is")]
+    UnreadableIndex {
+        /// Manifest file.
+        path: PathBuf,
+        /// Why it cannot be read.
+        message: String,
+    },
+    /// A build would leave out parts of the existing index, and replacing was not asked for.
+    #[error("{path}: the new index would drop {}", dropped.join("; "))]
+    WouldDrop {
+        /// Index directory.
+        path: PathBuf,
+        /// What would be dropped (`dense:<slug>`, `domain <name> (why)`).
+        dropped: Vec<String>,
+    },
     /// The index files disagree with each other.
     #[error("{path}: index is corrupt: {message}")]
     Corrupt {

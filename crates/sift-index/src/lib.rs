@@ -25,6 +25,7 @@ mod error;
 mod hnsw;
 mod manifest;
 mod progress;
+mod readonly;
 
 pub use analyzer::{AnalyzerConfig, Stemming, StopWords};
 pub use bm25::{Bm25Domain, Bm25Params, Hit, QueryWeighting, Scratch};

@@ -11,7 +11,7 @@ use crate::bm25::Bm25Params;
 use crate::{Error, Result};
 
 /// Version of the on-disk format; an index of another version is refused.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// What was built, from what, with which settings. Stored as `manifest.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -115,21 +115,35 @@ impl Manifest {
         }
         let version: Version = serde_json::from_str(&text).map_err(|e| Error::Manifest {
             path: path.clone(),
-            message: format!("unreadable manifest: {e}"),
+            message: format!("corrupt manifest: {e}"),
         })?;
         if version.format_version != FORMAT_VERSION {
+            return Err(Error::FormatVersion {
+                path,
+                found: version.format_version,
+                expected: FORMAT_VERSION,
+            });
+        }
+        let manifest: Manifest = serde_json::from_str(&text).map_err(|e| Error::Manifest {
+            path: path.clone(),
+            message: format!("corrupt manifest: {e}"),
+        })?;
+        // the generation is a directory of the index itself, never a path elsewhere
+        let g = &manifest.generation;
+        let plain = Path::new(g).components().count() == 1
+            && matches!(
+                Path::new(g).components().next(),
+                Some(std::path::Component::Normal(_))
+            );
+        if !plain || !g.starts_with(crate::dir::GEN_PREFIX) || g.contains(['/', '\\']) {
             return Err(Error::Manifest {
                 path,
                 message: format!(
-                    "index format version {} is not supported by this Sift (expects {FORMAT_VERSION}); rebuild with `sift index`",
-                    version.format_version
+                    "corrupt manifest: generation {g:?} is not a generation directory name"
                 ),
             });
         }
-        serde_json::from_str(&text).map_err(|e| Error::Manifest {
-            path,
-            message: format!("unreadable manifest: {e}"),
-        })
+        Ok(manifest)
     }
 
     /// Writes `dir/manifest.json` atomically: a temporary file is written and synced, then

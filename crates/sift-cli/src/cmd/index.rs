@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sift_core::Corpus;
 use sift_index::{AnalyzerConfig, BuildOptions, DenseBuild, HnswParams, IndexDir, VectorDtype};
 
@@ -53,6 +53,12 @@ pub struct Args {
     /// Indexing threads [default: number of cores].
     #[arg(long)]
     threads: Option<usize>,
+    /// Replace an existing index even if the new one lacks some of its domains or dense
+    /// indexes, or its manifest is unreadable. Without it, domains left out of --domains are
+    /// kept as they are (when the dense indexes are the same), and anything else that would
+    /// be lost is refused.
+    #[arg(long)]
+    replace: bool,
     /// Print a JSON summary instead of text.
     #[arg(long)]
     json: bool,
@@ -76,6 +82,7 @@ pub fn run(a: Args) -> Result<()> {
         analyzer: a.analyzer.apply(&AnalyzerConfig::default()),
         bm25: a.bm25.apply(defaults.bm25),
         threads: a.threads.unwrap_or(defaults.threads).max(1),
+        replace: a.replace,
     };
     let bars = Bars::new(a.quiet || a.json);
     let start = Instant::now();
@@ -114,8 +121,28 @@ pub fn run(a: Args) -> Result<()> {
             hnsw,
         })
         .collect();
-    let index = IndexDir::build(&a.index, &corpus, &domains, &options, &dense, &bars)
-        .with_context(|| format!("building index {}", a.index.display()))?;
+    let index = match IndexDir::build(&a.index, &corpus, &domains, &options, &dense, &bars) {
+        Ok(index) => index,
+        Err(e @ sift_index::Error::WouldDrop { .. }) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "not replacing index {}: repeat --dense for every dense index to keep (and index \
+                 every domain when the dense indexes change), or pass --replace",
+                a.index.display()
+            )));
+        }
+        Err(e @ sift_index::Error::UnreadableIndex { .. }) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "not replacing index {}: pass --replace to build a new index there (its \
+                 generations are then removed)",
+                a.index.display()
+            )));
+        }
+        Err(e) => {
+            return Err(
+                anyhow::Error::new(e).context(format!("building index {}", a.index.display()))
+            );
+        }
+    };
     let secs = start.elapsed().as_secs_f64();
     let m = index.manifest();
     let passages: u64 = m.domains.values().map(|d| d.passages).sum();
