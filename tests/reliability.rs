@@ -466,3 +466,355 @@ fn tampered_index_files_are_reported_as_corrupt() {
         "gis",
     ]);
 }
+
+/// A domain without indexable corpus images (no `document_images` file for it, an empty
+/// one, or only undecodable images) builds and evaluates: Task 3 has no candidates there
+/// (its queries score 0), Task 4 ranks passage-only pairs, and the report says so.
+#[test]
+fn a_domain_without_indexable_images_evaluates() {
+    use arrow_array::{ArrayRef, BinaryArray};
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = tiny_clip();
+    type Columns = Vec<(&'static str, ArrayRef)>;
+    let images = |paths: &[&str], bytes: Vec<&[u8]>| -> Columns {
+        vec![
+            ("path", strings(paths)),
+            (
+                "bytes",
+                std::sync::Arc::new(BinaryArray::from(bytes)) as ArrayRef,
+            ),
+        ]
+    };
+    let cases: Vec<(&str, Option<Columns>)> = vec![
+        ("no file", None),
+        ("no rows", Some(images(&[], vec![]))),
+        (
+            "nothing decodes",
+            Some(images(
+                &[
+                    "gis/gis_1a2b3c4d_0001/image_1.png",
+                    "gis/gis_1a2b3c4d_0002/image_1.png",
+                ],
+                vec![b"not an image", b"\x89PNG\r\n\x1a\ntruncated"],
+            )),
+        ),
+    ];
+    for (name, table) in cases {
+        let corpus = tmp.path().join(name.replace(' ', "-"));
+        copy_dir(&sample(), &corpus);
+        let file = corpus.join("document_images/gis.parquet");
+        fs::remove_file(&file).unwrap();
+        if let Some(cols) = table {
+            write_parquet(&file, cols);
+        }
+        let index = tmp.path().join(format!("{}-idx", name.replace(' ', "-")));
+        ok(&[
+            "index",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--dense",
+            s(&clip),
+            "-q",
+        ]);
+        let out = json(&ok(&[
+            "eval",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--task",
+            "all",
+            "--retriever",
+            "dense:tiny-clip-quickgelu",
+            "--json",
+        ]));
+        let reports = out["reports"].as_array().unwrap();
+        let task3 = reports.iter().find(|r| r["task"] == "3").unwrap();
+        assert_eq!(task3["per_domain"]["gis"]["ndcg@10"], 0.0, "{name}");
+        assert!(
+            task3["per_domain"]["biology"]["ndcg@10"].as_f64().unwrap() > 0.0,
+            "{name}"
+        );
+        let task4 = reports
+            .iter()
+            .find(|r| r["task"].as_str().unwrap().starts_with('4'))
+            .unwrap();
+        assert!(task4["per_domain"]["gis"]["ndcg@10"].is_number(), "{name}");
+        let notes = out["notes"].to_string();
+        assert!(
+            notes.contains("domain gis") && notes.contains("no corpus images"),
+            "{name}: {notes}"
+        );
+    }
+}
+
+/// An incomplete set of parquet shards (a missing `-0000N-`, totals that disagree) is an
+/// error naming the config and domain, not half a domain indexed; `--allow-partial` reads it
+/// anyway, with a warning.
+#[test]
+fn incomplete_parquet_shards_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    copy_dir(&sample(), &corpus);
+    let docs = corpus.join("documents");
+    fs::rename(
+        docs.join("gis.parquet"),
+        docs.join("gis-00000-of-00002.parquet"),
+    )
+    .unwrap();
+    let index = tmp.path().join("idx");
+    let err = fails(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    assert!(
+        err.contains("documents") && err.contains("\"gis\"") && err.contains("missing 00001"),
+        "{err}"
+    );
+    assert!(!index.join("manifest.json").exists());
+    let err = fails(&["check", "--corpus", s(&corpus)]);
+    assert!(err.contains("incomplete shards"), "{err}");
+    let out = sift(&[
+        "index",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "-q",
+        "--allow-partial",
+    ]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 of 2 shards present"));
+    // shards that disagree on their total
+    fs::copy(
+        docs.join("biology.parquet"),
+        docs.join("gis-00001-of-00003.parquet"),
+    )
+    .unwrap();
+    let err = fails(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    assert!(err.contains("disagree"), "{err}");
+    // examples are checked too
+    fs::remove_file(docs.join("gis-00001-of-00003.parquet")).unwrap();
+    fs::rename(
+        docs.join("gis-00000-of-00002.parquet"),
+        docs.join("gis.parquet"),
+    )
+    .unwrap();
+    let ex = corpus.join("examples");
+    fs::rename(
+        ex.join("physics.parquet"),
+        ex.join("physics-00001-of-00002.parquet"),
+    )
+    .unwrap();
+    ok(&[
+        "index",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "-q",
+        "--replace",
+    ]);
+    let err = fails(&["eval", "--corpus", s(&corpus), "--index", s(&index)]);
+    assert!(
+        err.contains("examples") && err.contains("missing 00000"),
+        "{err}"
+    );
+}
+
+/// Ids and image paths that a TREC run cannot hold (newline, tab, space, NUL) are refused
+/// when the corpus is read, naming the file and line or row, before anything is indexed or
+/// retrieved.
+#[test]
+fn ids_with_whitespace_or_control_characters_are_refused_at_read_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    for (i, bad) in ["a\nb", "a\tb", "a b", "a\0b"].iter().enumerate() {
+        // passages (parquet)
+        let root = tmp.path().join(format!("mm{i}"));
+        write_parquet(
+            &root.join("documents/chem.parquet"),
+            vec![
+                ("id", strings(&["chem/ok_0.txt", bad])),
+                ("content", strings(&["x y", "z"])),
+            ],
+        );
+        let err = fails(&["index", "--corpus", s(&root), "--index", s(&index), "-q"]);
+        assert!(
+            err.contains("documents/chem.parquet: row 1: passage id"),
+            "{bad:?}: {err}"
+        );
+        // BEIR passages and qrels
+        let beir_dir = tmp.path().join(format!("b{i}"));
+        let escaped = serde_json::to_string(bad).unwrap();
+        let root = beir(
+            &beir_dir,
+            &format!(
+                "{{\"_id\": \"d1\", \"text\": \"x\"}}\n{{\"_id\": {escaped}, \"text\": \"y\"}}\n"
+            ),
+            QUERIES,
+            QRELS,
+        );
+        let err = fails(&["index", "--corpus", s(&root), "--index", s(&index), "-q"]);
+        assert!(
+            err.contains("corpus.jsonl: line 2: passage _id"),
+            "{bad:?}: {err}"
+        );
+    }
+    // gold ids, query image paths and corpus image paths of the MM-BRIGHT layout
+    let corpus = tmp.path().join("sample");
+    copy_dir(&sample(), &corpus);
+    ok(&[
+        "index",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "-q",
+        "--replace",
+    ]);
+    let ex = corpus.join("examples/gis.parquet");
+    let original = fs::read(&ex).unwrap();
+    let mut builder =
+        arrow_array::builder::ListBuilder::new(arrow_array::builder::StringBuilder::new());
+    builder.values().append_value("gis/ok_1.txt");
+    builder.values().append_value("gis/bad id_2.txt");
+    builder.append(true);
+    write_parquet(
+        &ex,
+        vec![
+            ("id", strings(&["gis_q"])),
+            ("query", strings(&["a query"])),
+            ("gold_ids", std::sync::Arc::new(builder.finish())),
+        ],
+    );
+    let err = fails(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--domains",
+        "gis",
+    ]);
+    assert!(
+        err.contains("examples/gis.parquet: row 0: gold_ids element"),
+        "{err}"
+    );
+    fs::write(&ex, original).unwrap();
+}
+
+/// Runs sift with a deadline (a hang is a failure, not a stuck test run).
+fn sift_within(args: &[&str], secs: u64) -> std::process::Output {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sift"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("sift {args:?} did not finish within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Image folders with symbolic links: links inside the corpus are followed, each directory
+/// once (a loop ends), links out of the corpus and dangling ones are not, FIFOs and devices
+/// are never opened; every skipped entry is counted.
+#[test]
+fn image_folders_with_links_fifos_and_loops() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    copy_dir(&sample(), &corpus);
+    let sample_corpus = sift_core::Corpus::open(sample()).unwrap();
+    let mut plain = 0;
+    let mut one_png = Vec::new();
+    for r in sample_corpus.images("physics").unwrap() {
+        let r = r.unwrap();
+        let p = corpus.join("document_images").join(&r.path);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, &r.bytes).unwrap();
+        if one_png.is_empty() && r.path.ends_with(".png") && r.probe().is_ok() {
+            one_png = r.bytes.clone();
+        }
+        plain += 1;
+    }
+    fs::remove_file(corpus.join("document_images/physics.parquet")).unwrap();
+    let dir = corpus.join("document_images/physics");
+    // inside the corpus: a linked directory with one image (followed)
+    let extra = corpus.join("document_images/extra/physics_0badf00d_0001");
+    fs::create_dir_all(&extra).unwrap();
+    fs::write(extra.join("image_1.png"), &one_png).unwrap();
+    symlink(
+        "../extra/physics_0badf00d_0001",
+        dir.join("physics_0badf00d_0001"),
+    )
+    .unwrap();
+    // skipped: a loop, a link out of the corpus, a dangling link, /dev/zero, a FIFO
+    symlink(".", dir.join("loop")).unwrap();
+    let outside = tmp.path().join("outside.png");
+    fs::write(&outside, &one_png).unwrap();
+    symlink(&outside, dir.join("outside.png")).unwrap();
+    symlink("nowhere.png", dir.join("dangling.png")).unwrap();
+    symlink("/dev/zero", dir.join("zero.png")).unwrap();
+    let fifo = dir.join("fifo.png");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let out = sift_within(
+        &[
+            "check",
+            "--corpus",
+            s(&corpus),
+            "--domains",
+            "physics",
+            "--json",
+        ],
+        60,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let checked = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(checked["domains"]["physics"]["images"], plain + 1);
+    assert_eq!(checked["warnings"]["skipped_image_file"], 5, "{checked}");
+    let index = tmp.path().join("idx");
+    let out = sift_within(
+        &[
+            "index",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--domains",
+            "physics",
+            "--dense",
+            s(&tiny_clip()),
+            "--json",
+        ],
+        120,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let built = json(&String::from_utf8_lossy(&out.stdout));
+    let images = &built["manifest"]["dense"]["tiny-clip-quickgelu"]["images"];
+    assert_eq!(images["warnings"]["skipped_image_file"], 5, "{images}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("skipped_image_file"),
+        "reader warnings reach the terminal: {stderr}"
+    );
+}

@@ -98,3 +98,29 @@ pub fn split_list(s: &Option<String>) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// Flags for reading a corpus.
+#[derive(Args, Debug, Clone, Default)]
+pub struct CorpusFlags {
+    /// Read domains whose parquet shards are incomplete (e.g. `-00000-of-00002` without
+    /// `-00001-`) as they are, with a warning; by default that is an error.
+    #[arg(long)]
+    pub allow_partial: bool,
+}
+
+impl CorpusFlags {
+    /// Opens the corpus at `dir`; with --allow-partial, says on stderr which shard sets are
+    /// incomplete.
+    pub fn open(&self, dir: &std::path::Path) -> anyhow::Result<sift_core::Corpus> {
+        let corpus = sift_core::Corpus::open(dir)?.allow_partial_shards(self.allow_partial);
+        if self.allow_partial {
+            for problem in corpus.shard_problems()? {
+                eprintln!(
+                    "warning: {}: {problem} (read as it is: --allow-partial)",
+                    dir.display()
+                );
+            }
+        }
+        Ok(corpus)
+    }
+}

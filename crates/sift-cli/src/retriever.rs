@@ -289,6 +289,19 @@ impl<'a> Domain<'a> {
         &self.bm25
     }
 
+    /// Dense retrievers whose image index of this domain holds no image (the domain has no
+    /// corpus images, or none decoded): Task 3 has no candidates there.
+    pub fn empty_image_indexes(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .images
+            .iter()
+            .filter(|(_, idx)| idx.ids.is_empty())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
     /// Query vectors of every dense retriever. With `fusion` (Tasks 2-4), vision-language
     /// models combine each query's text with its images (`query_images`: path -> encoded
     /// bytes); text models and Task 1 use the text alone. Query images that are missing or

@@ -20,10 +20,15 @@ enum Id {
 }
 
 impl Id {
-    fn into_string(self) -> String {
+    /// The id as text. A numeric id must be an integer (written as such): `1e30` or `2.0`
+    /// have several spellings of one value, so they cannot name a document unambiguously.
+    fn into_string(self) -> std::result::Result<String, String> {
         match self {
-            Id::Str(s) => s,
-            Id::Num(n) => n.to_string(),
+            Id::Str(s) => Ok(s),
+            Id::Num(n) if n.is_u64() || n.is_i64() => Ok(n.to_string()),
+            Id::Num(n) => Err(format!(
+                "numeric _id {n} is not an integer: write non-integer ids as JSON strings"
+            )),
         }
     }
 }
@@ -118,10 +123,11 @@ impl JsonlPassages {
         };
         let parsed: CorpusLine = serde_json::from_str(text)
             .map_err(|e| Error::line(&path, line, format!("malformed JSON: {e}")))?;
-        let id = parsed.id.into_string();
-        if id.is_empty() {
-            return Err(Error::line(&path, line, "empty _id"));
-        }
+        let id = parsed
+            .id
+            .into_string()
+            .map_err(|m| Error::line(&path, line, m))?;
+        Error::check_id(&path, || format!("line {line}"), "passage _id", &id)?;
         let Some(body) = parsed.text else {
             return Err(Error::line(
                 &path,
@@ -161,7 +167,11 @@ pub(crate) fn read_queries(path: &Path, warnings: &mut Warnings) -> Result<Vec<E
     while let Some((line, text)) = lines.next_line()? {
         let parsed: QueryLine = serde_json::from_str(text)
             .map_err(|e| Error::line(path, line, format!("malformed JSON: {e}")))?;
-        let id = parsed.id.into_string();
+        let id = parsed
+            .id
+            .into_string()
+            .map_err(|m| Error::line(path, line, m))?;
+        Error::check_id(path, || format!("line {line}"), "query _id", &id)?;
         if let Some(first) = seen.insert(id.clone(), line) {
             return Err(Error::DuplicateId {
                 path: path.to_path_buf(),
@@ -218,6 +228,8 @@ pub(crate) fn read_qrels(
         let grade = parse_grade(fields[2])
             .ok_or_else(|| Error::line(path, line, format!("bad score {:?}", fields[2])))?;
         let (qid, did) = (fields[0], fields[1]);
+        Error::check_id(path, || format!("line {line}"), "query id", qid)?;
+        Error::check_id(path, || format!("line {line}"), "corpus id", did)?;
         if let Some(known) = known_queries
             && !known.contains(qid)
         {

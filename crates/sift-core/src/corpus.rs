@@ -1,4 +1,4 @@
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -35,6 +35,8 @@ impl Layout {
 pub struct Corpus {
     root: PathBuf,
     layout: Layout,
+    /// Read a domain whose parquet shards are incomplete instead of refusing it.
+    allow_partial: bool,
 }
 
 /// Which MM-BRIGHT example set to read.
@@ -58,7 +60,42 @@ impl Corpus {
         } else {
             return Err(Error::UnknownLayout { path: root });
         };
-        Ok(Corpus { root, layout })
+        Ok(Corpus {
+            root,
+            layout,
+            allow_partial: false,
+        })
+    }
+
+    /// Whether a domain whose parquet shards are incomplete (`x-00000-of-00002.parquet`
+    /// without `-00001-`, or shards disagreeing on the total) is read as it is. By default
+    /// that is an error ([`Error::IncompleteShards`]): half a domain would be evaluated as if
+    /// it were the whole. [`Corpus::shard_problems`] lists what is incomplete.
+    pub fn allow_partial_shards(mut self, allow: bool) -> Self {
+        self.allow_partial = allow;
+        self
+    }
+
+    /// Every incomplete shard set of the corpus, as `config/domain: what is wrong`.
+    pub fn shard_problems(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        if self.layout != Layout::MmBright {
+            return Ok(out);
+        }
+        for config in [
+            "documents",
+            EXAMPLES,
+            EXAMPLES_MULTIMODAL,
+            "document_images",
+            "examples_images",
+        ] {
+            for (domain, files) in self.shard_files(config)? {
+                if let Some(problem) = shard_problem(&files) {
+                    out.push(format!("{config}/{domain}: {problem}"));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The corpus directory.
@@ -117,10 +154,28 @@ impl Corpus {
     }
 
     /// Parquet files of an MM-BRIGHT config, grouped by domain: `{domain}.parquet` or shards
-    /// `{domain}-00000-of-00002.parquet`.
+    /// `{domain}-00000-of-00002.parquet`, which must be complete (unless allowed otherwise).
     fn shards(&self, config: &str) -> Result<BTreeMap<String, Vec<PathBuf>>> {
+        let shards = self.shard_files(config)?;
+        let mut out = BTreeMap::new();
+        for (domain, files) in shards {
+            if !self.allow_partial
+                && let Some(problem) = shard_problem(&files)
+            {
+                return Err(Error::IncompleteShards {
+                    path: self.root.join(config),
+                    domain,
+                    problem,
+                });
+            }
+            out.insert(domain, files.into_iter().map(|f| f.path).collect());
+        }
+        Ok(out)
+    }
+
+    fn shard_files(&self, config: &str) -> Result<BTreeMap<String, Vec<ShardFile>>> {
         let dir = self.root.join(config);
-        let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        let mut out: BTreeMap<String, Vec<ShardFile>> = BTreeMap::new();
         if !dir.is_dir() {
             return Ok(out);
         }
@@ -132,12 +187,13 @@ impl Corpus {
             let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
                 continue;
             };
-            out.entry(shard_domain(stem).to_string())
+            let (domain, shard) = parse_shard(stem);
+            out.entry(domain.to_string())
                 .or_default()
-                .push(path);
+                .push(ShardFile { path, shard });
         }
         for files in out.values_mut() {
-            files.sort();
+            files.sort_by(|a, b| a.path.cmp(&b.path));
         }
         Ok(out)
     }
@@ -272,9 +328,20 @@ impl Corpus {
             Layout::MmBright => self.domain_files(config, domain)?,
         };
         let mut folder = Vec::new();
+        let mut warnings = Warnings::new();
         let dir = self.root.join(config).join(domain);
         if files.is_empty() && dir.is_dir() {
-            collect_files(&dir, &self.root.join(config), &mut folder)?;
+            let mut walk = FolderWalk {
+                base: self.root.join(config),
+                root: self
+                    .root
+                    .canonicalize()
+                    .map_err(|e| Error::io(&self.root, e))?,
+                visited: HashSet::new(),
+                out: &mut folder,
+                warnings: &mut warnings,
+            };
+            walk.dir(&dir)?;
             folder.sort();
         }
         Ok(Images {
@@ -283,47 +350,166 @@ impl Corpus {
             table: None,
             seen: HashSet::new(),
             pending: Default::default(),
-            warnings: Warnings::new(),
+            warnings,
             with_bytes,
         })
     }
 }
 
-/// Every regular, non-hidden file below `dir`, as (id relative to `base` with `/`, path).
-fn collect_files(dir: &Path, base: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let path = entry.path();
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        if path.is_dir() {
-            collect_files(&path, base, out)?;
-        } else if path.is_file() {
-            let rel = path.strip_prefix(base).unwrap_or(&path);
-            let id: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            out.push((normalize_image_path(&id.join("/")), path));
-        }
-    }
-    Ok(())
+/// Largest image file read from an image folder; bigger files are skipped and counted.
+pub const MAX_IMAGE_FILE_BYTES: u64 = 256 << 20;
+
+/// Lists the image files of a folder: regular, non-hidden files, as (id relative to `base`
+/// with `/`, path). Symbolic links are followed only when they lead to a place inside the
+/// corpus, each directory is entered once (so link loops end), and links out of the corpus,
+/// dangling links, FIFOs, devices, sockets and oversized files are skipped and counted.
+struct FolderWalk<'a> {
+    base: PathBuf,
+    /// The corpus directory, canonical.
+    root: PathBuf,
+    /// Canonical directories entered so far.
+    visited: HashSet<PathBuf>,
+    out: &'a mut Vec<(String, PathBuf)>,
+    warnings: &'a mut Warnings,
 }
 
-/// `physics-00000-of-00002` -> `physics`; `physics` -> `physics`.
-fn shard_domain(stem: &str) -> &str {
+impl FolderWalk<'_> {
+    fn skip(&mut self, path: &Path, why: &str) {
+        self.warnings.push(
+            WarningKind::SkippedImageFile,
+            path,
+            String::new(),
+            format!("{why}: skipped"),
+        );
+    }
+
+    fn dir(&mut self, dir: &Path) -> Result<()> {
+        let canonical = dir.canonicalize().map_err(|e| Error::io(dir, e))?;
+        if !self.visited.insert(canonical) {
+            self.skip(
+                dir,
+                "directory already listed (a link loop or a second link to it)",
+            );
+            return Ok(());
+        }
+        let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| Error::io(dir, e))?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
+            let meta = if kind.is_symlink() {
+                let Ok(target) = path.canonicalize() else {
+                    self.skip(&path, "symbolic link to nothing (or in a loop)");
+                    continue;
+                };
+                if !target.starts_with(&self.root) {
+                    self.skip(&path, "symbolic link to a place outside the corpus");
+                    continue;
+                }
+                std::fs::metadata(&target).map_err(|e| Error::io(&path, e))?
+            } else {
+                entry.metadata().map_err(|e| Error::io(&path, e))?
+            };
+            if meta.is_dir() {
+                self.dir(&path)?;
+            } else if !meta.is_file() {
+                self.skip(&path, "not a regular file");
+            } else if meta.len() > MAX_IMAGE_FILE_BYTES {
+                self.skip(
+                    &path,
+                    &format!("{} bytes, more than {MAX_IMAGE_FILE_BYTES}", meta.len()),
+                );
+            } else {
+                let rel = path.strip_prefix(&self.base).unwrap_or(&path);
+                let id: Vec<String> = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                let id = normalize_image_path(&id.join("/"));
+                Error::check_id(&path, String::new, "image file name", &id)?;
+                self.out.push((id, path));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One parquet file of a domain.
+#[derive(Debug)]
+struct ShardFile {
+    path: PathBuf,
+    /// (index, total) of `{domain}-{index}-of-{total}`; `None` for `{domain}.parquet`.
+    shard: Option<(u64, u64)>,
+}
+
+/// `physics-00000-of-00002` -> (`physics`, Some((0, 2))); `physics` -> (`physics`, None).
+fn parse_shard(stem: &str) -> (&str, Option<(u64, u64)>) {
     let parts: Vec<&str> = stem.rsplitn(4, '-').collect();
     if parts.len() == 4
         && parts[1] == "of"
+        && !parts[0].is_empty()
+        && !parts[2].is_empty()
         && parts[0].bytes().all(|b| b.is_ascii_digit())
         && parts[2].bytes().all(|b| b.is_ascii_digit())
+        && let (Ok(index), Ok(total)) = (parts[2].parse(), parts[0].parse())
     {
-        parts[3]
+        (parts[3], Some((index, total)))
     } else {
-        stem
+        (stem, None)
     }
+}
+
+/// What is wrong with the files of one domain, if anything: shards that disagree on their
+/// total, a total no file list matches (missing or extra indexes), or a whole file beside
+/// shards.
+fn shard_problem(files: &[ShardFile]) -> Option<String> {
+    let sharded: Vec<(u64, u64)> = files.iter().filter_map(|f| f.shard).collect();
+    if sharded.is_empty() {
+        return None;
+    }
+    if sharded.len() != files.len() {
+        return Some("both an unsharded file and shards".into());
+    }
+    let totals: BTreeSet<u64> = sharded.iter().map(|s| s.1).collect();
+    if totals.len() > 1 {
+        return Some(format!(
+            "shards disagree on their number (-of-{})",
+            totals
+                .iter()
+                .map(|t| format!("{t:05}"))
+                .collect::<Vec<_>>()
+                .join(", -of-")
+        ));
+    }
+    let total = *totals.first().expect("one");
+    let have: BTreeSet<u64> = sharded.iter().map(|s| s.0).collect();
+    let missing: Vec<String> = (0..total)
+        .filter(|i| !have.contains(i))
+        .take(10)
+        .map(|i| format!("{i:05}"))
+        .collect();
+    if !missing.is_empty() {
+        return Some(format!(
+            "{} of {total} shards present; missing {}{}",
+            have.len(),
+            missing.join(", "),
+            if total as usize - have.len() > missing.len() {
+                ", ..."
+            } else {
+                ""
+            }
+        ));
+    }
+    if let Some(extra) = have.iter().find(|&&i| i >= total) {
+        return Some(format!("shard {extra:05} is beyond -of-{total:05}"));
+    }
+    None
 }
 
 enum PassagesInner {
@@ -402,6 +588,28 @@ pub struct Images {
     with_bytes: bool,
 }
 
+/// Reads an image file of a folder, or `None` when it is not a regular file (any more): it
+/// is opened without blocking and checked through the open handle, so a FIFO put in its
+/// place cannot hang the reader.
+fn read_image_file(path: &Path) -> Result<Option<Vec<u8>>> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let mut file = options.open(path).map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() || meta.len() > MAX_IMAGE_FILE_BYTES {
+        return Ok(None);
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.read_to_end(&mut bytes)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(Some(bytes))
+}
+
 /// Rows per batch when reading images.
 const IMAGE_BATCH: usize = 32;
 
@@ -421,7 +629,15 @@ impl Images {
                     return Ok(None);
                 };
                 let (bytes, empty) = if self.with_bytes {
-                    let b = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+                    let Some(b) = read_image_file(&path)? else {
+                        self.warnings.push(
+                            WarningKind::SkippedImageFile,
+                            &path,
+                            String::new(),
+                            "no longer a regular file: skipped",
+                        );
+                        continue;
+                    };
                     let empty = b.is_empty();
                     (b, empty)
                 } else {
@@ -462,7 +678,11 @@ impl Images {
             for i in 0..batch.num_rows() {
                 let row = first_row + i as u64;
                 let path = match mmbright::string_at(paths.as_ref(), i) {
-                    Ok(Some(p)) if !p.trim().is_empty() => normalize_image_path(p),
+                    Ok(Some(p)) if !p.trim().is_empty() => {
+                        let p = normalize_image_path(p);
+                        Error::check_id(&table.path, || format!("row {row}"), "image path", &p)?;
+                        p
+                    }
                     Ok(_) => {
                         return Err(Error::row(&table.path, row, "image path is null or empty"));
                     }
@@ -532,13 +752,44 @@ impl Iterator for Images {
 
 #[cfg(test)]
 mod tests {
-    use super::shard_domain;
+    use super::*;
 
     #[test]
     fn shard_names_map_to_domains() {
-        assert_eq!(shard_domain("physics"), "physics");
-        assert_eq!(shard_domain("physics-00000-of-00002"), "physics");
-        assert_eq!(shard_domain("earth-science"), "earth-science");
-        assert_eq!(shard_domain("a-b-of-c"), "a-b-of-c");
+        assert_eq!(parse_shard("physics"), ("physics", None));
+        assert_eq!(
+            parse_shard("physics-00000-of-00002"),
+            ("physics", Some((0, 2)))
+        );
+        assert_eq!(parse_shard("earth-science"), ("earth-science", None));
+        assert_eq!(parse_shard("a-b-of-c"), ("a-b-of-c", None));
+    }
+
+    #[test]
+    fn incomplete_shard_sets_are_named() {
+        let f = |names: &[&str]| -> Option<String> {
+            let files: Vec<ShardFile> = names
+                .iter()
+                .map(|n| ShardFile {
+                    path: PathBuf::from(n),
+                    shard: parse_shard(n).1,
+                })
+                .collect();
+            shard_problem(&files)
+        };
+        assert_eq!(f(&["b"]), None);
+        assert_eq!(f(&["b-00000-of-00002", "b-00001-of-00002"]), None);
+        assert!(f(&["b-00000-of-00002"]).unwrap().contains("missing 00001"));
+        assert!(
+            f(&["b-00000-of-00002", "b-00001-of-00003"])
+                .unwrap()
+                .contains("disagree")
+        );
+        assert!(f(&["b", "b-00000-of-00001"]).unwrap().contains("unsharded"));
+        assert!(
+            f(&["b-00000-of-00001", "b-00001-of-00001"])
+                .unwrap()
+                .contains("beyond")
+        );
     }
 }

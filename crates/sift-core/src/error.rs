@@ -63,6 +63,20 @@ pub enum Error {
         /// The id.
         id: String,
     },
+    /// An id cannot be used (empty, whitespace or control characters).
+    #[error("{path}: {location}: {what} {id:?} {problem}")]
+    BadId {
+        /// File at fault.
+        path: PathBuf,
+        /// `line N` or `row N` (empty for a file of an image folder).
+        location: String,
+        /// What the id names (`passage id`, `query id`, `image path`, ...).
+        what: String,
+        /// The id.
+        id: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
     /// The directory is neither a BEIR nor an MM-BRIGHT corpus.
     #[error(
         "{path}: not a corpus: expected corpus.jsonl (BEIR layout) or documents/*.parquet (MM-BRIGHT layout)"
@@ -80,6 +94,16 @@ pub enum Error {
         domain: String,
         /// Comma-separated list of the domains present.
         available: String,
+    },
+    /// A domain's parquet shards are not a complete set.
+    #[error("{path}: domain {domain:?}: incomplete shards: {problem}")]
+    IncompleteShards {
+        /// Config directory (`documents`, `examples`, ...).
+        path: PathBuf,
+        /// The domain.
+        domain: String,
+        /// What is missing or inconsistent.
+        problem: String,
     },
     /// A domain has no passages at all.
     #[error("{path}: the corpus has no passages")]
@@ -108,6 +132,24 @@ impl Error {
             path: path.into(),
             row,
             message: message.into(),
+        }
+    }
+    /// Checks an id read at `location` of `path` ([`crate::id_problem`]).
+    pub(crate) fn check_id(
+        path: &std::path::Path,
+        location: impl FnOnce() -> String,
+        what: &str,
+        id: &str,
+    ) -> Result<(), Error> {
+        match crate::paths::id_problem(id) {
+            None => Ok(()),
+            Some(problem) => Err(Error::BadId {
+                path: path.to_path_buf(),
+                location: location(),
+                what: what.to_string(),
+                id: id.to_string(),
+                problem,
+            }),
         }
     }
     pub(crate) fn schema(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {

@@ -27,6 +27,6 @@ mod warnings;
 
 pub use corpus::{Corpus, ImageRecord, Images, Layout, Passages};
 pub use error::{Error, Result};
-pub use paths::{image_base_key, normalize_image_path, passage_base_key};
+pub use paths::{id_problem, image_base_key, normalize_image_path, passage_base_key};
 pub use types::{Example, ImageLabels, Passage, Qrels};
 pub use warnings::{Warning, WarningKind, Warnings};

@@ -145,8 +145,8 @@ fn required_string<'a>(
 }
 
 /// Strings of one element of a list value: plain strings, or structs whose `image_path`
-/// (else `path`) field holds the string.
-fn strings_of(values: &dyn Array) -> std::result::Result<Vec<String>, String> {
+/// (else `path`) field holds the string; null elements are left out and counted.
+fn strings_of(values: &dyn Array, nulls: &mut usize) -> std::result::Result<Vec<String>, String> {
     let mut out = Vec::with_capacity(values.len());
     match values.data_type() {
         DataType::Struct(fields) => {
@@ -167,18 +167,21 @@ fn strings_of(values: &dyn Array) -> std::result::Result<Vec<String>, String> {
             let inner = strukt.column(idx);
             for i in 0..strukt.len() {
                 if strukt.is_null(i) {
+                    *nulls += 1;
                     continue;
                 }
-                if let Some(s) = string_at(inner.as_ref(), i)? {
-                    out.push(s.to_string());
+                match string_at(inner.as_ref(), i)? {
+                    Some(s) => out.push(s.to_string()),
+                    None => *nulls += 1,
                 }
             }
         }
-        DataType::Null => {}
+        DataType::Null => *nulls += values.len(),
         _ => {
             for i in 0..values.len() {
-                if let Some(s) = string_at(values, i)? {
-                    out.push(s.to_string());
+                match string_at(values, i)? {
+                    Some(s) => out.push(s.to_string()),
+                    None => *nulls += 1,
                 }
             }
         }
@@ -188,13 +191,17 @@ fn strings_of(values: &dyn Array) -> std::result::Result<Vec<String>, String> {
 
 /// The list of strings at `row` (empty when null). Accepts `List`/`LargeList` of strings or
 /// of structs with `image_path`, and also a single string (taken as a one-element list).
-fn string_list_at(col: &dyn Array, row: usize) -> std::result::Result<Vec<String>, String> {
+fn string_list_at(
+    col: &dyn Array,
+    row: usize,
+    nulls: &mut usize,
+) -> std::result::Result<Vec<String>, String> {
     if col.is_null(row) {
         return Ok(Vec::new());
     }
     match col.data_type() {
-        DataType::List(_) => strings_of(col.as_list::<i32>().value(row).as_ref()),
-        DataType::LargeList(_) => strings_of(col.as_list::<i64>().value(row).as_ref()),
+        DataType::List(_) => strings_of(col.as_list::<i32>().value(row).as_ref(), nulls),
+        DataType::LargeList(_) => strings_of(col.as_list::<i64>().value(row).as_ref(), nulls),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Ok(string_at(col, row)?
             .map(|s| vec![s.to_string()])
             .unwrap_or_default()),
@@ -202,18 +209,43 @@ fn string_list_at(col: &dyn Array, row: usize) -> std::result::Result<Vec<String
     }
 }
 
+/// The ids listed in column `name` at `row`: image paths (columns ending in `_images` or
+/// `image_paths`) normalised, each id checked ([`crate::id_problem`]); null elements are
+/// skipped and counted in `warnings`.
 fn list_column(
     table: &Table,
     batch: &RecordBatch,
     name: &str,
     row: usize,
     file_row: u64,
+    warnings: &mut Warnings,
 ) -> Result<Vec<String>> {
-    match table.column(batch, name) {
-        None => Ok(Vec::new()),
-        Some(col) => string_list_at(col.as_ref(), row)
-            .map_err(|e| Error::row(&table.path, file_row, format!("column {name:?}: {e}"))),
+    let Some(col) = table.column(batch, name) else {
+        return Ok(Vec::new());
+    };
+    let mut nulls = 0;
+    let mut ids = string_list_at(col.as_ref(), row, &mut nulls)
+        .map_err(|e| Error::row(&table.path, file_row, format!("column {name:?}: {e}")))?;
+    if name.ends_with("images") || name == "image_paths" {
+        ids.iter_mut().for_each(|p| *p = normalize_image_path(p));
     }
+    if nulls > 0 {
+        warnings.push(
+            WarningKind::NullListElement,
+            &table.path,
+            format!("row {file_row}"),
+            format!("{nulls} null element(s) in {name:?}: skipped"),
+        );
+    }
+    for id in &ids {
+        Error::check_id(
+            &table.path,
+            || format!("row {file_row}"),
+            &format!("{name} element"),
+            id,
+        )?;
+    }
+    Ok(ids)
 }
 
 /// Streams the passages of one or more `documents` shards.
@@ -257,9 +289,7 @@ impl ParquetPassages {
             for i in 0..batch.num_rows() {
                 let row = first_row + i as u64;
                 let id = required_string(table, ids.as_ref(), "id", i, row)?;
-                if id.is_empty() {
-                    return Err(Error::row(&table.path, row, "empty passage id"));
-                }
+                Error::check_id(&table.path, || format!("row {row}"), "passage id", id)?;
                 let text = match string_at(contents.as_ref(), i) {
                     Ok(t) => t.unwrap_or(""),
                     Err(e) => {
@@ -327,6 +357,7 @@ pub(crate) fn read_examples(
             for i in 0..batch.num_rows() {
                 let row = first_row + i as u64;
                 let id = required_string(&table, ids.as_ref(), "id", i, row)?.to_string();
+                Error::check_id(file, || format!("row {row}"), "query id", &id)?;
                 let query = string_at(queries.as_ref(), i)
                     .map_err(|e| Error::row(file, row, format!("column \"query\": {e}")))?
                     .unwrap_or("")
@@ -351,14 +382,8 @@ pub(crate) fn read_examples(
                 }
                 let images = if multimodal {
                     Some(ImageLabels {
-                        positive: list_column(&table, &batch, "positive_images", i, row)?
-                            .iter()
-                            .map(|p| normalize_image_path(p))
-                            .collect(),
-                        negative: list_column(&table, &batch, "negative_images", i, row)?
-                            .iter()
-                            .map(|p| normalize_image_path(p))
-                            .collect(),
+                        positive: list_column(&table, &batch, "positive_images", i, row, warnings)?,
+                        negative: list_column(&table, &batch, "negative_images", i, row, warnings)?,
                     })
                 } else {
                     None
@@ -366,12 +391,9 @@ pub(crate) fn read_examples(
                 out.push(Example {
                     id,
                     query,
-                    gold_ids: list_column(&table, &batch, "gold_ids", i, row)?,
-                    negative_ids: list_column(&table, &batch, "negative_ids", i, row)?,
-                    image_paths: list_column(&table, &batch, "image_paths", i, row)?
-                        .iter()
-                        .map(|p| normalize_image_path(p))
-                        .collect(),
+                    gold_ids: list_column(&table, &batch, "gold_ids", i, row, warnings)?,
+                    negative_ids: list_column(&table, &batch, "negative_ids", i, row, warnings)?,
+                    image_paths: list_column(&table, &batch, "image_paths", i, row, warnings)?,
                     images,
                 });
             }

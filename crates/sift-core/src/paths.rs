@@ -13,6 +13,21 @@ pub fn normalize_image_path(path: &str) -> String {
     p
 }
 
+/// What makes `id` unusable as a passage, query or image id, if anything: ids are written
+/// into whitespace-separated TREC runs and qrels, so they must be non-empty and hold no
+/// whitespace (spaces, tabs, newlines) and no control characters (NUL included).
+pub fn id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
+        Some("is empty")
+    } else if id.chars().any(char::is_whitespace) {
+        Some("contains whitespace (a TREC run cannot hold it)")
+    } else if id.chars().any(char::is_control) {
+        Some("contains a control character")
+    } else {
+        None
+    }
+}
+
 static PASSAGE_KEY: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"/([0-9a-f]+)_\d+\.txt$").expect("valid regex"));
 
@@ -65,6 +80,17 @@ mod tests {
         );
         assert_eq!(normalize_image_path("./././a/b.png"), "a/b.png");
         assert_eq!(normalize_image_path("a/b.png"), "a/b.png");
+    }
+
+    #[test]
+    fn ids_with_whitespace_or_control_characters_are_refused() {
+        assert_eq!(id_problem("biology/a7_1.txt"), None);
+        assert_eq!(id_problem("é/ü_1"), None);
+        for bad in [
+            "", "a b", "a\tb", "a\nb", "a\0b", "a\u{85}b", "a\u{7f}b", "\u{3000}",
+        ] {
+            assert!(id_problem(bad).is_some(), "{bad:?}");
+        }
     }
 
     #[test]

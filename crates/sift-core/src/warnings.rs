@@ -25,6 +25,14 @@ pub enum WarningKind {
     DuplicateQrel,
     /// A positive image whose source page has no gold passage (MM-BRIGHT Task 4 orphan).
     OrphanPositiveImage,
+    /// A null element in a list of ids (`gold_ids`, `negative_ids`, image lists): skipped.
+    NullListElement,
+    /// A query whose judgements are all missing (every `gold_ids` element null or absent):
+    /// it cannot be scored.
+    QueryWithoutJudgements,
+    /// A file below an image folder that is not read: a symbolic link leading outside the
+    /// corpus or in a loop, or not a regular file (FIFO, device, socket), or too large.
+    SkippedImageFile,
 }
 
 impl WarningKind {
@@ -40,6 +48,9 @@ impl WarningKind {
             WarningKind::DuplicateImage => "duplicate_image",
             WarningKind::DuplicateQrel => "duplicate_qrel",
             WarningKind::OrphanPositiveImage => "orphan_positive_image",
+            WarningKind::NullListElement => "null_list_element",
+            WarningKind::QueryWithoutJudgements => "query_without_judgements",
+            WarningKind::SkippedImageFile => "skipped_image_file",
         }
     }
 }

@@ -249,8 +249,11 @@ impl IndexDir {
         }
         let vectors = DenseDomain::open(&dir)?;
         let ids_path = dir.join(IMAGE_IDS);
-        let text = fs::read_to_string(&ids_path).map_err(|e| Error::io(&ids_path, e))?;
-        let ids: Vec<String> = text.lines().map(str::to_string).collect();
+        let bytes = fs::read(&ids_path).map_err(|e| Error::io(&ids_path, e))?;
+        let ids: Vec<String> = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+            path: ids_path.clone(),
+            message: format!("not a JSON list of image ids: {e}"),
+        })?;
         if ids.len() != vectors.len() {
             return Err(Error::Corrupt {
                 path: ids_path,
@@ -672,8 +675,9 @@ fn build_dense(
     })
 }
 
-/// Ids of the vectors of an image index, one normalised image path per line.
-const IMAGE_IDS: &str = "ids.txt";
+/// Ids of the vectors of an image index: a JSON list of normalised image paths (JSON, so
+/// that no character of an id can break the list).
+const IMAGE_IDS: &str = "ids.json";
 
 /// Embeds the `document_images` of `domains` (through the cache; undecodable images are
 /// counted and skipped) and writes their vectors, graphs and ids.
@@ -834,9 +838,8 @@ fn build_images(
         progress.finish();
         written?;
         let ids_path = dir.join(IMAGE_IDS);
-        let mut text = ids.join("\n");
-        text.push('\n');
-        fs::write(&ids_path, text).map_err(|e| Error::io(&ids_path, e))?;
+        let json = serde_json::to_vec(&ids).expect("strings serialise");
+        fs::write(&ids_path, json).map_err(|e| Error::io(&ids_path, e))?;
         info.images.insert(domain.clone(), ids.len() as u64);
         if skipped > 0 {
             info.undecodable.insert(domain.clone(), skipped);

@@ -2,11 +2,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
 use anyhow::Result;
-use sift_core::{Corpus, Layout, WarningKind, Warnings, image_base_key, passage_base_key};
+use sift_core::{Layout, WarningKind, Warnings, image_base_key, passage_base_key};
 use sift_eval::{check_qrels_ids, task1};
 
 use crate::cmd::report_warnings;
-use crate::options::split_list;
+use crate::options::{CorpusFlags, split_list};
 use crate::progress::Bars;
 
 /// Read a whole corpus and report what is in it and what is wrong with it. Fatal problems
@@ -18,6 +18,8 @@ pub struct Args {
     /// Corpus directory.
     #[arg(long)]
     corpus: PathBuf,
+    #[command(flatten)]
+    corpus_flags: CorpusFlags,
     /// Comma-separated domains [default: all].
     #[arg(long)]
     domains: Option<String>,
@@ -44,7 +46,7 @@ struct DomainCounts {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let corpus = Corpus::open(&a.corpus)?;
+    let corpus = a.corpus_flags.open(&a.corpus)?;
     let domains = corpus.select_domains(&split_list(&a.domains))?;
     let bars = Bars::new(a.quiet || a.json);
     let mut warnings = Warnings::new();

@@ -12,7 +12,7 @@ use sift_index::IndexDir;
 
 use crate::cmd::report_warnings;
 use crate::models::ModelFlags;
-use crate::options::{AnalyzerFlags, Bm25Flags, split_list};
+use crate::options::{AnalyzerFlags, Bm25Flags, CorpusFlags, split_list};
 use crate::progress::Bars;
 use crate::retriever::{Candidates, Domain, Models, QueryFusion, Retriever, SearchSettings};
 
@@ -79,6 +79,8 @@ pub struct Args {
     model: Option<String>,
     #[command(flatten)]
     model_flags: ModelFlags,
+    #[command(flatten)]
+    corpus_flags: CorpusFlags,
     /// Comma-separated domains [default: every indexed domain].
     #[arg(long)]
     domains: Option<String>,
@@ -231,7 +233,7 @@ fn task_data(
 }
 
 fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
-    let corpus = Corpus::open(corpus_dir)?;
+    let corpus = a.corpus_flags.open(corpus_dir)?;
     let index = IndexDir::open(index_dir)?;
     let m = index.manifest();
     if a.analyzer.any() {
@@ -335,6 +337,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     };
     let bars = Bars::new(a.quiet || a.json);
     let mut all_warnings = Warnings::new();
+    let mut notes: Vec<String> = Vec::new();
     // per task: dropped queries per domain, qrels and exclusions
     let mut dropped: BTreeMap<u8, BTreeMap<String, usize>> = BTreeMap::new();
     let mut task_qrels: BTreeMap<u8, (sift_core::Qrels, Exclusions)> = BTreeMap::new();
@@ -349,6 +352,13 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
             .check_domain(domain, Some(&corpus))
             .with_context(|| format!("domain {domain}"))?;
         let opened = Domain::open(&index, domain, &combined, &models, needs_images)?;
+        for name in opened.empty_image_indexes() {
+            notes.push(format!(
+                "domain {domain}: dense:{name} indexed no corpus images (none in the corpus, or \
+                 none decodable): Task 3 has no candidates there and Task 4 ranks its \
+                 passage-only pairs"
+            ));
+        }
         let bm25 = opened.bm25();
         let passages: Vec<String> = bm25.ids().to_vec();
         let images: Vec<String> = if needs_images {
@@ -479,6 +489,9 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     for n in &not_applicable {
         eprintln!("note: {n} (skipped)");
     }
+    for n in &notes {
+        eprintln!("note: {n}");
+    }
     let dropped_json = |task: u8| -> serde_json::Value {
         serde_json::to_value(dropped.get(&task).cloned().unwrap_or_default()).unwrap_or_default()
     };
@@ -514,6 +527,9 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     if !single {
         markdown.push_str(&summary_table(&jobs));
     }
+    for n in &notes {
+        markdown.push_str(&format!("\nNote: {n}\n"));
+    }
     if tasks.contains(&4) && orphans > 0 {
         markdown.push_str(&format!(
             "\nTask 4: {orphans} positive image(s) with no gold passage from their page (orphans: no pair)\n"
@@ -522,11 +538,13 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     let json = if single {
         let mut out = job_json(&jobs[0]);
         out["warnings"] = serde_json::to_value(all_warnings.to_map())?;
+        out["notes"] = serde_json::to_value(&notes)?;
         out
     } else {
         serde_json::json!({
             "reports": jobs.iter().map(job_json).collect::<Vec<_>>(),
             "not_applicable": not_applicable,
+            "notes": notes,
             "protocol": protocol_name(protocol),
             "orphan_positive_images": orphans,
             "warnings": all_warnings.to_map(),

@@ -2,12 +2,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
-use sift_core::Corpus;
 use sift_index::{AnalyzerConfig, BuildOptions, DenseBuild, HnswParams, IndexDir, VectorDtype};
 
 use crate::models::{Images, ModelFlags, Passages, load_model, slug};
 
-use crate::options::{AnalyzerFlags, Bm25Flags, split_list};
+use crate::options::{AnalyzerFlags, Bm25Flags, CorpusFlags, split_list};
 use crate::progress::Bars;
 
 /// Build an index. A previous index at the same path stays usable until the new one is
@@ -23,6 +22,8 @@ pub struct Args {
     /// Index directory to create or replace.
     #[arg(long)]
     index: PathBuf,
+    #[command(flatten)]
+    corpus_flags: CorpusFlags,
     /// Comma-separated domains to index [default: all].
     #[arg(long)]
     domains: Option<String>,
@@ -75,7 +76,7 @@ enum Dtype {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let corpus = Corpus::open(&a.corpus)?;
+    let corpus = a.corpus_flags.open(&a.corpus)?;
     let domains = corpus.select_domains(&split_list(&a.domains))?;
     let defaults = BuildOptions::default();
     let options = BuildOptions {
@@ -189,6 +190,13 @@ pub fn run(a: Args) -> Result<()> {
     for (name, d) in &m.domains {
         for (kind, n) in &d.warnings {
             eprintln!("warning: {name}: {n} x {kind}");
+        }
+    }
+    for (slug, d) in &m.dense {
+        if let Some(i) = &d.images {
+            for (kind, n) in &i.warnings {
+                eprintln!("warning: dense:{slug} images: {n} x {kind}");
+            }
         }
     }
     Ok(())
