@@ -818,3 +818,185 @@ fn image_folders_with_links_fifos_and_loops() {
         "reader warnings reach the terminal: {stderr}"
     );
 }
+
+/// Overwrites every value of tensor `name` (f32) in `dir/model.safetensors` with `value`.
+fn set_tensor(dir: &std::path::Path, name: &str, value: f32) {
+    let path = dir.join("model.safetensors");
+    let mut bytes = fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let t = &header[name];
+    assert_eq!(t["dtype"], "F32", "{name}");
+    let (a, b) = (
+        t["data_offsets"][0].as_u64().unwrap() as usize,
+        t["data_offsets"][1].as_u64().unwrap() as usize,
+    );
+    for c in bytes[8 + n + a..8 + n + b].chunks_exact_mut(4) {
+        c.copy_from_slice(&value.to_le_bytes());
+    }
+    fs::write(&path, bytes).unwrap();
+}
+
+/// The embedding cache is keyed by the model's files too: new weights in the same place, or
+/// another checkpoint in a directory of the same name, are embedded afresh; and searching an
+/// index with a model other than the one it was built with is refused.
+#[test]
+fn the_embedding_cache_follows_the_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m1 = tmp.path().join("m1/ckpt");
+    let m2 = tmp.path().join("m2/ckpt");
+    copy_dir(&tiny_clip(), &m1);
+    copy_dir(&tiny_clip(), &m2);
+    set_tensor(&m2, "text_model.final_layer_norm.bias", 0.25);
+    set_tensor(&m2, "vision_model.post_layernorm.bias", 0.25);
+    let index = tmp.path().join("idx");
+    let build = |model: &std::path::Path| {
+        json(&ok(&[
+            "index",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--dense",
+            s(model),
+            "--json",
+        ]))["manifest"]["dense"]["ckpt"]
+            .clone()
+    };
+    let first = build(&m1);
+    assert_eq!(first["embedded"], 46);
+    let again = build(&m1);
+    assert_eq!(
+        (again["embedded"].clone(), again["cached"].clone()),
+        (0.into(), 46.into())
+    );
+    assert_eq!(again["images"]["cached"], first["images"]["embedded"]);
+    // the same folder name, other weights: nothing comes from the cache
+    let other = build(&m2);
+    assert_eq!(
+        (other["embedded"].clone(), other["cached"].clone()),
+        (46.into(), 0.into())
+    );
+    assert_eq!(other["images"]["cached"], 0);
+    assert_ne!(other["model_hash"], first["model_hash"]);
+    // weights replaced in place
+    set_tensor(&m2, "text_model.final_layer_norm.bias", -0.5);
+    let replaced = build(&m2);
+    assert_eq!(replaced["embedded"], 46);
+    // a tokenizer or preprocessing change counts too
+    let pre = m2.join("preprocessor_config.json");
+    let text = fs::read_to_string(&pre).unwrap();
+    fs::write(&pre, text.replace("0.26862954", "0.3")).unwrap();
+    let reprocessed = build(&m2);
+    assert!(reprocessed["images"]["embedded"].as_u64().unwrap() > 0);
+    // searching with another model of the same dimension is refused
+    let err = fails(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--retriever",
+        "dense:ckpt",
+        "--model",
+        s(&m1),
+    ]);
+    assert!(
+        err.contains("is not the model dense:ckpt was built with"),
+        "{err}"
+    );
+}
+
+/// Non-finite vectors are never indexed, written or ranked: NaN weights or `image_std` 0 stop
+/// `sift index` / `sift embed` with an error naming the model (and the passage or image); a
+/// corrupt vectors file is a corrupt index.
+#[test]
+fn non_finite_vectors_are_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nan = tmp.path().join("nan-model");
+    copy_dir(&tiny_clip(), &nan);
+    set_tensor(&nan, "text_model.final_layer_norm.weight", f32::NAN);
+    let index = tmp.path().join("idx");
+    let err = fails(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&nan),
+        "-q",
+    ]);
+    assert!(
+        err.contains("nan-model") && err.contains("not finite") || err.contains("non-finite"),
+        "{err}"
+    );
+    assert!(!index.join("manifest.json").exists());
+    let texts = tmp.path().join("texts.txt");
+    fs::write(&texts, "one text\nanother\n").unwrap();
+    let out = tmp.path().join("v.jsonl");
+    let err = fails(&[
+        "embed",
+        "--model",
+        s(&nan),
+        "--input",
+        s(&texts),
+        "--out",
+        s(&out),
+    ]);
+    assert!(err.contains("non-finite"), "{err}");
+
+    let zero_std = tmp.path().join("zero-std");
+    copy_dir(&tiny_clip(), &zero_std);
+    let pre = zero_std.join("preprocessor_config.json");
+    let text = fs::read_to_string(&pre).unwrap();
+    fs::write(&pre, text.replace("0.26862954", "0.0")).unwrap();
+    let err = fails(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&zero_std),
+        "-q",
+    ]);
+    assert!(
+        err.contains("image") && (err.contains("not finite") || err.contains("non-finite")),
+        "{err}"
+    );
+
+    // a NaN written into stored vectors
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&tiny_clip()),
+        "-q",
+    ]);
+    let generation = manifest(&index)["generation"].as_str().unwrap().to_string();
+    let vectors = index
+        .join(generation)
+        .join("dense/tiny-clip-quickgelu/gis/vectors.f32");
+    let mut bytes = fs::read(&vectors).unwrap();
+    bytes[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
+    fs::write(&vectors, bytes).unwrap();
+    let err = fails(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--task",
+        "all",
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+    ]);
+    assert!(
+        err.contains("vectors.f32") && err.contains("corrupt"),
+        "{err}"
+    );
+}

@@ -62,6 +62,15 @@ impl Model {
         !matches!(self, Model::Text(_))
     }
 
+    /// [`sift_embed::ModelFiles::content_hash`] of the model's files.
+    pub fn content_hash(&self) -> &str {
+        match self {
+            Model::Text(m) => m.content_hash(),
+            Model::Vision(m) => m.content_hash(),
+            Model::Gme(m) => m.content_hash(),
+        }
+    }
+
     /// A short name of the family, for messages.
     pub fn family(&self) -> &'static str {
         match self {
@@ -173,16 +182,13 @@ impl sift_index::PassageEmbedder for Passages<'_> {
     }
     fn fingerprint(&self) -> String {
         match self.0 {
-            Model::Text(m) => format!(
-                "{}|{:?}|{}|{:?}",
-                m.name(),
-                m.pooling(),
-                m.max_seq_len(),
-                m.prefix(Kind::Passage)
-            ),
+            Model::Text(m) => m.fingerprint(Kind::Passage),
             Model::Vision(m) => m.fingerprint("text"),
             Model::Gme(m) => m.fingerprint("passage"),
         }
+    }
+    fn model_hash(&self) -> String {
+        self.0.content_hash().to_string()
     }
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, String> {
         self.0

@@ -202,6 +202,15 @@ impl Models {
                     info.dim
                 );
             }
+            if !info.model_hash.is_empty() && model.content_hash() != info.model_hash {
+                bail!(
+                    "model {spec} is not the model dense:{slug} was built with ({}): its files \
+                     differ (hash {} vs {}); give the same model, or rebuild the index",
+                    info.spec,
+                    model.content_hash(),
+                    info.model_hash
+                );
+            }
             self.by_name.insert(name, (slug.to_string(), model));
         }
         Ok(())

@@ -36,9 +36,37 @@ pub enum Error {
     /// candle failed.
     #[error("model: {0}")]
     Candle(#[from] candle_core::Error),
+    /// The model produced a vector that is not finite: its weights or its preprocessing
+    /// configuration (e.g. `image_std` 0) are broken.
+    #[error(
+        "model {model} produced a non-finite vector (NaN or infinity) for input {index} of {count}: its weights or preprocessing settings are broken"
+    )]
+    NonFinite {
+        /// Model name.
+        model: String,
+        /// Position of the first such input in the call.
+        index: usize,
+        /// Inputs in the call.
+        count: usize,
+    },
     /// The device is not available in this build or on this machine.
     #[error("device {0}")]
     Device(String),
+}
+
+/// `vectors` when every component is finite, else [`Error::NonFinite`] naming `model`.
+pub(crate) fn finite(model: &str, vectors: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+    match vectors
+        .iter()
+        .position(|v| v.iter().any(|x| !x.is_finite()))
+    {
+        None => Ok(vectors),
+        Some(index) => Err(Error::NonFinite {
+            model: model.to_string(),
+            index,
+            count: vectors.len(),
+        }),
+    }
 }
 
 impl Error {

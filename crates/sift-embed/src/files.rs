@@ -43,6 +43,16 @@ impl ModelFiles {
         if path.is_dir() {
             return Self::from_dir(path);
         }
+        if looks_like_a_path(spec) || path.exists() {
+            return Err(Error::NotFound {
+                spec: spec.to_string(),
+                message: if path.exists() {
+                    "is a file, not a model directory".into()
+                } else {
+                    "no such directory (a hub id has the form `org/name`)".into()
+                },
+            });
+        }
         let id = registry::find(spec).map_or(spec, |m| m.id.as_str());
         Self::from_hub(spec, id)
     }
@@ -165,6 +175,66 @@ impl ModelFiles {
             tokenizer_config: get(OPTIONAL[3]).ok(),
         })
     }
+}
+
+impl ModelFiles {
+    /// A hash of everything in the model's files that decides its vectors: the weights (every
+    /// byte of every shard), `config.json`, the tokenizer and its config, the image processor
+    /// and sentence-transformers settings. Two directories hold the same model exactly when
+    /// their hashes agree, whatever they are called; replacing `model.safetensors` in place
+    /// changes it. Reading multi-gigabyte weights takes a few seconds (xxh3-128 runs at
+    /// memory speed; the model is read from disk anyway to load it).
+    pub fn content_hash(&self) -> Result<String> {
+        use std::io::Read;
+        let mut hasher = twox_hash::XxHash3_128::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let files = [
+            ("config", Some(&self.config)),
+            ("tokenizer", Some(&self.tokenizer)),
+            ("tokenizer_config", self.tokenizer_config.as_ref()),
+            ("pooling", self.pooling.as_ref()),
+            ("sentence_config", self.sentence_config.as_ref()),
+            ("preprocessor", self.preprocessor.as_ref()),
+        ]
+        .into_iter()
+        .chain(self.weights.iter().map(|w| ("weights", Some(w))));
+        for (role, path) in files {
+            let Some(path) = path else {
+                hasher.write(format!("{role}:none;").as_bytes());
+                continue;
+            };
+            let mut file = std::fs::File::open(path).map_err(|e| Error::file(path, e))?;
+            let len = file.metadata().map_err(|e| Error::file(path, e))?.len();
+            hasher.write(format!("{role}:{len};").as_bytes());
+            loop {
+                let n = file.read(&mut buf).map_err(|e| Error::file(path, e))?;
+                if n == 0 {
+                    break;
+                }
+                hasher.write(&buf[..n]);
+            }
+        }
+        Ok(format!("xxh3-128:{:032x}", hasher.finish_128()))
+    }
+}
+
+/// What a fingerprint says of a device: vectors computed on another kind of device differ in
+/// their last digits.
+pub(crate) fn device_class(device: &candle_core::Device) -> &'static str {
+    match device {
+        candle_core::Device::Cpu => "cpu",
+        candle_core::Device::Cuda(_) => "cuda",
+        candle_core::Device::Metal(_) => "metal",
+    }
+}
+
+/// Whether `spec` can only be meant as a path: absolute, relative with `.`/`..`/`~`, or with
+/// more than one `/` (hub ids are `org/name`, or a bare name).
+fn looks_like_a_path(spec: &str) -> bool {
+    spec.starts_with(['/', '.', '~'])
+        || spec.contains('\\')
+        || spec.matches('/').count() > 1
+        || spec.ends_with('/')
 }
 
 /// Shard file names of a safetensors index.

@@ -344,6 +344,8 @@ pub struct GmeEmbedder {
     max_length: usize,
     device: Device,
     options: GmeOptions,
+    /// [`ModelFiles::content_hash`].
+    content: String,
 }
 
 fn read_json(path: &Path) -> Result<Value> {
@@ -428,7 +430,13 @@ impl GmeEmbedder {
             max_length: gme_key("max_length", 1800) as usize,
             device: device.clone(),
             options,
+            content: files.content_hash()?,
         })
+    }
+
+    /// [`ModelFiles::content_hash`] of the files the model was loaded from.
+    pub fn content_hash(&self) -> &str {
+        &self.content
     }
 
     /// Model name (hub id or directory name).
@@ -560,7 +568,7 @@ impl GmeEmbedder {
         for chunk in inputs.chunks(self.options.batch_size.max(1)) {
             out.extend(self.embed_batch(chunk)?);
         }
-        Ok(out)
+        crate::error::finite(self.name(), out)
     }
 
     fn embed_batch(&self, inputs: &[GmeInput<'_>]) -> Result<Vec<Vec<f32>>> {
@@ -678,13 +686,15 @@ impl GmeEmbedder {
     /// (for caches; the query instruction does not enter them).
     pub fn fingerprint(&self, kind: &str) -> String {
         format!(
-            "{}|gme|{kind}|{:?}|{:?}|len={}|pixels={}..{}",
+            "{}|gme|{kind}|{:?}|{:?}|len={}|pixels={}..{}|{}|{}",
             self.name,
             self.options.dtype,
             self.options.positions,
             self.max_length,
             self.processor.min_pixels,
             self.processor.max_pixels,
+            crate::files::device_class(&self.device),
+            self.content
         )
     }
 }

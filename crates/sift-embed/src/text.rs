@@ -54,6 +54,9 @@ pub struct TextEmbedder {
     max_seq_len: usize,
     dim: usize,
     options: TextEmbedderOptions,
+    /// [`ModelFiles::content_hash`].
+    content: String,
+    device: Device,
 }
 
 #[derive(Deserialize)]
@@ -158,7 +161,29 @@ impl TextEmbedder {
             max_seq_len,
             dim: config.hidden_size,
             options,
+            content: files.content_hash()?,
+            device: device.clone(),
         })
+    }
+
+    /// [`ModelFiles::content_hash`] of the files the model was loaded from.
+    pub fn content_hash(&self) -> &str {
+        &self.content
+    }
+
+    /// Everything that decides the vectors of texts of `kind` besides the text: the model's
+    /// files, pooling, length, prefix, dtype and kind of device (for caches).
+    pub fn fingerprint(&self, kind: Kind) -> String {
+        format!(
+            "{}|text|{:?}|len={}|prefix={:?}|{:?}|{}|{}",
+            self.name,
+            self.pooling,
+            self.max_seq_len,
+            self.prefix(kind),
+            self.options.dtype,
+            crate::files::device_class(&self.device),
+            self.content
+        )
     }
 
     /// Model name (hub id or directory name).
@@ -219,7 +244,7 @@ impl TextEmbedder {
                 out[i] = v;
             }
         }
-        Ok(out)
+        crate::error::finite(self.name(), out)
     }
 
     fn forward(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {

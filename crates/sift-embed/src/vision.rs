@@ -83,6 +83,8 @@ pub struct VisionEmbedder {
     max_text_len: usize,
     device: Device,
     options: VisionOptions,
+    /// [`ModelFiles::content_hash`].
+    content: String,
 }
 
 #[derive(Deserialize)]
@@ -221,7 +223,13 @@ impl VisionEmbedder {
             max_text_len,
             device: device.clone(),
             options,
+            content: files.content_hash()?,
         })
+    }
+
+    /// [`ModelFiles::content_hash`] of the files the model was loaded from.
+    pub fn content_hash(&self) -> &str {
+        &self.content
     }
 
     /// Model name (hub id or directory name).
@@ -314,7 +322,7 @@ impl VisionEmbedder {
                 out[i] = v;
             }
         }
-        Ok(out)
+        crate::error::finite(self.name(), out)
     }
 
     /// Unnormalised image features of preprocessed pixels `(n, 3, size, size)`.
@@ -361,7 +369,7 @@ impl VisionEmbedder {
                 Tensor::from_vec(flat, (chunk.len(), 3, h as usize, w as usize), &Device::Cpu)?;
             out.extend(l2_normalize(&self.image_features(&pixels)?)?.to_vec2::<f32>()?);
         }
-        Ok(out)
+        crate::error::finite(self.name(), out)
     }
 
     /// Unit vectors of encoded images; undecodable ones are errors (use
@@ -376,16 +384,19 @@ impl VisionEmbedder {
         self.embed_prepared(&prepared)
     }
 
-    /// Settings that determine the vectors besides the input (for caches).
+    /// Everything that decides the vectors besides the input: the model's files, the
+    /// tower, settings, image processor, dtype and kind of device (for caches).
     pub fn fingerprint(&self, tower: &str) -> String {
         format!(
-            "{}|{}|{tower}|{:?}|len={}|mask={}|{:?}",
+            "{}|{}|{tower}|{:?}|len={}|mask={}|{:?}|{}|{}",
             self.name,
             self.arch.name(),
             self.options.dtype,
             self.max_text_len,
             self.options.siglip_text_mask,
-            self.processor
+            self.processor,
+            crate::files::device_class(&self.device),
+            self.content
         )
     }
 }

@@ -42,9 +42,20 @@ pub type Exclusions = BTreeMap<String, BTreeSet<String>>;
 /// trec_eval's order: score descending, compared as 32-bit floats (trec_eval stores scores
 /// in a C `float`, and `-0.0 == 0.0`), then document id descending in byte order.
 pub fn trec_order(a: &RunEntry, b: &RunEntry) -> Ordering {
-    let (sa, sb) = (a.score as f32, b.score as f32);
-    sb.partial_cmp(&sa)
-        .unwrap_or(Ordering::Equal)
+    // A total order (sorting with a partial one can panic): -0 and 0 compare equal as in
+    // trec_eval, and a NaN score ranks with -infinity, below every real score.
+    let key = |s: f64| {
+        let s = s as f32;
+        if s.is_nan() {
+            f32::NEG_INFINITY
+        } else if s == 0.0 {
+            0.0
+        } else {
+            s
+        }
+    };
+    key(b.score)
+        .total_cmp(&key(a.score))
         .then_with(|| b.doc.as_bytes().cmp(a.doc.as_bytes()))
 }
 
@@ -246,5 +257,27 @@ mod tests {
             ["judged", "no_run"]
         );
         assert_eq!(ev.mean["ndcg@10"], 0.5);
+    }
+
+    #[test]
+    fn trec_order_is_total_with_nan_zeros_and_infinities() {
+        let mut v = entries(&[
+            ("a", f64::NAN),
+            ("b", 0.0),
+            ("c", -0.0),
+            ("d", f64::INFINITY),
+            ("e", f64::NEG_INFINITY),
+            ("f", 1.0),
+            ("g", f64::NAN),
+        ]);
+        // many permutations: sorting with a non-total order can panic or disagree
+        for shift in 0..v.len() {
+            v.rotate_left(shift);
+            let mut sorted = v.clone();
+            sorted.sort_by(trec_order);
+            let ids: Vec<&str> = sorted.iter().map(|e| e.doc.as_str()).collect();
+            // -0 == 0 (ties by id descending), NaN ranks with -inf (ties by id descending)
+            assert_eq!(ids, ["d", "f", "c", "b", "g", "e", "a"]);
+        }
     }
 }

@@ -318,6 +318,15 @@ impl DenseDomain {
                 .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
                 .collect(),
         };
+        if let Some(i) = vectors.iter().position(|x| !x.is_finite()) {
+            return Err(Error::Corrupt {
+                path,
+                message: format!(
+                    "vector {} holds a non-finite value (NaN or infinity)",
+                    i / meta.dim.max(1)
+                ),
+            });
+        }
         let graph_path = dir.join(GRAPH);
         let corrupt = |message: String| Error::Corrupt {
             path: graph_path.clone(),
@@ -378,6 +387,11 @@ impl DenseDomain {
                 query.len(),
                 self.meta.dim
             )));
+        }
+        if query.iter().any(|x| !x.is_finite()) {
+            return Err(Error::InvalidParameter(
+                "query vector holds a non-finite value (NaN or infinity)".into(),
+            ));
         }
         let mut hits: Vec<Hit> = match mode {
             AnnMode::Exact => (0..self.meta.count as u32)

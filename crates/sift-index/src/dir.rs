@@ -18,6 +18,8 @@ pub(crate) const GEN_PREFIX: &str = "gen-";
 /// A file in each generation that readers hold a shared lock on while they use it; a build
 /// removes an old generation only when it can lock this file exclusively.
 const LEASE_FILE: &str = ".lease";
+/// The embedding caches, kept across builds.
+const CACHE_DIR: &str = "embed-cache";
 /// How many times a reader re-reads the manifest when the generation it named was replaced
 /// between reading the manifest and taking the lease.
 const OPEN_ATTEMPTS: usize = 50;
@@ -56,9 +58,15 @@ pub trait PassageEmbedder: Sync {
     fn name(&self) -> &str;
     /// Vector dimension.
     fn dim(&self) -> usize;
-    /// Everything that determines the vectors besides the text (model, prefix, pooling,
-    /// maximum length): the embedding cache is keyed by it.
+    /// Everything that determines the vectors besides the text (the model's weights and
+    /// files, prefix, pooling, maximum length, dtype, device kind): the embedding cache is
+    /// keyed by it, so it must change whenever a vector could.
     fn fingerprint(&self) -> String;
+    /// A hash of the model's files alone (weights, tokenizer, configs), recorded in the
+    /// manifest so that a search can check it loads the same model; empty when unknown.
+    fn model_hash(&self) -> String {
+        String::new()
+    }
     /// One unit vector per text, in order.
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, String>;
 }
@@ -307,7 +315,8 @@ impl IndexDir {
                 .any(|e| {
                     let name = e.file_name();
                     let name = name.to_string_lossy();
-                    !(name.starts_with(GEN_PREFIX) || name.starts_with('.'))
+                    // what a build that failed before its first manifest leaves behind
+                    !(name.starts_with(GEN_PREFIX) || name.starts_with('.') || name == CACHE_DIR)
                 });
             if foreign {
                 return Err(Error::io(
@@ -587,7 +596,7 @@ fn build_dense(
     let embedder = build.embedder;
     let dim = embedder.dim();
     let fingerprint = embedder.fingerprint();
-    let cache_path = root.join("embed-cache").join(format!("{}.bin", build.slug));
+    let cache_path = root.join(CACHE_DIR).join(format!("{}.bin", build.slug));
     let mut cache = EmbedCache::open(&cache_path, &fingerprint, dim)?;
     let (mut embedded, mut cached) = (0u64, 0u64);
     const CHUNK: usize = 512;
@@ -616,13 +625,26 @@ fn build_dense(
             } else {
                 embedder.embed(&texts).map_err(|message| Error::Embed {
                     model: embedder.name().to_string(),
-                    message,
+                    message: format!(
+                        "{message} (embedding {} passages of domain {domain} from {:?})",
+                        texts.len(),
+                        chunk[missing[0]].id
+                    ),
                 })?
             };
             if fresh.len() != texts.len() || fresh.iter().any(|v| v.len() != dim) {
                 return Err(Error::Embed {
                     model: embedder.name().to_string(),
                     message: format!("expected {} vectors of {dim} dimensions", texts.len()),
+                });
+            }
+            if let Some(j) = fresh.iter().position(|v| v.iter().any(|x| !x.is_finite())) {
+                return Err(Error::Embed {
+                    model: embedder.name().to_string(),
+                    message: format!(
+                        "the vector of passage {:?} is not finite (NaN or infinity): the model's weights or settings are broken",
+                        chunk[missing[j]].id
+                    ),
                 });
             }
             let entries: Vec<(u128, &[f32])> = missing
@@ -665,6 +687,7 @@ fn build_dense(
     Ok(DenseInfo {
         model: embedder.name().to_string(),
         spec: build.spec.clone(),
+        model_hash: embedder.model_hash(),
         fingerprint,
         dim,
         dtype: build.dtype,
@@ -793,12 +816,24 @@ fn build_images(
                 let fresh = if inputs.is_empty() {
                     Vec::new()
                 } else {
-                    embedder.embed_prepared(&inputs).map_err(embed_err)?
+                    embedder.embed_prepared(&inputs).map_err(|message| {
+                        embed_err(format!(
+                            "{message} (embedding {} images of domain {domain} from {:?})",
+                            inputs.len(),
+                            p.records[ok[0].0].path
+                        ))
+                    })?
                 };
                 if fresh.len() != inputs.len() || fresh.iter().any(|v| v.len() != dim) {
                     return Err(embed_err(format!(
                         "expected {} vectors of {dim} dimensions",
                         inputs.len()
+                    )));
+                }
+                if let Some(j) = fresh.iter().position(|v| v.iter().any(|x| !x.is_finite())) {
+                    return Err(embed_err(format!(
+                        "the vector of image {:?} is not finite (NaN or infinity): the model's weights or preprocessing settings are broken",
+                        p.records[ok[j].0].path
                     )));
                 }
                 let entries: Vec<(u128, &[f32])> = ok

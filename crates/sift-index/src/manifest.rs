@@ -46,8 +46,13 @@ pub struct DenseInfo {
     pub model: String,
     /// How to load the model again (directory or hub id, as given to the build).
     pub spec: String,
-    /// Embedding settings that affect vectors (model, prefixes, pooling, length).
+    /// Embedding settings that affect vectors (model files, prefixes, pooling, length, dtype,
+    /// device kind): the embedding cache key.
     pub fingerprint: String,
+    /// Hash of the model's files (weights, tokenizer, configs): a search loads the model again
+    /// and checks it is the same one. Empty when the embedder did not say.
+    #[serde(default)]
+    pub model_hash: String,
     /// Dimension.
     pub dim: usize,
     /// Storage precision.
