@@ -739,7 +739,10 @@ fn image_folders_with_links_fifos_and_loops() {
         let p = corpus.join("document_images").join(&r.path);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(&p, &r.bytes).unwrap();
-        if one_png.is_empty() && r.path.ends_with(".png") && r.probe().is_ok() {
+        if one_png.is_empty()
+            && r.path.ends_with(".png")
+            && sift_embed::preprocess::decode_rgb(&r.bytes).is_ok()
+        {
             one_png = r.bytes.clone();
         }
         plain += 1;
@@ -999,4 +1002,524 @@ fn non_finite_vectors_are_errors() {
         err.contains("vectors.f32") && err.contains("corrupt"),
         "{err}"
     );
+}
+
+/// Output piped into a reader that stops (`| head`) ends sift quietly: no panic message, and
+/// either success or death by SIGPIPE, as for other Unix tools.
+#[test]
+fn broken_pipes_end_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ]);
+    let corpus = sample();
+    for args in [
+        vec!["models", "list"],
+        vec![
+            "eval",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--json",
+            "--per-query",
+        ],
+        vec!["check", "--corpus", s(&corpus)],
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sift"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader is gone before sift writes
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
+}
+
+fn tiny_gme() -> std::path::PathBuf {
+    repo().join("models/fixtures/gme/tiny-gme")
+}
+
+/// Rewrites keys of a model's config.json.
+fn set_config(dir: &std::path::Path, key: &str, value: serde_json::Value) {
+    let path = dir.join("config.json");
+    let mut config = json(&fs::read_to_string(&path).unwrap());
+    config[key] = value;
+    fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+}
+
+/// GME: a `max_length` that leaves no room for text is refused when the model loads (it
+/// used to panic in the rotary embedding), and a corpus image needing more tokens than its
+/// prompt has room for is skipped and counted instead of aborting the build.
+#[test]
+fn gme_length_limits_are_errors_or_skips() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("gme");
+    copy_dir(&tiny_gme(), &model);
+    set_config(&model, "max_length", 0.into());
+    let texts = tmp.path().join("t.txt");
+    fs::write(&texts, "a text\n").unwrap();
+    let out = tmp.path().join("v.jsonl");
+    let err = fails(&[
+        "embed",
+        "--model",
+        s(&model),
+        "--input",
+        s(&texts),
+        "--out",
+        s(&out),
+    ]);
+    assert!(
+        err.contains("config.json") && err.contains("max_length 0"),
+        "{err}"
+    );
+
+    // room for the template and a few image tokens only: big images are skipped
+    set_config(&model, "max_length", 40.into());
+    set_config(&model, "min_image_tokens", 32.into());
+    let index = tmp.path().join("idx");
+    let built = json(&ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--domains",
+        "gis",
+        "--dense",
+        s(&model),
+        "--json",
+    ]));
+    let images = &built["manifest"]["dense"]["gme"]["images"];
+    let skipped = images["undecodable"]["gis"].as_u64().unwrap_or(0);
+    assert!(skipped > 0, "{images}");
+    let examples = images["undecodable_examples"].to_string();
+    assert!(examples.contains("max_length"), "{examples}");
+}
+
+/// Inputs that used to be accepted while scoring nothing: each is now read correctly, or an
+/// error, or a counted warning.
+#[test]
+fn nothing_is_silently_left_unscored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let run = dir.join("run.txt");
+    let qrels = dir.join("qrels.txt");
+    let score = |run: &std::path::Path, qrels: &std::path::Path| {
+        sift(&["eval", "--run", s(run), "--qrels", s(qrels), "--json"])
+    };
+    fs::write(&run, "q1 Q0 d1 1 2.0 x\nq1 Q0 d2 2 1.0 x\n").unwrap();
+    fs::write(&qrels, "q1 0 d2 1\n").unwrap();
+    let plain = json(&String::from_utf8_lossy(&score(&run, &qrels).stdout));
+    assert_eq!(plain["metrics"]["mrr"], 0.5);
+    // a UTF-8 byte-order mark is not part of the first line
+    let bom_run = dir.join("bom-run.txt");
+    fs::write(
+        &bom_run,
+        b"\xef\xbb\xbfq1 Q0 d1 1 2.0 x\nq1 Q0 d2 2 1.0 x\n",
+    )
+    .unwrap();
+    let bom_qrels = dir.join("bom-qrels.txt");
+    fs::write(&bom_qrels, b"\xef\xbb\xbfq1 0 d2 1\n").unwrap();
+    let out = score(&bom_run, &bom_qrels);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        json(&String::from_utf8_lossy(&out.stdout))["metrics"],
+        plain["metrics"]
+    );
+    // an empty run, empty qrels, TREC qrels with three fields, a non-numeric first grade, and
+    // a run none of whose queries is judged
+    let cases: [(&str, &str, &str); 5] = [
+        ("", "q1 0 d2 1\n", "no run entries"),
+        ("q1 Q0 d1 1 2.0 x\n", "", "no judgements"),
+        ("q1 Q0 d1 1 2.0 x\n", "q1 0 d2\n", "expected 4 fields"),
+        (
+            "q1 Q0 d1 1 2.0 x\n",
+            "q1 0 d2 yes\nq1 0 d1 1\n",
+            "bad grade",
+        ),
+        ("q9 Q0 d1 1 2.0 x\n", "q1 0 d2 1\n", "nothing to score"),
+    ];
+    for (r, q, want) in cases {
+        fs::write(&run, r).unwrap();
+        fs::write(&qrels, q).unwrap();
+        let out = score(&run, &qrels);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{want}: {err}");
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    // a BEIR header row is still a header
+    fs::write(&run, "q1 Q0 d1 1 2.0 x\nq1 Q0 d2 2 1.0 x\n").unwrap();
+    fs::write(&qrels, "query-id\tcorpus-id\tscore\nq1\td2\t1\n").unwrap();
+    assert!(score(&run, &qrels).status.success());
+
+    // a BOM at the start of corpus.jsonl
+    let corpus = beir(dir, &format!("\u{feff}{CORPUS}"), QUERIES, QRELS);
+    let index = dir.join("idx");
+    let out = json(&ok(&[
+        "index",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--json",
+    ]));
+    assert_eq!(out["passages"], 3);
+
+    // null gold_ids elements are counted; all-null gold_ids are a warning in check
+    let mm = dir.join("mm");
+    copy_dir(&sample(), &mm);
+    let mut gold =
+        arrow_array::builder::ListBuilder::new(arrow_array::builder::StringBuilder::new());
+    gold.values().append_null();
+    gold.append(true);
+    gold.values().append_value("gis/1f3a9c2e_0.txt");
+    gold.values().append_null();
+    gold.append(true);
+    write_parquet(
+        &mm.join("examples/gis.parquet"),
+        vec![
+            ("id", strings(&["gis_a", "gis_b"])),
+            ("query", strings(&["map projection", "raster data"])),
+            ("gold_ids", std::sync::Arc::new(gold.finish())),
+        ],
+    );
+    let checked = json(&ok(&[
+        "check",
+        "--corpus",
+        s(&mm),
+        "--domains",
+        "gis",
+        "--json",
+    ]));
+    assert_eq!(checked["warnings"]["null_list_element"], 2, "{checked}");
+    assert_eq!(
+        checked["warnings"]["query_without_judgements"], 1,
+        "{checked}"
+    );
+    // a domain without passages fails check as it fails index
+    write_parquet(
+        &mm.join("documents/gis.parquet"),
+        vec![("id", strings(&[])), ("content", strings(&[]))],
+    );
+    let err = fails(&["check", "--corpus", s(&mm), "--domains", "gis"]);
+    assert!(
+        err.contains("documents/gis.parquet") && err.contains("no passages"),
+        "{err}"
+    );
+}
+
+/// A JPEG cut short is undecodable, as Pillow says ("image file is truncated"), instead of
+/// being decoded with grey fill.
+#[test]
+fn truncated_jpegs_are_undecodable() {
+    use arrow_array::{ArrayRef, BinaryArray};
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    copy_dir(&sample(), &corpus);
+    let jpeg = sift_core::Corpus::open(sample())
+        .unwrap()
+        .images("biology")
+        .unwrap()
+        .map(|r| r.unwrap())
+        .find(|r| r.bytes.starts_with(&[0xFF, 0xD8]))
+        .expect("the sample has a JPEG")
+        .bytes;
+    let paths = [
+        "gis/gis_1a2b3c4d_0001/image_1.jpg",
+        "gis/gis_1a2b3c4d_0002/image_1.jpg",
+        "gis/gis_1a2b3c4d_0003/image_1.jpg",
+    ];
+    let bytes: Vec<&[u8]> = vec![&jpeg, &jpeg[..jpeg.len() / 2], &jpeg[..jpeg.len() - 2]];
+    write_parquet(
+        &corpus.join("document_images/gis.parquet"),
+        vec![
+            ("path", strings(&paths)),
+            (
+                "bytes",
+                std::sync::Arc::new(BinaryArray::from(bytes)) as ArrayRef,
+            ),
+        ],
+    );
+    let checked = json(&ok(&[
+        "check",
+        "--corpus",
+        s(&corpus),
+        "--domains",
+        "gis",
+        "--json",
+    ]));
+    assert_eq!(
+        checked["domains"]["gis"]["undecodable_images"], 2,
+        "{checked}"
+    );
+    let index = tmp.path().join("idx");
+    let built = json(&ok(&[
+        "index",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--domains",
+        "gis",
+        "--dense",
+        s(&tiny_clip()),
+        "--json",
+    ]));
+    let images = &built["manifest"]["dense"]["tiny-clip-quickgelu"]["images"];
+    assert_eq!(images["images"]["gis"], 1);
+    assert!(
+        images["undecodable_examples"]
+            .to_string()
+            .contains("truncated"),
+        "{images}"
+    );
+}
+
+/// Messages say what is wrong, where.
+#[test]
+fn error_messages_name_the_real_problem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    // a model path that does not exist is not looked up on the hub
+    let err = fails(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        "/nonexistent/dir",
+        "-q",
+    ]);
+    assert!(
+        err.contains("no such directory") && !err.contains("lookup"),
+        "{err}"
+    );
+    // a non-integer numeric _id
+    let root = beir(
+        tmp.path(),
+        "{\"_id\": 1e30, \"text\": \"x\"}\n{\"_id\": 1.0e30, \"text\": \"y\"}\n",
+        QUERIES,
+        QRELS,
+    );
+    let err = fails(&["index", "--corpus", s(&root), "--index", s(&index), "-q"]);
+    assert!(
+        err.contains("corpus.jsonl:1") && err.contains("not an integer"),
+        "{err}"
+    );
+    // hybrid weights that are not numbers
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ]);
+    let err = fails(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--retriever",
+        "hybrid:bm25+dense:x:a,b",
+    ]);
+    assert!(
+        err.contains("hybrid weights \"a,b\" are not numbers"),
+        "{err}"
+    );
+    // model configs: an unknown model_type, none at all, garbage
+    let model = tmp.path().join("m");
+    copy_dir(&tiny_clip(), &model);
+    let texts = tmp.path().join("t.txt");
+    fs::write(&texts, "x\n").unwrap();
+    let out = tmp.path().join("v.jsonl");
+    set_config(&model, "model_type", "mamba".into());
+    let err = fails(&[
+        "embed",
+        "--model",
+        s(&model),
+        "--input",
+        s(&texts),
+        "--out",
+        s(&out),
+    ]);
+    assert!(
+        err.contains("\"mamba\"") && err.contains("clip") && err.contains("qwen2_vl"),
+        "{err}"
+    );
+    let mut config = json(&fs::read_to_string(model.join("config.json")).unwrap());
+    config.as_object_mut().unwrap().remove("model_type");
+    fs::write(model.join("config.json"), config.to_string()).unwrap();
+    let err = fails(&[
+        "embed",
+        "--model",
+        s(&model),
+        "--input",
+        s(&texts),
+        "--out",
+        s(&out),
+    ]);
+    assert!(
+        err.contains("no model_type") && err.contains("config.json"),
+        "{err}"
+    );
+    fs::write(model.join("config.json"), "{ not json").unwrap();
+    let err = fails(&["models", "info", s(&model)]);
+    assert!(
+        err.contains("config.json") && err.contains("invalid JSON"),
+        "{err}"
+    );
+    // an I/O error is said once
+    let err = fails(&[
+        "eval",
+        "--run",
+        "/nonexistent/run.txt",
+        "--qrels",
+        "/nonexistent/q",
+    ]);
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+}
+
+/// Values that cannot mean anything are usage errors (exit 2), as is `eval` without either
+/// mode.
+#[test]
+fn meaningless_values_are_usage_errors() {
+    let corpus = sample();
+    for args in [
+        vec!["eval"],
+        vec!["eval", "--run", "r", "--qrels", "q", "--top-k", "0"],
+        vec![
+            "eval",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            "i",
+            "--ef-search",
+            "0",
+        ],
+        vec!["search", "--index", "i", "--query", "q", "--top-k", "0"],
+    ] {
+        let out = sift(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    let err = fails(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--retriever",
+        "hybrid:bm25+bm25:0,0",
+    ]);
+    assert!(err.contains("not all zero"), "{err}");
+}
+
+/// Dictionary-encoded string columns (what pandas and polars write for categoricals) are
+/// read as strings.
+#[test]
+fn dictionary_encoded_columns_are_read() {
+    use arrow_array::{ArrayRef, DictionaryArray, types::Int32Type};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mm");
+    let dict = |v: Vec<&str>| -> ArrayRef {
+        std::sync::Arc::new(v.into_iter().collect::<DictionaryArray<Int32Type>>())
+    };
+    write_parquet(
+        &root.join("documents/chem.parquet"),
+        vec![
+            (
+                "id",
+                dict(vec!["chem/ab_0.txt", "chem/ab_1.txt", "chem/cd_0.txt"]),
+            ),
+            (
+                "content",
+                dict(vec!["acid base titration", "acid rain", "noble gas"]),
+            ),
+        ],
+    );
+    write_parquet(
+        &root.join("examples/chem.parquet"),
+        vec![
+            ("id", dict(vec!["q1"])),
+            ("query", dict(vec!["noble gas"])),
+            ("gold_ids", dict(vec!["chem/cd_0.txt"])),
+        ],
+    );
+    let index = tmp.path().join("idx");
+    let out = json(&ok(&[
+        "index",
+        "--corpus",
+        s(&root),
+        "--index",
+        s(&index),
+        "--json",
+    ]));
+    assert_eq!(out["passages"], 3);
+    let ev = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&root),
+        "--index",
+        s(&index),
+        "--json",
+    ]));
+    assert_eq!(ev["metrics"]["ndcg@10"], 1.0, "{ev}");
+}
+
+/// `--threads 1` builds reproduce the HNSW graph bit for bit.
+#[test]
+fn single_threaded_builds_are_reproducible() {
+    let tmp = tempfile::tempdir().unwrap();
+    let graph = |name: &str| {
+        let index = tmp.path().join(name);
+        ok(&[
+            "index",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--dense",
+            s(&tiny_clip()),
+            "--threads",
+            "1",
+            "-q",
+        ]);
+        let generation = manifest(&index)["generation"].as_str().unwrap().to_string();
+        let dir = index.join(generation);
+        (
+            fs::read(dir.join("dense/tiny-clip-quickgelu/gis/graph.bin")).unwrap(),
+            fs::read(dir.join("images/tiny-clip-quickgelu/gis/graph.bin")).unwrap(),
+        )
+    };
+    assert_eq!(graph("a"), graph("b"));
 }

@@ -41,6 +41,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Output piped into a reader that stops early (`sift eval --json | head`) ends the process
+    // quietly, as it does for other Unix tools, instead of a panic in `println!` on EPIPE.
+    // SAFETY: called first, before any other thread exists; SIG_DFL is a valid disposition.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     sift_embed::tune_allocator();
     let result = match cli.command {

@@ -124,3 +124,12 @@ impl CorpusFlags {
         Ok(corpus)
     }
 }
+
+/// Parses a count that must be at least 1 (`--top-k`, `--ef-search`, ...).
+pub fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}

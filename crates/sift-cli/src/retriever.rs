@@ -44,15 +44,20 @@ impl Retriever {
             return Ok(Retriever::Dense(name.to_string()));
         }
         if let Some(rest) = spec.strip_prefix("hybrid:") {
+            // a last `:part` holding a comma (or only a number) is the weights
             let (body, weights) = match rest.rsplit_once(':') {
-                Some((body, w)) if w.split(',').all(|x| x.trim().parse::<f64>().is_ok()) => (
-                    body,
-                    Some(
-                        w.split(',')
-                            .map(|x| x.trim().parse().expect("checked"))
-                            .collect::<Vec<f64>>(),
-                    ),
-                ),
+                Some((body, w)) if w.contains(',') || w.trim().parse::<f64>().is_ok() => {
+                    let weights = w
+                        .split(',')
+                        .map(|x| x.trim().parse::<f64>())
+                        .collect::<std::result::Result<Vec<f64>, _>>()
+                        .map_err(|_| {
+                            anyhow::anyhow!(
+                                "hybrid weights {w:?} are not numbers: give one weight per part, e.g. hybrid:bm25+dense:minilm:0.3,0.7"
+                            )
+                        })?;
+                    (body, Some(weights))
+                }
                 _ => (rest, None),
             };
             let parts = body
@@ -63,10 +68,12 @@ impl Retriever {
                 bail!("hybrid retriever needs two or more parts: hybrid:bm25+dense:<model>");
             }
             if let Some(w) = &weights
-                && (w.len() != parts.len() || w.iter().any(|x| !x.is_finite() || *x < 0.0))
+                && (w.len() != parts.len()
+                    || w.iter().any(|x| !x.is_finite() || *x < 0.0)
+                    || w.iter().all(|x| *x == 0.0))
             {
                 bail!(
-                    "hybrid weights: give one non-negative weight per part ({} parts)",
+                    "hybrid weights: give one non-negative weight per part ({} parts), not all zero",
                     parts.len()
                 );
             }
@@ -804,5 +811,8 @@ mod tests {
         assert!(Retriever::parse("hybrid:bm25+dense:x:1").is_err());
         assert!(Retriever::parse("tfidf").is_err());
         assert!(Retriever::parse("dense:").is_err());
+        let err = Retriever::parse("hybrid:bm25+dense:x:a,b").unwrap_err();
+        assert!(err.to_string().contains("are not numbers"), "{err}");
+        assert!(Retriever::parse("hybrid:bm25+dense:x:0,0").is_err());
     }
 }

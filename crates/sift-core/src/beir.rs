@@ -49,6 +49,9 @@ struct QueryLine {
     text: Option<String>,
 }
 
+/// The UTF-8 byte-order mark.
+pub const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
+
 /// Reads a text file line by line as bytes, so invalid UTF-8 is reported with its line number
 /// instead of aborting the whole read.
 pub(crate) struct Lines {
@@ -83,6 +86,10 @@ impl Lines {
             self.line += 1;
             while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
                 self.buf.pop();
+            }
+            // a UTF-8 byte-order mark (written by some editors) is not part of the first line
+            if self.line == 1 && self.buf.starts_with(UTF8_BOM) {
+                self.buf.drain(..UTF8_BOM.len());
             }
             if self.buf.iter().all(u8::is_ascii_whitespace) {
                 continue;
@@ -212,8 +219,8 @@ pub(crate) fn read_qrels(
     while let Some((line, text)) = lines.next_line()? {
         let fields: Vec<&str> = text.split('\t').map(str::trim).collect();
         let is_first = std::mem::replace(&mut first, false);
-        if is_first && fields.len() >= 3 && fields[2].parse::<f64>().is_err() {
-            continue; // header row
+        if is_first && is_qrels_header(&fields) {
+            continue;
         }
         if fields.len() != 3 {
             return Err(Error::line(
@@ -255,6 +262,30 @@ pub(crate) fn read_qrels(
         }
     }
     Ok(qrels)
+}
+
+/// Whether the fields of a first qrels line are a header row (`query-id corpus-id score`
+/// and the like) rather than a judgement with a bad grade: its grade column or its first
+/// column is one of the usual header names.
+pub fn is_qrels_header(fields: &[&str]) -> bool {
+    let is = |s: &str, names: &[&str]| names.contains(&s.to_ascii_lowercase().as_str());
+    fields.len() >= 3
+        && parse_grade(fields[fields.len() - 1]).is_none()
+        && (is(
+            fields[fields.len() - 1],
+            &[
+                "score",
+                "relevance",
+                "rel",
+                "grade",
+                "label",
+                "judgement",
+                "judgment",
+            ],
+        ) || is(
+            fields[0],
+            &["query-id", "query_id", "qid", "queryid", "query", "topic"],
+        ))
 }
 
 /// Parses a relevance grade: an integer, or a `1.0`-style float with no fraction.

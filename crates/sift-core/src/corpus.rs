@@ -561,19 +561,6 @@ pub struct ImageRecord {
     pub row: u64,
 }
 
-impl ImageRecord {
-    /// Decodes the image fully (format guessed from the bytes), returning its size, or why it
-    /// cannot be decoded.
-    pub fn probe(&self) -> std::result::Result<(u32, u32), String> {
-        let img = image::ImageReader::new(std::io::Cursor::new(&self.bytes))
-            .with_guessed_format()
-            .map_err(|e| e.to_string())?
-            .decode()
-            .map_err(|e| e.to_string())?;
-        Ok((img.width(), img.height()))
-    }
-}
-
 /// A stream of images, read in small batches so that only a few images' bytes are held in
 /// memory at once. Rows with no bytes and repeated paths are skipped and counted.
 pub struct Images {

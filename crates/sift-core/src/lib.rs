@@ -17,7 +17,7 @@
 
 mod beir;
 
-pub use beir::parse_grade;
+pub use beir::{UTF8_BOM, is_qrels_header, parse_grade};
 mod corpus;
 mod error;
 mod mmbright;

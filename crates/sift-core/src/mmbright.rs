@@ -117,8 +117,18 @@ pub(crate) fn string_at(col: &dyn Array, row: usize) -> std::result::Result<Opti
         DataType::Utf8 => col.as_string::<i32>().value(row),
         DataType::LargeUtf8 => col.as_string::<i64>().value(row),
         DataType::Utf8View => col.as_string_view().value(row),
+        // dictionary-encoded strings (what pandas / polars categoricals write)
+        DataType::Dictionary(_, value) if is_string(value) => {
+            let dict = col.as_any_dictionary();
+            let key = dict.normalized_keys()[row];
+            return string_at(dict.values().as_ref(), key);
+        }
         other => return Err(format!("expected a string, found {other}")),
     }))
+}
+
+fn is_string(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
 /// Required string cell: errors name the column.
@@ -202,9 +212,11 @@ fn string_list_at(
     match col.data_type() {
         DataType::List(_) => strings_of(col.as_list::<i32>().value(row).as_ref(), nulls),
         DataType::LargeList(_) => strings_of(col.as_list::<i64>().value(row).as_ref(), nulls),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Ok(string_at(col, row)?
-            .map(|s| vec![s.to_string()])
-            .unwrap_or_default()),
+        t if is_string(t) || matches!(t, DataType::Dictionary(_, v) if is_string(v)) => {
+            Ok(string_at(col, row)?
+                .map(|s| vec![s.to_string()])
+                .unwrap_or_default())
+        }
         other => Err(format!("expected a list of strings, found {other}")),
     }
 }

@@ -237,14 +237,27 @@ fn looks_like_a_path(spec: &str) -> bool {
         || spec.ends_with('/')
 }
 
+/// Reads a JSON file of a model (a UTF-8 byte-order mark, which some editors write, is
+/// skipped); errors name the file.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let bytes = std::fs::read(path).map_err(|e| Error::file(path, e))?;
+    let text = std::str::from_utf8(without_bom(&bytes))
+        .map_err(|e| Error::file(path, format!("not UTF-8: {e}")))?;
+    serde_json::from_str(text).map_err(|e| Error::file(path, format!("invalid JSON: {e}")))
+}
+
+/// `bytes` without a leading UTF-8 byte-order mark.
+pub(crate) fn without_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes)
+}
+
 /// Shard file names of a safetensors index.
 fn shards(index: &Path) -> Result<Vec<String>> {
     #[derive(serde::Deserialize)]
     struct Index {
         weight_map: std::collections::HashMap<String, String>,
     }
-    let text = std::fs::read_to_string(index).map_err(|e| Error::file(index, e))?;
-    let parsed: Index = serde_json::from_str(&text).map_err(|e| Error::file(index, e))?;
+    let parsed: Index = read_json(index)?;
     let set: BTreeSet<String> = parsed.weight_map.into_values().collect();
     Ok(set.into_iter().collect())
 }

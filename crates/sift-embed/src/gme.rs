@@ -348,14 +348,11 @@ pub struct GmeEmbedder {
     content: String,
 }
 
-fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
-    serde_json::from_str(&text).map_err(|e| Error::file(path, format!("invalid JSON: {e}")))
-}
+use crate::files::read_json;
 
 /// Whether `config.json` describes a Qwen2-VL model (GME).
 pub fn is_gme_model(config: &Path) -> bool {
-    read_json(config)
+    read_json::<Value>(config)
         .ok()
         .and_then(|v| {
             v.get("model_type")
@@ -368,7 +365,7 @@ pub fn is_gme_model(config: &Path) -> bool {
 impl GmeEmbedder {
     /// Loads a GME (any Qwen2-VL) checkpoint onto `device`.
     pub fn load(files: &ModelFiles, device: &Device, options: GmeOptions) -> Result<Self> {
-        let value = read_json(&files.config)?;
+        let value = read_json::<Value>(&files.config)?;
         let unsupported = |message: String| Error::Unsupported {
             path: files.config.clone(),
             message,
@@ -417,6 +414,25 @@ impl GmeEmbedder {
             gme_key("min_image_tokens", 256),
             gme_key("max_image_tokens", 1280),
         );
+        let max_length = gme_key("max_length", 1800) as usize;
+        // the prompt around an empty text must fit, or every input is cut inside GME's template
+        let template = tokenizer
+            .encode(
+                Self::prompt(&GmeInput {
+                    instruction: DEFAULT_INSTRUCTION,
+                    images: &[],
+                    text: Some(""),
+                }),
+                true,
+            )
+            .map_err(|e| Error::file(&files.tokenizer, e))?
+            .get_ids()
+            .len();
+        if max_length <= template {
+            return Err(unsupported(format!(
+                "max_length {max_length} leaves no room for text: GME's prompt template alone is {template} tokens"
+            )));
+        }
         Ok(GmeEmbedder {
             name: files.name.clone(),
             vision,
@@ -427,7 +443,7 @@ impl GmeEmbedder {
             patch_values: v.patch_values(),
             merge: v.spatial_merge_size,
             dim: cfg.text.hidden_size,
-            max_length: gme_key("max_length", 1800) as usize,
+            max_length,
             device: device.clone(),
             options,
             content: files.content_hash()?,
@@ -652,12 +668,22 @@ impl GmeEmbedder {
     }
 
     /// Decodes and preprocesses encoded images in parallel (as flat vectors, see
-    /// [`GmeImage::to_flat`]), or why each cannot be decoded.
+    /// [`GmeImage::to_flat`]), or why each cannot be embedded: it does not decode, or it
+    /// needs more image tokens than its prompt has room for within `max_length`.
     pub fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, String>> {
         use rayon::prelude::*;
         images
             .par_iter()
-            .map(|b| self.processor.prepare(b, None).map(|i| i.to_flat()))
+            .map(|b| {
+                let img = self.processor.prepare(b, None)?;
+                self.tokenize(&GmeInput {
+                    instruction: DEFAULT_INSTRUCTION,
+                    images: &[&img],
+                    text: None,
+                })
+                .map_err(|e| e.to_string())?;
+                Ok(img.to_flat())
+            })
             .collect()
     }
 

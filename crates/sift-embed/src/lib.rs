@@ -27,7 +27,7 @@ mod vision;
 
 pub use device::{DevicePref, select_device};
 pub use error::{Error, Result};
-pub use files::ModelFiles;
+pub use files::{ModelFiles, read_json};
 pub use gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
 pub use registry::{ModelInfo, Pooling};
 pub use text::{Kind, TextEmbedder, TextEmbedderOptions};

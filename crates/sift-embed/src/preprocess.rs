@@ -205,6 +205,10 @@ pub enum PreprocessError {
     /// The decoder rejected the image.
     #[error("cannot decode image: {0}")]
     Decode(#[from] image::ImageError),
+    /// The file ends before the image does (Pillow refuses it: "image file is truncated";
+    /// the JPEG decoder here would fill the rest with grey).
+    #[error("cannot decode image: the JPEG file is truncated (no end-of-image marker)")]
+    Truncated,
     /// The config is not valid JSON, or not a JSON object.
     #[error("preprocessor config is not a JSON object: {0}")]
     Json(String),
@@ -1051,6 +1055,41 @@ pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage, PreprocessError> {
     decode_rgb_with(bytes, Alpha::OverWhite)
 }
 
+/// Whether a JPEG stream stops before its end-of-image marker: the marker segments are
+/// walked by their lengths (so an EXIF thumbnail inside APP1 is skipped) up to the first
+/// start-of-scan, after which an EOI (`FF D9`, which byte stuffing keeps out of scan data)
+/// must follow. Pillow raises on such files, even when only the EOI is missing.
+fn jpeg_is_truncated(b: &[u8]) -> bool {
+    let mut i = 2; // after SOI
+    loop {
+        while i < b.len() && b[i] != 0xFF {
+            i += 1;
+        }
+        while i < b.len() && b[i] == 0xFF {
+            i += 1;
+        }
+        let Some(&marker) = b.get(i) else {
+            return true;
+        };
+        i += 1;
+        match marker {
+            0xD9 => return false,
+            0x01 | 0xD0..=0xD7 => {}
+            _ => {
+                let Some(len) = b.get(i..i + 2) else {
+                    return true;
+                };
+                let len = u16::from_be_bytes([len[0], len[1]]) as usize;
+                if marker == 0xDA {
+                    let scan = b.get(i + len..).unwrap_or(&[]);
+                    return !scan.windows(2).any(|w| w == [0xFF, 0xD9]);
+                }
+                i += len;
+            }
+        }
+    }
+}
+
 /// What becomes of transparency when an image is converted to RGB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Alpha {
@@ -1064,6 +1103,9 @@ pub enum Alpha {
 /// [`decode_rgb`] with the given treatment of transparency.
 pub fn decode_rgb_with(bytes: &[u8], alpha: Alpha) -> Result<RgbImage, PreprocessError> {
     let format = image::guess_format(bytes).map_err(|_| PreprocessError::UnknownFormat)?;
+    if format == ImageFormat::Jpeg && jpeg_is_truncated(bytes) {
+        return Err(PreprocessError::Truncated);
+    }
     let png = if format == ImageFormat::Png {
         png_info(bytes)
     } else {

@@ -1,5 +1,4 @@
 //! BERT-family sentence encoders.
-use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -59,6 +58,10 @@ pub struct TextEmbedder {
     device: Device,
 }
 
+/// The `model_type`s Sift loads, for error messages.
+pub(crate) const SUPPORTED_MODEL_TYPES: &str = "supported model types: bert (text encoders), \
+clip and siglip (vision-language), qwen2_vl (GME)";
+
 #[derive(Deserialize)]
 struct PoolingConfig {
     #[serde(default)]
@@ -72,10 +75,7 @@ struct SentenceConfig {
     max_seq_length: Option<usize>,
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
-    serde_json::from_str(&text).map_err(|e| Error::file(path, format!("invalid JSON: {e}")))
-}
+use crate::files::read_json;
 
 impl TextEmbedder {
     /// Loads a model (see [`ModelFiles::resolve`]) onto `device`.
@@ -94,11 +94,20 @@ impl TextEmbedder {
             Some(other) => {
                 return Err(Error::Unsupported {
                     path: files.config.clone(),
-                    message: format!("model_type {other:?} (supported: bert)"),
+                    message: format!("model_type {other:?}; {SUPPORTED_MODEL_TYPES}"),
                 });
             }
         }
-        let config: Config = read_json(&files.config)?;
+        let config: Config = read_json(&files.config).map_err(|e| match (e, &arch.model_type) {
+            // without a model_type the config was taken for BERT's: say what it lacks
+            (Error::File { message, .. }, None) => Error::Unsupported {
+                path: files.config.clone(),
+                message: format!(
+                    "no model_type, and not a BERT config either ({message}); {SUPPORTED_MODEL_TYPES}"
+                ),
+            },
+            (e, _) => e,
+        })?;
         let info = registry::find(&files.name);
         let pooling = match &files.pooling {
             Some(p) => {

@@ -100,10 +100,7 @@ struct TokenizerConfig {
     pad_token: Option<serde_json::Value>,
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
-    serde_json::from_str(&text).map_err(|e| Error::file(path, format!("invalid JSON: {e}")))
-}
+use crate::files::read_json;
 
 /// Whether `config.json` describes a model this module loads.
 pub fn is_vision_model(config: &Path) -> bool {
@@ -195,8 +192,10 @@ impl VisionEmbedder {
         }
         let processor = match &files.preprocessor {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| Error::file(p, e))?;
-                ImageProcessor::from_config_json(&text).map_err(|e| Error::file(p, e))?
+                let bytes = std::fs::read(p).map_err(|e| Error::file(p, e))?;
+                let text = std::str::from_utf8(crate::files::without_bom(&bytes))
+                    .map_err(|e| Error::file(p, format!("not UTF-8: {e}")))?;
+                ImageProcessor::from_config_json(text).map_err(|e| Error::file(p, e))?
             }
             None => match kind {
                 VisionArch::Clip => ImageProcessor::clip(image_size as u32),

@@ -17,6 +17,14 @@ pub enum Error {
         /// Underlying error.
         source: std::io::Error,
     },
+    /// A run or qrels file holds no entry at all.
+    #[error("{path}: no {what} in the file: nothing to score")]
+    Empty {
+        /// File at fault.
+        path: PathBuf,
+        /// What is missing (`run entries`, `judgements`).
+        what: &'static str,
+    },
     /// A line of a run, qrels or exclusions file is malformed.
     #[error("{path}:{line}: {message}")]
     Line {

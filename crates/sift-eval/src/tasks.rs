@@ -45,6 +45,12 @@ pub fn task1(corpus: &Corpus, domain: &str, split: &str) -> Result<TaskData> {
             for ex in examples {
                 if ex.gold_ids.is_empty() {
                     data.dropped_no_qrels += 1;
+                    warnings.push(
+                        WarningKind::QueryWithoutJudgements,
+                        corpus.root().join("examples"),
+                        String::new(),
+                        format!("query {:?} of {domain} has no gold_ids: not scored", ex.id),
+                    );
                     continue;
                 }
                 let judged = data.qrels.entry(ex.id.clone()).or_default();

@@ -24,7 +24,12 @@ fn for_each_line(path: &Path, mut f: impl FnMut(u64, &str) -> Result<()>) -> Res
             return Ok(());
         }
         line += 1;
-        let text = std::str::from_utf8(&buf).map_err(|e| {
+        let bytes = if line == 1 {
+            buf.strip_prefix(sift_core::UTF8_BOM).unwrap_or(&buf)
+        } else {
+            &buf
+        };
+        let text = std::str::from_utf8(bytes).map_err(|e| {
             Error::line(
                 path,
                 line,
@@ -76,40 +81,59 @@ pub fn read_run(path: &Path) -> Result<Run> {
                 ),
             ));
         }
+        for (what, id) in [("query id", f[0]), ("document id", f[2])] {
+            if let Some(problem) = sift_core::id_problem(id) {
+                return Err(Error::line(path, line, format!("{what} {id:?} {problem}")));
+            }
+        }
         run.entry(f[0].to_string()).or_default().push(RunEntry {
             doc: f[2].to_string(),
             score,
         });
         Ok(())
     })?;
+    if run.is_empty() {
+        return Err(Error::Empty {
+            path: path.to_path_buf(),
+            what: "run entries",
+        });
+    }
     Ok(run)
 }
 
-/// Reads TREC qrels (`qid iter docid grade`; a tab-separated BEIR file with a header row is
-/// accepted too). A pair judged twice keeps its last grade and is counted in `warnings`.
+/// Reads TREC qrels (`qid iter docid grade`; a tab-separated BEIR file, `query-id
+/// corpus-id score`, with or without its header row, is accepted too). A pair judged twice
+/// keeps its last grade and is counted in `warnings`.
 pub fn read_qrels(path: &Path, warnings: &mut Warnings) -> Result<Qrels> {
     let mut qrels = Qrels::new();
     let mut first = true;
     for_each_line(path, |line, text| {
         let f: Vec<&str> = text.split_whitespace().collect();
         let is_first = std::mem::replace(&mut first, false);
+        if is_first && sift_core::is_qrels_header(&f) {
+            return Ok(());
+        }
         let (qid, doc, grade) = match f.len() {
             4 => (f[0], f[2], f[3]),
-            3 => (f[0], f[1], f[2]), // BEIR TSV
+            3 if text.contains('\t') => (f[0], f[1], f[2]), // BEIR TSV
             n => {
                 return Err(Error::line(
                     path,
                     line,
-                    format!("expected 4 fields (qid iter docid grade), found {n}"),
+                    format!(
+                        "expected 4 fields (qid iter docid grade), or 3 tab-separated ones (BEIR: query-id corpus-id score), found {n}"
+                    ),
                 ));
             }
         };
         let Some(grade) = parse_grade(grade) else {
-            if is_first {
-                return Ok(()); // header row
-            }
             return Err(Error::line(path, line, format!("bad grade {grade:?}")));
         };
+        for (what, id) in [("query id", qid), ("document id", doc)] {
+            if let Some(problem) = sift_core::id_problem(id) {
+                return Err(Error::line(path, line, format!("{what} {id:?} {problem}")));
+            }
+        }
         if qrels
             .entry(qid.to_string())
             .or_default()
@@ -125,6 +149,12 @@ pub fn read_qrels(path: &Path, warnings: &mut Warnings) -> Result<Qrels> {
         }
         Ok(())
     })?;
+    if qrels.is_empty() {
+        return Err(Error::Empty {
+            path: path.to_path_buf(),
+            what: "judgements",
+        });
+    }
     Ok(qrels)
 }
 
@@ -148,6 +178,27 @@ pub fn read_exclusions(path: &Path) -> Result<Exclusions> {
     Ok(out)
 }
 
+/// Writes `path` through a temporary file in the same directory, renamed into place once
+/// complete: a failure (a bad id, a full disk) never leaves half a file under that name.
+fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    let result = (|| {
+        let mut w = BufWriter::new(File::create(&tmp)?);
+        write(&mut w)?;
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(|e| Error::io(path, e))
+}
+
 fn check_token(kind: &str, s: &str) -> std::io::Result<()> {
     if s.is_empty() || s.chars().any(char::is_whitespace) {
         return Err(std::io::Error::new(
@@ -162,9 +213,8 @@ fn check_token(kind: &str, s: &str) -> std::io::Result<()> {
 /// Scores are written in their shortest exact form, so reading the file back gives the same
 /// ranking.
 pub fn write_run(path: &Path, run: &BTreeMap<String, Vec<RunEntry>>, tag: &str) -> Result<()> {
-    let write = || -> std::io::Result<()> {
+    write_atomically(path, |w| {
         check_token("run tag", tag)?;
-        let mut w = BufWriter::new(File::create(path)?);
         for (qid, entries) in run {
             check_token("query id", qid)?;
             let mut sorted: Vec<&RunEntry> = entries.iter().collect();
@@ -174,15 +224,13 @@ pub fn write_run(path: &Path, run: &BTreeMap<String, Vec<RunEntry>>, tag: &str) 
                 writeln!(w, "{qid} Q0 {} {} {} {tag}", e.doc, i + 1, e.score)?;
             }
         }
-        w.flush()
-    };
-    write().map_err(|e| Error::io(path, e))
+        Ok(())
+    })
 }
 
 /// Writes qrels in TREC format (`qid 0 docid grade`).
 pub fn write_qrels(path: &Path, qrels: &Qrels) -> Result<()> {
-    let write = || -> std::io::Result<()> {
-        let mut w = BufWriter::new(File::create(path)?);
+    write_atomically(path, |w| {
         for (qid, docs) in qrels {
             check_token("query id", qid)?;
             for (doc, grade) in docs {
@@ -190,15 +238,13 @@ pub fn write_qrels(path: &Path, qrels: &Qrels) -> Result<()> {
                 writeln!(w, "{qid} 0 {doc} {grade}")?;
             }
         }
-        w.flush()
-    };
-    write().map_err(|e| Error::io(path, e))
+        Ok(())
+    })
 }
 
 /// Writes an exclusion list (`qid docid` lines).
 pub fn write_exclusions(path: &Path, exclusions: &Exclusions) -> Result<()> {
-    let write = || -> std::io::Result<()> {
-        let mut w = BufWriter::new(File::create(path)?);
+    write_atomically(path, |w| {
         for (qid, docs) in exclusions {
             check_token("query id", qid)?;
             for doc in docs {
@@ -206,7 +252,6 @@ pub fn write_exclusions(path: &Path, exclusions: &Exclusions) -> Result<()> {
                 writeln!(w, "{qid} {doc}")?;
             }
         }
-        w.flush()
-    };
-    write().map_err(|e| Error::io(path, e))
+        Ok(())
+    })
 }

@@ -286,8 +286,33 @@ impl IndexDir {
 
     /// Builds an index of `domains` of `corpus` at `root`, replacing any index there only once
     /// the new one is complete. Returns the new index.
+    ///
+    /// Everything runs on `options.threads` threads (tantivy's indexing, at most 8, and a
+    /// thread pool for embedding and the HNSW graphs). With one thread the HNSW graphs are
+    /// reproducible bit for bit; with several, points are inserted concurrently and the
+    /// graphs (not the stored vectors or exact search) can differ slightly between builds.
     pub fn build(
         root: impl AsRef<Path>,
+        corpus: &Corpus,
+        domains: &[String],
+        options: &BuildOptions,
+        dense: &[DenseBuild<'_>],
+        progress: &dyn Progress,
+    ) -> Result<IndexDir> {
+        let threads = options.threads.max(1);
+        let root = root.as_ref();
+        if rayon::current_num_threads() == threads {
+            return Self::build_here(root, corpus, domains, options, dense, progress);
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| Error::InvalidParameter(format!("{threads} threads: {e}")))?;
+        pool.install(|| Self::build_here(root, corpus, domains, options, dense, progress))
+    }
+
+    fn build_here(
+        root: &Path,
         corpus: &Corpus,
         domains: &[String],
         options: &BuildOptions,
@@ -298,7 +323,7 @@ impl IndexDir {
         for d in dense {
             d.hnsw.validate()?;
         }
-        let root = root.as_ref().to_path_buf();
+        let root = root.to_path_buf();
         if root.exists() && !root.is_dir() {
             return Err(Error::io(
                 &root,

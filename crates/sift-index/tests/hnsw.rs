@@ -165,3 +165,16 @@ fn bad_parameters_and_damaged_files_are_errors() {
         .expect("truncated vectors must not open");
     assert!(err.to_string().contains("vectors.f32"), "{err}");
 }
+
+/// One insertion thread: the same vectors give the same graph, byte for byte.
+#[test]
+fn single_threaded_builds_are_deterministic() {
+    let dim = 32;
+    let vectors = clustered(5_000, dim, 50, 3);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let build = || pool.install(|| sift_index::Hnsw::build(&vectors, dim, 16, 100).to_bytes());
+    assert_eq!(build(), build());
+}

@@ -62,6 +62,13 @@ pub fn run(a: Args) -> Result<()> {
         }
         bar.finish_and_clear();
         counts.passages = ids.len() as u64;
+        if ids.is_empty() {
+            // `sift index` refuses such a domain, so check does too
+            return Err(sift_core::Error::EmptyCorpus {
+                path: corpus.passage_files(domain)?.remove(0),
+            }
+            .into());
+        }
         warnings.extend(passages.warnings().clone());
         let task = task1(&corpus, domain, &a.split)?;
         counts.queries = task.queries.len();
@@ -73,7 +80,7 @@ pub fn run(a: Args) -> Result<()> {
             let mut image_paths = HashSet::new();
             for img in images.by_ref() {
                 let img = img?;
-                if let Err(e) = img.probe() {
+                if let Err(e) = sift_embed::preprocess::decode_rgb(&img.bytes) {
                     counts.undecodable_images += 1;
                     warnings.push(
                         WarningKind::UndecodableImage,
@@ -89,7 +96,7 @@ pub fn run(a: Args) -> Result<()> {
             let mut qimages = corpus.query_images(domain)?;
             for img in qimages.by_ref() {
                 let img = img?;
-                if let Err(e) = img.probe() {
+                if let Err(e) = sift_embed::preprocess::decode_rgb(&img.bytes) {
                     warnings.push(
                         WarningKind::UndecodableImage,
                         &img.file,

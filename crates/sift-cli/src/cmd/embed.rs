@@ -58,7 +58,10 @@ pub(crate) fn read_inputs(path: &PathBuf) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for (i, line) in reader.split(b'\n').enumerate() {
         let n = i + 1;
-        let line = line.with_context(|| format!("{}", path.display()))?;
+        let mut line = line.with_context(|| format!("{}", path.display()))?;
+        if n == 1 && line.starts_with(sift_core::UTF8_BOM) {
+            line.drain(..sift_core::UTF8_BOM.len());
+        }
         let text = String::from_utf8(line).map_err(|e| {
             anyhow::anyhow!(
                 "{}:{n}: invalid UTF-8 at byte {}",
@@ -89,6 +92,9 @@ pub(crate) fn read_inputs(path: &PathBuf) -> Result<Vec<(String, String)>> {
                 Some(serde_json::Value::Number(x)) => x.to_string(),
                 _ => n.to_string(),
             };
+            if let Some(problem) = sift_core::id_problem(&id) {
+                bail!("{}:{n}: id {id:?} {problem}", path.display());
+            }
             out.push((id, body));
         } else {
             out.push((n.to_string(), text.to_string()));

@@ -72,7 +72,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     ann: Ann,
     /// HNSW candidate list size at query time.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = crate::options::positive)]
     ef_search: usize,
     /// Load dense models from here instead of the location recorded in the index.
     #[arg(long)]
@@ -88,7 +88,7 @@ pub struct Args {
     #[arg(long, default_value = "test")]
     split: String,
     /// Passages retrieved per query (the reference keeps 1000).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = crate::options::positive)]
     top_k: usize,
     /// Write the retrieved ranking as a TREC run file.
     #[arg(long)]
@@ -153,9 +153,12 @@ pub fn run(a: Args) -> Result<()> {
     match (&a.corpus, &a.index, &a.run, &a.qrels) {
         (Some(c), Some(i), None, None) => run_task(&a, c, i),
         (None, None, Some(r), Some(q)) => score_run(&a, r, q),
-        _ => bail!(
-            "give either --corpus and --index (run a task) or --run and --qrels (score a run)"
-        ),
+        // a usage error: clap's message and exit status 2
+        _ => clap::Error::raw(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "give either --corpus and --index (run a task) or --run and --qrels (score a run)\n",
+        )
+        .exit(),
     }
 }
 
@@ -168,6 +171,20 @@ fn score_run(a: &Args, run_path: &Path, qrels_path: &Path) -> Result<()> {
         None => Exclusions::new(),
     };
     let ev = evaluate(&run, &qrels, &exclusions, a.complete);
+    if ev.per_query.is_empty() {
+        bail!(
+            "nothing to score: none of the {} queries of {} is judged in {} ({} judged queries){}",
+            run.len(),
+            run_path.display(),
+            qrels_path.display(),
+            qrels.len(),
+            if a.complete {
+                ""
+            } else {
+                "; --complete scores judged queries missing from the run as 0"
+            }
+        );
+    }
     let name = qrels_path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -474,6 +491,16 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
             entry.1.extend(data.exclusions);
             all_warnings.extend(data.warnings);
         }
+    }
+    let scored: usize = jobs
+        .iter()
+        .flat_map(|j| &j.report.per_domain)
+        .map(|d| d.queries)
+        .sum();
+    if scored == 0 {
+        bail!(
+            "nothing to score: no query of the selected domains has judgements for the task(s) run"
+        );
     }
     if let Some(path) = &a.run_out {
         write_run(path, &jobs[0].run, "sift")?;

@@ -51,7 +51,9 @@ pub struct Args {
     /// HNSW candidate list size while building.
     #[arg(long, default_value_t = HnswParams::default().ef_construction)]
     ef_construction: usize,
-    /// Indexing threads [default: number of cores].
+    /// Threads for indexing, embedding and the HNSW graphs [default: number of cores]. With
+    /// 1, HNSW graphs are reproducible bit for bit; with more, concurrent insertion makes
+    /// them differ slightly from build to build (recall does not change).
     #[arg(long)]
     threads: Option<usize>,
     /// Replace an existing index even if the new one lacks some of its domains or dense

@@ -60,7 +60,7 @@ pub fn run(a: Args) -> Result<()> {
         }
         Cmd::Info { model, json } => {
             let files = ModelFiles::resolve(&model)?;
-            let config: serde_json::Value = serde_json::from_slice(&std::fs::read(&files.config)?)?;
+            let config: serde_json::Value = sift_embed::read_json(&files.config)?;
             let out = serde_json::json!({
                 "name": files.name,
                 "config": files.config,

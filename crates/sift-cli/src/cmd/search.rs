@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long)]
     domain: Option<String>,
     /// Number of results.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = crate::options::positive)]
     top_k: usize,
     #[command(flatten)]
     bm25: Bm25Flags,
