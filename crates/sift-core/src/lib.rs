@@ -20,6 +20,7 @@ mod beir;
 pub use beir::{UTF8_BOM, is_qrels_header, parse_grade};
 mod corpus;
 mod error;
+mod guard;
 mod mmbright;
 mod paths;
 mod types;
@@ -27,6 +28,7 @@ mod warnings;
 
 pub use corpus::{Corpus, ImageRecord, Images, Layout, Passages};
 pub use error::{Error, Result};
+pub use guard::catch_panics;
 pub use paths::{id_problem, image_base_key, normalize_image_path, passage_base_key};
 pub use types::{Example, ImageLabels, Passage, Qrels};
 pub use warnings::{Warning, WarningKind, Warnings};

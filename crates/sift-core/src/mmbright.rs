@@ -40,6 +40,16 @@ impl Table {
         optional: &[&str],
         batch_size: usize,
     ) -> Result<Table> {
+        crate::catch_panics(|| Self::open_unguarded(path, required, optional, batch_size))
+            .unwrap_or_else(|what| Err(reader_panicked(path, &what)))
+    }
+
+    fn open_unguarded(
+        path: &Path,
+        required: &[&str],
+        optional: &[&str],
+        batch_size: usize,
+    ) -> Result<Table> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let builder =
             ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| Error::parquet(path, e))?;
@@ -89,7 +99,9 @@ impl Table {
 
     /// Next batch and the file row number of its first row.
     pub(crate) fn next_batch(&mut self) -> Result<Option<(u64, RecordBatch)>> {
-        match self.reader.next() {
+        let next = crate::catch_panics(|| self.reader.next())
+            .map_err(|what| reader_panicked(&self.path, &what))?;
+        match next {
             None => Ok(None),
             Some(Err(e)) => Err(Error::parquet(
                 &self.path,
@@ -106,6 +118,14 @@ impl Table {
     pub(crate) fn column<'b>(&self, batch: &'b RecordBatch, name: &str) -> Option<&'b ArrayRef> {
         self.columns.get(name).map(|&i| batch.column(i))
     }
+}
+
+/// The parquet reader panicked on `path` (it does on some corrupt files).
+fn reader_panicked(path: &Path, what: &str) -> Error {
+    Error::parquet(
+        path,
+        format!("the file is corrupt (the reader failed: {what})"),
+    )
 }
 
 /// The string at `row`, or `None` when null. Errors on a non-string column.

@@ -3,11 +3,9 @@
 //! A built index is never changed again (a rebuild writes a new generation), so readers take
 //! no locks and write nothing: an index on a read-only file system, or owned by another user,
 //! can be searched.
-use std::cell::Cell;
 use std::io;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
 use tantivy::directory::error::{DeleteError, LockError, OpenReadError, OpenWriteError};
 use tantivy::directory::{
@@ -77,37 +75,10 @@ impl Directory for ReadOnlyDirectory {
     }
 }
 
-thread_local! {
-    /// Depth of [`guard`] calls on this thread: their panics are reported as errors, so the
-    /// panic hook stays quiet.
-    static GUARDED: Cell<u32> = const { Cell::new(0) };
-}
-
-static QUIET_HOOK: Once = Once::new();
-
 /// Runs `f`, turning a panic inside it (tantivy panics on some corrupt files instead of
 /// returning an error) into [`Error::Corrupt`] naming `path`.
-///
-/// The first call installs a panic hook that stays silent for panics inside `guard` on the
-/// same thread and hands every other panic to the hook that was installed before.
 pub(crate) fn guard<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    QUIET_HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if GUARDED.with(Cell::get) == 0 {
-                previous(info);
-            }
-        }));
-    });
-    GUARDED.with(|g| g.set(g.get() + 1));
-    let result = catch_unwind(AssertUnwindSafe(f));
-    GUARDED.with(|g| g.set(g.get() - 1));
-    result.unwrap_or_else(|payload| {
-        let what = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown failure".into());
+    sift_core::catch_panics(f).unwrap_or_else(|what| {
         Err(Error::Corrupt {
             path: PathBuf::from(path),
             message: format!("reading it failed ({what}); rebuild the index"),
@@ -127,8 +98,6 @@ mod tests {
             msg.contains("x: index is corrupt") && msg.contains("bad block"),
             "{msg}"
         );
-        // and the guard is re-entrant / leaves the thread unguarded afterwards
-        assert_eq!(GUARDED.with(Cell::get), 0);
         assert_eq!(guard(Path::new("x"), || Ok(3)).unwrap(), 3);
     }
 }
