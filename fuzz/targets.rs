@@ -167,13 +167,13 @@ pub fn parquet(data: &[u8]) {
 /// An encoded image: decoded as transformers' processors and GME's loader would, then
 /// preprocessed for CLIP, SigLIP and GME.
 pub fn image(data: &[u8]) {
-    use sift_embed::preprocess::{Alpha, ImageProcessor, decode_rgb, decode_rgb_with};
+    use sift_embed::image::{Alpha, ImageProcessor, decode_rgb, decode_rgb_with};
     if let Ok(img) = decode_rgb(data) {
         let _ = ImageProcessor::clip(32).preprocess(&img);
         let _ = ImageProcessor::siglip(24).preprocess(&img);
     }
     let _ = decode_rgb_with(data, Alpha::Drop);
-    let gme = sift_embed::gme::GmeProcessor::new(14, 2, 2, 4, 64);
+    let gme = sift_embed::models::gme::GmeProcessor::new(14, 2, 2, 4, 64);
     let _ = gme.prepare(data, None);
     let _ = gme.prepare(data, Some(8));
 }

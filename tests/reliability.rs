@@ -741,7 +741,7 @@ fn image_folders_with_links_fifos_and_loops() {
         fs::write(&p, &r.bytes).unwrap();
         if one_png.is_empty()
             && r.path.ends_with(".png")
-            && sift_embed::preprocess::decode_rgb(&r.bytes).is_ok()
+            && sift_embed::image::decode_rgb(&r.bytes).is_ok()
         {
             one_png = r.bytes.clone();
         }

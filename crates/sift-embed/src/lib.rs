@@ -10,31 +10,24 @@
 //! - [`ModelFiles::resolve`]: a local directory, or a hub id through hf-hub (feature `hub`).
 #![warn(missing_docs)]
 
-mod bert;
-pub mod clip;
 mod device;
-mod encoder;
 mod error;
 mod files;
-pub mod gme;
-pub mod ops;
-pub mod preprocess;
-pub mod qwen2vl;
+pub mod image;
+pub mod models;
+mod nn;
 pub mod registry;
-pub mod siglip;
-mod text;
-mod vision;
 
 pub use device::{DevicePref, select_device};
 pub use error::{Error, Result};
 pub use files::{ModelFiles, read_json};
-pub use gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
-pub use registry::{ModelInfo, Pooling};
-pub use text::{Kind, TextEmbedder, TextEmbedderOptions};
-pub use vision::{
+pub use models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
+pub use models::text::{Kind, TextEmbedder, TextEmbedderOptions};
+pub use models::vision::{
     VisionArch, VisionEmbedder, VisionOptions, is_vision_model, siglip_canonicalize,
     siglip_canonicalize_with,
 };
+pub use registry::{ModelInfo, Pooling};
 
 /// Makes glibc's allocator keep large buffers for reuse instead of returning each one to the
 /// kernel: model inference allocates and frees activation tensors of many megabytes per

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 use serde_json::Value;
-use sift_embed::gme::{GmeProcessor, smart_resize_fetch, smart_resize_processor};
+use sift_embed::models::gme::{GmeProcessor, smart_resize_fetch, smart_resize_processor};
 use sift_embed::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, ModelFiles};
 
 fn root() -> PathBuf {
@@ -234,9 +234,8 @@ fn preprocessing_matches_the_processor() {
         );
         let proc = GmeProcessor::new(14, 2, 2, min / 784, max / 784);
         let bytes = std::fs::read(root().join(name)).expect("image");
-        let img =
-            sift_embed::preprocess::decode_rgb_with(&bytes, sift_embed::preprocess::Alpha::Drop)
-                .expect("decodes");
+        let img = sift_embed::image::decode_rgb_with(&bytes, sift_embed::image::Alpha::Drop)
+            .expect("decodes");
         let size = |k: &str| -> (u32, u32) {
             let v = p[k].as_array().expect("size");
             (v[0].as_u64().unwrap() as u32, v[1].as_u64().unwrap() as u32)

@@ -1,4 +1,4 @@
-//! Parity of `sift_embed::preprocess` with Hugging Face's CLIP/SigLIP image processors
+//! Parity of `sift_embed::image` with Hugging Face's CLIP/SigLIP image processors
 //! (transformers' PIL backend), on the fixtures of `models/fixtures/vision/preprocess`
 //! (see its README.md; regenerate with `make_preprocess_fixtures.py`).
 //!
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use image::RgbImage;
 use serde_json::Value;
-use sift_embed::preprocess::{ImageProcessor, decode_rgb};
+use sift_embed::image::{ImageProcessor, decode_rgb};
 
 /// Max abs difference allowed per output value.
 const TOL: f32 = 1e-5;

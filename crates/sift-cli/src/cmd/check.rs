@@ -80,7 +80,7 @@ pub fn run(a: Args) -> Result<()> {
             let mut image_paths = HashSet::new();
             for img in images.by_ref() {
                 let img = img?;
-                if let Err(e) = sift_embed::preprocess::decode_rgb(&img.bytes) {
+                if let Err(e) = sift_embed::image::decode_rgb(&img.bytes) {
                     counts.undecodable_images += 1;
                     warnings.push(
                         WarningKind::UndecodableImage,
@@ -96,7 +96,7 @@ pub fn run(a: Args) -> Result<()> {
             let mut qimages = corpus.query_images(domain)?;
             for img in qimages.by_ref() {
                 let img = img?;
-                if let Err(e) = sift_embed::preprocess::decode_rgb(&img.bytes) {
+                if let Err(e) = sift_embed::image::decode_rgb(&img.bytes) {
                     warnings.push(
                         WarningKind::UndecodableImage,
                         &img.file,

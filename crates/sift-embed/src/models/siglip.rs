@@ -9,9 +9,9 @@ use candle_core::{D, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::clip::{Side, act, from_empty};
-use crate::encoder::{Encoder, EncoderSizes, TextEmbeddings, patch_linear, patchify};
-use crate::ops::{self, Segment};
+use crate::models::clip::{Side, act, from_empty};
+use crate::nn::encoder::{Encoder, EncoderSizes, TextEmbeddings, patch_linear, patchify};
+use crate::nn::ops::{self, Segment};
 
 fn d_vocab() -> usize {
     32000

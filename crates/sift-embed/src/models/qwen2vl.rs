@@ -20,7 +20,7 @@ use candle_nn::{Embedding, LayerNorm, Linear, RmsNorm, VarBuilder};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::ops::{self, Act, Segment};
+use crate::nn::ops::{self, Act, Segment};
 
 /// `vision_config` of a Qwen2-VL checkpoint (transformers' `Qwen2VLVisionConfig` defaults).
 #[derive(Debug, Clone, Deserialize)]

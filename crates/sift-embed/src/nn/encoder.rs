@@ -3,11 +3,11 @@
 //! `mlp.fc2`, `layer_norm2`.
 //!
 //! Like the BERT encoder it runs on packed batches: all tokens in one `(tokens, hidden)`
-//! matrix, attention per sequence (see [`crate::ops::attention`]).
+//! matrix, attention per sequence (see [`crate::nn::ops::attention`]).
 use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 
-use crate::ops::{self, Act, Segment};
+use crate::nn::ops::{self, Act, Segment};
 
 /// Sizes of an encoder (one tower's `text_config` / `vision_config`).
 #[derive(Debug, Clone, Copy)]

@@ -10,7 +10,7 @@ use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use candle_transformers::models::bert::{Config, HiddenAct};
 
-use crate::ops::{self, Act, Segment, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, Segment, load_layer_norm as layer_norm};
 
 struct Layer {
     qkv: Linear,

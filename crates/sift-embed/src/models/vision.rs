@@ -2,7 +2,7 @@
 //!
 //! Loading reads `config.json` (`model_type` clip or siglip), `tokenizer.json` (with the
 //! model's truncation and padding applied as its transformers processor does) and
-//! `preprocessor_config.json` (see [`crate::preprocess`]; defaults per family when absent).
+//! `preprocessor_config.json` (see [`crate::image`]; defaults per family when absent).
 //! Vectors are L2-normalised; the `*_features` methods return them unnormalised, as
 //! transformers' `get_text_features` / `get_image_features` do.
 use std::path::Path;
@@ -15,11 +15,11 @@ use tokenizers::{
     TruncationParams, TruncationStrategy,
 };
 
-use crate::clip::{Clip, ClipConfig};
 use crate::files::ModelFiles;
-use crate::ops::l2_normalize;
-use crate::preprocess::{ImageProcessor, decode_rgb};
-use crate::siglip::{Siglip, SiglipConfig};
+use crate::image::{ImageProcessor, decode_rgb};
+use crate::models::clip::{Clip, ClipConfig};
+use crate::models::siglip::{Siglip, SiglipConfig};
+use crate::nn::ops::l2_normalize;
 use crate::{Error, Result};
 
 /// Model family.

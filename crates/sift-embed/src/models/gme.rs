@@ -32,11 +32,11 @@ use serde_json::Value;
 use tokenizers::Tokenizer;
 
 use crate::files::ModelFiles;
-use crate::ops::{Segment, l2_normalize};
-use crate::preprocess::{
+use crate::image::{
     Alpha, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, Resample, decode_rgb_with, resize_rgb8,
 };
-use crate::qwen2vl::{Position, Qwen2VlConfig, TextModel, VisionTower};
+use crate::models::qwen2vl::{Position, Qwen2VlConfig, TextModel, VisionTower};
+use crate::nn::ops::{Segment, l2_normalize};
 use crate::{Error, Result};
 
 /// GME's instruction for candidates, and for queries without one of their own.

@@ -7,8 +7,8 @@ use candle_core::{Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::encoder::{Encoder, EncoderSizes, TextEmbeddings, patch_linear, patchify};
-use crate::ops::{self, Act, Segment};
+use crate::nn::encoder::{Encoder, EncoderSizes, TextEmbeddings, patch_linear, patchify};
+use crate::nn::ops::{self, Act, Segment};
 
 fn d_text_vocab() -> usize {
     49408

@@ -1,0 +1,272 @@
+//! Image decoding and conversion to RGB as Pillow (and transformers' `convert_to_rgb`) do.
+use image::{DynamicImage, ImageFormat, RgbImage, Rgba};
+
+use super::PreprocessError;
+
+/// What a PNG's header says about its pixels (the `image` crate hides it).
+#[derive(Debug, Clone, Copy, Default)]
+struct PngInfo {
+    color_type: u8,
+    bit_depth: u8,
+    /// Raw tRNS sample values for greyscale (one) or RGB (three) images.
+    trns_key: Option<[u16; 3]>,
+}
+
+fn png_info(bytes: &[u8]) -> Option<PngInfo> {
+    let be32 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    if bytes.len() < 33 || &bytes[..8] != b"\x89PNG\r\n\x1a\n" {
+        return None;
+    }
+    let mut info = PngInfo::default();
+    let mut pos = 8;
+    while pos + 8 <= bytes.len() {
+        let len = be32(&bytes[pos..]) as usize;
+        let kind = &bytes[pos + 4..pos + 8];
+        let data = bytes.get(pos + 8..pos + 8 + len)?;
+        match kind {
+            b"IHDR" if len >= 13 => {
+                info.bit_depth = data[8];
+                info.color_type = data[9];
+            }
+            b"tRNS" => {
+                let be16 = |i: usize| data.get(i..i + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+                info.trns_key = match info.color_type {
+                    0 => be16(0).map(|g| [g, g, g]),
+                    2 => match (be16(0), be16(2), be16(4)) {
+                        (Some(r), Some(g), Some(b)) => Some([r, g, b]),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+            }
+            b"IDAT" | b"IEND" => break,
+            _ => {}
+        }
+        pos += 12 + len;
+    }
+    Some(info)
+}
+
+/// Decodes an image (format sniffed from the bytes: JPEG, PNG, WebP, GIF, BMP) and converts
+/// it to 8-bit RGB as transformers' processors do with a PIL image from `Image.open`:
+/// images with alpha or transparency are alpha-composited onto white (Pillow's integer
+/// `alpha_composite`), everything else goes through Pillow's `convert("RGB")`.
+///
+/// Pillow's conversions are reproduced where they differ from the `image` crate's: 16-bit
+/// greyscale PNG (`I;16`) saturates at 255 instead of scaling; 16-bit colour and
+/// grey+alpha PNG keep the high byte (truncation, not rounding); a greyscale `tRNS` colour
+/// key is compared as Pillow does (the raw key against the 8-bit value: unscaled for 2- and
+/// 4-bit images, saturated for 16-bit); a 16-bit RGB key is compared against the 8-bit
+/// high bytes. Decoded pixels equal Pillow's for PNG, BMP, GIF and WebP (lossless, and
+/// lossy on every file tried); JPEG decoders differ by a few levels (zune-jpeg vs
+/// libjpeg-turbo; see the fixtures' README). EXIF orientation and ICC profiles are ignored,
+/// as with `Image.open`.
+pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage, PreprocessError> {
+    decode_rgb_with(bytes, Alpha::OverWhite)
+}
+
+/// Whether a JPEG stream stops before its end-of-image marker: the marker segments are
+/// walked by their lengths (so an EXIF thumbnail inside APP1 is skipped) up to the first
+/// start-of-scan, after which an EOI (`FF D9`, which byte stuffing keeps out of scan data)
+/// must follow. Pillow raises on such files, even when only the EOI is missing.
+fn jpeg_is_truncated(b: &[u8]) -> bool {
+    let mut i = 2; // after SOI
+    loop {
+        while i < b.len() && b[i] != 0xFF {
+            i += 1;
+        }
+        while i < b.len() && b[i] == 0xFF {
+            i += 1;
+        }
+        let Some(&marker) = b.get(i) else {
+            return true;
+        };
+        i += 1;
+        match marker {
+            0xD9 => return false,
+            0x01 | 0xD0..=0xD7 => {}
+            _ => {
+                let Some(len) = b.get(i..i + 2) else {
+                    return true;
+                };
+                let len = u16::from_be_bytes([len[0], len[1]]) as usize;
+                if marker == 0xDA {
+                    let scan = b.get(i + len..).unwrap_or(&[]);
+                    return !scan.windows(2).any(|w| w == [0xFF, 0xD9]);
+                }
+                i += len;
+            }
+        }
+    }
+}
+
+/// What becomes of transparency when an image is converted to RGB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alpha {
+    /// Composited onto opaque white, as transformers 5's `convert_rgb` does.
+    OverWhite,
+    /// Dropped, as Pillow's `Image.convert("RGB")` does (the colour under a transparent
+    /// pixel shows): what GME's own image loading (`fetch_image`) gives its processor.
+    Drop,
+}
+
+/// [`decode_rgb`] with the given treatment of transparency.
+pub fn decode_rgb_with(bytes: &[u8], alpha: Alpha) -> Result<RgbImage, PreprocessError> {
+    let format = image::guess_format(bytes).map_err(|_| PreprocessError::UnknownFormat)?;
+    if format == ImageFormat::Jpeg && jpeg_is_truncated(bytes) {
+        return Err(PreprocessError::Truncated);
+    }
+    let png = if format == ImageFormat::Png {
+        png_info(bytes)
+    } else {
+        None
+    };
+    let img = image::load_from_memory_with_format(bytes, format)?;
+    Ok(to_rgb_like_pil(img, png, alpha))
+}
+
+/// Converts a decoded image to RGB as Pillow would have opened and transformers converted
+/// it. `png` is the header info when the image was a PNG.
+fn to_rgb_like_pil(img: DynamicImage, png: Option<PngInfo>, alpha: Alpha) -> RgbImage {
+    let composite_rgba =
+        |w: u32, h: u32, pixel: &dyn Fn(u32, u32) -> Rgba<u8>| composite_rgba(w, h, pixel, alpha);
+    let (w, h) = (img.width(), img.height());
+    let key = png.and_then(|p| p.trns_key);
+    let color_type = png.map(|p| p.color_type);
+    match img {
+        DynamicImage::ImageRgb8(rgb) => rgb,
+        DynamicImage::ImageLuma8(l) => RgbImage::from_fn(w, h, |x, y| {
+            let v = l.get_pixel(x, y)[0];
+            image::Rgb([v, v, v])
+        }),
+        DynamicImage::ImageLumaA8(la) => {
+            // A real grey+alpha image, or greyscale with a tRNS key (alpha recomputed the
+            // way Pillow compares the key: raw key against the scaled 8-bit value, and a
+            // 1-bit key of 1 means white).
+            let pil_key = match (color_type, key) {
+                (Some(0), Some(k)) => {
+                    let depth = png.map(|p| p.bit_depth).unwrap_or(8);
+                    Some(if depth == 1 {
+                        if k[0] != 0 { 255 } else { 0 }
+                    } else {
+                        k[0]
+                    })
+                }
+                _ => None,
+            };
+            composite_rgba(w, h, &|x, y| {
+                let p = la.get_pixel(x, y);
+                let a = match pil_key {
+                    Some(k) => {
+                        if p[0] as u16 == k {
+                            0
+                        } else {
+                            255
+                        }
+                    }
+                    None => p[1],
+                };
+                Rgba([p[0], p[0], p[0], a])
+            })
+        }
+        DynamicImage::ImageRgba8(rgba) => {
+            // PNG colour-key and palette tRNS, GIF transparency, WebP/PNG alpha: the
+            // decoder's alpha is the one Pillow's convert("RGBA") gives.
+            composite_rgba(w, h, &|x, y| *rgba.get_pixel(x, y))
+        }
+        DynamicImage::ImageLuma16(l) => RgbImage::from_fn(w, h, |x, y| {
+            let v = l.get_pixel(x, y)[0].min(255) as u8;
+            image::Rgb([v, v, v])
+        }),
+        DynamicImage::ImageLumaA16(la) => {
+            if let (Some(0), Some(k)) = (color_type, key) {
+                // 16-bit greyscale with a tRNS key: Pillow opens it as I;16, and
+                // convert("RGBA") compares the saturated 8-bit value with the raw key.
+                composite_rgba(w, h, &|x, y| {
+                    let v = la.get_pixel(x, y)[0].min(255) as u8;
+                    Rgba([v, v, v, if v as u16 == k[0] { 0 } else { 255 }])
+                })
+            } else {
+                composite_rgba(w, h, &|x, y| {
+                    let p = la.get_pixel(x, y);
+                    let v = (p[0] >> 8) as u8;
+                    Rgba([v, v, v, (p[1] >> 8) as u8])
+                })
+            }
+        }
+        DynamicImage::ImageRgb16(rgb) => RgbImage::from_fn(w, h, |x, y| {
+            let p = rgb.get_pixel(x, y);
+            image::Rgb([(p[0] >> 8) as u8, (p[1] >> 8) as u8, (p[2] >> 8) as u8])
+        }),
+        DynamicImage::ImageRgba16(rgba) => {
+            let rgb_key = match (color_type, key) {
+                (Some(2), Some(k)) => Some(k),
+                _ => None,
+            };
+            composite_rgba(w, h, &|x, y| {
+                let p = rgba.get_pixel(x, y);
+                let (r, g, b) = ((p[0] >> 8) as u8, (p[1] >> 8) as u8, (p[2] >> 8) as u8);
+                let a = match rgb_key {
+                    // Pillow compares the 8-bit pixel with the raw 16-bit key.
+                    Some(k) => {
+                        if [r as u16, g as u16, b as u16] == k {
+                            0
+                        } else {
+                            255
+                        }
+                    }
+                    None => (p[3] >> 8) as u8,
+                };
+                Rgba([r, g, b, a])
+            })
+        }
+        other => other.to_rgb8(),
+    }
+}
+
+/// Builds the image pixel by pixel and composites each onto opaque white (or drops alpha).
+fn composite_rgba(w: u32, h: u32, pixel: &dyn Fn(u32, u32) -> Rgba<u8>, alpha: Alpha) -> RgbImage {
+    RgbImage::from_fn(w, h, |x, y| {
+        let p = pixel(x, y);
+        let a = match alpha {
+            Alpha::OverWhite => p[3],
+            Alpha::Drop => 255,
+        };
+        image::Rgb([
+            over_white(p[0], a),
+            over_white(p[1], a),
+            over_white(p[2], a),
+        ])
+    })
+}
+
+/// Pillow's `ImagingAlphaComposite` of `(c, a)` over an opaque white background
+/// (`libImaging/AlphaComposite.c`, 7 extra bits of precision, rounded divisions by 255).
+#[inline]
+pub fn over_white(c: u8, a: u8) -> u8 {
+    const BITS: u32 = 7;
+    if a == 0 {
+        return 255;
+    }
+    let (c, a) = (c as u32, a as u32);
+    let (dst_c, dst_a) = (255u32, 255u32);
+    let blend = dst_a * (255 - a);
+    let outa255 = a * 255 + blend;
+    let coef1 = a * 255 * 255 * (1 << BITS) / outa255;
+    let coef2 = 255 * (1 << BITS) - coef1;
+    let tmp = c * coef1 + dst_c * coef2 + (0x80 << BITS);
+    ((((tmp >> 8) + tmp) >> 8) >> BITS) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn composite_over_white() {
+        assert_eq!(over_white(17, 0), 255);
+        assert_eq!(over_white(17, 255), 17);
+        assert_eq!(over_white(0, 128), 127);
+        assert_eq!(over_white(200, 1), 255);
+    }
+}
