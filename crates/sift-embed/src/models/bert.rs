@@ -1,6 +1,6 @@
 //! BERT encoder for inference on unpadded, packed batches.
 //!
-//! Same weights and arithmetic as Hugging Face `BertModel` (and candle-transformers' port),
+//! Same weights and arithmetic as Hugging Face `BertModel` (and candle-transformers' port, which Sift does not depend on),
 //! arranged for throughput: the tokens of all sequences in a batch are packed into one
 //! `(tokens, hidden)` matrix, so every linear layer, layer norm and activation runs once per
 //! batch with no padding; attention alone runs per sequence, on exactly its own tokens, so no
@@ -8,9 +8,55 @@
 //! (erf) GELU runs in parallel with an f32 erf accurate to 1.5e-7.
 use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
-use candle_transformers::models::bert::{Config, HiddenAct};
+use serde::Deserialize;
 
 use crate::nn::ops::{self, Act, Segment, load_layer_norm as layer_norm};
+
+/// A BERT `config.json`: transformers' `BertConfig`, with its defaults for omitted keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct BertConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Hidden size.
+    pub hidden_size: usize,
+    /// Layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads.
+    pub num_attention_heads: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// MLP activation (`gelu`, `gelu_new`, `relu`, ...).
+    pub hidden_act: String,
+    /// Longest input, special tokens included.
+    pub max_position_embeddings: usize,
+    /// Token type (segment) vocabulary.
+    pub type_vocab_size: usize,
+    /// Layer-norm epsilon.
+    pub layer_norm_eps: f64,
+    /// Position embeddings: only `absolute` is supported.
+    pub position_embedding_type: String,
+    /// `bert` (or absent in old configs).
+    pub model_type: Option<String>,
+}
+
+impl Default for BertConfig {
+    fn default() -> Self {
+        BertConfig {
+            vocab_size: 30522,
+            hidden_size: 768,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            intermediate_size: 3072,
+            hidden_act: "gelu".into(),
+            max_position_embeddings: 512,
+            type_vocab_size: 2,
+            layer_norm_eps: 1e-12,
+            position_embedding_type: "absolute".into(),
+            model_type: None,
+        }
+    }
+}
 
 struct Layer {
     qkv: Linear,
@@ -40,7 +86,7 @@ fn linear(vb: &VarBuilder, inp: usize, out: usize) -> Result<Linear> {
 
 impl Bert {
     /// Loads the weights (with or without a `bert.` / `<model_type>.` prefix).
-    pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Bert> {
+    pub fn load(vb: VarBuilder, cfg: &BertConfig) -> Result<Bert> {
         let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") {
             vb
         } else if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
@@ -54,6 +100,14 @@ impl Bert {
         } else {
             candle_core::bail!("no embeddings.word_embeddings.weight in the weights")
         };
+        if cfg.position_embedding_type != "absolute" {
+            candle_core::bail!(
+                "position_embedding_type {:?} is not supported (only absolute)",
+                cfg.position_embedding_type
+            );
+        }
+        let act = Act::parse(&cfg.hidden_act)
+            .ok_or_else(|| candle_core::Error::Msg(format!("hidden_act {:?}", cfg.hidden_act)))?;
         let h = cfg.hidden_size;
         let e = vb.pp("embeddings");
         let emb = |name: &str, n: usize| -> Result<Embedding> {
@@ -97,11 +151,7 @@ impl Bert {
             layers,
             heads: cfg.num_attention_heads,
             head_dim: h / cfg.num_attention_heads,
-            act: match cfg.hidden_act {
-                HiddenAct::Gelu => Act::Gelu,
-                HiddenAct::GeluApproximate => Act::GeluTanh,
-                HiddenAct::Relu => Act::Relu,
-            },
+            act,
             device: vb.device().clone(),
         })
     }

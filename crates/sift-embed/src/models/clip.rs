@@ -10,49 +10,6 @@ use serde::Deserialize;
 use crate::nn::encoder::{Encoder, EncoderSizes, TextEmbeddings, patch_linear, patchify};
 use crate::nn::ops::{self, Act, Segment};
 
-fn d_text_vocab() -> usize {
-    49408
-}
-fn d_512() -> usize {
-    512
-}
-fn d_2048() -> usize {
-    2048
-}
-fn d_12() -> usize {
-    12
-}
-fn d_8() -> usize {
-    8
-}
-fn d_77() -> usize {
-    77
-}
-fn d_quick_gelu() -> String {
-    "quick_gelu".into()
-}
-fn d_eps() -> f64 {
-    1e-5
-}
-fn d_eos() -> u32 {
-    49407
-}
-fn d_768() -> usize {
-    768
-}
-fn d_3072() -> usize {
-    3072
-}
-fn d_3() -> usize {
-    3
-}
-fn d_224() -> Side {
-    Side::One(224)
-}
-fn d_32() -> Side {
-    Side::One(32)
-}
-
 /// An image or patch size: one number, or `[height, width]`.
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(untagged)]
@@ -76,70 +33,89 @@ impl Side {
 
 /// `text_config` of a CLIP `config.json`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
 pub struct ClipTextConfig {
-    #[serde(default = "d_text_vocab")]
     vocab_size: usize,
-    #[serde(default = "d_512")]
     hidden_size: usize,
-    #[serde(default = "d_2048")]
     intermediate_size: usize,
-    #[serde(default = "d_12")]
     num_hidden_layers: usize,
-    #[serde(default = "d_8")]
     num_attention_heads: usize,
     /// Longest input, special tokens included.
-    #[serde(default = "d_77")]
     pub max_position_embeddings: usize,
-    #[serde(default = "d_quick_gelu")]
     hidden_act: String,
-    #[serde(default = "d_eps")]
     layer_norm_eps: f64,
     /// End-of-text id; the legacy value 2 means "pool at the highest token id".
-    #[serde(default = "d_eos")]
     pub eos_token_id: u32,
+}
+
+impl Default for ClipTextConfig {
+    fn default() -> Self {
+        ClipTextConfig {
+            vocab_size: 49408,
+            hidden_size: 512,
+            intermediate_size: 2048,
+            num_hidden_layers: 12,
+            num_attention_heads: 8,
+            max_position_embeddings: 77,
+            hidden_act: "quick_gelu".into(),
+            layer_norm_eps: 1e-5,
+            eos_token_id: 49407,
+        }
+    }
 }
 
 /// `vision_config` of a CLIP `config.json`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
 pub struct ClipVisionConfig {
-    #[serde(default = "d_768")]
     hidden_size: usize,
-    #[serde(default = "d_3072")]
     intermediate_size: usize,
-    #[serde(default = "d_12")]
     num_hidden_layers: usize,
-    #[serde(default = "d_12")]
     num_attention_heads: usize,
-    #[serde(default = "d_3")]
     num_channels: usize,
     /// Input resolution.
-    #[serde(default = "d_224")]
     pub image_size: Side,
-    #[serde(default = "d_32")]
     patch_size: Side,
-    #[serde(default = "d_quick_gelu")]
     hidden_act: String,
-    #[serde(default = "d_eps")]
     layer_norm_eps: f64,
+}
+
+impl Default for ClipVisionConfig {
+    fn default() -> Self {
+        ClipVisionConfig {
+            hidden_size: 768,
+            intermediate_size: 3072,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            num_channels: 3,
+            image_size: Side::One(224),
+            patch_size: Side::One(32),
+            hidden_act: "quick_gelu".into(),
+            layer_norm_eps: 1e-5,
+        }
+    }
 }
 
 /// A CLIP `config.json`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
 pub struct ClipConfig {
     /// Text tower.
-    #[serde(default = "from_empty")]
     pub text_config: ClipTextConfig,
     /// Vision tower.
-    #[serde(default = "from_empty")]
     pub vision_config: ClipVisionConfig,
     /// Shared embedding size.
-    #[serde(default = "d_512")]
     pub projection_dim: usize,
 }
 
-/// A config with every key at its default (for a tower a `config.json` leaves out).
-pub(crate) fn from_empty<T: serde::de::DeserializeOwned>() -> T {
-    serde_json::from_str("{}").expect("every field has a default")
+impl Default for ClipConfig {
+    fn default() -> Self {
+        ClipConfig {
+            text_config: Default::default(),
+            vision_config: Default::default(),
+            projection_dim: 512,
+        }
+    }
 }
 
 pub(crate) fn act(name: &str) -> Result<Act> {

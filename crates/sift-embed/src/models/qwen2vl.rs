@@ -24,70 +24,45 @@ use crate::nn::ops::{self, Act, Segment};
 
 /// `vision_config` of a Qwen2-VL checkpoint (transformers' `Qwen2VLVisionConfig` defaults).
 #[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
 pub struct VisionConfig {
     /// Blocks.
-    #[serde(default = "d_depth")]
     pub depth: usize,
     /// Width of the blocks.
-    #[serde(default = "d_embed_dim")]
     pub embed_dim: usize,
     /// Output width of the merger (the language model's hidden size).
-    #[serde(default = "d_vision_hidden")]
     pub hidden_size: usize,
     /// Block MLP activation.
-    #[serde(default = "d_quick_gelu")]
     pub hidden_act: String,
     /// MLP width as a multiple of `embed_dim`.
-    #[serde(default = "d_mlp_ratio")]
     pub mlp_ratio: f64,
     /// Attention heads.
-    #[serde(default = "d_vision_heads")]
     pub num_heads: usize,
     /// Input channels.
-    #[serde(default = "d_three", alias = "in_chans")]
+    #[serde(alias = "in_chans")]
     pub in_channels: usize,
     /// Patch side in pixels.
-    #[serde(default = "d_patch")]
     pub patch_size: usize,
     /// Patches merged per side into one language-model token.
-    #[serde(default = "d_two")]
     pub spatial_merge_size: usize,
     /// Frames per patch (an image is repeated to fill them).
-    #[serde(default = "d_two")]
     pub temporal_patch_size: usize,
-}
-
-fn d_depth() -> usize {
-    32
-}
-fn d_embed_dim() -> usize {
-    1280
-}
-fn d_vision_hidden() -> usize {
-    3584
-}
-fn d_quick_gelu() -> String {
-    "quick_gelu".into()
-}
-fn d_mlp_ratio() -> f64 {
-    4.0
-}
-fn d_vision_heads() -> usize {
-    16
-}
-fn d_three() -> usize {
-    3
-}
-fn d_patch() -> usize {
-    14
-}
-fn d_two() -> usize {
-    2
 }
 
 impl Default for VisionConfig {
     fn default() -> Self {
-        serde_json::from_str("{}").expect("all fields have defaults")
+        VisionConfig {
+            depth: 32,
+            embed_dim: 1280,
+            hidden_size: 3584,
+            hidden_act: "quick_gelu".into(),
+            mlp_ratio: 4.0,
+            num_heads: 16,
+            in_channels: 3,
+            patch_size: 14,
+            spatial_merge_size: 2,
+            temporal_patch_size: 2,
+        }
     }
 }
 
@@ -100,30 +75,23 @@ impl VisionConfig {
 
 /// The language model's settings (transformers' `Qwen2VLTextConfig` defaults).
 #[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
 pub struct TextConfig {
     /// Vocabulary size.
-    #[serde(default = "d_vocab")]
     pub vocab_size: usize,
     /// Hidden size.
-    #[serde(default = "d_hidden")]
     pub hidden_size: usize,
     /// MLP width.
-    #[serde(default = "d_intermediate")]
     pub intermediate_size: usize,
     /// Decoder layers.
-    #[serde(default = "d_layers")]
     pub num_hidden_layers: usize,
     /// Query heads.
-    #[serde(default = "d_heads")]
     pub num_attention_heads: usize,
     /// Key/value heads (grouped-query attention).
-    #[serde(default = "d_kv_heads")]
     pub num_key_value_heads: usize,
     /// MLP activation.
-    #[serde(default = "d_silu")]
     pub hidden_act: String,
     /// RMSNorm epsilon.
-    #[serde(default = "d_rms_eps")]
     pub rms_norm_eps: f64,
     /// Rotary base (`rope_theta`, or `rope_parameters.rope_theta`).
     #[serde(skip)]
@@ -134,29 +102,21 @@ pub struct TextConfig {
     pub mrope_section: Vec<usize>,
 }
 
-fn d_vocab() -> usize {
-    152064
-}
-fn d_hidden() -> usize {
-    8192
-}
-fn d_intermediate() -> usize {
-    29568
-}
-fn d_layers() -> usize {
-    80
-}
-fn d_heads() -> usize {
-    64
-}
-fn d_kv_heads() -> usize {
-    8
-}
-fn d_silu() -> String {
-    "silu".into()
-}
-fn d_rms_eps() -> f64 {
-    1e-5
+impl Default for TextConfig {
+    fn default() -> Self {
+        TextConfig {
+            vocab_size: 152064,
+            hidden_size: 8192,
+            intermediate_size: 29568,
+            num_hidden_layers: 80,
+            num_attention_heads: 64,
+            num_key_value_heads: 8,
+            hidden_act: "silu".into(),
+            rms_norm_eps: 1e-5,
+            rope_theta: Default::default(),
+            mrope_section: Default::default(),
+        }
+    }
 }
 
 impl TextConfig {

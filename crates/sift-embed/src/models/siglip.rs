@@ -9,110 +9,97 @@ use candle_core::{D, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::models::clip::{Side, act, from_empty};
+use crate::models::clip::{Side, act};
 use crate::nn::encoder::{Encoder, EncoderSizes, TextEmbeddings, patch_linear, patchify};
 use crate::nn::ops::{self, Segment};
 
-fn d_vocab() -> usize {
-    32000
-}
-fn d_768() -> usize {
-    768
-}
-fn d_3072() -> usize {
-    3072
-}
-fn d_12() -> usize {
-    12
-}
-fn d_64() -> usize {
-    64
-}
-fn d_3() -> usize {
-    3
-}
-fn d_act() -> String {
-    "gelu_pytorch_tanh".into()
-}
-fn d_eps() -> f64 {
-    1e-6
-}
-fn d_224() -> Side {
-    Side::One(224)
-}
-fn d_16() -> Side {
-    Side::One(16)
-}
-fn d_true() -> bool {
-    true
-}
-fn d_pad() -> Option<u32> {
-    Some(1)
-}
-
 /// `text_config` of a SigLIP `config.json`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
 pub struct SiglipTextConfig {
-    #[serde(default = "d_vocab")]
     vocab_size: usize,
-    #[serde(default = "d_768")]
     hidden_size: usize,
-    #[serde(default = "d_3072")]
     intermediate_size: usize,
-    #[serde(default = "d_12")]
     num_hidden_layers: usize,
-    #[serde(default = "d_12")]
     num_attention_heads: usize,
     /// Every text is padded (or truncated) to this many tokens.
-    #[serde(default = "d_64")]
     pub max_position_embeddings: usize,
-    #[serde(default = "d_act")]
     hidden_act: String,
-    #[serde(default = "d_eps")]
     layer_norm_eps: f64,
     /// Padding id (used when the tokenizer names none).
-    #[serde(default = "d_pad")]
     pub pad_token_id: Option<u32>,
     /// Output size of the head (the hidden size when absent).
-    #[serde(default)]
     projection_size: Option<usize>,
+}
+
+impl Default for SiglipTextConfig {
+    fn default() -> Self {
+        SiglipTextConfig {
+            vocab_size: 32000,
+            hidden_size: 768,
+            intermediate_size: 3072,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            max_position_embeddings: 64,
+            hidden_act: "gelu_pytorch_tanh".into(),
+            layer_norm_eps: 1e-6,
+            pad_token_id: Some(1),
+            projection_size: Default::default(),
+        }
+    }
 }
 
 /// `vision_config` of a SigLIP `config.json`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
 pub struct SiglipVisionConfig {
-    #[serde(default = "d_768")]
     hidden_size: usize,
-    #[serde(default = "d_3072")]
     intermediate_size: usize,
-    #[serde(default = "d_12")]
     num_hidden_layers: usize,
-    #[serde(default = "d_12")]
     num_attention_heads: usize,
-    #[serde(default = "d_3")]
     num_channels: usize,
     /// Input resolution.
-    #[serde(default = "d_224")]
     pub image_size: Side,
-    #[serde(default = "d_16")]
     patch_size: Side,
-    #[serde(default = "d_act")]
     hidden_act: String,
-    #[serde(default = "d_eps")]
     layer_norm_eps: f64,
-    #[serde(default = "d_true")]
     vision_use_head: bool,
+}
+
+impl Default for SiglipVisionConfig {
+    fn default() -> Self {
+        SiglipVisionConfig {
+            hidden_size: 768,
+            intermediate_size: 3072,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            num_channels: 3,
+            image_size: Side::One(224),
+            patch_size: Side::One(16),
+            hidden_act: "gelu_pytorch_tanh".into(),
+            layer_norm_eps: 1e-6,
+            vision_use_head: true,
+        }
+    }
 }
 
 /// A SigLIP `config.json`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
 pub struct SiglipConfig {
     /// Text tower.
-    #[serde(default = "from_empty")]
     pub text_config: SiglipTextConfig,
     /// Vision tower.
-    #[serde(default = "from_empty")]
     pub vision_config: SiglipVisionConfig,
+}
+
+impl Default for SiglipConfig {
+    fn default() -> Self {
+        SiglipConfig {
+            text_config: Default::default(),
+            vision_config: Default::default(),
+        }
+    }
 }
 
 /// SigLIP's text tower.

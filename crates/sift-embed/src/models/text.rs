@@ -2,9 +2,8 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::Config;
 
-use crate::models::bert::Bert;
+use crate::models::bert::{Bert, BertConfig};
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
@@ -84,30 +83,28 @@ impl TextEmbedder {
         device: &Device,
         options: TextEmbedderOptions,
     ) -> Result<TextEmbedder> {
-        #[derive(Deserialize)]
-        struct Arch {
-            model_type: Option<String>,
-        }
-        let arch: Arch = read_json(&files.config)?;
-        match arch.model_type.as_deref() {
-            Some("bert") | None => {}
+        let value: serde_json::Value = read_json(&files.config)?;
+        let unsupported = |message: String| Error::Unsupported {
+            path: files.config.clone(),
+            message,
+        };
+        match value.get("model_type").and_then(|t| t.as_str()) {
+            Some("bert") => {}
+            // old BERT configs have no model_type, but they do list the vocabulary
+            None if value.get("vocab_size").is_some() => {}
+            None => {
+                return Err(unsupported(format!(
+                    "no model_type, and not a BERT config either (no vocab_size); {SUPPORTED_MODEL_TYPES}"
+                )));
+            }
             Some(other) => {
-                return Err(Error::Unsupported {
-                    path: files.config.clone(),
-                    message: format!("model_type {other:?}; {SUPPORTED_MODEL_TYPES}"),
-                });
+                return Err(unsupported(format!(
+                    "model_type {other:?}; {SUPPORTED_MODEL_TYPES}"
+                )));
             }
         }
-        let config: Config = read_json(&files.config).map_err(|e| match (e, &arch.model_type) {
-            // without a model_type the config was taken for BERT's: say what it lacks
-            (Error::File { message, .. }, None) => Error::Unsupported {
-                path: files.config.clone(),
-                message: format!(
-                    "no model_type, and not a BERT config either ({message}); {SUPPORTED_MODEL_TYPES}"
-                ),
-            },
-            (e, _) => e,
-        })?;
+        let config: BertConfig = serde_json::from_value(value)
+            .map_err(|e| unsupported(format!("not a BERT config: {e}")))?;
         let info = registry::find(&files.name);
         let pooling = match &files.pooling {
             Some(p) => {
