@@ -84,22 +84,13 @@ impl Default for SiglipVisionConfig {
 }
 
 /// A SigLIP `config.json`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct SiglipConfig {
     /// Text tower.
     pub text_config: SiglipTextConfig,
     /// Vision tower.
     pub vision_config: SiglipVisionConfig,
-}
-
-impl Default for SiglipConfig {
-    fn default() -> Self {
-        SiglipConfig {
-            text_config: Default::default(),
-            vision_config: Default::default(),
-        }
-    }
 }
 
 /// SigLIP's text tower.
