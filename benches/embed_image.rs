@@ -56,7 +56,8 @@ struct Args {
 fn main() -> Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.items >= 1, "--items must be >= 1");
-    sift_embed::tune_allocator();
+    // SAFETY: the first statement of main, before any other thread exists.
+    unsafe { sift_embed::tune_allocator() };
     // candle sizes its CPU pool from RAYON_NUM_THREADS; set it before any thread starts.
     // SAFETY: no other thread exists yet.
     unsafe { std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string()) };

@@ -48,8 +48,9 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // SAFETY: still the only thread (see above).
+    unsafe { sift_embed::tune_allocator() };
     let cli = Cli::parse();
-    sift_embed::tune_allocator();
     let result = match cli.command {
         Command::Index(a) => cmd::index::run(a),
         Command::Search(a) => cmd::search::run(a),

@@ -32,10 +32,16 @@ pub use registry::{ModelInfo, Pooling};
 /// Makes glibc's allocator keep large buffers for reuse instead of returning each one to the
 /// kernel: model inference allocates and frees activation tensors of many megabytes per
 /// layer, and with glibc's defaults every one of them is a fresh mmap (page faults, system
-/// time). Call once at start-up, before threads are spawned. No-op on other platforms.
-pub fn tune_allocator() {
+/// time). No-op on other platforms.
+///
+/// # Safety
+///
+/// Call it once, at the start of `main`, before any other thread exists: glibc documents
+/// `mallopt` as unsafe to call while other threads may be allocating.
+pub unsafe fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator thresholds; called before other threads exist.
+    // SAFETY: mallopt only changes allocator thresholds, and the caller guarantees no other
+    // thread exists yet.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 512 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);

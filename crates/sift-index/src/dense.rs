@@ -120,6 +120,10 @@ fn simd_level() -> Simd {
 
 /// Four independent 8-wide FMA accumulators (32 values per step) so the additions do not
 /// wait on each other.
+///
+/// # Safety
+///
+/// The processor must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
@@ -156,6 +160,10 @@ unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Four independent 16-wide FMA accumulators (64 values per step).
+///
+/// # Safety
+///
+/// The processor must have AVX-512F, AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {

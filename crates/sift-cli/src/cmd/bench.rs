@@ -403,7 +403,6 @@ fn embed(a: EmbedArgs) -> Result<()> {
         batch_size: *sizes.iter().max().expect("non-empty"),
         query_instruction: None,
     };
-    sift_embed::tune_allocator();
     let load_start = Instant::now();
     let model = load_model_as(&a.model, &flags, dtype)?;
     let load_seconds = load_start.elapsed().as_secs_f64();

@@ -124,10 +124,12 @@ macro_rules! simd_dispatch {
         fn $name($($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
+                /// # Safety: the processor must have AVX-512F, AVX2 and FMA.
                 #[target_feature(enable = "avx512f,avx2,fma")]
                 unsafe fn avx512($($arg: $ty),*) {
                     $portable($($arg),*)
                 }
+                /// # Safety: the processor must have AVX2 and FMA.
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($arg: $ty),*) {
                     $portable($($arg),*)
@@ -405,12 +407,35 @@ impl Segment {
     }
 }
 
+/// Checks that `segments` are in order, do not overlap and lie within `tokens` rows (the
+/// packed attention writes each segment's rows from its own thread: overlapping segments
+/// would be a data race).
+fn check_segments(segments: &[Segment], tokens: usize) -> Result<()> {
+    let mut end = 0usize;
+    for s in segments {
+        let Some(stop) = s.start.checked_add(s.len) else {
+            candle_core::bail!("attention: segment {s:?} overflows")
+        };
+        if s.start < end {
+            candle_core::bail!(
+                "attention: segment {s:?} overlaps the one before or is out of order"
+            )
+        }
+        if stop > tokens {
+            candle_core::bail!("attention: segment {s:?} beyond the {tokens} tokens")
+        }
+        end = stop;
+    }
+    Ok(())
+}
+
 /// Multi-head self-attention over packed sequences.
 ///
 /// `qkv` is `(tokens, 3 * heads * head_dim)`: queries (already scaled by 1/sqrt(head_dim)),
 /// keys, values. Each segment attends only within itself, to its first `keys` tokens, and,
 /// when `causal`, only to earlier positions. Returns the context `(tokens, heads * head_dim)`.
-/// Segments run in parallel on the CPU.
+/// Segments run in parallel on the CPU; they must be sorted, disjoint and within the rows of
+/// `qkv` (checked).
 pub fn attention(
     qkv: &Tensor,
     segments: &[Segment],
@@ -418,6 +443,7 @@ pub fn attention(
     head_dim: usize,
     causal: bool,
 ) -> Result<Tensor> {
+    check_segments(segments, qkv.dim(0)?)?;
     if qkv.device().is_cpu() && qkv.dtype() == DType::F32 {
         let op = AttentionOp {
             segments: segments.to_vec(),
@@ -472,7 +498,8 @@ const SCORE_BLOCK_VALUES: usize = 128 * 1024;
 /// A raw output pointer shared by tasks that write disjoint parts of one buffer.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
-// SAFETY: each task writes only its own (rows of a sequence) x (columns of a head) block.
+// SAFETY: each task writes only its own (rows of a sequence) x (columns of a head) block,
+// and `check_segments` has made sure the sequences' rows do not overlap.
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
@@ -496,11 +523,7 @@ impl CustomOp1 for AttentionOp {
         if width != 3 * h {
             candle_core::bail!("attention: qkv of width {width}, expected {}", 3 * h)
         }
-        for s in &self.segments {
-            if s.start + s.len > tokens {
-                candle_core::bail!("attention: segment beyond the {tokens} tokens")
-            }
-        }
+        check_segments(&self.segments, tokens)?;
         let mut out = vec![0f32; tokens * h];
         let out_ptr = OutPtr(out.as_mut_ptr());
         let tasks: Vec<(usize, usize)> = (0..self.segments.len())
@@ -621,6 +644,22 @@ pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlapping_unordered_or_overflowing_segments_are_refused() {
+        let seg = |start, len| Segment {
+            start,
+            len,
+            keys: len,
+        };
+        let qkv = Tensor::zeros((10, 3 * 4), DType::F32, &candle_core::Device::Cpu).unwrap();
+        let run = |segs: &[Segment]| attention(&qkv, segs, 2, 2, false);
+        assert!(run(&[seg(0, 4), seg(4, 6)]).is_ok());
+        assert!(run(&[seg(0, 5), seg(4, 6)]).is_err(), "overlap");
+        assert!(run(&[seg(4, 6), seg(0, 4)]).is_err(), "order");
+        assert!(run(&[seg(6, 6)]).is_err(), "beyond the rows");
+        assert!(run(&[seg(usize::MAX - 1, 3)]).is_err(), "overflow");
+    }
 
     #[test]
     fn erf_is_accurate() {
