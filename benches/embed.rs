@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use sift_embed::{Kind, ModelFiles, TextEmbedder, TextEmbedderOptions};
+use sift_embed::{ModelFiles, Role, TextEmbedder, TextEmbedderOptions};
 
 #[derive(Parser)]
 struct Args {
@@ -86,11 +86,11 @@ fn main() -> Result<()> {
     )?;
     let warm: Vec<&str> = texts.iter().take(args.warmup).map(String::as_str).collect();
     if !warm.is_empty() {
-        model.embed(&warm, Kind::Passage)?;
+        model.embed(&warm, Role::Passage)?;
     }
     let timed: Vec<&str> = texts.iter().take(args.items).map(String::as_str).collect();
     let t = Instant::now();
-    let vectors = model.embed(&timed, Kind::Passage)?;
+    let vectors = model.embed(&timed, Role::Passage)?;
     let seconds = t.elapsed().as_secs_f64();
     std::hint::black_box(&vectors);
     println!(

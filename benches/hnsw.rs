@@ -127,7 +127,16 @@ fn main() -> Result<()> {
         ef_construction: a.ef_construction,
     };
     let start = Instant::now();
-    write_dense(dir.path(), "bench", d, &base, VectorDtype::F32, params)?;
+    let ids: Vec<String> = (0..base.len() / d).map(|i| i.to_string()).collect();
+    write_dense(
+        dir.path(),
+        "bench",
+        d,
+        &base,
+        &ids,
+        VectorDtype::F32,
+        params,
+    )?;
     let build_seconds = start.elapsed().as_secs_f64();
     let index = DenseDomain::open(dir.path())?;
     let mut sweep = Vec::new();

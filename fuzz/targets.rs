@@ -279,11 +279,13 @@ pub fn index_files(data: &[u8]) {
     let vectors: Vec<f32> = (0..40 * dim)
         .map(|i| ((i * 37 % 17) as f32 - 8.0) / 8.0)
         .collect();
+    let ids: Vec<String> = (0..40).map(|i| format!("p{i}")).collect();
     let _ = sift_index::write_dense(
         &dense,
         "m",
         dim,
         &vectors,
+        &ids,
         sift_index::VectorDtype::F32,
         sift_index::HnswParams::default(),
     );
@@ -294,7 +296,7 @@ pub fn index_files(data: &[u8]) {
     let mut files: Vec<PathBuf> = fs::read_dir(&bm25)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .chain(["meta.json", "vectors.f32", "graph.bin"].map(|f| dense.join(f)))
+        .chain(["meta.json", "vectors.f32", "graph.bin", "ids.json"].map(|f| dense.join(f)))
         .collect();
     files.sort();
     let target = &files[which as usize % files.len()];

@@ -10,7 +10,6 @@ mod cmd;
 mod models;
 mod options;
 mod progress;
-mod retriever;
 
 /// Sift: reasoning-intensive multimodal retrieval, evaluated the way trec_eval scores it.
 #[derive(Parser)]

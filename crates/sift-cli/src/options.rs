@@ -1,25 +1,6 @@
 //! Flags shared by several commands.
-use clap::{Args, ValueEnum};
+use clap::Args;
 use sift_index::{AnalyzerConfig, Bm25Params, QueryWeighting, Stemming, StopWords};
-
-/// Query-side weighting.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Weighting {
-    /// Lucene BM25 (repeated query terms count repeatedly).
-    Lucene,
-    /// BRIGHT / MM-BRIGHT reference: the query vector is BM25-weighted too (gensim
-    /// LuceneBM25Model on both sides).
-    Bright,
-}
-
-/// Text-analysis flags.
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
-pub enum Lang {
-    /// English (Snowball).
-    English,
-    /// None.
-    None,
-}
 
 /// BM25 scoring flags; unset ones come from the index manifest.
 #[derive(Args, Debug, Clone, Default)]
@@ -32,7 +13,7 @@ pub struct Bm25Flags {
     pub b: Option<f32>,
     /// Query-side weighting [default: lucene, or the index's].
     #[arg(long, value_enum)]
-    pub query_weighting: Option<Weighting>,
+    pub query_weighting: Option<QueryWeighting>,
 }
 
 impl Bm25Flags {
@@ -41,11 +22,7 @@ impl Bm25Flags {
         Bm25Params {
             k1: self.k1.unwrap_or(base.k1),
             b: self.b.unwrap_or(base.b),
-            weighting: match self.query_weighting {
-                None => base.weighting,
-                Some(Weighting::Lucene) => QueryWeighting::Lucene,
-                Some(Weighting::Bright) => QueryWeighting::Bright,
-            },
+            weighting: self.query_weighting.unwrap_or(base.weighting),
         }
     }
 }
@@ -55,10 +32,10 @@ impl Bm25Flags {
 pub struct AnalyzerFlags {
     /// Stemmer [default: english].
     #[arg(long, value_enum)]
-    pub stemmer: Option<Lang>,
+    pub stemmer: Option<Stemming>,
     /// Stop-word list [default: english].
     #[arg(long, value_enum)]
-    pub stopwords: Option<Lang>,
+    pub stopwords: Option<StopWords>,
 }
 
 impl AnalyzerFlags {
@@ -70,20 +47,8 @@ impl AnalyzerFlags {
     /// `base` with the flags that were given applied.
     pub fn apply(&self, base: &AnalyzerConfig) -> AnalyzerConfig {
         let mut c = base.clone();
-        if let Some(s) = self.stemmer {
-            c.stemmer = if s == Lang::English {
-                Stemming::English
-            } else {
-                Stemming::None
-            };
-        }
-        if let Some(s) = self.stopwords {
-            c.stopwords = if s == Lang::English {
-                StopWords::English
-            } else {
-                StopWords::None
-            };
-        }
+        c.stemmer = self.stemmer.unwrap_or(c.stemmer);
+        c.stopwords = self.stopwords.unwrap_or(c.stopwords);
         c
     }
 }

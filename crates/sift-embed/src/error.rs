@@ -30,6 +30,19 @@ pub enum Error {
         /// What is unsupported.
         message: String,
     },
+    /// An image cannot be embedded: it does not decode, or a prepared image does not fit the
+    /// model.
+    #[error("image: {0}")]
+    Image(#[from] crate::image::PreprocessError),
+    /// The model cannot do what was asked (images with a text-only model, text and images in
+    /// one input with a model that embeds them separately).
+    #[error("model {model}: {message}")]
+    Capability {
+        /// Model name.
+        model: String,
+        /// What it cannot do.
+        message: String,
+    },
     /// The tokenizer failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

@@ -10,7 +10,9 @@
 //! - [`ModelFiles::resolve`]: a local directory, or a hub id through hf-hub (feature `hub`).
 #![warn(missing_docs)]
 
+pub mod bench;
 mod device;
+mod embedder;
 mod error;
 mod files;
 pub mod image;
@@ -19,10 +21,15 @@ mod nn;
 pub mod registry;
 
 pub use device::{DevicePref, select_device};
+pub use embedder::{
+    Capabilities, Embedder, EmbedderOptions, Family, Input, JointInput, Precision, PreparedImage,
+    PreparedTexts,
+};
 pub use error::{Error, Result};
 pub use files::{ModelFiles, read_json};
+pub use image::PreprocessError;
 pub use models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
-pub use models::text::{Kind, TextEmbedder, TextEmbedderOptions};
+pub use models::text::{Role, TextEmbedder, TextEmbedderOptions};
 pub use models::vision::{
     VisionArch, VisionEmbedder, VisionOptions, is_vision_model, siglip_canonicalize,
     siglip_canonicalize_with,

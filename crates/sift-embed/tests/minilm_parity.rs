@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use candle_core::Device;
-use sift_embed::{Kind, ModelFiles, Pooling, TextEmbedder, TextEmbedderOptions};
+use sift_embed::{ModelFiles, Pooling, Role, TextEmbedder, TextEmbedderOptions};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -65,11 +65,11 @@ fn matches_sentence_transformers() {
     assert_eq!(model.dim(), 384);
     let texts: Vec<&str> = fixture.items.iter().map(|i| i.text.as_str()).collect();
     // the same token ids as the Python tokenizer, truncation included
-    let ids = model.tokenize(&texts, Kind::Passage).unwrap();
+    let ids = model.tokenize(&texts, Role::Passage).unwrap();
     for (item, got) in fixture.items.iter().zip(&ids) {
         assert_eq!(got, &item.input_ids, "token ids differ for {:?}", item.text);
     }
-    let vectors = model.embed(&texts, Kind::Passage).unwrap();
+    let vectors = model.embed(&texts, Role::Passage).unwrap();
     let mut worst = 1.0f64;
     for (item, v) in fixture.items.iter().zip(&vectors) {
         let dot: f64 = v
@@ -91,7 +91,7 @@ fn matches_sentence_transformers() {
     }
     eprintln!("worst cosine over {} texts: {worst}", vectors.len());
     // batch composition does not change a vector
-    let alone = model.embed(&texts[..1], Kind::Passage).unwrap();
+    let alone = model.embed(&texts[..1], Role::Passage).unwrap();
     let diff = alone[0]
         .iter()
         .zip(&vectors[0])

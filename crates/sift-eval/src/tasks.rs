@@ -10,6 +10,130 @@ use sift_core::{
 use crate::Result;
 use crate::metrics::Exclusions;
 
+/// The four MM-BRIGHT tasks (protocol, "Tasks").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Task {
+    /// Task 1: query text -> passages (`examples`).
+    #[cfg_attr(feature = "clap", value(name = "1"))]
+    Passages,
+    /// Task 2: query text + images -> passages (`examples_multimodal`).
+    #[cfg_attr(feature = "clap", value(name = "2"))]
+    MultimodalPassages,
+    /// Task 3: query text + images -> corpus images.
+    #[cfg_attr(feature = "clap", value(name = "3"))]
+    Images,
+    /// Task 4: query text + images -> passage+image pairs, graded.
+    #[cfg_attr(feature = "clap", value(name = "4"))]
+    Pairs,
+}
+
+/// What a task ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CandidateKind {
+    /// The domain's passages.
+    Passages,
+    /// The domain's corpus images.
+    Images,
+    /// Passage+image pairs ([`Pairs`]).
+    Pairs,
+}
+
+impl Task {
+    /// Every task, in order.
+    pub const ALL: [Task; 4] = [
+        Task::Passages,
+        Task::MultimodalPassages,
+        Task::Images,
+        Task::Pairs,
+    ];
+
+    /// The task's number (1-4).
+    pub fn number(self) -> u8 {
+        match self {
+            Task::Passages => 1,
+            Task::MultimodalPassages => 2,
+            Task::Images => 3,
+            Task::Pairs => 4,
+        }
+    }
+
+    /// What it ranks.
+    pub fn candidates(self) -> CandidateKind {
+        match self {
+            Task::Passages | Task::MultimodalPassages => CandidateKind::Passages,
+            Task::Images => CandidateKind::Images,
+            Task::Pairs => CandidateKind::Pairs,
+        }
+    }
+
+    /// Whether its queries come with images (Tasks 2-4).
+    pub fn has_query_images(self) -> bool {
+        self != Task::Passages
+    }
+
+    /// Whether its candidates involve the corpus images (Tasks 3 and 4).
+    pub fn uses_corpus_images(self) -> bool {
+        matches!(self, Task::Images | Task::Pairs)
+    }
+
+    /// Its queries, judgements and exclusions on `domain` of `corpus` (the qrels `split`
+    /// for BEIR corpora; Task 4 needs the domain's passage ids and corpus image paths and
+    /// its `protocol`).
+    pub fn data(
+        self,
+        corpus: &Corpus,
+        domain: &str,
+        split: &str,
+        passages: &[impl AsRef<str>],
+        images: &[impl AsRef<str>],
+        protocol: Protocol,
+    ) -> Result<TaskData> {
+        match self {
+            Task::Passages => task1(corpus, domain, split),
+            Task::MultimodalPassages => task2(corpus, domain),
+            Task::Images => task3(corpus, domain),
+            Task::Pairs => task4(corpus, domain, passages, images, protocol),
+        }
+    }
+}
+
+impl std::fmt::Display for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.number())
+    }
+}
+
+impl std::str::FromStr for Task {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Task, String> {
+        match s.trim() {
+            "1" => Ok(Task::Passages),
+            "2" => Ok(Task::MultimodalPassages),
+            "3" => Ok(Task::Images),
+            "4" => Ok(Task::Pairs),
+            other => Err(format!("unknown task {other:?}: expected 1, 2, 3 or 4")),
+        }
+    }
+}
+
+/// The positive images of `example` whose page has no gold passage (the protocol's Task 4
+/// orphans: their base key matches no gold passage's, so they make no pair).
+pub fn orphan_positive_images<'a>(domain: &str, example: &'a Example) -> Vec<&'a str> {
+    let gold_keys: HashSet<&str> = example
+        .gold_ids
+        .iter()
+        .filter_map(|g| passage_base_key(g))
+        .collect();
+    example
+        .images
+        .iter()
+        .flat_map(|l| &l.positive)
+        .filter(|p| image_base_key(domain, p).is_none_or(|k| !gold_keys.contains(k)))
+        .map(String::as_str)
+        .collect()
+}
+
 /// Queries, judgements and exclusions of one task on one domain.
 #[derive(Debug, Clone, Default)]
 pub struct TaskData {
@@ -173,12 +297,23 @@ pub fn pair_id(pid: &str, image: Option<&str>) -> String {
 
 /// How Task 4 is judged (protocol, "Qrels per task").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Protocol {
     /// The paper: graded 2/1/0, pairs with a negative image excluded.
     #[default]
     Paper,
     /// The older reference code: every gold-passage pair rel 1, nothing excluded.
     Legacy,
+}
+
+impl Protocol {
+    /// Lower-case name (`paper`, `legacy`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Paper => "paper",
+            Protocol::Legacy => "legacy",
+        }
+    }
 }
 
 /// Task 4 candidates of a domain: for every passage `pid|||__NO_IMAGE__`, plus `pid|||img`
@@ -258,6 +393,7 @@ pub fn task4(
                 for gold in &ex.gold_ids {
                     judged.insert(pair_id(gold, None), 1);
                 }
+                let orphans = orphan_positive_images(domain, &ex);
                 for img in &positive {
                     let key = image_base_key(domain, img);
                     let golds: Vec<&String> = ex
@@ -265,7 +401,7 @@ pub fn task4(
                         .iter()
                         .filter(|g| key.is_some() && passage_base_key(g) == key)
                         .collect();
-                    if golds.is_empty() {
+                    if orphans.contains(img) {
                         warnings.push(
                             WarningKind::OrphanPositiveImage,
                             &source,

@@ -6,6 +6,7 @@ use tantivy::tokenizer::{
 /// Stop-word removal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum StopWords {
     /// The Snowball English stop-word list.
     #[default]
@@ -17,6 +18,7 @@ pub enum StopWords {
 /// Stemming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Stemming {
     /// Snowball English (Porter2) stemmer.
     #[default]

@@ -24,11 +24,12 @@ use crate::{Error, Result};
 const BODY: &str = "body";
 const ORD: &str = "ord";
 const TOKENIZER: &str = "sift";
-const IDS_FILE: &str = "ids.json";
+use crate::paths::IDS_FILE;
 
 /// How query terms are weighted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum QueryWeighting {
     /// Lucene BM25: a term repeated `n` times in the query counts `n` times;
     /// idf = ln(1 + (N - df + 0.5) / (df + 0.5)).

@@ -93,10 +93,6 @@ impl EmbedCache {
         )
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.index.len()
-    }
-
     /// Appends new vectors (durably enough: flushed, not fsynced; a lost tail is re-embedded).
     pub(crate) fn insert(&mut self, entries: &[(u128, &[f32])]) -> Result<()> {
         let mut buf = Vec::with_capacity(entries.len() * (16 + 4 * self.dim));

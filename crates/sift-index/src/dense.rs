@@ -3,7 +3,7 @@
 //! corpora and verification.
 use std::fs;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +19,7 @@ const GRAPH: &str = "graph.bin";
 /// Storage precision of vectors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum VectorDtype {
     /// 32-bit floats.
     #[default]
@@ -222,26 +223,42 @@ pub enum AnnMode {
     Hnsw(usize),
 }
 
-/// Vectors and graph of one domain, ready to search.
+/// Vectors, their ids and graph of one domain, ready to search.
 pub struct DenseDomain {
     meta: DenseMeta,
     vectors: Vec<f32>,
+    ids: Vec<String>,
     graph: Hnsw,
 }
 
-/// Writes the vectors (row-major, `dim` per passage ordinal) and HNSW graph of one domain
-/// into `dir`; [`DenseDomain::open`] reads them back.
+/// Writes the vectors (row-major, `dim` per ordinal), their ids (one per vector: passage
+/// ids or image paths) and HNSW graph of one domain into `dir`; [`DenseDomain::open`] reads
+/// them back.
 pub fn write(
     dir: &Path,
     model: &str,
     dim: usize,
     vectors: &[f32],
+    ids: &[String],
     dtype: VectorDtype,
     params: HnswParams,
 ) -> Result<DenseMeta> {
     params.validate()?;
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let count = vectors.len() / dim.max(1);
+    if ids.len() != count || count * dim != vectors.len() {
+        return Err(Error::InvalidParameter(format!(
+            "{} ids for {} values of {dim} dimensions",
+            ids.len(),
+            vectors.len()
+        )));
+    }
+    let ids_path = dir.join(crate::paths::IDS_FILE);
+    fs::write(
+        &ids_path,
+        serde_json::to_vec(ids).expect("strings serialise"),
+    )
+    .map_err(|e| Error::io(&ids_path, e))?;
     let (name, bytes): (&str, Vec<u8>) = match dtype {
         VectorDtype::F32 => (
             VECTORS_F32,
@@ -352,11 +369,35 @@ impl DenseDomain {
                 meta.count
             )));
         }
+        let ids_path = dir.join(crate::paths::IDS_FILE);
+        let ids: Vec<String> =
+            serde_json::from_slice(&fs::read(&ids_path).map_err(|e| Error::io(&ids_path, e))?)
+                .map_err(|e| Error::Corrupt {
+                    path: ids_path.clone(),
+                    message: format!("not a JSON list of ids: {e}"),
+                })?;
+        if ids.len() != meta.count {
+            return Err(Error::Corrupt {
+                path: ids_path,
+                message: format!("{} ids for {} vectors", ids.len(), meta.count),
+            });
+        }
         Ok(DenseDomain {
             meta,
             vectors,
+            ids,
             graph,
         })
+    }
+
+    /// The id of an ordinal (passage id or image path).
+    pub fn id(&self, ord: u32) -> &str {
+        &self.ids[ord as usize]
+    }
+
+    /// Every id, by ordinal.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
     }
 
     /// Metadata.
@@ -433,11 +474,6 @@ impl DenseDomain {
         let order = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.ord.cmp(&b.ord));
         Ok(top_k(hits, k, order))
     }
-}
-
-/// Path of a domain's dense directory inside a generation.
-pub(crate) fn domain_dir(gen_dir: &Path, slug: &str, domain: &str) -> PathBuf {
-    gen_dir.join("dense").join(slug).join(domain)
 }
 
 #[cfg(test)]

@@ -90,11 +90,22 @@ pub enum Error {
         available: String,
     },
     /// The embedding model failed.
-    #[error("embedding with {model}: {message}")]
+    #[error("embedding {what} with {model}: {source}")]
     Embed {
         /// Model name.
         model: String,
-        /// What went wrong.
+        /// What was being embedded.
+        what: String,
+        /// The embedder's error.
+        source: crate::BoxError,
+    },
+    /// The embedding model returned something unusable (wrong count or dimension, a vector
+    /// that is not finite).
+    #[error("embedding with {model}: {message}")]
+    EmbedOutput {
+        /// Model name.
+        model: String,
+        /// What is wrong.
         message: String,
     },
     /// Another process is building into the same directory.

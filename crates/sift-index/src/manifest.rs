@@ -24,10 +24,11 @@ pub struct Manifest {
     pub generation: String,
     /// Seconds since the Unix epoch when the build finished.
     pub created_unix: u64,
-    /// Corpus directory as given to the build.
+    /// Where the passages came from (the corpus directory as given to the build).
     pub corpus: String,
-    /// Corpus layout.
-    pub layout: Layout,
+    /// Corpus layout; `None` for passages that did not come from a corpus on disk.
+    #[serde(default)]
+    pub layout: Option<Layout>,
     /// Text analysis used for BM25.
     pub analyzer: AnalyzerConfig,
     /// BM25 parameters used by default at search time.
@@ -104,7 +105,7 @@ pub struct DomainInfo {
 impl Manifest {
     /// Reads `dir/manifest.json`.
     pub fn read(dir: &Path) -> Result<Manifest> {
-        let path = dir.join("manifest.json");
+        let path = crate::paths::manifest(dir);
         let text = match fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -134,17 +135,12 @@ impl Manifest {
             message: format!("corrupt manifest: {e}"),
         })?;
         // the generation is a directory of the index itself, never a path elsewhere
-        let g = &manifest.generation;
-        let plain = Path::new(g).components().count() == 1
-            && matches!(
-                Path::new(g).components().next(),
-                Some(std::path::Component::Normal(_))
-            );
-        if !plain || !g.starts_with(crate::dir::GEN_PREFIX) || g.contains(['/', '\\']) {
+        if !crate::paths::is_generation_name(&manifest.generation) {
             return Err(Error::Manifest {
                 path,
                 message: format!(
-                    "corrupt manifest: generation {g:?} is not a generation directory name"
+                    "corrupt manifest: generation {:?} is not a generation directory name",
+                    manifest.generation
                 ),
             });
         }
@@ -154,8 +150,8 @@ impl Manifest {
     /// Writes `dir/manifest.json` atomically: a temporary file is written and synced, then
     /// renamed over the old manifest, and the directory is synced.
     pub fn write_atomic(&self, dir: &Path) -> Result<()> {
-        let path = dir.join("manifest.json");
-        let tmp = dir.join(format!(".manifest.json.tmp-{}", std::process::id()));
+        let path = crate::paths::manifest(dir);
+        let tmp = crate::paths::manifest_tmp(dir);
         let json = serde_json::to_vec_pretty(self).expect("manifest serialises");
         let mut f = fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
         f.write_all(&json).map_err(|e| Error::io(&tmp, e))?;

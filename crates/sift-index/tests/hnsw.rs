@@ -38,6 +38,11 @@ fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
     out
 }
 
+/// Ids `v0`, `v1`, ... for `n` vectors.
+fn ids(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("v{i}")).collect()
+}
+
 fn recall_at_10(domain: &DenseDomain, queries: &[f32], dim: usize, ef: usize) -> f64 {
     let mut found = 0usize;
     let mut total = 0usize;
@@ -65,6 +70,7 @@ fn recall_on_100k_vectors_and_every_vector_finds_itself() {
         "synthetic",
         dim,
         &vectors,
+        &ids(vectors.len() / dim),
         VectorDtype::F32,
         HnswParams::default(),
     )
@@ -106,6 +112,7 @@ fn f16_storage_round_trips_and_excludes_before_the_cut() {
         "m",
         dim,
         &vectors,
+        &ids(vectors.len() / dim),
         VectorDtype::F16,
         HnswParams {
             m: 16,
@@ -138,6 +145,7 @@ fn bad_parameters_and_damaged_files_are_errors() {
         "m",
         dim,
         &vectors,
+        &ids(vectors.len() / dim),
         VectorDtype::F32,
         HnswParams {
             m: 300,
@@ -151,6 +159,7 @@ fn bad_parameters_and_damaged_files_are_errors() {
         "m",
         dim,
         &vectors,
+        &ids(vectors.len() / dim),
         VectorDtype::F32,
         HnswParams::default(),
     )

@@ -3,9 +3,9 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use sift_embed::Kind;
+use sift_embed::Role;
 
-use crate::models::{ModelFlags, load_model};
+use crate::models::ModelFlags;
 use crate::progress::Bars;
 
 /// Embed texts (one per input line) or images, and write the vectors (L2-normalised).
@@ -30,7 +30,7 @@ pub struct Args {
     input: PathBuf,
     /// Whether the texts are queries or passages (selects the model's prefix).
     #[arg(long, value_enum, default_value = "passage")]
-    kind: TextKind,
+    kind: Role,
     /// Output file (.jsonl or .npy).
     #[arg(long)]
     out: PathBuf,
@@ -45,12 +45,6 @@ pub struct Args {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
-}
-
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum TextKind {
-    Query,
-    Passage,
 }
 
 pub(crate) fn read_inputs(path: &PathBuf) -> Result<Vec<(String, String)>> {
@@ -159,10 +153,7 @@ pub(crate) fn image_inputs(input: &PathBuf) -> Result<Vec<(String, PathBuf)>> {
         .collect())
 }
 
-fn embed_images(
-    a: &Args,
-    model: &crate::models::Images<'_>,
-) -> Result<(Vec<String>, Vec<Vec<f32>>)> {
+fn embed_images(a: &Args, model: &sift_embed::Embedder) -> Result<(Vec<String>, Vec<Vec<f32>>)> {
     let inputs = image_inputs(&a.input)?;
     if inputs.is_empty() {
         bail!("{}: no images", a.input.display());
@@ -178,7 +169,7 @@ fn embed_images(
             .collect::<Result<_>>()?;
         let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
         let mut ok = Vec::new();
-        for ((id, path), r) in chunk.iter().zip(model.prepare(&refs)) {
+        for ((id, path), r) in chunk.iter().zip(model.prepare_images(&refs)) {
             match r {
                 Ok(x) => {
                     ids.push(id.clone());
@@ -193,7 +184,7 @@ fn embed_images(
                 }
             }
         }
-        vectors.extend(model.embed_prepared(&ok)?);
+        vectors.extend(model.embed_images(&ok)?);
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
@@ -204,30 +195,26 @@ fn embed_images(
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let model = load_model(&a.model, &a.model_flags)?;
+    let model = a.model_flags.load(&a.model)?;
     if a.image {
-        let Some(vision) = crate::models::Images::of(&model) else {
+        if !model.capabilities().images {
             bail!(
                 "{} is a text model: --image needs a vision-language model (CLIP, SigLIP, GME)",
                 a.model
             );
-        };
-        let (ids, vectors) = embed_images(&a, &vision)?;
+        }
+        let (ids, vectors) = embed_images(&a, &model)?;
         return write_vectors(&a, &ids, &vectors, model.dim(), "images", model.name());
     }
     let inputs = read_inputs(&a.input)?;
     if inputs.is_empty() {
         bail!("{}: no texts", a.input.display());
     }
-    let kind = match a.kind {
-        TextKind::Query => Kind::Query,
-        TextKind::Passage => Kind::Passage,
-    };
     let bar = Bars::new(a.quiet).bar("embed", inputs.len() as u64);
     let mut vectors = Vec::with_capacity(inputs.len());
     for chunk in inputs.chunks(1024) {
         let texts: Vec<&str> = chunk.iter().map(|(_, t)| t.as_str()).collect();
-        vectors.extend(model.embed(&texts, kind)?);
+        vectors.extend(model.embed_texts(&texts, a.kind)?);
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();

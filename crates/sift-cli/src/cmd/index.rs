@@ -2,9 +2,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
-use sift_index::{AnalyzerConfig, BuildOptions, DenseBuild, HnswParams, IndexDir, VectorDtype};
+use sift_index::{AnalyzerConfig, BuildOptions, HnswParams, IndexDir, VectorDtype};
+use sift_retrieve::{Sides, slug};
 
-use crate::models::{Images, ModelFlags, Passages, load_model, slug};
+use crate::models::ModelFlags;
 
 use crate::options::{AnalyzerFlags, Bm25Flags, CorpusFlags, split_list};
 use crate::progress::Bars;
@@ -44,7 +45,7 @@ pub struct Args {
     model: ModelFlags,
     /// Precision of stored vectors.
     #[arg(long, value_enum, default_value = "f32")]
-    vector_dtype: Dtype,
+    vector_dtype: VectorDtype,
     /// HNSW maximum connections per node (M).
     #[arg(long, default_value_t = HnswParams::default().m)]
     hnsw_m: usize,
@@ -70,13 +71,6 @@ pub struct Args {
     quiet: bool,
 }
 
-/// Stored vector precision.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum Dtype {
-    F32,
-    F16,
-}
-
 pub fn run(a: Args) -> Result<()> {
     let corpus = a.corpus_flags.open(&a.corpus)?;
     let domains = corpus.select_domains(&split_list(&a.domains))?;
@@ -92,36 +86,28 @@ pub fn run(a: Args) -> Result<()> {
     let models = a
         .dense
         .iter()
-        .map(|spec| load_model(spec, &a.model))
+        .map(|spec| a.model.load(spec))
         .collect::<Result<Vec<_>>>()?;
-    let adapters: Vec<Passages> = models.iter().map(Passages).collect();
-    let image_adapters: Vec<Option<Images>> = models
-        .iter()
-        .map(|m| Images::of(m).filter(|_| !a.no_images))
-        .collect();
+    let sides: Vec<Sides> = models.iter().map(|m| Sides::new(m, a.no_images)).collect();
     let hnsw = HnswParams {
         m: a.hnsw_m,
         ef_construction: a.ef_construction,
     };
-    let dense: Vec<DenseBuild> = a
+    let dense: Vec<_> = a
         .dense
         .iter()
         .zip(&models)
-        .zip(&adapters)
-        .zip(&image_adapters)
-        .map(|(((spec, model), adapter), images)| DenseBuild {
-            slug: slug(model),
-            spec: std::path::Path::new(spec)
+        .zip(&sides)
+        .map(|((spec, model), sides)| {
+            // a directory is recorded as its absolute path, so the index can load it again
+            let spec = std::path::Path::new(spec)
                 .canonicalize()
                 .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| spec.clone()),
-            embedder: adapter,
-            images: images.as_ref().map(|i| i as &dyn sift_index::ImageEmbedder),
-            dtype: match a.vector_dtype {
-                Dtype::F32 => VectorDtype::F32,
-                Dtype::F16 => VectorDtype::F16,
-            },
-            hnsw,
+                .unwrap_or_else(|_| spec.clone());
+            sides
+                .dense_build(slug(model), spec)
+                .dtype(a.vector_dtype)
+                .hnsw(hnsw)
         })
         .collect();
     let index = match IndexDir::build(&a.index, &corpus, &domains, &options, &dense, &bars) {

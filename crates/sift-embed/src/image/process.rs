@@ -73,6 +73,26 @@ pub enum PreprocessError {
     /// the JPEG decoder here would fill the rest with grey).
     #[error("cannot decode image: the JPEG file is truncated (no end-of-image marker)")]
     Truncated,
+    /// The image cannot be brought to a size the model takes (e.g. an aspect ratio GME's
+    /// resize refuses).
+    #[error("cannot resize image: {0}")]
+    Size(String),
+    /// The image needs more tokens than the model's prompt has room for.
+    #[error("the image needs {needed} tokens, more than fit in max_length {max_length}")]
+    TooManyTokens {
+        /// Image tokens the image becomes.
+        needed: usize,
+        /// The model's prompt limit.
+        max_length: usize,
+    },
+    /// A prepared image does not have the shape this model takes.
+    #[error("prepared image of {got} values, expected {expected}")]
+    Shape {
+        /// Values given.
+        got: usize,
+        /// Values the model takes.
+        expected: usize,
+    },
     /// The config is not valid JSON, or not a JSON object.
     #[error("preprocessor config is not a JSON object: {0}")]
     Json(String),

@@ -33,7 +33,8 @@ use tokenizers::Tokenizer;
 
 use crate::files::ModelFiles;
 use crate::image::{
-    Alpha, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, Resample, decode_rgb_with, resize_rgb8,
+    Alpha, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, PreprocessError, Resample, decode_rgb_with,
+    resize_rgb8,
 };
 use crate::models::qwen2vl::{Position, Qwen2VlConfig, TextModel, VisionTower};
 use crate::nn::ops::{Segment, l2_normalize};
@@ -96,27 +97,6 @@ impl GmeImage {
     /// Whether there are no patches.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// As one flat vector (the grid first), for callers that pass prepared inputs as `f32`s.
-    pub fn to_flat(&self) -> Vec<f32> {
-        let mut v = Vec::with_capacity(3 + self.patches.len());
-        v.extend(self.grid.iter().map(|&g| g as f32));
-        v.extend_from_slice(&self.patches);
-        v
-    }
-
-    /// Inverse of [`GmeImage::to_flat`].
-    pub fn from_flat(v: &[f32], patch_values: usize) -> Option<GmeImage> {
-        if v.len() < 3 {
-            return None;
-        }
-        let grid = [v[0] as usize, v[1] as usize, v[2] as usize];
-        let n: usize = grid.iter().product();
-        (v.len() == 3 + n * patch_values).then(|| GmeImage {
-            grid,
-            patches: v[3..].to_vec(),
-        })
     }
 }
 
@@ -275,12 +255,13 @@ impl GmeProcessor {
         &self,
         img: RgbImage,
         max_pixels: Option<u64>,
-    ) -> std::result::Result<RgbImage, String> {
+    ) -> std::result::Result<RgbImage, PreprocessError> {
         let (h, w) =
             smart_resize_fetch(img.height(), img.width(), 28, 4 * 28 * 28, 16384 * 28 * 28);
         let img = resize_to(img, h, w);
         let max = max_pixels.unwrap_or(self.max_pixels).min(self.max_pixels);
-        let (h, w) = smart_resize_processor(h, w, self.factor(), self.min_pixels.min(max), max)?;
+        let (h, w) = smart_resize_processor(h, w, self.factor(), self.min_pixels.min(max), max)
+            .map_err(PreprocessError::Size)?;
         Ok(resize_to(img, h, w))
     }
 
@@ -322,8 +303,8 @@ impl GmeProcessor {
         &self,
         bytes: &[u8],
         max_tokens: Option<u64>,
-    ) -> std::result::Result<GmeImage, String> {
-        let img = decode_rgb_with(bytes, Alpha::Drop).map_err(|e| e.to_string())?;
+    ) -> std::result::Result<GmeImage, PreprocessError> {
+        let img = decode_rgb_with(bytes, Alpha::Drop)?;
         let unit = (self.factor() as u64).pow(2);
         let img = self.resize(img, max_tokens.map(|t| t.max(1) * unit))?;
         Ok(self.patchify(&img))
@@ -537,10 +518,10 @@ impl GmeEmbedder {
         ids.truncate(self.max_length);
         let kept = ids.iter().filter(|&&i| i == self.image_token).count();
         if kept != needed {
-            return Err(Error::Tokenizer(format!(
-                "the images need {needed} tokens but only {kept} fit in max_length {} (prepare them with fewer tokens)",
-                self.max_length
-            )));
+            return Err(Error::Image(PreprocessError::TooManyTokens {
+                needed,
+                max_length: self.max_length,
+            }));
         }
         Ok(ids)
     }
@@ -607,11 +588,10 @@ impl GmeEmbedder {
             let mut flat = Vec::with_capacity(images.iter().map(|i| i.patches.len()).sum());
             for img in &images {
                 if img.patches.len() != img.len() * self.patch_values {
-                    return Err(Error::Candle(candle_core::Error::Msg(format!(
-                        "prepared image of {} values for grid {:?}",
-                        img.patches.len(),
-                        img.grid
-                    ))));
+                    return Err(Error::Image(PreprocessError::Shape {
+                        got: img.patches.len(),
+                        expected: img.len() * self.patch_values,
+                    }));
                 }
                 flat.extend_from_slice(&img.patches);
             }
@@ -667,35 +647,41 @@ impl GmeEmbedder {
         self.embed(&inputs)
     }
 
-    /// Decodes and preprocesses encoded images in parallel (as flat vectors, see
-    /// [`GmeImage::to_flat`]), or why each cannot be embedded: it does not decode, or it
-    /// needs more image tokens than its prompt has room for within `max_length`.
-    pub fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, String>> {
+    /// Decodes and preprocesses encoded images in parallel, or says why each cannot be
+    /// embedded: it does not decode, or it needs more image tokens than its prompt (GME's
+    /// default instruction, no text) has room for within `max_length`.
+    pub fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<GmeImage, PreprocessError>> {
         use rayon::prelude::*;
         images
             .par_iter()
             .map(|b| {
                 let img = self.processor.prepare(b, None)?;
-                self.tokenize(&GmeInput {
-                    instruction: DEFAULT_INSTRUCTION,
-                    images: &[&img],
-                    text: None,
-                })
-                .map_err(|e| e.to_string())?;
-                Ok(img.to_flat())
+                self.check_fits(&[&img], DEFAULT_INSTRUCTION)?;
+                Ok(img)
             })
             .collect()
     }
 
+    /// Whether `images` survive the cut at `max_length` in one prompt with `instruction`
+    /// and no text (GME cuts prompts there; an image cut short cannot be embedded).
+    fn check_fits(
+        &self,
+        images: &[&GmeImage],
+        instruction: &str,
+    ) -> std::result::Result<(), PreprocessError> {
+        match self.tokenize(&GmeInput {
+            instruction,
+            images,
+            text: None,
+        }) {
+            Ok(_) => Ok(()),
+            Err(Error::Image(e)) => Err(e),
+            Err(e) => Err(PreprocessError::Size(e.to_string())),
+        }
+    }
+
     /// Unit vectors of prepared images alone (candidates: default instruction, no text).
-    pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
-        let images = inputs
-            .iter()
-            .map(|v| {
-                GmeImage::from_flat(v, self.patch_values)
-                    .ok_or_else(|| Error::Tokenizer("malformed prepared image".into()))
-            })
-            .collect::<Result<Vec<_>>>()?;
+    pub fn embed_images(&self, images: &[GmeImage]) -> Result<Vec<Vec<f32>>> {
         let refs: Vec<[&GmeImage; 1]> = images.iter().map(|i| [i]).collect();
         let inputs: Vec<GmeInput<'_>> = refs
             .iter()

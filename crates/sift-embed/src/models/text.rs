@@ -13,7 +13,8 @@ use crate::{Error, Result};
 
 /// Whether a text is a query or a passage (they may get different prefixes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Role {
     /// A search query.
     Query,
     /// A corpus passage.
@@ -179,7 +180,7 @@ impl TextEmbedder {
 
     /// Everything that decides the vectors of texts of `kind` besides the text: the model's
     /// files, pooling, length, prefix, dtype and kind of device (for caches).
-    pub fn fingerprint(&self, kind: Kind) -> String {
+    pub fn fingerprint(&self, kind: Role) -> String {
         format!(
             "{}|text|{:?}|len={}|prefix={:?}|{:?}|{}|{}",
             self.name,
@@ -213,15 +214,15 @@ impl TextEmbedder {
     }
 
     /// The prefix applied to texts of `kind`.
-    pub fn prefix(&self, kind: Kind) -> &str {
+    pub fn prefix(&self, kind: Role) -> &str {
         match kind {
-            Kind::Query => &self.query_prefix,
-            Kind::Passage => &self.passage_prefix,
+            Role::Query => &self.query_prefix,
+            Role::Passage => &self.passage_prefix,
         }
     }
 
     /// Tokenises `texts` (with the prefix of `kind`): token ids per text, truncated.
-    pub fn tokenize(&self, texts: &[&str], kind: Kind) -> Result<Vec<Vec<u32>>> {
+    pub fn tokenize(&self, texts: &[&str], kind: Role) -> Result<Vec<Vec<u32>>> {
         let prefix = self.prefix(kind);
         let inputs: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}")).collect();
         let enc = self
@@ -233,7 +234,7 @@ impl TextEmbedder {
 
     /// Embeds texts: one L2-normalised vector per text, in input order. Texts are sorted by
     /// length internally so that each batch carries little padding.
-    pub fn embed(&self, texts: &[&str], kind: Kind) -> Result<Vec<Vec<f32>>> {
+    pub fn embed(&self, texts: &[&str], kind: Role) -> Result<Vec<Vec<f32>>> {
         let ids = self.tokenize(texts, kind)?;
         self.embed_tokens(&ids)
     }

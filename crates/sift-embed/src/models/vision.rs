@@ -16,7 +16,7 @@ use tokenizers::{
 };
 
 use crate::files::ModelFiles;
-use crate::image::{ImageProcessor, decode_rgb};
+use crate::image::{ImageProcessor, PreprocessError, decode_rgb};
 use crate::models::clip::{Clip, ClipConfig};
 use crate::models::siglip::{Siglip, SiglipConfig};
 use crate::nn::ops::l2_normalize;
@@ -310,7 +310,11 @@ impl VisionEmbedder {
 
     /// Unit text vectors, one per text, in order.
     pub fn embed_texts(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        let inputs = self.tokenize(texts)?;
+        self.embed_tokenized(&self.tokenize(texts)?)
+    }
+
+    /// Unit text vectors of tokenised texts ([`VisionEmbedder::tokenize`]), in order.
+    pub fn embed_tokenized(&self, inputs: &[(Vec<u32>, usize)]) -> Result<Vec<Vec<f32>>> {
         let mut order: Vec<usize> = (0..inputs.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(inputs[i].0.len()));
         let mut out = vec![Vec::new(); inputs.len()];
@@ -337,14 +341,11 @@ impl VisionEmbedder {
 
     /// Decodes and preprocesses encoded images in parallel: the model input of each, or why
     /// it cannot be decoded.
-    pub fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, String>> {
+    pub fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, PreprocessError>> {
         use rayon::prelude::*;
         images
             .par_iter()
-            .map(|bytes| {
-                let img = decode_rgb(bytes).map_err(|e| e.to_string())?;
-                Ok(self.processor.preprocess(&img))
-            })
+            .map(|bytes| Ok(self.processor.preprocess(&decode_rgb(bytes)?)))
             .collect()
     }
 
@@ -357,10 +358,10 @@ impl VisionEmbedder {
             let mut flat = Vec::with_capacity(chunk.len() * per);
             for x in chunk {
                 if x.len() != per {
-                    return Err(Error::Candle(candle_core::Error::Msg(format!(
-                        "prepared image of {} values, expected {per}",
-                        x.len()
-                    ))));
+                    return Err(Error::Image(PreprocessError::Shape {
+                        got: x.len(),
+                        expected: per,
+                    }));
                 }
                 flat.extend_from_slice(x);
             }
@@ -377,9 +378,7 @@ impl VisionEmbedder {
         let prepared = self
             .prepare(images)
             .into_iter()
-            .enumerate()
-            .map(|(i, r)| r.map_err(|e| Error::Tokenizer(format!("image {i}: {e}"))))
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         self.embed_prepared(&prepared)
     }
 

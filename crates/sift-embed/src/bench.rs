@@ -1,0 +1,383 @@
+//! Embedding throughput of a model on this machine ([`measure`]): items per second per batch
+//! size, batch latency, the time split between preparation (tokenising, or decoding and
+//! preprocessing images) and the model, and peak host and GPU memory.
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::{Embedder, Error, Result, Role};
+
+/// What to embed.
+#[derive(Debug, Clone)]
+pub enum BenchInputs {
+    /// Texts, embedded as passages.
+    Texts(Vec<String>),
+    /// Encoded images.
+    Images(Vec<Vec<u8>>),
+}
+
+impl BenchInputs {
+    fn len(&self) -> usize {
+        match self {
+            BenchInputs::Texts(t) => t.len(),
+            BenchInputs::Images(i) => i.len(),
+        }
+    }
+
+    /// `texts` or `images`.
+    pub fn modality(&self) -> &'static str {
+        match self {
+            BenchInputs::Texts(_) => "text",
+            BenchInputs::Images(_) => "image",
+        }
+    }
+}
+
+/// How to measure.
+#[derive(Debug, Clone)]
+pub struct BenchSettings {
+    /// Batch sizes, measured in turn.
+    pub batch_sizes: Vec<usize>,
+    /// Items timed per batch size (the inputs are cycled through).
+    pub items: usize,
+    /// Items embedded, untimed, before each measurement.
+    pub warmup: usize,
+}
+
+/// The measurement at one batch size.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchResult {
+    /// Items per forward pass.
+    pub batch_size: usize,
+    /// Items timed.
+    pub items: usize,
+    /// Wall time.
+    pub seconds: f64,
+    /// Items per second.
+    pub items_per_s: f64,
+    /// Time spent preparing inputs.
+    pub prepare_seconds: f64,
+    /// Time spent in the model.
+    pub model_seconds: f64,
+    /// `prepare / (prepare + model)`.
+    pub prepare_share: f64,
+    /// Median batch latency.
+    pub batch_latency_ms_p50: f64,
+    /// 99th-percentile batch latency.
+    pub batch_latency_ms_p99: f64,
+}
+
+/// A whole measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct EmbedBench {
+    /// `sift`.
+    pub engine: &'static str,
+    /// Sift's version.
+    pub version: &'static str,
+    /// The model's name.
+    pub model: String,
+    /// `text` or `image`.
+    pub modality: &'static str,
+    /// The device asked for.
+    pub device: String,
+    /// `f32`, `f16` or `bf16`.
+    pub dtype: &'static str,
+    /// CPU threads of the kernels.
+    pub threads: usize,
+    /// Where the inputs came from (`file`, `generated`).
+    pub inputs: &'static str,
+    /// Model loading time.
+    pub load_seconds: f64,
+    /// One result per batch size.
+    pub results: Vec<BatchResult>,
+    /// The fastest batch size.
+    pub best: BatchResult,
+    /// Peak resident memory of the process (MB), where the OS says.
+    pub peak_rss_mb: Option<f64>,
+    /// Peak used memory of the GPU (MB) while measuring, from `nvidia-smi`.
+    pub gpu_memory_mb: Option<f64>,
+    /// Hours MM-BRIGHT's ~2.5 million passages would take at the best rate (texts).
+    pub mm_bright_passages_hours: Option<f64>,
+}
+
+/// MM-BRIGHT's corpus holds about 2.5 million passages (protocol notes).
+pub const MM_BRIGHT_PASSAGES: f64 = 2_500_000.0;
+
+/// Where the model runs and where the inputs came from, for [`run`]'s report.
+#[derive(Debug, Clone)]
+pub struct BenchContext {
+    /// The device the model was loaded on (`cpu`, `cuda:0`, ...): GPU memory is sampled
+    /// for CUDA devices.
+    pub device: String,
+    /// The model's precision.
+    pub precision: crate::Precision,
+    /// How long loading the model took.
+    pub load_seconds: f64,
+    /// `file` or `generated`.
+    pub inputs: &'static str,
+}
+
+/// Measures `embedder` on `inputs` at each batch size and reports it with the memory used.
+pub fn run(
+    embedder: &Embedder,
+    inputs: &BenchInputs,
+    settings: &BenchSettings,
+    context: &BenchContext,
+) -> Result<EmbedBench> {
+    let gpu = GpuMemory::start(&context.device);
+    let results = measure(embedder, inputs, settings)?;
+    let gpu_memory_mb = gpu.finish();
+    let best = best(&results).expect("one result per batch size").clone();
+    let mm_bright_passages_hours = matches!(inputs, BenchInputs::Texts(_))
+        .then(|| MM_BRIGHT_PASSAGES / best.items_per_s / 3600.0);
+    Ok(EmbedBench {
+        engine: "sift",
+        version: env!("CARGO_PKG_VERSION"),
+        model: embedder.name().to_string(),
+        modality: inputs.modality(),
+        device: context.device.clone(),
+        dtype: context.precision.name(),
+        threads: candle_core::utils::get_num_threads(),
+        inputs: context.inputs,
+        load_seconds: context.load_seconds,
+        results,
+        best,
+        peak_rss_mb: peak_rss_mb(),
+        gpu_memory_mb,
+        mm_bright_passages_hours,
+    })
+}
+
+/// Measures `embedder` on `inputs` at each batch size.
+pub fn measure(
+    embedder: &Embedder,
+    inputs: &BenchInputs,
+    settings: &BenchSettings,
+) -> Result<Vec<BatchResult>> {
+    let pool = inputs.len();
+    if pool == 0 || settings.items == 0 || settings.batch_sizes.contains(&0) {
+        return Err(Error::Capability {
+            model: embedder.name().to_string(),
+            message: "benchmark needs inputs, items and batch sizes above 0".into(),
+        });
+    }
+    // (preparation seconds, model seconds) of one batch of the items at `idx`
+    let run_batch = |idx: &[usize]| -> Result<(f64, f64)> {
+        let t0 = Instant::now();
+        match inputs {
+            BenchInputs::Texts(texts) => {
+                let batch: Vec<&str> = idx.iter().map(|&i| texts[i % pool].as_str()).collect();
+                let prepared = embedder.prepare_texts(&batch, Role::Passage)?;
+                let t1 = Instant::now();
+                embedder.embed_prepared_texts(&prepared)?;
+                Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
+            }
+            BenchInputs::Images(images) => {
+                let batch: Vec<&[u8]> = idx.iter().map(|&i| images[i % pool].as_slice()).collect();
+                let prepared = embedder
+                    .prepare_images(&batch)
+                    .into_iter()
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let t1 = Instant::now();
+                embedder.embed_images(&prepared)?;
+                Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
+            }
+        }
+    };
+    let mut results = Vec::new();
+    for &b in &settings.batch_sizes {
+        let warm: Vec<usize> = (0..settings.warmup).collect();
+        for chunk in warm.chunks(b) {
+            run_batch(chunk)?;
+        }
+        let timed: Vec<usize> = (settings.warmup..settings.warmup + settings.items).collect();
+        let (mut prep, mut fwd, mut lat) = (0.0, 0.0, Vec::new());
+        let start = Instant::now();
+        for chunk in timed.chunks(b) {
+            let (p, m) = run_batch(chunk)?;
+            prep += p;
+            fwd += m;
+            lat.push((p + m) * 1000.0);
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        lat.sort_by(f64::total_cmp);
+        results.push(BatchResult {
+            batch_size: b,
+            items: settings.items,
+            seconds,
+            items_per_s: settings.items as f64 / seconds,
+            prepare_seconds: prep,
+            model_seconds: fwd,
+            prepare_share: prep / (prep + fwd),
+            batch_latency_ms_p50: percentile(&lat, 0.5),
+            batch_latency_ms_p99: percentile(&lat, 0.99),
+        });
+    }
+    Ok(results)
+}
+
+/// The fastest of `results`.
+pub fn best(results: &[BatchResult]) -> Option<&BatchResult> {
+    results
+        .iter()
+        .max_by(|x, y| x.items_per_s.total_cmp(&y.items_per_s))
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Peak resident memory of this process (MB), from /proc; `None` elsewhere.
+pub fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// Samples the used memory of an NVIDIA GPU with `nvidia-smi` while a benchmark runs, and
+/// keeps the largest value (MB of the whole device, this process's allocations included).
+/// Nothing is sampled for other devices or when `nvidia-smi` is not there.
+pub struct GpuMemory {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<Option<f64>>>,
+}
+
+impl GpuMemory {
+    /// Starts sampling for `device` (`cuda`, `cuda:N`; anything else samples nothing).
+    pub fn start(device: &str) -> GpuMemory {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handle = cuda_index(device).map(|index| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut peak: Option<f64> = None;
+                loop {
+                    let used = std::process::Command::new("nvidia-smi")
+                        .args([
+                            "--query-gpu=memory.used",
+                            "--format=csv,noheader,nounits",
+                            &format!("--id={index}"),
+                        ])
+                        .output()
+                        .ok()
+                        .filter(|o| o.status.success())
+                        .and_then(|o| {
+                            String::from_utf8_lossy(&o.stdout)
+                                .trim()
+                                .parse::<f64>()
+                                .ok()
+                        });
+                    match used {
+                        Some(u) => peak = Some(peak.map_or(u, |p: f64| p.max(u))),
+                        None => return peak,
+                    }
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return peak;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+            })
+        });
+        GpuMemory { stop, handle }
+    }
+
+    /// Stops sampling: the peak in MB, if anything was sampled.
+    pub fn finish(mut self) -> Option<f64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.take().and_then(|h| h.join().ok().flatten())
+    }
+}
+
+/// The GPU index of `cuda` (0) or `cuda:N`; `None` for other devices.
+fn cuda_index(device: &str) -> Option<u32> {
+    match device.strip_prefix("cuda") {
+        Some("") => Some(0),
+        Some(rest) => rest.strip_prefix(':').and_then(|n| n.parse().ok()),
+        None => None,
+    }
+}
+
+/// Deterministic texts of 20 to 200 words.
+pub fn generated_texts(n: usize) -> Vec<String> {
+    const WORDS: [&str; 24] = [
+        "pressure",
+        "boundary",
+        "layer",
+        "flow",
+        "the",
+        "of",
+        "heat",
+        "transfer",
+        "shock",
+        "wave",
+        "laminar",
+        "turbulent",
+        "plate",
+        "velocity",
+        "and",
+        "in",
+        "a",
+        "model",
+        "retrieval",
+        "image",
+        "question",
+        "answer",
+        "theory",
+        "measured",
+    ];
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..n)
+        .map(|_| {
+            let len = 20 + (next() % 181) as usize;
+            (0..len)
+                .map(|_| WORDS[(next() % WORDS.len() as u64) as usize])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Deterministic 800x600 PNG images (gradients and stripes, so encoders do real work), at
+/// most 64 of them (benchmarks cycle through them).
+pub fn generated_images(n: usize) -> Vec<Vec<u8>> {
+    (0..n.min(64))
+        .map(|k| {
+            let img = image::RgbImage::from_fn(800, 600, |x, y| {
+                let k = k as u32;
+                image::Rgb([
+                    ((x * 255 / 800 + k * 37) % 256) as u8,
+                    ((y * 255 / 600 + k * 91) % 256) as u8,
+                    (((x / (8 + k % 16)) + (y / 12)) % 2 * 200) as u8,
+                ])
+            });
+            let mut out = std::io::Cursor::new(Vec::new());
+            img.write_to(&mut out, image::ImageFormat::Png)
+                .expect("writing a PNG to memory");
+            out.into_inner()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_memory_is_sampled_for_cuda_devices_only() {
+        assert_eq!(cuda_index("cuda"), Some(0));
+        assert_eq!(cuda_index("cuda:3"), Some(3));
+        assert_eq!(cuda_index("cuda:x"), None);
+        assert_eq!(cuda_index("cpu"), None);
+        assert_eq!(cuda_index("metal"), None);
+        assert_eq!(GpuMemory::start("cpu").finish(), None);
+    }
+}

@@ -1,0 +1,543 @@
+//! [`Embedder`]: one entry point for every supported model. It loads a model from a
+//! directory or hub id, tells the family from `config.json`, and embeds texts by role,
+//! images, and (for models that read both in one input) text with images, through the same
+//! methods whatever the family.
+use candle_core::DType;
+
+use crate::image::PreprocessError;
+use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, is_gme_model};
+use crate::models::text::{Role, TextEmbedder, TextEmbedderOptions};
+use crate::models::vision::{VisionArch, VisionEmbedder, VisionOptions, is_vision_model};
+use crate::{DevicePref, Error, ModelFiles, Result, select_device};
+
+/// A model family, told from `config.json`'s `model_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// A BERT-family sentence encoder (`bert`): texts only.
+    Text,
+    /// CLIP (`clip`): separate text and image towers in one space.
+    Clip,
+    /// SigLIP / SigLIP 2 (`siglip`): separate text and image towers in one space.
+    Siglip,
+    /// GME (`qwen2_vl`): one model for text, images, and text with images in one input.
+    Gme,
+}
+
+impl Family {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Text => "text",
+            Family::Clip => "clip",
+            Family::Siglip => "siglip",
+            Family::Gme => "gme",
+        }
+    }
+
+    /// The family of the model whose `config.json` is at `config`.
+    pub fn of(config: &std::path::Path) -> Family {
+        if is_gme_model(config) {
+            Family::Gme
+        } else if is_vision_model(config) {
+            match crate::read_json::<serde_json::Value>(config)
+                .ok()
+                .and_then(|v| v.get("model_type")?.as_str().map(str::to_owned))
+                .as_deref()
+            {
+                Some("siglip") => Family::Siglip,
+                _ => Family::Clip,
+            }
+        } else {
+            Family::Text
+        }
+    }
+}
+
+/// What a model can embed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Images (corpus images, query images) into the texts' space.
+    pub images: bool,
+    /// A text and images in one input, fused by the model itself ([`Embedder::embed_joint`]);
+    /// models without it embed each separately and callers combine the vectors.
+    pub joint: bool,
+}
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct EmbedderOptions {
+    /// Device.
+    pub device: DevicePref,
+    /// Weights and activations (f32 on the CPU).
+    pub dtype: DType,
+    /// Inputs per forward pass; the family's default when `None`.
+    pub batch_size: Option<usize>,
+    /// The query instruction (system prompt) of models that take one (GME).
+    pub query_instruction: Option<String>,
+}
+
+impl Default for EmbedderOptions {
+    fn default() -> Self {
+        EmbedderOptions {
+            device: DevicePref::Cpu,
+            dtype: DType::F32,
+            batch_size: None,
+            query_instruction: None,
+        }
+    }
+}
+
+/// Weights and activations precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Precision {
+    /// 32-bit floats (the CPU default).
+    #[default]
+    F32,
+    /// 16-bit floats (GPUs).
+    F16,
+    /// bfloat16 (GPUs).
+    Bf16,
+}
+
+impl Precision {
+    /// candle's dtype.
+    pub fn dtype(self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::F16 => DType::F16,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
+/// An image decoded and preprocessed for one model ([`Embedder::prepare_images`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PreparedImage {
+    /// CLIP / SigLIP: normalised pixels, channels first.
+    Pixels(Vec<f32>),
+    /// GME: the patch grid.
+    Patches(GmeImage),
+}
+
+/// What is embedded: texts of a role, or images (the cache key of each differs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// Texts: queries or passages.
+    Text(Role),
+    /// Images on their own (corpus images).
+    Image,
+}
+
+/// Texts tokenised for a model ([`Embedder::prepare_texts`]): the preparation that can be
+/// timed apart from the model.
+#[derive(Debug, Clone)]
+pub struct PreparedTexts(Prepared);
+
+#[derive(Debug, Clone)]
+enum Prepared {
+    Text(Vec<Vec<u32>>),
+    Vision(Vec<(Vec<u32>, usize)>),
+    /// GME tokenises inside its forward pass.
+    Gme(Vec<String>, Role),
+}
+
+impl PreparedTexts {
+    /// Number of texts.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Prepared::Text(v) => v.len(),
+            Prepared::Vision(v) => v.len(),
+            Prepared::Gme(v, _) => v.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One input of a joint embedding (text and images together, [`Embedder::embed_joint`]).
+#[derive(Debug, Clone, Copy)]
+pub struct JointInput<'a> {
+    /// The text, if any.
+    pub text: Option<&'a str>,
+    /// The images, in order (before the text in the model's prompt).
+    pub images: &'a [&'a PreparedImage],
+}
+
+enum Model {
+    Text(Box<TextEmbedder>),
+    Vision(Box<VisionEmbedder>),
+    Gme(Box<GmeEmbedder>),
+}
+
+/// Any supported embedding model behind one API (see the module docs).
+pub struct Embedder {
+    model: Model,
+}
+
+impl std::fmt::Debug for Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder")
+            .field("name", &self.name())
+            .field("family", &self.family())
+            .field("dim", &self.dim())
+            .finish()
+    }
+}
+
+impl Embedder {
+    /// Loads a model from a local directory in Hugging Face layout, or a hub id / registry
+    /// alias (feature `hub`; cached models load offline). The family comes from
+    /// `config.json`.
+    pub fn load(spec: &str, options: &EmbedderOptions) -> Result<Embedder> {
+        Self::from_files(&ModelFiles::resolve(spec)?, options)
+    }
+
+    /// Loads the model whose files are `files`.
+    pub fn from_files(files: &ModelFiles, options: &EmbedderOptions) -> Result<Embedder> {
+        let device = select_device(options.device)?;
+        let model = match Family::of(&files.config) {
+            Family::Gme => {
+                let defaults = GmeOptions::default();
+                Model::Gme(Box::new(GmeEmbedder::load(
+                    files,
+                    &device,
+                    GmeOptions {
+                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
+                        dtype: options.dtype,
+                        query_instruction: options.query_instruction.clone(),
+                        ..defaults
+                    },
+                )?))
+            }
+            Family::Clip | Family::Siglip => {
+                let defaults = VisionOptions::default();
+                Model::Vision(Box::new(VisionEmbedder::load(
+                    files,
+                    &device,
+                    VisionOptions {
+                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
+                        dtype: options.dtype,
+                        ..defaults
+                    },
+                )?))
+            }
+            Family::Text => {
+                let defaults = TextEmbedderOptions::default();
+                Model::Text(Box::new(TextEmbedder::load(
+                    files,
+                    &device,
+                    TextEmbedderOptions {
+                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
+                        dtype: options.dtype,
+                        ..defaults
+                    },
+                )?))
+            }
+        };
+        Ok(Embedder { model })
+    }
+
+    /// A text encoder already loaded.
+    pub fn from_text(model: TextEmbedder) -> Embedder {
+        Embedder {
+            model: Model::Text(Box::new(model)),
+        }
+    }
+
+    /// A CLIP / SigLIP model already loaded.
+    pub fn from_vision(model: VisionEmbedder) -> Embedder {
+        Embedder {
+            model: Model::Vision(Box::new(model)),
+        }
+    }
+
+    /// A GME model already loaded.
+    pub fn from_gme(model: GmeEmbedder) -> Embedder {
+        Embedder {
+            model: Model::Gme(Box::new(model)),
+        }
+    }
+
+    /// Model name (hub id or directory name).
+    pub fn name(&self) -> &str {
+        match &self.model {
+            Model::Text(m) => m.name(),
+            Model::Vision(m) => m.name(),
+            Model::Gme(m) => m.name(),
+        }
+    }
+
+    /// Embedding dimension.
+    pub fn dim(&self) -> usize {
+        match &self.model {
+            Model::Text(m) => m.dim(),
+            Model::Vision(m) => m.dim(),
+            Model::Gme(m) => m.dim(),
+        }
+    }
+
+    /// The family.
+    pub fn family(&self) -> Family {
+        match &self.model {
+            Model::Text(_) => Family::Text,
+            Model::Vision(m) => match m.arch() {
+                VisionArch::Clip => Family::Clip,
+                VisionArch::Siglip => Family::Siglip,
+            },
+            Model::Gme(_) => Family::Gme,
+        }
+    }
+
+    /// What the model can embed.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            images: !matches!(self.model, Model::Text(_)),
+            joint: matches!(self.model, Model::Gme(_)),
+        }
+    }
+
+    /// [`ModelFiles::content_hash`] of the files the model was loaded from.
+    pub fn content_hash(&self) -> &str {
+        match &self.model {
+            Model::Text(m) => m.content_hash(),
+            Model::Vision(m) => m.content_hash(),
+            Model::Gme(m) => m.content_hash(),
+        }
+    }
+
+    /// Everything besides the input that decides the vectors of `input` (the model's files,
+    /// settings, dtype, device kind): a cache key. GME's query instruction is not in it:
+    /// only queries use it, and queries are not cached.
+    pub fn fingerprint(&self, input: Input) -> String {
+        match (&self.model, input) {
+            (Model::Text(m), Input::Text(role)) => m.fingerprint(role),
+            (Model::Text(m), Input::Image) => format!("{}|no images", m.fingerprint(Role::Passage)),
+            (Model::Vision(m), Input::Text(_)) => m.fingerprint("text"),
+            (Model::Vision(m), Input::Image) => m.fingerprint("image"),
+            (Model::Gme(m), Input::Text(Role::Query)) => m.fingerprint("query"),
+            (Model::Gme(m), Input::Text(Role::Passage)) => m.fingerprint("passage"),
+            (Model::Gme(m), Input::Image) => m.fingerprint("image"),
+        }
+    }
+
+    /// The longest text input in tokens, special tokens included.
+    pub fn max_text_tokens(&self) -> usize {
+        match &self.model {
+            Model::Text(m) => m.max_seq_len(),
+            Model::Vision(m) => m.max_text_len(),
+            Model::Gme(m) => m.max_length(),
+        }
+    }
+
+    /// Tokenises texts of `role` (with the model's prefix or prompt).
+    pub fn prepare_texts(&self, texts: &[&str], role: Role) -> Result<PreparedTexts> {
+        Ok(PreparedTexts(match &self.model {
+            Model::Text(m) => Prepared::Text(m.tokenize(texts, role)?),
+            Model::Vision(m) => Prepared::Vision(m.tokenize(texts)?),
+            Model::Gme(_) => Prepared::Gme(texts.iter().map(|t| t.to_string()).collect(), role),
+        }))
+    }
+
+    /// Unit vectors of prepared texts, in order.
+    pub fn embed_prepared_texts(&self, texts: &PreparedTexts) -> Result<Vec<Vec<f32>>> {
+        match (&self.model, &texts.0) {
+            (Model::Text(m), Prepared::Text(ids)) => m.embed_tokens(ids),
+            (Model::Vision(m), Prepared::Vision(ids)) => m.embed_tokenized(ids),
+            (Model::Gme(m), Prepared::Gme(t, role)) => {
+                let refs: Vec<&str> = t.iter().map(String::as_str).collect();
+                m.embed_texts(&refs, *role == Role::Query)
+            }
+            _ => Err(self.cannot("embed texts prepared for another model")),
+        }
+    }
+
+    /// Unit vectors of texts of `role`, in order.
+    pub fn embed_texts(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<f32>>> {
+        self.embed_prepared_texts(&self.prepare_texts(texts, role)?)
+    }
+
+    /// Decodes and preprocesses encoded images in parallel: each one's model input, or why
+    /// it cannot be embedded (it does not decode; for GME, it needs more tokens than the
+    /// prompt has room for). A text model cannot embed images: every item is an error.
+    pub fn prepare_images(
+        &self,
+        images: &[&[u8]],
+    ) -> Vec<std::result::Result<PreparedImage, PreprocessError>> {
+        match &self.model {
+            Model::Vision(m) => m
+                .prepare(images)
+                .into_iter()
+                .map(|r| r.map(PreparedImage::Pixels))
+                .collect(),
+            Model::Gme(m) => m
+                .prepare(images)
+                .into_iter()
+                .map(|r| r.map(PreparedImage::Patches))
+                .collect(),
+            Model::Text(_) => images
+                .iter()
+                .map(|_| {
+                    Err(PreprocessError::Size(format!(
+                        "{} is a text model: it embeds no images",
+                        self.name()
+                    )))
+                })
+                .collect(),
+        }
+    }
+
+    /// Prepares one image of a query that holds `count` images in one input (GME: each
+    /// image at most an equal share of the prompt; other families as
+    /// [`Embedder::prepare_images`]).
+    pub fn prepare_query_image(
+        &self,
+        bytes: &[u8],
+        count: usize,
+    ) -> std::result::Result<PreparedImage, PreprocessError> {
+        match &self.model {
+            Model::Gme(m) => {
+                let budget = (m.max_length().saturating_sub(128) / count.max(1)) as u64;
+                m.processor()
+                    .prepare(bytes, Some(budget))
+                    .map(PreparedImage::Patches)
+            }
+            _ => self
+                .prepare_images(&[bytes])
+                .pop()
+                .expect("one result per image"),
+        }
+    }
+
+    /// Unit vectors of prepared images, in order.
+    pub fn embed_images(&self, images: &[PreparedImage]) -> Result<Vec<Vec<f32>>> {
+        match &self.model {
+            Model::Vision(m) => {
+                let pixels = images
+                    .iter()
+                    .map(|i| match i {
+                        PreparedImage::Pixels(p) => Ok(p.clone()),
+                        PreparedImage::Patches(_) => {
+                            Err(self.cannot("embed an image prepared for GME"))
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                m.embed_prepared(&pixels)
+            }
+            Model::Gme(m) => {
+                let patches = images
+                    .iter()
+                    .map(|i| match i {
+                        PreparedImage::Patches(p) => Ok(p.clone()),
+                        PreparedImage::Pixels(_) => {
+                            Err(self.cannot("embed an image prepared for CLIP / SigLIP"))
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                m.embed_images(&patches)
+            }
+            Model::Text(_) if images.is_empty() => Ok(Vec::new()),
+            Model::Text(_) => Err(self.cannot("embed images: it is a text model")),
+        }
+    }
+
+    /// Unit vectors of inputs holding a text and images together, each embedded by the
+    /// model as one input (GME's prompt with the images before the text); queries get the
+    /// query instruction. Only for models with [`Capabilities::joint`].
+    pub fn embed_joint(&self, inputs: &[JointInput<'_>], role: Role) -> Result<Vec<Vec<f32>>> {
+        let Model::Gme(m) = &self.model else {
+            return Err(
+                self.cannot("embed a text and images as one input (it embeds them separately)")
+            );
+        };
+        let images: Vec<Vec<&GmeImage>> = inputs
+            .iter()
+            .map(|i| {
+                i.images
+                    .iter()
+                    .map(|img| match img {
+                        PreparedImage::Patches(p) => Ok(p),
+                        PreparedImage::Pixels(_) => {
+                            Err(self.cannot("embed an image prepared for CLIP / SigLIP"))
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<_>>()?;
+        let instruction = match role {
+            Role::Query => m.query_instruction(),
+            Role::Passage => crate::models::gme::DEFAULT_INSTRUCTION,
+        };
+        let gme_inputs: Vec<GmeInput<'_>> = inputs
+            .iter()
+            .zip(&images)
+            .map(|(i, imgs)| GmeInput {
+                instruction,
+                images: imgs,
+                text: i.text,
+            })
+            .collect();
+        m.embed(&gme_inputs)
+    }
+
+    /// The vector of a blank white 224 x 224 image, prepared as this model prepares images
+    /// (the reference code's stand-in for a query without an image).
+    pub fn blank_image_vector(&self) -> Result<Vec<f32>> {
+        let img = image::RgbImage::from_pixel(224, 224, image::Rgb([255, 255, 255]));
+        let prepared = match &self.model {
+            Model::Vision(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
+            Model::Gme(m) => {
+                let resized = m.processor().resize(img, None)?;
+                PreparedImage::Patches(m.processor().patchify(&resized))
+            }
+            Model::Text(_) => return Err(self.cannot("embed images: it is a text model")),
+        };
+        Ok(self
+            .embed_images(&[prepared])?
+            .pop()
+            .expect("one vector for one image"))
+    }
+
+    /// The BERT-family encoder, when that is the family (for its tokenizer and settings).
+    pub fn as_text(&self) -> Option<&TextEmbedder> {
+        match &self.model {
+            Model::Text(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The CLIP / SigLIP model, when that is the family.
+    pub fn as_vision(&self) -> Option<&VisionEmbedder> {
+        match &self.model {
+            Model::Vision(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The GME model, when that is the family.
+    pub fn as_gme(&self) -> Option<&GmeEmbedder> {
+        match &self.model {
+            Model::Gme(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    fn cannot(&self, what: &str) -> Error {
+        Error::Capability {
+            model: self.name().to_string(),
+            message: format!("cannot {what}"),
+        }
+    }
+}

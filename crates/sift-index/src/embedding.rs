@@ -1,0 +1,509 @@
+//! Dense indexes of a build: the embedder traits the index builder takes (so this crate
+//! depends on no model runtime), and the pipelines that embed a domain's passages and
+//! images through the embedding cache into vectors and HNSW graphs.
+use std::any::Any;
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use crate::cache::EmbedCache;
+use crate::dense::{self, HnswParams, VectorDtype};
+use crate::manifest::{DenseInfo, ImageIndexInfo};
+use crate::paths;
+use crate::progress::Progress;
+use crate::source::PassageSource;
+use crate::{Error, Result};
+
+/// An error of an embedder, boxed.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Turns passages into unit vectors for a dense index.
+pub trait PassageEmbedder: Sync {
+    /// What can go wrong embedding.
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// Model name recorded in the manifest.
+    fn name(&self) -> &str;
+    /// Vector dimension.
+    fn dim(&self) -> usize;
+    /// Everything that determines the vectors besides the text (the model's weights and
+    /// files, prefix, pooling, maximum length, dtype, device kind): the embedding cache is
+    /// keyed by it, so it must change whenever a vector could.
+    fn fingerprint(&self) -> String;
+    /// A hash of the model's files alone (weights, tokenizer, configs), recorded in the
+    /// manifest so that a search can check it loads the same model; empty when unknown.
+    fn model_hash(&self) -> String {
+        String::new()
+    }
+    /// One unit vector per text, in order.
+    fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, Self::Error>;
+}
+
+/// Turns encoded images into unit vectors for an image index, in two stages so that the
+/// build can decode and preprocess the next batch while the model embeds the current one.
+pub trait ImageEmbedder: Sync {
+    /// An image decoded and preprocessed for the model.
+    type Prepared: Send + 'static;
+    /// Why an image cannot be prepared (it is counted and skipped).
+    type PrepareError: std::error::Error + Send + Sync + 'static;
+    /// What can go wrong embedding prepared images (the build stops).
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// Model name recorded in the manifest.
+    fn name(&self) -> &str;
+    /// Vector dimension.
+    fn dim(&self) -> usize;
+    /// Everything besides the image bytes that determines the vectors (the cache key).
+    fn fingerprint(&self) -> String;
+    /// Decodes and preprocesses encoded images: the model input of each, or why it cannot
+    /// be embedded.
+    fn prepare(
+        &self,
+        images: &[&[u8]],
+    ) -> Vec<std::result::Result<Self::Prepared, Self::PrepareError>>;
+    /// One unit vector per prepared image, in order.
+    fn embed_prepared(
+        &self,
+        images: &[Self::Prepared],
+    ) -> std::result::Result<Vec<Vec<f32>>, Self::Error>;
+}
+
+/// [`PassageEmbedder`] with its error type erased, so that builds of different embedders
+/// fit in one list.
+trait DynPassageEmbedder: Sync {
+    fn name(&self) -> &str;
+    fn dim(&self) -> usize;
+    fn fingerprint(&self) -> String;
+    fn model_hash(&self) -> String;
+    fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, BoxError>;
+}
+
+impl<E: PassageEmbedder> DynPassageEmbedder for E {
+    fn name(&self) -> &str {
+        PassageEmbedder::name(self)
+    }
+    fn dim(&self) -> usize {
+        PassageEmbedder::dim(self)
+    }
+    fn fingerprint(&self) -> String {
+        PassageEmbedder::fingerprint(self)
+    }
+    fn model_hash(&self) -> String {
+        PassageEmbedder::model_hash(self)
+    }
+    fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, BoxError> {
+        PassageEmbedder::embed(self, texts).map_err(Into::into)
+    }
+}
+
+type Erased = Box<dyn Any + Send>;
+
+/// [`ImageEmbedder`] with its associated types erased.
+trait DynImageEmbedder: Sync {
+    fn name(&self) -> &str;
+    fn dim(&self) -> usize;
+    fn fingerprint(&self) -> String;
+    fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Erased, String>>;
+    fn embed_prepared(&self, images: Vec<Erased>) -> std::result::Result<Vec<Vec<f32>>, BoxError>;
+}
+
+impl<E: ImageEmbedder> DynImageEmbedder for E {
+    fn name(&self) -> &str {
+        ImageEmbedder::name(self)
+    }
+    fn dim(&self) -> usize {
+        ImageEmbedder::dim(self)
+    }
+    fn fingerprint(&self) -> String {
+        ImageEmbedder::fingerprint(self)
+    }
+    fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Erased, String>> {
+        ImageEmbedder::prepare(self, images)
+            .into_iter()
+            .map(|r| r.map(|p| Box::new(p) as Erased).map_err(|e| e.to_string()))
+            .collect()
+    }
+    fn embed_prepared(&self, images: Vec<Erased>) -> std::result::Result<Vec<Vec<f32>>, BoxError> {
+        let typed: Vec<E::Prepared> = images
+            .into_iter()
+            .map(|b| {
+                *b.downcast::<E::Prepared>()
+                    .expect("prepared by this embedder")
+            })
+            .collect();
+        ImageEmbedder::embed_prepared(self, &typed).map_err(Into::into)
+    }
+}
+
+/// A dense index to build beside BM25: passage vectors of a model, and, for models that
+/// embed images too, an image index of the corpus images under the same slug.
+pub struct DenseBuild<'a> {
+    /// Name of the index (`dense:<slug>`).
+    pub slug: String,
+    /// How to load the model again at query time (a directory or hub id).
+    pub spec: String,
+    /// Storage precision.
+    pub dtype: VectorDtype,
+    /// HNSW parameters.
+    pub hnsw: HnswParams,
+    passages: &'a dyn DynPassageEmbedder,
+    images: Option<&'a dyn DynImageEmbedder>,
+}
+
+impl<'a> DenseBuild<'a> {
+    /// A dense index `slug` of `embedder`'s passage vectors (f32, default HNSW settings).
+    pub fn new<E: PassageEmbedder>(
+        slug: impl Into<String>,
+        spec: impl Into<String>,
+        embedder: &'a E,
+    ) -> DenseBuild<'a> {
+        DenseBuild {
+            slug: slug.into(),
+            spec: spec.into(),
+            dtype: VectorDtype::F32,
+            hnsw: HnswParams::default(),
+            passages: embedder,
+            images: None,
+        }
+    }
+
+    /// Also embeds the domains' images with `images` (the image side of the same model).
+    pub fn with_images<I: ImageEmbedder>(mut self, images: &'a I) -> DenseBuild<'a> {
+        self.images = Some(images);
+        self
+    }
+
+    /// Stores vectors in `dtype`.
+    pub fn dtype(mut self, dtype: VectorDtype) -> DenseBuild<'a> {
+        self.dtype = dtype;
+        self
+    }
+
+    /// Builds the HNSW graphs with `hnsw`.
+    pub fn hnsw(mut self, hnsw: HnswParams) -> DenseBuild<'a> {
+        self.hnsw = hnsw;
+        self
+    }
+
+    /// The passage embedder's cache key (a build keeps the domains it does not rebuild
+    /// only when this has not changed).
+    pub fn fingerprint(&self) -> String {
+        self.passages.fingerprint()
+    }
+
+    /// Whether this build has an image side.
+    pub fn has_images(&self) -> bool {
+        self.images.is_some()
+    }
+}
+
+/// Embeds every passage of `domains` (through the cache) and writes vectors, ids and graphs
+/// into the generation `gen_dir`.
+pub(crate) fn build_dense(
+    root: &Path,
+    gen_dir: &Path,
+    source: &dyn PassageSource,
+    domains: &[(String, u64)],
+    build: &DenseBuild<'_>,
+    progress: &dyn Progress,
+) -> Result<DenseInfo> {
+    let embedder = build.passages;
+    let dim = embedder.dim();
+    let fingerprint = embedder.fingerprint();
+    let mut cache = EmbedCache::open(&paths::text_cache(root, &build.slug), &fingerprint, dim)?;
+    let (mut embedded, mut cached) = (0u64, 0u64);
+    let output_err = |message: String| Error::EmbedOutput {
+        model: embedder.name().to_string(),
+        message,
+    };
+    const CHUNK: usize = 512;
+    for (domain, count) in domains {
+        let mut vectors: Vec<f32> = Vec::with_capacity(*count as usize * dim);
+        let mut ids: Vec<String> = Vec::with_capacity(*count as usize);
+        progress.start(&format!("{domain} {}", build.slug), Some(*count));
+        let mut passages = source.passages(domain)?;
+        loop {
+            let chunk: Vec<sift_core::Passage> = passages
+                .by_ref()
+                .take(CHUNK)
+                .collect::<sift_core::Result<_>>()?;
+            if chunk.is_empty() {
+                break;
+            }
+            let keys: Vec<u128> = chunk.iter().map(|p| cache.key(&p.text)).collect();
+            let missing: Vec<usize> = (0..chunk.len())
+                .filter(|&i| cache.get(keys[i]).is_none())
+                .collect();
+            let texts: Vec<&str> = missing.iter().map(|&i| chunk[i].text.as_str()).collect();
+            let fresh = if texts.is_empty() {
+                Vec::new()
+            } else {
+                embedder.embed(&texts).map_err(|source| Error::Embed {
+                    model: embedder.name().to_string(),
+                    what: format!(
+                        "{} passages of domain {domain} from {:?}",
+                        texts.len(),
+                        chunk[missing[0]].id
+                    ),
+                    source,
+                })?
+            };
+            if fresh.len() != texts.len() || fresh.iter().any(|v| v.len() != dim) {
+                return Err(output_err(format!(
+                    "expected {} vectors of {dim} dimensions",
+                    texts.len()
+                )));
+            }
+            if let Some(j) = fresh.iter().position(|v| v.iter().any(|x| !x.is_finite())) {
+                return Err(output_err(format!(
+                    "the vector of passage {:?} is not finite (NaN or infinity): the model's weights or settings are broken",
+                    chunk[missing[j]].id
+                )));
+            }
+            let entries: Vec<(u128, &[f32])> = missing
+                .iter()
+                .zip(&fresh)
+                .map(|(&i, v)| (keys[i], v.as_slice()))
+                .collect();
+            cache.insert(&entries)?;
+            embedded += fresh.len() as u64;
+            cached += (chunk.len() - fresh.len()) as u64;
+            progress.inc(chunk.len() as u64);
+            for (key, p) in keys.iter().zip(chunk) {
+                vectors.extend(cache.get(*key).expect("inserted above"));
+                ids.push(p.id);
+            }
+        }
+        progress.finish();
+        if ids.len() as u64 != *count {
+            return Err(Error::Corrupt {
+                path: source.location(domain),
+                message: format!(
+                    "domain {domain}: {} passages embedded but {count} indexed (passages changed during the build?)",
+                    ids.len()
+                ),
+            });
+        }
+        progress.start(&format!("{domain} hnsw"), None);
+        let written = dense::write(
+            &paths::dense(gen_dir, &build.slug, domain),
+            embedder.name(),
+            dim,
+            &vectors,
+            &ids,
+            build.dtype,
+            build.hnsw,
+        );
+        progress.finish();
+        written?;
+    }
+    Ok(DenseInfo {
+        model: embedder.name().to_string(),
+        spec: build.spec.clone(),
+        model_hash: embedder.model_hash(),
+        fingerprint,
+        dim,
+        dtype: build.dtype,
+        hnsw: build.hnsw,
+        embedded,
+        cached,
+        images: None,
+    })
+}
+
+/// A chunk of images read and prepared ahead of the model.
+struct Prepared {
+    records: Vec<sift_core::ImageRecord>,
+    keys: Vec<u128>,
+    /// (index into records, model input or why it cannot be embedded) of the images not in
+    /// the cache
+    inputs: Vec<(usize, std::result::Result<Erased, String>)>,
+    /// reader warnings, sent with the final (empty) chunk
+    warnings: sift_core::Warnings,
+}
+
+/// Embeds the images of `domains` (through the cache; images that cannot be prepared are
+/// counted and skipped) and writes their vectors, ids and graphs into `gen_dir`.
+pub(crate) fn build_images(
+    root: &Path,
+    gen_dir: &Path,
+    source: &dyn PassageSource,
+    domains: &[(String, u64)],
+    build: &DenseBuild<'_>,
+    progress: &dyn Progress,
+) -> Result<Option<ImageIndexInfo>> {
+    let Some(embedder) = build.images else {
+        return Ok(None);
+    };
+    let dim = embedder.dim();
+    let fingerprint = embedder.fingerprint();
+    let mut cache = EmbedCache::open(&paths::image_cache(root, &build.slug), &fingerprint, dim)?;
+    let mut info = ImageIndexInfo {
+        fingerprint: fingerprint.clone(),
+        ..ImageIndexInfo::default()
+    };
+    const CHUNK: usize = 64;
+    let output_err = |message: String| Error::EmbedOutput {
+        model: embedder.name().to_string(),
+        message,
+    };
+    for (domain, _) in domains {
+        progress.start(&format!("{domain} {} images", build.slug), None);
+        let mut ids: Vec<String> = Vec::new();
+        let mut vectors: Vec<f32> = Vec::new();
+        let mut skipped = 0u64;
+        let mut images = source.images(domain)?;
+        // a reader thread decodes and preprocesses chunk i + 1 while the model runs on chunk i
+        std::thread::scope(|scope| -> Result<()> {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Prepared>>(1);
+            // keys cached before this domain started (the main thread inserts meanwhile)
+            let known: HashSet<u128> = cache.keys();
+            let key_of = |bytes: &[u8]| EmbedCache::key_bytes_with(&fingerprint, bytes);
+            scope.spawn(move || {
+                loop {
+                    let chunk: Vec<sift_core::ImageRecord> = match images
+                        .by_ref()
+                        .take(CHUNK)
+                        .collect::<sift_core::Result<_>>(
+                    ) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = tx.send(Err(e.into()));
+                            return;
+                        }
+                    };
+                    if chunk.is_empty() {
+                        let _ = tx.send(Ok(Prepared {
+                            records: Vec::new(),
+                            keys: Vec::new(),
+                            inputs: Vec::new(),
+                            warnings: images.warnings(),
+                        }));
+                        return;
+                    }
+                    let keys: Vec<u128> = chunk.iter().map(|r| key_of(&r.bytes)).collect();
+                    let todo: Vec<usize> = (0..chunk.len())
+                        .filter(|&i| !known.contains(&keys[i]))
+                        .collect();
+                    let bytes: Vec<&[u8]> =
+                        todo.iter().map(|&i| chunk[i].bytes.as_slice()).collect();
+                    let prepared = embedder.prepare(&bytes);
+                    let inputs = todo.into_iter().zip(prepared).collect();
+                    if tx
+                        .send(Ok(Prepared {
+                            records: chunk,
+                            keys,
+                            inputs,
+                            warnings: sift_core::Warnings::new(),
+                        }))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+            for prepared in rx {
+                let p = prepared?;
+                if p.records.is_empty() {
+                    for (kind, n) in p.warnings.counts() {
+                        *info.warnings.entry(kind.name().to_string()).or_default() += n;
+                    }
+                    break;
+                }
+                let mut ok: Vec<(usize, Erased)> = Vec::new();
+                let mut bad: HashSet<usize> = HashSet::new();
+                for (i, r) in p.inputs {
+                    match r {
+                        Ok(x) => ok.push((i, x)),
+                        Err(why) => {
+                            skipped += 1;
+                            bad.insert(i);
+                            if info.undecodable_examples.len() < 10 {
+                                let rec = &p.records[i];
+                                info.undecodable_examples.push(format!(
+                                    "{}: row {}: {}: {why}",
+                                    rec.file.display(),
+                                    rec.row,
+                                    rec.path
+                                ));
+                            }
+                        }
+                    }
+                }
+                let (positions, inputs): (Vec<usize>, Vec<Erased>) = ok.into_iter().unzip();
+                let fresh = if inputs.is_empty() {
+                    Vec::new()
+                } else {
+                    let n = inputs.len();
+                    embedder
+                        .embed_prepared(inputs)
+                        .map_err(|source| Error::Embed {
+                            model: embedder.name().to_string(),
+                            what: format!(
+                                "{n} images of domain {domain} from {:?}",
+                                p.records[positions[0]].path
+                            ),
+                            source,
+                        })?
+                };
+                if fresh.len() != positions.len() || fresh.iter().any(|v| v.len() != dim) {
+                    return Err(output_err(format!(
+                        "expected {} vectors of {dim} dimensions",
+                        positions.len()
+                    )));
+                }
+                if let Some(j) = fresh.iter().position(|v| v.iter().any(|x| !x.is_finite())) {
+                    return Err(output_err(format!(
+                        "the vector of image {:?} is not finite (NaN or infinity): the model's weights or preprocessing settings are broken",
+                        p.records[positions[j]].path
+                    )));
+                }
+                let entries: Vec<(u128, &[f32])> = positions
+                    .iter()
+                    .zip(&fresh)
+                    .map(|(i, v)| (p.keys[*i], v.as_slice()))
+                    .collect();
+                cache.insert(&entries)?;
+                info.embedded += fresh.len() as u64;
+                for (i, r) in p.records.iter().enumerate() {
+                    if bad.contains(&i) {
+                        continue;
+                    }
+                    let Some(v) = cache.get(p.keys[i]) else {
+                        continue;
+                    };
+                    vectors.extend(v);
+                    ids.push(r.path.clone());
+                }
+                info.cached += (p.records.len() - bad.len() - fresh.len()) as u64;
+                progress.inc(p.records.len() as u64);
+            }
+            Ok(())
+        })?;
+        progress.finish();
+        progress.start(&format!("{domain} image hnsw"), None);
+        let written = dense::write(
+            &paths::images(gen_dir, &build.slug, domain),
+            embedder.name(),
+            dim,
+            &vectors,
+            &ids,
+            build.dtype,
+            build.hnsw,
+        );
+        progress.finish();
+        written?;
+        info.images.insert(domain.clone(), ids.len() as u64);
+        if skipped > 0 {
+            info.undecodable.insert(domain.clone(), skipped);
+        }
+    }
+    Ok(Some(info))
+}
+
+/// The passage-count map the dense builders take, from the BM25 build's domain facts.
+pub(crate) fn counts(
+    domains: &BTreeMap<String, crate::DomainInfo>,
+    only: &[String],
+) -> Vec<(String, u64)> {
+    only.iter()
+        .map(|d| (d.clone(), domains.get(d).map_or(0, |i| i.passages)))
+        .collect()
+}

@@ -1,0 +1,520 @@
+//! [`evaluate`]: every (task, retriever, query-image mode) over the domains of an index, as
+//! MM-BRIGHT scores them (`shared/docs/mm-bright-protocol.md`), with trec_eval semantics.
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use sift_core::{Corpus, Layout, Qrels, WarningKind, Warnings};
+use sift_eval::{
+    CandidateKind, DomainResult, Exclusions, Metrics, Pairs, Protocol, Report, Run, Task,
+    check_qrels_ids, evaluate as score,
+};
+use sift_index::{IndexDir, NoProgress, Progress};
+
+use crate::models::{ModelSet, safe_name};
+use crate::query::{QueryImages, QueryVectors, encode_queries};
+use crate::searcher::{Candidates, DomainSearcher, SearchSettings};
+use crate::spec::RetrieverSpec;
+use crate::{Error, Result};
+
+/// What to evaluate.
+#[derive(Debug, Clone)]
+pub struct EvalConfig {
+    /// Tasks, in order.
+    pub tasks: Vec<Task>,
+    /// Retrievers, in order.
+    pub retrievers: Vec<RetrieverSpec>,
+    /// Task 4 judgements.
+    pub protocol: Protocol,
+    /// How models that embed images fuse a query's text and images (Tasks 2-4); one report
+    /// per mode.
+    pub query_images: Vec<QueryImages>,
+    /// Search settings.
+    pub settings: SearchSettings,
+    /// Domains [default: every indexed domain].
+    pub domains: Option<Vec<String>>,
+    /// Qrels split of a BEIR corpus.
+    pub split: String,
+    /// Keep every job's run (for writing run files).
+    pub keep_runs: bool,
+    /// Keep per-query metrics.
+    pub per_query: bool,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig {
+            tasks: vec![Task::Passages],
+            retrievers: vec![RetrieverSpec::Bm25],
+            protocol: Protocol::Paper,
+            query_images: vec![QueryImages::All],
+            settings: SearchSettings::default(),
+            domains: None,
+            split: "test".into(),
+            keep_runs: false,
+            per_query: false,
+        }
+    }
+}
+
+/// One (task, retriever, query-image mode) evaluated over the domains.
+#[derive(Debug, Clone)]
+pub struct JobReport {
+    /// The task.
+    pub task: Task,
+    /// The retriever.
+    pub retriever: RetrieverSpec,
+    /// How query images were used (models that embed images, Tasks 2-4), else `None`.
+    pub query_images: Option<QueryImages>,
+    /// `spec [query images: mode]`: the job's name in tables.
+    pub label: String,
+    /// Per-domain metrics.
+    pub report: Report,
+    /// The run over every domain (when [`EvalConfig::keep_runs`]).
+    pub run: Run,
+    /// Per-query metrics by domain (when [`EvalConfig::per_query`]).
+    pub per_query: BTreeMap<String, BTreeMap<String, Metrics>>,
+}
+
+/// Everything an evaluation produced.
+#[derive(Debug, Clone)]
+pub struct EvalReport {
+    /// Every job, tasks in order, then retrievers, then query-image modes.
+    pub jobs: Vec<JobReport>,
+    /// Combinations left out (e.g. Task 3 for a retriever that cannot rank images).
+    pub not_applicable: Vec<String>,
+    /// Things worth knowing about the results (domains without image candidates, ...).
+    pub notes: Vec<String>,
+    /// Each task's qrels and exclusions over every domain.
+    pub qrels: BTreeMap<Task, (Qrels, Exclusions)>,
+    /// Queries without judgements dropped before scoring, by task and domain.
+    pub dropped: BTreeMap<Task, BTreeMap<String, usize>>,
+    /// The Task 4 protocol.
+    pub protocol: Protocol,
+    /// Problems counted while reading the inputs.
+    pub warnings: Warnings,
+}
+
+/// The columns of the per-domain tables.
+pub const TABLE_COLUMNS: [&str; 6] = [
+    "ndcg@10",
+    "recall@10",
+    "recall@100",
+    "map@100",
+    "p@10",
+    "mrr",
+];
+
+/// Evaluates `config` on `corpus` with `index`, whose dense models `models` holds (see
+/// [`ModelSet::load_for`]).
+pub fn evaluate(
+    corpus: &Corpus,
+    index: &IndexDir,
+    models: &ModelSet,
+    config: &EvalConfig,
+    progress: &dyn Progress,
+) -> Result<EvalReport> {
+    config.settings.bm25.validate()?;
+    if config.tasks.iter().any(|t| t.has_query_images()) && corpus.layout() == Layout::Beir {
+        return Err(Error::Unsupported(
+            "tasks 2-4 need an MM-BRIGHT corpus (examples_multimodal, images); this is a BEIR corpus"
+                .into(),
+        ));
+    }
+    let mut jobs = Vec::new();
+    let mut not_applicable = Vec::new();
+    for &task in &config.tasks {
+        for r in &config.retrievers {
+            if task == Task::Images && !models.ranks_images(r) {
+                not_applicable.push(format!("task 3: {r} cannot rank images"));
+                continue;
+            }
+            let modes: Vec<Option<QueryImages>> =
+                if task.has_query_images() && models.sees_images(r) {
+                    config.query_images.iter().map(|m| Some(*m)).collect()
+                } else {
+                    vec![None]
+                };
+            for mode in modes {
+                let suffix = mode.map(|m| format!(" [query images: {}]", m.name()));
+                let suffix = suffix.unwrap_or_default();
+                jobs.push(JobReport {
+                    task,
+                    retriever: r.clone(),
+                    query_images: mode,
+                    label: format!("{r}{suffix}"),
+                    report: Report {
+                        task: match task {
+                            Task::Pairs => format!("4 ({})", config.protocol.name()),
+                            t => t.to_string(),
+                        },
+                        retriever: format!("{}{suffix}", r.describe(&config.settings.bm25)),
+                        per_domain: Vec::new(),
+                    },
+                    run: Run::new(),
+                    per_query: BTreeMap::new(),
+                });
+            }
+        }
+    }
+    if jobs.is_empty() {
+        return Err(Error::Unsupported(format!(
+            "nothing to run: {}",
+            not_applicable.join("; ")
+        )));
+    }
+    let domains: Vec<String> = match &config.domains {
+        None => index.manifest().domains.keys().cloned().collect(),
+        Some(wanted) => corpus.select_domains(wanted)?,
+    };
+    let combined = RetrieverSpec::Hybrid {
+        parts: config.retrievers.clone(),
+        fusion: crate::spec::RankFusion::Rrf { k: crate::RRF_K },
+    };
+    let needs_images = config.tasks.iter().any(|t| t.uses_corpus_images());
+    let multimodal =
+        config.tasks.iter().any(|t| t.has_query_images()) && models.sees_images(&combined);
+    let mut out = EvalReport {
+        jobs,
+        not_applicable,
+        notes: Vec::new(),
+        qrels: BTreeMap::new(),
+        dropped: BTreeMap::new(),
+        protocol: config.protocol,
+        warnings: Warnings::new(),
+    };
+    for domain in &domains {
+        index.check_domain(domain, Some(corpus))?;
+        evaluate_domain(
+            corpus,
+            index,
+            models,
+            config,
+            domain,
+            &combined,
+            needs_images,
+            multimodal,
+            &mut out,
+            progress,
+        )?;
+    }
+    let scored: usize = out
+        .jobs
+        .iter()
+        .flat_map(|j| &j.report.per_domain)
+        .map(|d| d.queries)
+        .sum();
+    if scored == 0 {
+        return Err(Error::Unsupported(
+            "nothing to score: no query of the selected domains has judgements for the task(s) run"
+                .into(),
+        ));
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn evaluate_domain(
+    corpus: &Corpus,
+    index: &IndexDir,
+    models: &ModelSet,
+    config: &EvalConfig,
+    domain: &str,
+    combined: &RetrieverSpec,
+    needs_images: bool,
+    multimodal: bool,
+    out: &mut EvalReport,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let searcher = DomainSearcher::open(index, domain, combined, models, needs_images)?;
+    for name in searcher.empty_image_indexes() {
+        out.notes.push(format!(
+            "domain {domain}: dense:{name} indexed no corpus images (none in the corpus, or none \
+             decodable): Task 3 has no candidates there and Task 4 ranks its passage-only pairs"
+        ));
+    }
+    let passages = searcher.passage_ids().to_vec();
+    let images: Vec<String> = if needs_images {
+        corpus
+            .image_paths(domain)?
+            .map(|r| r.map(|r| r.path))
+            .collect::<sift_core::Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    let query_images: HashMap<String, Vec<u8>> = if multimodal {
+        corpus
+            .query_images(domain)?
+            .map(|r| r.map(|r| (r.path, r.bytes)))
+            .collect::<sift_core::Result<_>>()?
+    } else {
+        HashMap::new()
+    };
+    let pairs = if config.tasks.contains(&Task::Pairs) {
+        Pairs::build(domain, &passages, &images)
+    } else {
+        Pairs::default()
+    };
+    let source = corpus.root().join("examples_images");
+    for &task in &config.tasks {
+        if !out.jobs.iter().any(|j| j.task == task) {
+            continue;
+        }
+        let mut data = task.data(
+            corpus,
+            domain,
+            &config.split,
+            &passages,
+            &images,
+            config.protocol,
+        )?;
+        match task.candidates() {
+            CandidateKind::Passages => check_qrels_ids(
+                &data.qrels,
+                |id| searcher.passage_ord(id).is_some(),
+                corpus.root(),
+                &mut data.warnings,
+            ),
+            CandidateKind::Images => {
+                let known: HashSet<&str> = images.iter().map(String::as_str).collect();
+                check_qrels_ids(
+                    &data.qrels,
+                    |id| known.contains(id),
+                    corpus.root(),
+                    &mut data.warnings,
+                )
+            }
+            CandidateKind::Pairs => {}
+        }
+        let candidates = match task.candidates() {
+            CandidateKind::Passages => Candidates::Passages,
+            CandidateKind::Images => Candidates::Images,
+            CandidateKind::Pairs => Candidates::Pairs {
+                pairs: &pairs,
+                images: &images,
+            },
+        };
+        let exclusions = |qid: &str| -> Vec<String> {
+            data.exclusions
+                .get(qid)
+                .map(|x| x.iter().cloned().collect())
+                .unwrap_or_default()
+        };
+        let mut vectors: BTreeMap<Option<QueryImages>, QueryVectors> = BTreeMap::new();
+        for job in out.jobs.iter_mut().filter(|j| j.task == task) {
+            let mode = if task.has_query_images() {
+                job.query_images
+            } else {
+                None
+            };
+            if let std::collections::btree_map::Entry::Vacant(slot) = vectors.entry(mode) {
+                slot.insert(encode_queries(
+                    models,
+                    combined,
+                    &data.queries,
+                    mode,
+                    &query_images,
+                    &mut data.warnings,
+                    &source,
+                )?);
+            }
+            let qv = &vectors[&mode];
+            progress.start(
+                &format!("{domain} t{task}"),
+                Some(data.queries.len() as u64),
+            );
+            let results = searcher.run(
+                &job.retriever,
+                &candidates,
+                &data.queries,
+                qv,
+                &exclusions,
+                &config.settings,
+                &|| progress.inc(1),
+            );
+            progress.finish();
+            let run: Run = results?.into_iter().collect();
+            // complete = true: a judged query with no hit at all scores 0
+            let ev = score(&run, &data.qrels, &data.exclusions, true);
+            job.report.per_domain.push(DomainResult {
+                domain: domain.to_string(),
+                queries: ev.per_query.len(),
+                metrics: ev.mean.clone(),
+            });
+            if config.per_query {
+                job.per_query.insert(domain.to_string(), ev.per_query);
+            }
+            if config.keep_runs {
+                job.run.extend(run);
+            }
+        }
+        out.dropped
+            .entry(task)
+            .or_default()
+            .insert(domain.to_string(), data.dropped_no_qrels);
+        let entry = out.qrels.entry(task).or_default();
+        entry.0.extend(data.qrels);
+        entry.1.extend(data.exclusions);
+        out.warnings.extend(data.warnings);
+    }
+    Ok(())
+}
+
+impl EvalReport {
+    /// Positive images counted as Task 4 orphans (no gold passage of their page: no pair).
+    pub fn orphans(&self) -> u64 {
+        self.warnings.count(WarningKind::OrphanPositiveImage)
+    }
+
+    /// Queries dropped for want of judgements in `task`, over every domain.
+    pub fn dropped_total(&self, task: Task) -> usize {
+        self.dropped.get(&task).map_or(0, |d| d.values().sum())
+    }
+
+    /// Every table: one per job (metrics in %), then, with several jobs, the summary of mean
+    /// nDCG@10 per task and retriever, and the notes.
+    pub fn to_markdown(&self) -> String {
+        let mut markdown = String::new();
+        for job in &self.jobs {
+            markdown.push_str(&format!(
+                "Task {} — {} (metrics in %)\n\n{}\n",
+                job.report.task,
+                job.report.retriever,
+                job.report.to_markdown(&TABLE_COLUMNS)
+            ));
+            let n = self.dropped_total(job.task);
+            if n > 0 {
+                markdown.push_str(&format!(
+                    "{n} quer(y/ies) without judgements dropped before scoring\n"
+                ));
+            }
+            markdown.push('\n');
+        }
+        if self.jobs.len() > 1 {
+            markdown.push_str(&self.summary_table());
+        }
+        for n in &self.notes {
+            markdown.push_str(&format!("\nNote: {n}\n"));
+        }
+        let orphans = self.orphans();
+        if self.jobs.iter().any(|j| j.task == Task::Pairs) && orphans > 0 {
+            markdown.push_str(&format!(
+                "\nTask 4: {orphans} positive image(s) with no gold passage from their page (orphans: no pair)\n"
+            ));
+        }
+        markdown
+    }
+
+    /// Mean nDCG@10 of every task (columns) and retriever (rows).
+    pub fn summary_table(&self) -> String {
+        let mut tasks: Vec<&str> = self.jobs.iter().map(|j| j.report.task.as_str()).collect();
+        tasks.dedup();
+        let mut labels: Vec<&str> = Vec::new();
+        for j in &self.jobs {
+            if !labels.contains(&j.label.as_str()) {
+                labels.push(&j.label);
+            }
+        }
+        let mut s = String::from("Mean nDCG@10 over domains (%)\n\n| retriever |");
+        for t in &tasks {
+            s.push_str(&format!(" task {t} |"));
+        }
+        s.push_str("\n|---|");
+        s.push_str(&"---:|".repeat(tasks.len()));
+        s.push('\n');
+        for l in labels {
+            s.push_str(&format!("| {l} |"));
+            for t in &tasks {
+                match self
+                    .jobs
+                    .iter()
+                    .find(|j| j.label == l && j.report.task == *t)
+                    .and_then(|j| j.report.mean().get("ndcg@10").copied())
+                {
+                    Some(v) => s.push_str(&format!(" {:.2} |", v * 100.0)),
+                    None => s.push_str(" n/a |"),
+                }
+            }
+            s.push('\n');
+        }
+        s
+    }
+
+    /// The JSON of one job: its report, label, dropped queries and (when kept) per-query
+    /// metrics.
+    pub fn job_json(&self, job: &JobReport) -> serde_json::Value {
+        let mut out = job.report.to_json();
+        out["label"] = job.label.clone().into();
+        out["dropped_queries_without_qrels"] =
+            serde_json::to_value(self.dropped.get(&job.task).cloned().unwrap_or_default())
+                .unwrap_or_default();
+        if !job.per_query.is_empty() {
+            out["per_query"] = serde_json::to_value(&job.per_query).unwrap_or_default();
+        }
+        out
+    }
+
+    /// Everything as one JSON object: the job's object when there is one job, else
+    /// `{"reports": [...], "not_applicable", "notes", "protocol", "orphan_positive_images",
+    /// "warnings"}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        if let [job] = self.jobs.as_slice() {
+            let mut out = self.job_json(job);
+            out["warnings"] = serde_json::to_value(self.warnings.to_map()).unwrap_or_default();
+            out["notes"] = serde_json::to_value(&self.notes).unwrap_or_default();
+            return out;
+        }
+        serde_json::json!({
+            "reports": self.jobs.iter().map(|j| self.job_json(j)).collect::<Vec<_>>(),
+            "not_applicable": self.not_applicable,
+            "notes": self.notes,
+            "protocol": self.protocol.name(),
+            "orphan_positive_images": self.orphans(),
+            "warnings": self.warnings.to_map(),
+        })
+    }
+
+    /// Writes `dir/results.md`, `dir/results.json`, each job's TREC run in `dir/runs/`
+    /// (`task<N>.<label>.trec`) and each task's qrels and exclusions in `dir/qrels/`.
+    pub fn write_to(&self, dir: &Path) -> Result<()> {
+        let runs = dir.join("runs");
+        let qdir = dir.join("qrels");
+        for d in [dir, runs.as_path(), qdir.as_path()] {
+            std::fs::create_dir_all(d).map_err(|e| io(d, e))?;
+        }
+        let md = dir.join("results.md");
+        std::fs::write(&md, self.to_markdown()).map_err(|e| io(&md, e))?;
+        let js = dir.join("results.json");
+        let json = serde_json::to_string_pretty(&self.to_json()).expect("JSON values serialise");
+        std::fs::write(&js, json).map_err(|e| io(&js, e))?;
+        for job in &self.jobs {
+            let name = safe_name(&job.label);
+            sift_eval::write_run(
+                &runs.join(format!("task{}.{name}.trec", job.task)),
+                &job.run,
+                "sift",
+            )?;
+        }
+        for (task, (q, x)) in &self.qrels {
+            sift_eval::write_qrels(&qdir.join(format!("task{task}.qrels")), q)?;
+            sift_eval::write_exclusions(&qdir.join(format!("task{task}.exclusions")), x)?;
+        }
+        Ok(())
+    }
+}
+
+fn io(path: &Path, source: std::io::Error) -> Error {
+    Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// [`evaluate`] without progress reports.
+pub fn evaluate_quietly(
+    corpus: &Corpus,
+    index: &IndexDir,
+    models: &ModelSet,
+    config: &EvalConfig,
+) -> Result<EvalReport> {
+    evaluate(corpus, index, models, config, &NoProgress)
+}

@@ -1,0 +1,52 @@
+//! Retrieval with Sift as a library, between the index ([`sift_index`]), the models
+//! ([`sift_embed`]) and the evaluator ([`sift_eval`]):
+//!
+//! - [`RetrieverSpec`]: `bm25`, `dense:<model>`, `hybrid:<a>+<b>[:<wa>,<wb>]`, parsed with
+//!   [`FromStr`](std::str::FromStr); hybrids combine rankings by [`RankFusion`]
+//!   ([`fusion`]).
+//! - [`ModelSet`]: the dense indexes' models, loaded once and checked against the index;
+//!   [`Sides`] adapts an [`Embedder`](sift_embed::Embedder) to the index builder.
+//! - [`encode_queries`]: query vectors, with query images fused as [`QueryImages`] says.
+//! - [`DomainSearcher`]: one domain, searched over passages, corpus images or Task 4
+//!   passage+image pairs ([`Candidates`]).
+//! - [`evaluate`]: every task, retriever and query-image mode over the domains, as typed
+//!   per-domain reports ([`EvalReport`]) that render as tables, JSON, runs and qrels.
+//!
+//! Index the bundled sample corpus with BM25 and evaluate Task 1:
+//!
+//! ```
+//! use sift_core::Corpus;
+//! use sift_index::{BuildOptions, IndexDir, NoProgress};
+//! use sift_retrieve::{EvalConfig, ModelSet, evaluate};
+//!
+//! let corpus = Corpus::open(concat!(env!("CARGO_MANIFEST_DIR"), "/../../corpora/sample"))?;
+//! let dir = tempfile::tempdir()?;
+//! let index = IndexDir::build(
+//!     dir.path().join("index"),
+//!     &corpus,
+//!     &corpus.domains()?,
+//!     &BuildOptions::default(),
+//!     &[],
+//!     &NoProgress,
+//! )?;
+//! let report = evaluate(&corpus, &index, &ModelSet::new(), &EvalConfig::default(), &NoProgress)?;
+//! let ndcg = report.jobs[0].report.mean()["ndcg@10"];
+//! assert!(ndcg > 0.5, "{ndcg}");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![warn(missing_docs)]
+
+mod error;
+mod evaluate;
+pub mod fusion;
+mod models;
+mod query;
+mod searcher;
+mod spec;
+
+pub use error::{Error, Result, SpecError};
+pub use evaluate::{EvalConfig, EvalReport, JobReport, TABLE_COLUMNS, evaluate, evaluate_quietly};
+pub use models::{ImageSide, ModelSet, PassageSide, Sides, safe_name, slug};
+pub use query::{QueryImages, QueryVectors, encode_queries, normalized_sum};
+pub use searcher::{AUTO_EXACT_MAX, Ann, Candidates, DomainSearcher, Query, SearchSettings, fuse};
+pub use spec::{RRF_K, RankFusion, RetrieverSpec};

@@ -1,0 +1,223 @@
+//! Models for an index: the dense indexes' embedders loaded once, checked against what each
+//! index was built with, and the adapters that let the index builder use an [`Embedder`].
+use std::collections::HashMap;
+
+use sift_embed::{Embedder, EmbedderOptions, Input, PreparedImage, PreprocessError, Role};
+use sift_index::{DenseBuild, ImageEmbedder, IndexDir, PassageEmbedder};
+
+use crate::spec::RetrieverSpec;
+use crate::{Error, Result};
+
+/// The name a dense index of `embedder` goes by (`dense:<slug>`): its registry alias, else
+/// its name made safe for a directory.
+pub fn slug(embedder: &Embedder) -> String {
+    match sift_embed::registry::find(embedder.name()) {
+        Some(info) => info.alias.clone(),
+        None => safe_name(embedder.name().rsplit('/').next().unwrap_or("model")).to_lowercase(),
+    }
+}
+
+/// `name` with every character other than ASCII letters, digits, `-` and `.` replaced by
+/// `_`: safe as a file or directory name.
+pub fn safe_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The passage side of an embedder, for [`DenseBuild`]: passages embedded with the passage
+/// role (prefix, prompt).
+pub struct PassageSide<'a>(pub &'a Embedder);
+
+impl PassageEmbedder for PassageSide<'_> {
+    type Error = sift_embed::Error;
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+    fn fingerprint(&self) -> String {
+        self.0.fingerprint(Input::Text(Role::Passage))
+    }
+    fn model_hash(&self) -> String {
+        self.0.content_hash().to_string()
+    }
+    fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, sift_embed::Error> {
+        self.0.embed_texts(texts, Role::Passage)
+    }
+}
+
+/// The image side of an embedder that embeds images, for [`DenseBuild::with_images`].
+pub struct ImageSide<'a>(&'a Embedder);
+
+impl<'a> ImageSide<'a> {
+    /// The image side of `embedder`, if it embeds images.
+    pub fn of(embedder: &'a Embedder) -> Option<ImageSide<'a>> {
+        embedder
+            .capabilities()
+            .images
+            .then_some(ImageSide(embedder))
+    }
+}
+
+impl ImageEmbedder for ImageSide<'_> {
+    type Prepared = PreparedImage;
+    type PrepareError = PreprocessError;
+    type Error = sift_embed::Error;
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+    fn fingerprint(&self) -> String {
+        self.0.fingerprint(Input::Image)
+    }
+    fn prepare(
+        &self,
+        images: &[&[u8]],
+    ) -> Vec<std::result::Result<PreparedImage, PreprocessError>> {
+        self.0.prepare_images(images)
+    }
+    fn embed_prepared(
+        &self,
+        images: &[PreparedImage],
+    ) -> std::result::Result<Vec<Vec<f32>>, sift_embed::Error> {
+        self.0.embed_images(images)
+    }
+}
+
+/// The sides of one embedder an index build needs; [`Sides::dense_build`] describes its
+/// dense index.
+pub struct Sides<'a> {
+    passages: PassageSide<'a>,
+    images: Option<ImageSide<'a>>,
+}
+
+impl<'a> Sides<'a> {
+    /// Passage and (unless `text_only`, and when the model has one) image side of
+    /// `embedder`.
+    pub fn new(embedder: &'a Embedder, text_only: bool) -> Sides<'a> {
+        Sides {
+            passages: PassageSide(embedder),
+            images: ImageSide::of(embedder).filter(|_| !text_only),
+        }
+    }
+
+    /// The dense index `slug` of these sides, loadable again from `spec`.
+    pub fn dense_build(&self, slug: impl Into<String>, spec: impl Into<String>) -> DenseBuild<'_> {
+        let build = DenseBuild::new(slug, spec, &self.passages);
+        match &self.images {
+            Some(images) => build.with_images(images),
+            None => build,
+        }
+    }
+}
+
+/// The embedders of the dense indexes a search uses, each loaded once.
+#[derive(Default)]
+pub struct ModelSet {
+    by_name: HashMap<String, (String, Embedder)>,
+}
+
+impl ModelSet {
+    /// An empty set.
+    pub fn new() -> ModelSet {
+        ModelSet::default()
+    }
+
+    /// Loads the model of every dense index `retriever` names, from where the index says it
+    /// was built (or from `model_override`), and checks that it is that model: same
+    /// dimension and, where the index records it, the same files (weights, tokenizer,
+    /// configs).
+    pub fn load_for(
+        &mut self,
+        index: &IndexDir,
+        retriever: &RetrieverSpec,
+        options: &EmbedderOptions,
+        model_override: Option<&str>,
+    ) -> Result<()> {
+        for name in retriever.dense_names() {
+            if self.by_name.contains_key(name) {
+                continue;
+            }
+            let (_, info) = index.dense_info(name)?;
+            let spec = model_override.unwrap_or(&info.spec);
+            let embedder = Embedder::load(spec, options)?;
+            self.insert_checked(index, name, embedder)?;
+        }
+        Ok(())
+    }
+
+    /// Adds an embedder already loaded for the dense index `name`, with the same checks as
+    /// [`ModelSet::load_for`].
+    pub fn insert_checked(
+        &mut self,
+        index: &IndexDir,
+        name: &str,
+        embedder: Embedder,
+    ) -> Result<()> {
+        let (slug, info) = index.dense_info(name)?;
+        let problem = |message: String| Error::Model {
+            slug: slug.to_string(),
+            message,
+        };
+        if embedder.dim() != info.dim {
+            return Err(problem(format!(
+                "model {} has {} dimensions, the index {}",
+                embedder.name(),
+                embedder.dim(),
+                info.dim
+            )));
+        }
+        if !info.model_hash.is_empty() && embedder.content_hash() != info.model_hash {
+            return Err(problem(format!(
+                "model {} is not the model dense:{slug} was built with ({}): its files differ \
+                 (hash {} vs {})",
+                embedder.name(),
+                info.spec,
+                embedder.content_hash(),
+                info.model_hash
+            )));
+        }
+        self.by_name
+            .insert(name.to_string(), (slug.to_string(), embedder));
+        Ok(())
+    }
+
+    /// The embedder of the dense index a retriever called `name`.
+    pub fn get(&self, name: &str) -> Option<&Embedder> {
+        self.by_name.get(name).map(|(_, e)| e)
+    }
+
+    /// The slug of the dense index a retriever called `name`, and its embedder.
+    pub fn entry(&self, name: &str) -> Option<(&str, &Embedder)> {
+        self.by_name.get(name).map(|(s, e)| (s.as_str(), e))
+    }
+
+    /// Whether every part of `retriever` can rank images (Task 3): only dense models that
+    /// embed images can.
+    pub fn ranks_images(&self, retriever: &RetrieverSpec) -> bool {
+        match retriever {
+            RetrieverSpec::Bm25 => false,
+            RetrieverSpec::Dense(n) => self.get(n).is_some_and(|m| m.capabilities().images),
+            RetrieverSpec::Hybrid { parts, .. } => parts.iter().all(|p| self.ranks_images(p)),
+        }
+    }
+
+    /// Whether any part of `retriever` embeds query images.
+    pub fn sees_images(&self, retriever: &RetrieverSpec) -> bool {
+        match retriever {
+            RetrieverSpec::Bm25 => false,
+            RetrieverSpec::Dense(n) => self.get(n).is_some_and(|m| m.capabilities().images),
+            RetrieverSpec::Hybrid { parts, .. } => parts.iter().any(|p| self.sees_images(p)),
+        }
+    }
+}

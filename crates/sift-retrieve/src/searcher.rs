@@ -1,0 +1,536 @@
+//! [`DomainSearcher`]: one domain of an index, open for searching with any retriever over
+//! its passages, its corpus images or its passage+image pairs.
+use std::collections::{HashMap, HashSet};
+
+use rayon::prelude::*;
+use sift_eval::{Pairs, RunEntry, pair_id};
+use sift_index::{AnnMode, Bm25Domain, Bm25Params, DenseDomain, IndexDir, Scratch, dot};
+
+use crate::fusion;
+use crate::models::ModelSet;
+use crate::query::QueryVectors;
+use crate::spec::{RankFusion, RetrieverSpec};
+use crate::{Error, Result};
+
+/// Corpora up to this size are searched exactly in automatic mode.
+pub const AUTO_EXACT_MAX: usize = 20_000;
+
+/// How dense indexes are searched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Ann {
+    /// Exactly up to [`AUTO_EXACT_MAX`] vectors, with HNSW above.
+    #[default]
+    Auto,
+    /// Exactly: every vector is scored.
+    Exact,
+    /// With the HNSW graph.
+    Hnsw,
+}
+
+impl Ann {
+    /// The [`SearchSettings::ann`] of this choice, with `ef_search` for HNSW.
+    pub fn mode(self, ef_search: usize) -> Option<AnnMode> {
+        match self {
+            Ann::Auto => None,
+            Ann::Exact => Some(AnnMode::Exact),
+            Ann::Hnsw => Some(AnnMode::Hnsw(ef_search)),
+        }
+    }
+}
+
+/// How to search.
+#[derive(Debug, Clone)]
+pub struct SearchSettings {
+    /// BM25 parameters.
+    pub bm25: Bm25Params,
+    /// Results per query (and per fused component).
+    pub top_k: usize,
+    /// Exact or HNSW; `None`: exact up to [`AUTO_EXACT_MAX`] vectors, HNSW above.
+    pub ann: Option<AnnMode>,
+    /// ef_search for HNSW in automatic mode.
+    pub ef_search: usize,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        SearchSettings {
+            bm25: Bm25Params::default(),
+            top_k: 1000,
+            ann: None,
+            ef_search: 128,
+        }
+    }
+}
+
+/// What a search ranks.
+#[derive(Debug, Clone, Copy)]
+pub enum Candidates<'p> {
+    /// The domain's passages.
+    Passages,
+    /// The domain's corpus images.
+    Images,
+    /// Passage+image pairs (Task 4) over the domain's passages and the corpus image paths
+    /// given; hits are pair ids ([`sift_eval::pair_id`]).
+    Pairs {
+        /// The candidate pairs.
+        pairs: &'p Pairs,
+        /// Corpus image paths the pairs index into.
+        images: &'p [String],
+    },
+}
+
+/// One query as a search sees it: its text and its vectors (query `index` of `vectors`).
+#[derive(Debug, Clone, Copy)]
+pub struct Query<'q> {
+    /// Position of the query in the vectors.
+    pub index: usize,
+    /// The text (for BM25).
+    pub text: &'q str,
+    /// The vectors of every dense index ([`crate::encode_queries`]).
+    pub vectors: &'q QueryVectors,
+}
+
+impl Query<'_> {
+    fn vector(&self, name: &str) -> Result<&[f32]> {
+        self.vectors
+            .get(name, self.index)
+            .ok_or_else(|| Error::Unsupported(format!("no query vector for dense:{name}")))
+    }
+}
+
+/// One domain of an index, opened for the retrievers it will serve.
+pub struct DomainSearcher {
+    domain: String,
+    bm25: Option<Bm25Domain>,
+    dense: HashMap<String, DenseDomain>,
+    images: HashMap<String, DenseDomain>,
+    /// Passage ids by ordinal (BM25's or, without BM25, the first dense index's).
+    passage_ids: Vec<String>,
+    ord_of: HashMap<String, u32>,
+}
+
+impl DomainSearcher {
+    /// Opens what `retriever` needs of `domain`, with `images` also the image indexes of its
+    /// models that embed images (Tasks 3 and 4). BM25 is opened only when `retriever` uses it
+    /// (or nothing else gives the passage ids).
+    pub fn open(
+        index: &IndexDir,
+        domain: &str,
+        retriever: &RetrieverSpec,
+        models: &ModelSet,
+        images: bool,
+    ) -> Result<DomainSearcher> {
+        let mut dense = HashMap::new();
+        let mut image_indexes = HashMap::new();
+        for name in retriever.dense_names() {
+            let (slug, embedder) = models
+                .entry(name)
+                .ok_or_else(|| Error::Unsupported(format!("dense:{name} is not loaded")))?;
+            let d = index.dense(slug, domain)?;
+            if images && embedder.capabilities().images {
+                image_indexes.insert(name.to_string(), index.images(slug, domain)?);
+            }
+            dense.insert(name.to_string(), d);
+        }
+        let bm25 = if uses_bm25(retriever) || dense.is_empty() {
+            Some(index.bm25(domain)?)
+        } else {
+            None
+        };
+        let passage_ids: Vec<String> = match (&bm25, dense.values().next()) {
+            (Some(b), _) => b.ids().to_vec(),
+            (None, Some(d)) => d.ids().to_vec(),
+            (None, None) => Vec::new(),
+        };
+        for (name, d) in &dense {
+            if d.ids() != passage_ids.as_slice() {
+                return Err(Error::Index(sift_index::Error::Corrupt {
+                    path: index.root().to_path_buf(),
+                    message: format!(
+                        "domain {domain}: dense:{name} holds {} vectors of other passages than the \
+                         index's {}",
+                        d.len(),
+                        passage_ids.len()
+                    ),
+                }));
+            }
+        }
+        let ord_of = passage_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i as u32))
+            .collect();
+        Ok(DomainSearcher {
+            domain: domain.to_string(),
+            bm25,
+            dense,
+            images: image_indexes,
+            passage_ids,
+            ord_of,
+        })
+    }
+
+    /// The domain.
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+
+    /// The domain's passage ids, by ordinal.
+    pub fn passage_ids(&self) -> &[String] {
+        &self.passage_ids
+    }
+
+    /// The ordinal of a passage id.
+    pub fn passage_ord(&self, id: &str) -> Option<u32> {
+        self.ord_of.get(id).copied()
+    }
+
+    /// The image paths of the image index of the dense index a retriever called `name`.
+    pub fn image_ids(&self, name: &str) -> Option<&[String]> {
+        self.images.get(name).map(|d| d.ids())
+    }
+
+    /// Dense retrievers whose image index of this domain holds no image (the domain has no
+    /// corpus images, or none decoded): Task 3 has no candidates there.
+    pub fn empty_image_indexes(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .images
+            .iter()
+            .filter(|(_, idx)| idx.is_empty())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Working memory for [`DomainSearcher::search`] (one per thread).
+    pub fn scratch(&self) -> Option<Scratch> {
+        self.bm25.as_ref().map(Bm25Domain::scratch)
+    }
+
+    /// The best `settings.top_k` candidates for `query`, best first (trec_eval's order).
+    /// `exclude` names candidates (passage ids, image paths or pair ids) dropped before the
+    /// cut-off.
+    pub fn search(
+        &self,
+        retriever: &RetrieverSpec,
+        candidates: &Candidates<'_>,
+        query: &Query<'_>,
+        exclude: &[String],
+        settings: &SearchSettings,
+        scratch: &mut Option<Scratch>,
+    ) -> Result<Vec<RunEntry>> {
+        match candidates {
+            Candidates::Passages => {
+                let exclude: Vec<u32> = exclude
+                    .iter()
+                    .filter_map(|id| self.passage_ord(id))
+                    .collect();
+                self.rank_passages(retriever, scratch, query, &exclude, settings)
+            }
+            Candidates::Images => {
+                let exclude: HashSet<&str> = exclude.iter().map(String::as_str).collect();
+                self.rank_images(retriever, query, &exclude, settings)
+            }
+            Candidates::Pairs { pairs, images } => {
+                let exclude: HashSet<&str> = exclude.iter().map(String::as_str).collect();
+                let geometry = self.pair_geometry(pairs, images)?;
+                self.rank_pairs(
+                    retriever, scratch, query, &exclude, settings, pairs, images, &geometry,
+                )
+            }
+        }
+    }
+
+    /// Runs `retriever` over `candidates` for every query in parallel; returns (query id,
+    /// ranking) in query order. `exclusions(query id)` names candidates to drop before the
+    /// cut-off; `on_query` is called after each query.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        retriever: &RetrieverSpec,
+        candidates: &Candidates<'_>,
+        queries: &[sift_core::Example],
+        vectors: &QueryVectors,
+        exclusions: &(dyn Fn(&str) -> Vec<String> + Sync),
+        settings: &SearchSettings,
+        on_query: &(dyn Fn() + Sync),
+    ) -> Result<Vec<(String, Vec<RunEntry>)>> {
+        let geometry = match candidates {
+            Candidates::Pairs { pairs, images } => Some(self.pair_geometry(pairs, images)?),
+            _ => None,
+        };
+        (0..queries.len())
+            .into_par_iter()
+            .map_init(
+                || self.scratch(),
+                |scratch, i| -> Result<(String, Vec<RunEntry>)> {
+                    let q = &queries[i];
+                    let query = Query {
+                        index: i,
+                        text: &q.query,
+                        vectors,
+                    };
+                    let excluded = exclusions(&q.id);
+                    let ranking = match (candidates, &geometry) {
+                        (Candidates::Pairs { pairs, images }, Some(g)) => {
+                            let exclude: HashSet<&str> =
+                                excluded.iter().map(String::as_str).collect();
+                            self.rank_pairs(
+                                retriever, scratch, &query, &exclude, settings, pairs, images, g,
+                            )?
+                        }
+                        _ => self
+                            .search(retriever, candidates, &query, &excluded, settings, scratch)?,
+                    };
+                    on_query();
+                    Ok((q.id.clone(), ranking))
+                },
+            )
+            .collect()
+    }
+
+    fn bm25(&self) -> Result<&Bm25Domain> {
+        self.bm25
+            .as_ref()
+            .ok_or_else(|| Error::Unsupported("BM25 was not opened for this retriever".into()))
+    }
+
+    fn dense(&self, name: &str) -> Result<&DenseDomain> {
+        self.dense
+            .get(name)
+            .ok_or_else(|| Error::Unsupported(format!("dense:{name} was not opened")))
+    }
+
+    fn dense_mode(&self, len: usize, settings: &SearchSettings) -> AnnMode {
+        settings.ann.unwrap_or(if len <= AUTO_EXACT_MAX {
+            AnnMode::Exact
+        } else {
+            AnnMode::Hnsw(settings.ef_search)
+        })
+    }
+
+    fn rank_passages(
+        &self,
+        retriever: &RetrieverSpec,
+        scratch: &mut Option<Scratch>,
+        q: &Query<'_>,
+        exclude: &[u32],
+        settings: &SearchSettings,
+    ) -> Result<Vec<RunEntry>> {
+        let entries = |hits: Vec<sift_index::Hit>| -> Vec<RunEntry> {
+            hits.into_iter()
+                .map(|h| RunEntry {
+                    doc: self.passage_ids[h.ord as usize].clone(),
+                    score: h.score as f64,
+                })
+                .collect()
+        };
+        Ok(match retriever {
+            RetrieverSpec::Bm25 => {
+                let bm25 = self.bm25()?;
+                let scratch = scratch.get_or_insert_with(|| bm25.scratch());
+                entries(bm25.search(scratch, q.text, settings.top_k, &settings.bm25, exclude)?)
+            }
+            RetrieverSpec::Dense(name) => {
+                let dense = self.dense(name)?;
+                let mode = self.dense_mode(dense.len(), settings);
+                entries(dense.search(q.vector(name)?, settings.top_k, mode, exclude)?)
+            }
+            RetrieverSpec::Hybrid { parts, fusion } => {
+                let lists = parts
+                    .iter()
+                    .map(|p| self.rank_passages(p, scratch, q, exclude, settings))
+                    .collect::<Result<Vec<_>>>()?;
+                fuse(&lists, fusion, settings.top_k)
+            }
+        })
+    }
+
+    fn rank_images(
+        &self,
+        retriever: &RetrieverSpec,
+        q: &Query<'_>,
+        exclude: &HashSet<&str>,
+        settings: &SearchSettings,
+    ) -> Result<Vec<RunEntry>> {
+        Ok(match retriever {
+            RetrieverSpec::Bm25 => {
+                return Err(Error::Unsupported(
+                    "bm25 cannot rank images (Task 3)".into(),
+                ));
+            }
+            RetrieverSpec::Dense(name) => {
+                let Some(idx) = self.images.get(name) else {
+                    return Err(Error::Unsupported(format!(
+                        "dense:{name} has no image index here: it cannot rank images (Task 3)"
+                    )));
+                };
+                let ords: Vec<u32> = (0..idx.len() as u32)
+                    .filter(|&o| exclude.contains(idx.id(o)))
+                    .collect();
+                let mode = self.dense_mode(idx.len(), settings);
+                idx.search(q.vector(name)?, settings.top_k, mode, &ords)?
+                    .into_iter()
+                    .map(|h| RunEntry {
+                        doc: idx.id(h.ord).to_string(),
+                        score: h.score as f64,
+                    })
+                    .collect()
+            }
+            RetrieverSpec::Hybrid { parts, fusion } => {
+                let lists = parts
+                    .iter()
+                    .map(|p| self.rank_images(p, q, exclude, settings))
+                    .collect::<Result<Vec<_>>>()?;
+                fuse(&lists, fusion, settings.top_k)
+            }
+        })
+    }
+
+    /// For every model with an image index: the image-index ordinal of each corpus image and
+    /// the cosine of each pair's passage and image vectors.
+    fn pair_geometry(&self, pairs: &Pairs, images: &[String]) -> Result<PairGeometry> {
+        let mut out = PairGeometry::default();
+        for (name, idx) in &self.images {
+            let dense = self.dense(name)?;
+            let ord_of: HashMap<&str, u32> = idx
+                .ids()
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), i as u32))
+                .collect();
+            let ords: Vec<Option<u32>> = images
+                .iter()
+                .map(|p| ord_of.get(p.as_str()).copied())
+                .collect();
+            let cos: Vec<f32> = pairs
+                .pairs
+                .par_iter()
+                .map(|&(p, img)| match img.and_then(|i| ords[i as usize]) {
+                    Some(o) => dot(dense.vector(p), idx.vector(o)),
+                    None => 0.0,
+                })
+                .collect();
+            out.models.insert(name.clone(), (ords, cos));
+        }
+        Ok(out)
+    }
+
+    /// Task 4: scores every candidate pair. A passage shown without an image scores as the
+    /// passage; with an image, a model that embeds images scores the pair's vector
+    /// normalise(passage + image) (text and image weighted equally, as queries are fused);
+    /// BM25 and text models see only the passage. Pairs whose image was not indexed
+    /// (undecodable) cannot be scored and are left out.
+    #[allow(clippy::too_many_arguments)]
+    fn rank_pairs(
+        &self,
+        retriever: &RetrieverSpec,
+        scratch: &mut Option<Scratch>,
+        q: &Query<'_>,
+        exclude: &HashSet<&str>,
+        settings: &SearchSettings,
+        pairs: &Pairs,
+        images: &[String],
+        geometry: &PairGeometry,
+    ) -> Result<Vec<RunEntry>> {
+        let n = self.passage_ids.len();
+        let mut scored: Vec<(f32, u32)> = Vec::new(); // (score, pair index)
+        match retriever {
+            RetrieverSpec::Bm25 => {
+                let bm25 = self.bm25()?;
+                let scratch = scratch.get_or_insert_with(|| bm25.scratch());
+                let hits = bm25.search(scratch, q.text, n, &settings.bm25, &[])?;
+                let mut by_ord = vec![f32::NAN; n];
+                for h in hits {
+                    by_ord[h.ord as usize] = h.score;
+                }
+                for (i, &(p, _)) in pairs.pairs.iter().enumerate() {
+                    let s = by_ord[p as usize];
+                    if !s.is_nan() {
+                        scored.push((s, i as u32));
+                    }
+                }
+            }
+            RetrieverSpec::Dense(name) => {
+                let dense = self.dense(name)?;
+                let qv = q.vector(name)?;
+                let sp: Vec<f32> = (0..n as u32).map(|o| dot(qv, dense.vector(o))).collect();
+                match (self.images.get(name), geometry.models.get(name)) {
+                    (Some(idx), Some((ords, cos))) => {
+                        for (i, &(p, img)) in pairs.pairs.iter().enumerate() {
+                            let s = match img {
+                                None => sp[p as usize],
+                                Some(im) => match ords[im as usize] {
+                                    Some(o) => {
+                                        let si = dot(qv, idx.vector(o));
+                                        (sp[p as usize] + si)
+                                            / (2.0 + 2.0 * cos[i]).max(1e-12).sqrt()
+                                    }
+                                    None => continue,
+                                },
+                            };
+                            scored.push((s, i as u32));
+                        }
+                    }
+                    _ => {
+                        for (i, &(p, _)) in pairs.pairs.iter().enumerate() {
+                            scored.push((sp[p as usize], i as u32));
+                        }
+                    }
+                }
+            }
+            RetrieverSpec::Hybrid { parts, fusion } => {
+                let lists = parts
+                    .iter()
+                    .map(|p| {
+                        self.rank_pairs(p, scratch, q, exclude, settings, pairs, images, geometry)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                return Ok(fuse(&lists, fusion, settings.top_k));
+            }
+        }
+        let id = |i: u32| {
+            let (p, img) = pairs.pairs[i as usize];
+            pair_id(
+                &self.passage_ids[p as usize],
+                img.map(|im| images[im as usize].as_str()),
+            )
+        };
+        let entries: Vec<RunEntry> = scored
+            .into_iter()
+            .map(|(s, i)| RunEntry {
+                doc: id(i),
+                score: s as f64,
+            })
+            .filter(|e| !exclude.contains(e.doc.as_str()))
+            .collect();
+        // trec_eval order (score descending, then doc id descending) before the cut-off
+        Ok(fusion::sort_and_cut(entries, settings.top_k))
+    }
+}
+
+/// Whether any part of `retriever` is BM25.
+fn uses_bm25(retriever: &RetrieverSpec) -> bool {
+    match retriever {
+        RetrieverSpec::Bm25 => true,
+        RetrieverSpec::Dense(_) => false,
+        RetrieverSpec::Hybrid { parts, .. } => parts.iter().any(uses_bm25),
+    }
+}
+
+/// Pair geometry per model with an image index: image ordinals of the corpus images, pair
+/// cosines.
+#[derive(Default)]
+struct PairGeometry {
+    models: HashMap<String, (Vec<Option<u32>>, Vec<f32>)>,
+}
+
+/// Combines the rankings of a hybrid retriever's parts.
+pub fn fuse(lists: &[Vec<RunEntry>], fusion: &RankFusion, top_k: usize) -> Vec<RunEntry> {
+    match fusion {
+        RankFusion::Rrf { k } => fusion::rrf(lists, *k, top_k),
+        RankFusion::Weighted(w) => fusion::weighted(lists, w, top_k),
+    }
+}
