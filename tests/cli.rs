@@ -1299,3 +1299,98 @@ fn bench_index_reports_build_rates() {
     // the scratch index is gone, the real one untouched
     assert!(index.join("manifest.json").is_file());
 }
+
+/// `sift eval --task all` reports exactly what the library API computes on the same index
+/// (the CLI only parses flags and prints; `crates/sift-retrieve/tests` runs the library
+/// alone).
+#[test]
+fn eval_reports_what_the_library_computes() {
+    use sift_retrieve::{EvalConfig, ModelSet, QueryImages, RetrieverSpec};
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&clip),
+        "-q",
+    ]);
+    let cli = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--task",
+        "all",
+        "--retriever",
+        "bm25",
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+        "--retriever",
+        "hybrid:bm25+dense:tiny-clip-quickgelu",
+        "--query-fusion",
+        "both",
+        "--json",
+    ]));
+    let corpus = sift_core::Corpus::open(sample()).unwrap();
+    let opened = sift_index::IndexDir::open(&index).unwrap();
+    let retrievers: Vec<RetrieverSpec> = [
+        "bm25",
+        "dense:tiny-clip-quickgelu",
+        "hybrid:bm25+dense:tiny-clip-quickgelu",
+    ]
+    .iter()
+    .map(|r| r.parse().unwrap())
+    .collect();
+    let mut models = ModelSet::new();
+    for r in &retrievers {
+        models
+            .load_for(&opened, r, &sift_embed::EmbedderOptions::default(), None)
+            .unwrap();
+    }
+    let config = EvalConfig {
+        tasks: sift_eval::Task::ALL.to_vec(),
+        retrievers,
+        query_images: vec![QueryImages::All, QueryImages::First],
+        ..Default::default()
+    };
+    let lib = sift_retrieve::evaluate(&corpus, &opened, &models, &config, &sift_index::NoProgress)
+        .unwrap()
+        .to_json();
+    // the same up to the last digit a JSON float round trip may change
+    fn same(a: &Value, b: &Value, at: &str) {
+        match (a, b) {
+            (Value::Number(x), Value::Number(y)) => {
+                let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+                assert!(
+                    (x - y).abs() <= 1e-12 * x.abs().max(1.0),
+                    "{at}: {x} vs {y}"
+                );
+            }
+            (Value::Object(x), Value::Object(y)) => {
+                assert_eq!(
+                    x.keys().collect::<Vec<_>>(),
+                    y.keys().collect::<Vec<_>>(),
+                    "{at}"
+                );
+                for (k, v) in x {
+                    same(v, &y[k], &format!("{at}.{k}"));
+                }
+            }
+            (Value::Array(x), Value::Array(y)) => {
+                assert_eq!(x.len(), y.len(), "{at}");
+                for (i, (v, w)) in x.iter().zip(y).enumerate() {
+                    same(v, w, &format!("{at}[{i}]"));
+                }
+            }
+            _ => assert_eq!(a, b, "{at}"),
+        }
+    }
+    same(&cli["reports"], &lib["reports"], "reports");
+    assert_eq!(cli["reports"].as_array().unwrap().len(), 15);
+}

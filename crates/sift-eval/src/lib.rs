@@ -7,7 +7,6 @@
 #![warn(missing_docs)]
 
 mod error;
-pub mod fusion;
 mod metrics;
 mod report;
 mod tasks;

@@ -2,7 +2,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
 use anyhow::Result;
-use sift_core::{Layout, WarningKind, Warnings, image_base_key, passage_base_key};
+use sift_core::{Layout, WarningKind, Warnings};
 use sift_eval::{check_qrels_ids, task1};
 
 use crate::cmd::report_warnings;
@@ -111,26 +111,20 @@ pub fn run(a: Args) -> Result<()> {
             let examples = corpus.examples(domain, true, &mut mw)?;
             counts.multimodal_queries = examples.len();
             for ex in &examples {
-                let Some(labels) = &ex.images else { continue };
-                let gold_keys: HashSet<&str> = ex
-                    .gold_ids
-                    .iter()
-                    .filter_map(|g| passage_base_key(g))
-                    .collect();
-                for p in &labels.positive {
-                    let orphan = image_base_key(domain, p).is_none_or(|k| !gold_keys.contains(k));
-                    if orphan {
-                        counts.orphan_positive_images += 1;
-                        mw.push(
-                            WarningKind::OrphanPositiveImage,
-                            corpus.root(),
-                            String::new(),
-                            format!(
-                                "query {:?}: positive image {p:?} has no gold passage on its page",
-                                ex.id
-                            ),
-                        );
-                    }
+                let orphans = sift_eval::orphan_positive_images(domain, ex);
+                counts.orphan_positive_images += orphans.len() as u64;
+                for p in orphans {
+                    mw.push(
+                        WarningKind::OrphanPositiveImage,
+                        corpus.root(),
+                        String::new(),
+                        format!(
+                            "query {:?}: positive image {p:?} has no gold passage on its page",
+                            ex.id
+                        ),
+                    );
+                }
+                for p in ex.images.iter().flat_map(|l| &l.positive) {
                     if !image_paths.contains(p) {
                         mw.push(
                             WarningKind::UnknownDocId,
