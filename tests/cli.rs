@@ -1394,3 +1394,114 @@ fn eval_reports_what_the_library_computes() {
     same(&cli["reports"], &lib["reports"], "reports");
     assert_eq!(cli["reports"].as_array().unwrap().len(), 15);
 }
+
+/// `sift search` with any retriever, query images, and images or passage+image pairs as
+/// results.
+#[test]
+fn search_with_dense_hybrid_images_and_pairs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&clip),
+        "-q",
+    ]);
+    let image = repo().join("models/fixtures/vision/images/shapes_rgb_50x37.png");
+    let search = |extra: &[&str]| -> Value {
+        let mut a = vec![
+            "search",
+            "--index",
+            s(&index),
+            "--domain",
+            "gis",
+            "--json",
+            "--top-k",
+            "5",
+        ];
+        a.extend_from_slice(extra);
+        json(&ok(&a))
+    };
+    let dense = search(&[
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+        "--query",
+        "map projection",
+    ]);
+    let hits = dense["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 5);
+    assert!(
+        hits.iter()
+            .all(|h| h["id"].as_str().unwrap().starts_with("gis/"))
+    );
+    assert!(
+        hits.windows(2)
+            .all(|w| w[0]["score"].as_f64() >= w[1]["score"].as_f64())
+    );
+    // an image changes a vision model's query vector
+    let with_image = search(&[
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+        "--query",
+        "map projection",
+        "--image",
+        s(&image),
+    ]);
+    assert_ne!(with_image["hits"], dense["hits"]);
+    let images = search(&[
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+        "--image",
+        s(&image),
+        "--candidates",
+        "images",
+    ]);
+    assert!(images["hits"].as_array().unwrap().iter().all(|h| {
+        let id = h["id"].as_str().unwrap();
+        id.starts_with("gis/gis_") && !id.contains(".txt")
+    }));
+    let pairs = search(&[
+        "--retriever",
+        "hybrid:bm25+dense:tiny-clip-quickgelu",
+        "--query",
+        "map projection",
+        "--candidates",
+        "pairs",
+    ]);
+    for h in pairs["hits"].as_array().unwrap() {
+        assert!(h["passage"].as_str().unwrap().ends_with(".txt"), "{h}");
+        assert!(h["id"].as_str().unwrap().contains("|||"), "{h}");
+    }
+    // BM25 alone cannot take images or rank them
+    assert!(
+        fails(&[
+            "search",
+            "--index",
+            s(&index),
+            "--domain",
+            "gis",
+            "--image",
+            s(&image)
+        ])
+        .contains("--image needs")
+    );
+    assert!(
+        fails(&[
+            "search",
+            "--index",
+            s(&index),
+            "--domain",
+            "gis",
+            "--query",
+            "x",
+            "--candidates",
+            "images",
+        ])
+        .contains("cannot rank images")
+    );
+}

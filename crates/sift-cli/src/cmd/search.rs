@@ -1,28 +1,71 @@
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use sift_core::{Example, Warnings};
+use sift_eval::{NO_IMAGE, PAIR_SEP, Pairs};
 use sift_index::IndexDir;
+use sift_retrieve::{
+    Ann, Candidates, DomainSearcher, ModelSet, Query, QueryImages, RetrieverSpec, SearchSettings,
+    encode_queries,
+};
 
-use crate::options::{AnalyzerFlags, Bm25Flags};
+use crate::cmd::report_warnings;
+use crate::models::ModelFlags;
+use crate::options::{AnalyzerFlags, Bm25Flags, CorpusFlags};
 
-/// Search one domain of an index.
+/// Search one domain of an index with one query: text, images, or both.
+///
+/// Any retriever the index serves (BM25, a dense model, a hybrid); passages, corpus images
+/// (models that embed images) or Task 4 passage+image pairs as results.
 #[derive(clap::Args)]
-#[command(
-    after_help = "Example:\n  sift search --index target/sample-index --domain biology --query \"how do plants make sugar\""
-)]
+#[command(after_help = "Examples:\n  \
+sift search --index target/sample-index --domain biology --query \"how do plants make sugar\"\n  \
+sift search --index target/sample-index --domain gis --retriever dense:tiny-clip-quickgelu \\\n    \
+--query \"map projection\" --image figure.png --candidates images --json")]
 pub struct Args {
     /// Index directory.
     #[arg(long)]
     index: PathBuf,
     /// Query text.
+    #[arg(long, required_unless_present = "image")]
+    query: Option<String>,
+    /// A query image (repeat for several); needs a retriever with a model that embeds
+    /// images.
     #[arg(long)]
-    query: String,
+    image: Vec<PathBuf>,
+    /// Retriever: bm25, dense:<model>, hybrid:<a>+<b>[:<wa>,<wb>].
+    #[arg(long, default_value = "bm25")]
+    retriever: String,
+    /// What to rank: passages, corpus images, or passage+image pairs (Task 4).
+    #[arg(long, value_enum, default_value = "passages")]
+    candidates: CandidateArg,
     /// Domain to search (required when the index has several).
     #[arg(long)]
     domain: Option<String>,
     /// Number of results.
     #[arg(long, default_value_t = 10, value_parser = crate::options::positive)]
     top_k: usize,
+    /// How a model that embeds images combines the query text and images.
+    #[arg(long, value_enum, default_value = "all")]
+    query_fusion: QueryImages,
+    /// The corpus: pairs then pair passages with every corpus image of their page (without
+    /// it, with the images the index holds).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    #[command(flatten)]
+    corpus_flags: CorpusFlags,
+    /// Dense search: exact, hnsw, or auto (exact up to 20,000 vectors, HNSW above).
+    #[arg(long, value_enum, default_value = "auto")]
+    ann: Ann,
+    /// HNSW candidate list size.
+    #[arg(long, default_value_t = 128, value_parser = crate::options::positive)]
+    ef_search: usize,
+    /// Load dense models from here instead of the location recorded in the index.
+    #[arg(long)]
+    model: Option<String>,
+    #[command(flatten)]
+    model_flags: ModelFlags,
     #[command(flatten)]
     bm25: Bm25Flags,
     #[command(flatten)]
@@ -30,6 +73,13 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum CandidateArg {
+    Passages,
+    Images,
+    Pairs,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -49,31 +99,150 @@ pub fn run(a: Args) -> Result<()> {
     };
     let params = a.bm25.apply(m.bm25);
     params.validate()?;
-    let bm25 = index
-        .bm25(&domain)
+    let retriever: RetrieverSpec = a.retriever.parse()?;
+    let mut models = ModelSet::new();
+    models.load_for(
+        &index,
+        &retriever,
+        &a.model_flags.options(sift_embed::Precision::F32)?,
+        a.model.as_deref(),
+    )?;
+    if !a.image.is_empty() && !models.sees_images(&retriever) {
+        bail!("--image needs a retriever with a model that embeds images ({retriever} has none)");
+    }
+    if a.candidates == CandidateArg::Images && !models.ranks_images(&retriever) {
+        bail!("{retriever} cannot rank images: every part must be a model that embeds images");
+    }
+    let needs_images = a.candidates != CandidateArg::Passages;
+    let searcher = DomainSearcher::open(&index, &domain, &retriever, &models, needs_images)
         .with_context(|| format!("opening domain {domain}"))?;
-    let mut scratch = bm25.scratch();
-    let hits = bm25.search(&mut scratch, &a.query, a.top_k, &params, &[])?;
+
+    // the query, as the evaluator sees one: text and named images
+    let mut query_images = HashMap::new();
+    let mut image_paths = Vec::new();
+    for path in &a.image {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let id = path.display().to_string();
+        query_images.insert(id.clone(), bytes);
+        image_paths.push(id);
+    }
+    let example = Example {
+        id: "query".into(),
+        query: a.query.clone().unwrap_or_default(),
+        image_paths,
+        ..Example::default()
+    };
+    let mut warnings = Warnings::new();
+    let vectors = encode_queries(
+        &models,
+        &retriever,
+        std::slice::from_ref(&example),
+        (!a.image.is_empty()).then_some(a.query_fusion),
+        &query_images,
+        &mut warnings,
+        std::path::Path::new("--image"),
+    )?;
+    report_warnings("query images", &warnings);
+
+    let pair_images: Vec<String> = match (a.candidates, &a.corpus) {
+        (CandidateArg::Pairs, Some(dir)) => a
+            .corpus_flags
+            .open(dir)?
+            .image_paths(&domain)?
+            .map(|r| r.map(|r| r.path))
+            .collect::<sift_core::Result<_>>()?,
+        (CandidateArg::Pairs, None) => retriever
+            .dense_names()
+            .iter()
+            .find_map(|n| searcher.image_ids(n))
+            .map(<[String]>::to_vec)
+            .context(
+                "pairs need the corpus images: give --corpus, or a retriever with a model that \
+                 indexed images",
+            )?,
+        _ => Vec::new(),
+    };
+    let pairs = if a.candidates == CandidateArg::Pairs {
+        Pairs::build(&domain, searcher.passage_ids(), &pair_images)
+    } else {
+        Pairs::default()
+    };
+    let candidates = match a.candidates {
+        CandidateArg::Passages => Candidates::Passages,
+        CandidateArg::Images => Candidates::Images,
+        CandidateArg::Pairs => Candidates::Pairs {
+            pairs: &pairs,
+            images: &pair_images,
+        },
+    };
+    let settings = SearchSettings {
+        bm25: params,
+        top_k: a.top_k,
+        ann: a.ann.mode(a.ef_search),
+        ef_search: a.ef_search,
+    };
+    let hits = searcher.search(
+        &retriever,
+        &candidates,
+        &Query {
+            index: 0,
+            text: &example.query,
+            vectors: &vectors,
+        },
+        &[],
+        &settings,
+        &mut searcher.scratch(),
+    )?;
+    let split = |id: &str| -> (String, Option<String>) {
+        match id.split_once(PAIR_SEP) {
+            Some((p, i)) if i == NO_IMAGE => (p.to_string(), None),
+            Some((p, i)) => (p.to_string(), Some(i.to_string())),
+            None => (id.to_string(), None),
+        }
+    };
     if a.json {
         let hits: Vec<_> = hits
             .iter()
             .enumerate()
-            .map(
-                |(i, h)| serde_json::json!({"rank": i + 1, "id": bm25.id(h.ord), "score": h.score}),
-            )
+            .map(|(i, h)| {
+                let mut hit = serde_json::json!({"rank": i + 1, "id": h.doc, "score": h.score});
+                if a.candidates == CandidateArg::Pairs {
+                    let (p, img) = split(&h.doc);
+                    hit["passage"] = p.into();
+                    hit["image"] = img.into();
+                }
+                hit
+            })
             .collect();
+        let candidates = format!("{:?}", a.candidates).to_lowercase();
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"domain": domain, "query": a.query, "hits": hits})
-            )?
+            serde_json::to_string_pretty(&serde_json::json!({
+                "domain": domain,
+                "query": a.query,
+                "images": a.image,
+                "retriever": retriever.to_string(),
+                "candidates": candidates,
+                "hits": hits,
+            }))?
         );
     } else {
         if hits.is_empty() {
-            println!("no passage shares a term with the query");
+            println!("no result (BM25 returns only passages sharing a term with the query)");
         }
         for (i, h) in hits.iter().enumerate() {
-            println!("{:>4}  {:>9.4}  {}", i + 1, h.score, bm25.id(h.ord));
+            match a.candidates {
+                CandidateArg::Pairs => {
+                    let (p, img) = split(&h.doc);
+                    println!(
+                        "{:>4}  {:>9.4}  {p}  {}",
+                        i + 1,
+                        h.score,
+                        img.as_deref().unwrap_or("(no image)")
+                    );
+                }
+                _ => println!("{:>4}  {:>9.4}  {}", i + 1, h.score, h.doc),
+            }
         }
     }
     Ok(())
