@@ -1,7 +1,11 @@
 //! `sift`: index, search and evaluate retrieval over BEIR and MM-BRIGHT corpora.
 //!
-//! The binary only wires the library crates together: flags are defined here and in
-//! `cmd/*`, all logic a library user needs lives in `sift-core`, `sift-index` and `sift-eval`.
+//! The binary only parses flags, prints and draws progress bars: everything a library user
+//! needs lives in the library crates (`sift-core`, `sift-embed`, `sift-index`, `sift-eval`
+//! and, tying them together, `sift-retrieve`).
+// The doc comments of the flag structs are `--help` text, written for a terminal, not rustdoc.
+#![allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

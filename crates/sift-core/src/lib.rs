@@ -8,11 +8,25 @@
 //! - [`Corpus::open`] detects the layout ([`Layout::Beir`] or [`Layout::MmBright`]).
 //! - [`Corpus::passages`] streams a domain's passages, rejecting duplicate ids.
 //! - [`Corpus::examples`] reads a domain's queries with their gold ids, exclusions and image
-//!   annotations; [`Corpus::qrels`] reads BEIR qrels.
+//!   annotations; [`Corpus::beir_qrels`] reads BEIR qrels.
 //! - [`Corpus::images`] streams a domain's corpus images without holding them all in memory.
 //!
 //! Problems that make the input unusable are an [`Error`] naming the file and line/row; problems
 //! where skipping is the right call are counted in [`Warnings`].
+//!
+//! ```
+//! use sift_core::{Corpus, Layout, Warnings};
+//!
+//! let corpus = Corpus::open(concat!(env!("CARGO_MANIFEST_DIR"), "/../../corpora/sample"))?;
+//! assert_eq!(corpus.layout(), Layout::MmBright);
+//! assert_eq!(corpus.domains()?, ["biology", "gis", "physics"]);
+//! let passages = corpus.passages("gis")?.collect::<sift_core::Result<Vec<_>>>()?;
+//! assert_eq!(passages.len(), 15);
+//! let mut warnings = Warnings::new();
+//! let queries = corpus.examples("gis", false, &mut warnings)?;
+//! assert!(queries.iter().all(|q| !q.gold_ids.is_empty()));
+//! # Ok::<(), sift_core::Error>(())
+//! ```
 #![warn(missing_docs)]
 
 mod beir;

@@ -1,13 +1,33 @@
 //! Embedding models for Sift, in candle.
 //!
-//! - [`TextEmbedder`]: BERT-family sentence encoders (all-MiniLM, bge, e5, gte): configuration
-//!   from the model's `config.json`, pooling from sentence-transformers'
-//!   `1_Pooling/config.json` (else the [`registry`]), L2 normalisation, query/passage
-//!   prefixes, truncation to the model's maximum sequence length.
-//! - [`GmeEmbedder`]: GME (Qwen2-VL, [`qwen2vl`]): text, images, and text with images in
-//!   one space.
-//! - [`registry`]: the supported model ids (`models/registry.json`).
-//! - [`ModelFiles::resolve`]: a local directory, or a hub id through hf-hub (feature `hub`).
+//! [`Embedder`] is the one entry point: it loads any supported model from a directory in
+//! Hugging Face layout or a hub id ([`ModelFiles::resolve`]; feature `hub`), tells its
+//! [`Family`] from `config.json`, and embeds texts by [`Role`], images, and (GME) a text with
+//! images in one input, whatever the family:
+//!
+//! ```
+//! use sift_embed::{Embedder, EmbedderOptions, Role};
+//!
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/fixtures/vision/tiny-clip-quickgelu");
+//! let clip = Embedder::load(dir, &EmbedderOptions::default())?;
+//! assert!(clip.capabilities().images);
+//! let texts = clip.embed_texts(&["a map projection"], Role::Query)?;
+//! let png = std::fs::read(concat!(
+//!     env!("CARGO_MANIFEST_DIR"),
+//!     "/../../models/fixtures/vision/images/shapes_rgb_50x37.png"
+//! ))?;
+//! let prepared: Vec<_> = clip.prepare_images(&[&png]).into_iter().collect::<Result<_, _>>()?;
+//! let images = clip.embed_images(&prepared)?;
+//! let cosine: f32 = texts[0].iter().zip(&images[0]).map(|(a, b)| a * b).sum();
+//! assert!(cosine.abs() <= 1.0001);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The families ([`models`]): BERT-family sentence encoders ([`TextEmbedder`]: pooling from
+//! sentence-transformers' `1_Pooling/config.json` or the [`registry`], prefixes, truncation),
+//! CLIP and SigLIP ([`VisionEmbedder`]), and GME ([`GmeEmbedder`], over Qwen2-VL). Images are
+//! decoded and preprocessed exactly as transformers' processors do ([`image`](mod@image)); [`bench`](mod@bench)
+//! measures throughput.
 #![warn(missing_docs)]
 
 pub mod bench;

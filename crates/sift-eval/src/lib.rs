@@ -4,6 +4,21 @@
 //! Metrics follow trec_eval 9 as pytrec_eval runs it (reference numbers and the script that
 //! made them: `eval/reference/`): scores compared as 32-bit floats, ties broken by document
 //! id descending, graded gains for nDCG, grade >= 1 relevant for the binary measures.
+//!
+//! ```
+//! use sift_core::Qrels;
+//! use sift_eval::{Exclusions, Run, RunEntry, evaluate};
+//!
+//! let mut run = Run::new();
+//! run.insert("q1".into(), vec![
+//!     RunEntry { doc: "d1".into(), score: 2.0 },
+//!     RunEntry { doc: "d2".into(), score: 1.0 },
+//! ]);
+//! let mut qrels = Qrels::new();
+//! qrels.insert("q1".into(), [("d2".to_string(), 1)].into());
+//! let ev = evaluate(&run, &qrels, &Exclusions::new(), false);
+//! assert_eq!(ev.mean["mrr"], 0.5); // the relevant document is second
+//! ```
 #![warn(missing_docs)]
 
 mod error;

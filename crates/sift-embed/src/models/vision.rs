@@ -409,7 +409,8 @@ const SIGLIP_SPECIAL_TOKENS: [&str; 2] = ["</s>", "<unk>"];
 /// space; the text is split on `</s>`/`<unk>` (kept as they are); each piece between them goes
 /// through `canonicalize_text`: lower case, ASCII punctuation (Python's `string.punctuation`)
 /// removed, runs of whitespace (Python's `\s`: Unicode White_Space plus U+001C..U+001F) made
-/// one space, stripped; then [`compose_like_sentencepiece`]. Python reference:
+/// one space, stripped; then SentencePiece's composition (`compose_like_sentencepiece`).
+/// Python reference:
 /// `siglip_canonicalize` in models/siglip_tokenizer_json.py.
 pub fn siglip_canonicalize(text: &str) -> String {
     siglip_canonicalize_with(text, true)
