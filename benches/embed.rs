@@ -8,9 +8,6 @@
 //!
 //! Usage: cargo bench --bench embed -- --model models/local/all-MiniLM-L6-v2 \
 //!   --texts ../shared/data/cranfield/corpus.jsonl --items 512 --batch-size 32 --threads 2 --json
-#[path = "common.rs"]
-mod common;
-
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -67,12 +64,9 @@ fn main() -> Result<()> {
             continue;
         }
         let v: serde_json::Value = serde_json::from_str(&line)?;
+        // what the index embeds for the same line (no leading space when the title is empty)
         let text = v["text"].as_str().unwrap_or_default();
-        texts.push(if v.get("_id").is_some() || v.get("title").is_some() {
-            format!("{} {}", v["title"].as_str().unwrap_or_default(), text)
-        } else {
-            text.to_string()
-        });
+        texts.push(sift_core::passage_text(v["title"].as_str(), text));
     }
     anyhow::ensure!(texts.len() >= args.items, "only {} texts", texts.len());
     let files = ModelFiles::resolve(&args.model)?;
@@ -106,7 +100,7 @@ fn main() -> Result<()> {
             "max_seq_length": model.max_seq_len(),
             "seconds": seconds,
             "items_per_s": vectors.len() as f64 / seconds,
-            "peak_rss_mb": common::rss_mb("VmHWM:"),
+            "peak_rss_mb": sift_embed::bench::peak_rss_mb().unwrap_or(f64::NAN),
         })
     );
     Ok(())

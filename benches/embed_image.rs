@@ -15,9 +15,6 @@
 //! Usage (cargo runs benches from crates/sift-cli, so pass absolute paths):
 //!   cargo bench --bench embed_image -- --model /abs/target/bench-models/clip-vit-base-patch32 \
 //!     --images /abs/target/bench-images --items 128 --batch-size 32 --threads 2 --warmup 32 --json
-#[path = "common.rs"]
-mod common;
-
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -129,8 +126,8 @@ fn main() -> Result<()> {
             "prep_items_per_s": bytes.len() as f64 / prep_seconds,
             // the peak includes the memory-mapped weight file while the weights are copied
             // out of it at load; the end value is the resident set after the timed runs
-            "peak_rss_mb": common::rss_mb("VmHWM:"),
-            "end_rss_mb": common::rss_mb("VmRSS:"),
+            "peak_rss_mb": sift_embed::bench::peak_rss_mb().unwrap_or(f64::NAN),
+            "end_rss_mb": sift_embed::bench::current_rss_mb().unwrap_or(f64::NAN),
         })
     );
     Ok(())

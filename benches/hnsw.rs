@@ -9,9 +9,6 @@
 //!
 //! Usage: cargo bench --bench hnsw -- --base /abs/base.npy --queries /abs/queries.npy \
 //!   --m 24 --ef-construction 200 --ef 16,32,64,128,256 --k 10 --threads 2 --json
-#[path = "common.rs"]
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -176,7 +173,7 @@ fn main() -> Result<()> {
         "build_seconds": build_seconds,
         "build_vectors_per_s": n as f64 / build_seconds,
         "sweep": sweep,
-        "peak_rss_mb": common::rss_mb("VmHWM:"),
+        "peak_rss_mb": sift_embed::bench::peak_rss_mb().unwrap_or(f64::NAN),
     });
     println!("{}", serde_json::to_string(&out)?);
     Ok(())

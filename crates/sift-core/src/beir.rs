@@ -142,10 +142,7 @@ impl JsonlPassages {
                 format!("passage {id:?} has no \"text\""),
             ));
         };
-        let text = match parsed.title {
-            Some(title) if !title.trim().is_empty() => format!("{title} {body}"),
-            _ => body,
-        };
+        let text = passage_text(parsed.title.as_deref(), &body);
         if text.trim().is_empty() {
             self.warnings.push(
                 WarningKind::EmptyPassage,
@@ -286,6 +283,15 @@ pub fn is_qrels_header(fields: &[&str]) -> bool {
             fields[0],
             &["query-id", "query_id", "qid", "queryid", "query", "topic"],
         ))
+}
+
+/// The text of a BEIR passage as it is indexed and embedded: its title and text joined by a
+/// space, or the text alone when the title is absent or blank.
+pub fn passage_text(title: Option<&str>, text: &str) -> String {
+    match title {
+        Some(title) if !title.trim().is_empty() => format!("{title} {text}"),
+        _ => text.to_string(),
+    }
 }
 
 /// Parses a relevance grade: an integer, or a `1.0`-style float with no fraction.

@@ -31,7 +31,7 @@
 
 mod beir;
 
-pub use beir::{UTF8_BOM, is_qrels_header, parse_grade};
+pub use beir::{UTF8_BOM, is_qrels_header, parse_grade, passage_text};
 mod corpus;
 mod error;
 mod guard;

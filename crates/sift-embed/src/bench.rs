@@ -232,8 +232,17 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 
 /// Peak resident memory of this process (MB), from /proc; `None` elsewhere.
 pub fn peak_rss_mb() -> Option<f64> {
+    rss_mb("VmHWM:")
+}
+
+/// Resident memory of this process now (MB), from /proc; `None` elsewhere.
+pub fn current_rss_mb() -> Option<f64> {
+    rss_mb("VmRSS:")
+}
+
+fn rss_mb(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
 }

@@ -78,8 +78,7 @@ pub(crate) fn read_inputs(path: &PathBuf) -> Result<Vec<(String, String)>> {
                     "{}:{n}: JSON line without a \"text\" string",
                     path.display()
                 ),
-                (Some(title), Some(t)) if !title.trim().is_empty() => format!("{title} {t}"),
-                (_, Some(t)) => t.to_string(),
+                (title, Some(t)) => sift_core::passage_text(title, t),
             };
             let id = match v.get("id").or_else(|| v.get("_id")) {
                 Some(serde_json::Value::String(s)) => s.clone(),

@@ -7,7 +7,7 @@ use candle_core::{Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::encoder::{Encoder, EncoderSizes, TextEmbeddings, patch_linear, patchify};
+use crate::nn::encoder::{Encoder, EncoderSizes, TextStack, patch_grid, patch_linear, patchify};
 use crate::nn::ops::{self, Act, Segment};
 
 /// An image or patch size: one number, or `[height, width]`.
@@ -124,9 +124,7 @@ pub(crate) fn act(name: &str) -> Result<Act> {
 
 /// CLIP's text tower with its projection.
 pub struct ClipText {
-    embeddings: TextEmbeddings,
-    encoder: Encoder,
-    final_norm: LayerNorm,
+    stack: TextStack,
     projection: Linear,
     eos: u32,
 }
@@ -137,14 +135,10 @@ impl ClipText {
         let h = t.hidden_size;
         let m = vb.pp("text_model");
         Ok(ClipText {
-            embeddings: TextEmbeddings::load(
-                &m.pp("embeddings"),
+            stack: TextStack::load(
+                &m,
                 t.vocab_size,
                 t.max_position_embeddings,
-                h,
-            )?,
-            encoder: Encoder::load(
-                m.pp("encoder"),
                 EncoderSizes {
                     hidden: h,
                     intermediate: t.intermediate_size,
@@ -154,7 +148,6 @@ impl ClipText {
                     act: act(&t.hidden_act)?,
                 },
             )?,
-            final_norm: ops::load_layer_norm(&m.pp("final_layer_norm"), h, t.layer_norm_eps)?,
             projection: ops::load_linear(&vb.pp("text_projection"), h, c.projection_dim, false)?,
             eos: t.eos_token_id,
         })
@@ -181,16 +174,16 @@ impl ClipText {
     /// Projected text features `(n, projection_dim)`, not normalised. Every sequence must be
     /// non-empty and at most `max_position_embeddings` long.
     pub fn forward(&self, seqs: &[&[u32]]) -> Result<Tensor> {
-        let dev = self.embeddings.device();
-        let (x, segments) = self.embeddings.forward(seqs)?;
-        let x = self.encoder.forward(x, &segments, true)?;
+        let dev = self.stack.embeddings.device();
+        let (x, segments) = self.stack.embeddings.forward(seqs)?;
+        let x = self.stack.encoder.forward(x, &segments, true)?;
         let rows: Vec<u32> = segments
             .iter()
             .zip(seqs)
             .map(|(seg, s)| (seg.start + self.pool_index(s)) as u32)
             .collect();
         let rows = Tensor::from_vec(rows, seqs.len(), dev)?;
-        let pooled = self.final_norm.forward(&x.index_select(&rows, 0)?)?;
+        let pooled = self.stack.final_norm.forward(&x.index_select(&rows, 0)?)?;
         ops::linear(&self.projection, &pooled, None)
     }
 }
@@ -212,12 +205,10 @@ impl ClipVision {
     fn load(vb: &VarBuilder, c: &ClipConfig) -> Result<ClipVision> {
         let v = &c.vision_config;
         let h = v.hidden_size;
-        let image_size = v.image_size.square("image_size")?;
-        let patch_size = v.patch_size.square("patch_size")?;
-        if patch_size == 0 || patch_size > image_size {
-            candle_core::bail!("patch_size {patch_size} does not fit image_size {image_size}")
-        }
-        let patches = (image_size / patch_size).pow(2);
+        let (image_size, patch_size, patches) = patch_grid(
+            v.image_size.square("image_size")?,
+            v.patch_size.square("patch_size")?,
+        )?;
         let m = vb.pp("vision_model");
         let e = m.pp("embeddings");
         Ok(ClipVision {

@@ -10,7 +10,7 @@ use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use crate::models::clip::{Side, act};
-use crate::nn::encoder::{Encoder, EncoderSizes, TextEmbeddings, patch_linear, patchify};
+use crate::nn::encoder::{Encoder, EncoderSizes, TextStack, patch_grid, patch_linear, patchify};
 use crate::nn::ops::{self, Segment};
 
 /// `text_config` of a SigLIP `config.json`.
@@ -95,9 +95,7 @@ pub struct SiglipConfig {
 
 /// SigLIP's text tower.
 pub struct SiglipText {
-    embeddings: TextEmbeddings,
-    encoder: Encoder,
-    final_norm: LayerNorm,
+    stack: TextStack,
     head: Linear,
 }
 
@@ -107,14 +105,10 @@ impl SiglipText {
         let h = t.hidden_size;
         let m = vb.pp("text_model");
         Ok(SiglipText {
-            embeddings: TextEmbeddings::load(
-                &m.pp("embeddings"),
+            stack: TextStack::load(
+                &m,
                 t.vocab_size,
                 t.max_position_embeddings,
-                h,
-            )?,
-            encoder: Encoder::load(
-                m.pp("encoder"),
                 EncoderSizes {
                     hidden: h,
                     intermediate: t.intermediate_size,
@@ -124,7 +118,6 @@ impl SiglipText {
                     act: act(&t.hidden_act)?,
                 },
             )?,
-            final_norm: ops::load_layer_norm(&m.pp("final_layer_norm"), h, t.layer_norm_eps)?,
             head: ops::load_linear(&m.pp("head"), h, t.projection_size.unwrap_or(h), true)?,
         })
     }
@@ -138,18 +131,18 @@ impl SiglipText {
     /// `keys[i]` is how many leading tokens of sequence `i` attention may see (its length
     /// when no attention mask is used, its unpadded length with one).
     pub fn forward(&self, seqs: &[&[u32]], keys: &[usize]) -> Result<Tensor> {
-        let dev = self.embeddings.device();
-        let (x, mut segments) = self.embeddings.forward(seqs)?;
+        let dev = self.stack.embeddings.device();
+        let (x, mut segments) = self.stack.embeddings.forward(seqs)?;
         for (seg, &k) in segments.iter_mut().zip(keys) {
             seg.keys = k.clamp(1, seg.len);
         }
-        let x = self.encoder.forward(x, &segments, false)?;
+        let x = self.stack.encoder.forward(x, &segments, false)?;
         let last: Vec<u32> = segments
             .iter()
             .map(|s| (s.start + s.len - 1) as u32)
             .collect();
         let last = Tensor::from_vec(last, seqs.len(), dev)?;
-        let pooled = self.final_norm.forward(&x.index_select(&last, 0)?)?;
+        let pooled = self.stack.final_norm.forward(&x.index_select(&last, 0)?)?;
         ops::linear(&self.head, &pooled, None)
     }
 }
@@ -247,12 +240,10 @@ impl SiglipVision {
             )
         }
         let h = v.hidden_size;
-        let image_size = v.image_size.square("image_size")?;
-        let patch_size = v.patch_size.square("patch_size")?;
-        if patch_size == 0 || patch_size > image_size {
-            candle_core::bail!("patch_size {patch_size} does not fit image_size {image_size}")
-        }
-        let patches = (image_size / patch_size).pow(2);
+        let (image_size, patch_size, patches) = patch_grid(
+            v.image_size.square("image_size")?,
+            v.patch_size.square("patch_size")?,
+        )?;
         let m = vb.pp("vision_model");
         let e = m.pp("embeddings");
         Ok(SiglipVision {

@@ -97,6 +97,42 @@ impl Encoder {
     }
 }
 
+/// The part of a CLIP / SigLIP text tower before its pooling: embeddings, the encoder and
+/// the final layer norm (`<text_model>.embeddings`, `.encoder`, `.final_layer_norm`).
+pub struct TextStack {
+    /// Token and position embeddings.
+    pub embeddings: TextEmbeddings,
+    /// The transformer.
+    pub encoder: Encoder,
+    /// `final_layer_norm`.
+    pub final_norm: LayerNorm,
+}
+
+impl TextStack {
+    /// Loads the stack under `vb` (the tower, e.g. `text_model`).
+    pub fn load(
+        vb: &VarBuilder,
+        vocab: usize,
+        max_len: usize,
+        sizes: EncoderSizes,
+    ) -> Result<Self> {
+        Ok(TextStack {
+            embeddings: TextEmbeddings::load(&vb.pp("embeddings"), vocab, max_len, sizes.hidden)?,
+            encoder: Encoder::load(vb.pp("encoder"), sizes)?,
+            final_norm: ops::load_layer_norm(&vb.pp("final_layer_norm"), sizes.hidden, sizes.eps)?,
+        })
+    }
+}
+
+/// The square image and patch sides of a vision config, and the number of patches: an
+/// error when the patch does not fit the image.
+pub fn patch_grid(image: usize, patch: usize) -> Result<(usize, usize, usize)> {
+    if patch == 0 || patch > image {
+        candle_core::bail!("patch_size {patch} does not fit image_size {image}")
+    }
+    Ok((image, patch, (image / patch).pow(2)))
+}
+
 /// Token + learned position embeddings of a text tower (`embeddings.token_embedding`,
 /// `embeddings.position_embedding`, as CLIP and SigLIP name them).
 pub struct TextEmbeddings {

@@ -102,17 +102,13 @@ fn act_f32(act: Act, x: f32) -> f32 {
 /// Whether the AVX2 + FMA versions of the element-wise kernels can run.
 #[cfg(target_arch = "x86_64")]
 fn has_avx2() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    })
+    sift_simd::level() != sift_simd::Level::Baseline
 }
 
 /// Whether the AVX-512 versions of the element-wise kernels can run.
 #[cfg(target_arch = "x86_64")]
 fn has_avx512() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f") && has_avx2())
+    sift_simd::level() == sift_simd::Level::Avx512
 }
 
 /// Defines `$name`, which runs `$portable` compiled for AVX-512, for AVX2/FMA or for
