@@ -162,18 +162,27 @@ fn cranfield_bm25_ndcg10_at_least_035() {
         "0.4",
         "-q",
     ]);
-    let out = json(&ok(&[
-        "eval",
-        "--corpus",
-        s(&cranfield),
-        "--index",
-        s(&index),
-        "--json",
-    ]));
-    let ndcg = out["metrics"]["ndcg@10"].as_f64().unwrap();
-    assert!(out["per_domain"]["cranfield"].is_object());
-    assert_eq!(out["queries"]["cranfield"], 225);
-    assert!(ndcg >= 0.35, "Cranfield nDCG@10 = {ndcg}");
+    // Lucene's BM25 (Anserini's nDCG@10 on Cranfield is 0.3510), then the MM-BRIGHT reference
+    // scoring, whose query-side saturation costs some nDCG on Cranfield's short queries
+    let eval = |scoring: &str| {
+        let out = json(&ok(&[
+            "eval",
+            "--corpus",
+            s(&cranfield),
+            "--index",
+            s(&index),
+            "--bm25",
+            scoring,
+            "--json",
+        ]));
+        assert!(out["per_domain"]["cranfield"].is_object());
+        assert_eq!(out["queries"]["cranfield"], 225);
+        out["metrics"]["ndcg@10"].as_f64().unwrap()
+    };
+    let lucene = eval("lucene");
+    assert!(lucene >= 0.35, "Cranfield nDCG@10 = {lucene}");
+    let reference = eval("reference");
+    assert!(reference >= 0.30 && reference < lucene, "{reference}");
 }
 
 #[test]
@@ -434,7 +443,19 @@ fn mismatched_settings_and_versions_are_refused_clearly() {
         "--index",
         s(&index),
         "--stemmer",
-        "english",
+        "porter",
+    ]);
+    assert!(err.contains("analyzer") && err.contains("rebuild"), "{err}");
+    let err = fails(&[
+        "search",
+        "--index",
+        s(&index),
+        "--domain",
+        "beir",
+        "--analyzer",
+        "snowball",
+        "--query",
+        "x",
     ]);
     assert!(err.contains("analyzer") && err.contains("rebuild"), "{err}");
     // BM25 parameters are applied at search time: overriding them is fine, bad values are not

@@ -1,6 +1,8 @@
 //! Flags shared by several commands.
 use clap::Args;
-use sift_index::{AnalyzerConfig, Bm25Params, QueryWeighting, Stemming, StopWords};
+use sift_index::{
+    AnalyzerConfig, AnalyzerPreset, Bm25Params, Bm25Scoring, Stemming, StopWords, TokenizerKind,
+};
 
 /// BM25 scoring flags; unset ones come from the index manifest.
 #[derive(Args, Debug, Clone, Default)]
@@ -11,9 +13,11 @@ pub struct Bm25Flags {
     /// BM25 b (length normalisation) [default: 0.4, or the index's].
     #[arg(long)]
     pub b: Option<f32>,
-    /// Query-side weighting [default: lucene, or the index's].
-    #[arg(long, value_enum)]
-    pub query_weighting: Option<QueryWeighting>,
+    /// BM25 formula [default: reference, or the index's]: `reference` is the BRIGHT /
+    /// MM-BRIGHT reference code's (gensim LuceneBM25Model on passage and query, exact
+    /// lengths); `lucene` is Lucene's BM25Similarity as Anserini / pyserini run it.
+    #[arg(long = "bm25", value_enum, value_name = "SCORING")]
+    pub scoring: Option<Bm25Scoring>,
 }
 
 impl Bm25Flags {
@@ -22,7 +26,7 @@ impl Bm25Flags {
         Bm25Params {
             k1: self.k1.unwrap_or(base.k1),
             b: self.b.unwrap_or(base.b),
-            weighting: self.query_weighting.unwrap_or(base.weighting),
+            scoring: self.scoring.unwrap_or(base.scoring),
         }
     }
 }
@@ -30,10 +34,19 @@ impl Bm25Flags {
 /// Analyzer flags; at search time they are only checked against the index.
 #[derive(Args, Debug, Clone, Default)]
 pub struct AnalyzerFlags {
-    /// Stemmer [default: english].
+    /// Analyzer [default: lucene]: `lucene` is Lucene's English analysis as pyserini /
+    /// Anserini run it (UAX#29 StandardTokenizer, possessives, lowercase, Lucene's 33 stop
+    /// words, Porter stemmer), the MM-BRIGHT reference's; `snowball` is a simple
+    /// letters-and-digits tokenizer with the same stop words and the Snowball English stemmer.
+    #[arg(long, value_enum)]
+    pub analyzer: Option<AnalyzerPreset>,
+    /// Tokenizer, overriding the analyzer's.
+    #[arg(long, value_enum)]
+    pub tokenizer: Option<TokenizerKind>,
+    /// Stemmer, overriding the analyzer's.
     #[arg(long, value_enum)]
     pub stemmer: Option<Stemming>,
-    /// Stop-word list [default: english].
+    /// Stop-word list, overriding the analyzer's.
     #[arg(long, value_enum)]
     pub stopwords: Option<StopWords>,
 }
@@ -41,12 +54,16 @@ pub struct AnalyzerFlags {
 impl AnalyzerFlags {
     /// True when any flag was given.
     pub fn any(&self) -> bool {
-        self.stemmer.is_some() || self.stopwords.is_some()
+        self.analyzer.is_some()
+            || self.tokenizer.is_some()
+            || self.stemmer.is_some()
+            || self.stopwords.is_some()
     }
 
     /// `base` with the flags that were given applied.
     pub fn apply(&self, base: &AnalyzerConfig) -> AnalyzerConfig {
-        let mut c = base.clone();
+        let mut c = self.analyzer.map_or(*base, AnalyzerPreset::config);
+        c.tokenizer = self.tokenizer.unwrap_or(c.tokenizer);
         c.stemmer = self.stemmer.unwrap_or(c.stemmer);
         c.stopwords = self.stopwords.unwrap_or(c.stopwords);
         c

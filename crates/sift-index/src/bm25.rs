@@ -1,44 +1,70 @@
-//! BM25 over tantivy postings, scored by Sift so that `k1` and `b` are free parameters.
+//! BM25 over tantivy postings, scored by Sift: `k1`, `b` and the scoring formula are chosen
+//! at search time.
+//!
+//! Passages are analyzed by Sift (see [`crate::analyzer`]) and handed to tantivy already
+//! tokenized, so every passage's exact length (in terms) is stored next to its postings, not
+//! only tantivy's one-byte length code. Two scorings ([`Bm25Scoring`]):
+//! - `reference`: the BRIGHT / MM-BRIGHT reference code's (gensim `LuceneBM25Model` on both the
+//!   passage and the query, exact lengths);
+//! - `lucene`: Lucene's `BM25Similarity` as Anserini runs it (lengths through Lucene's
+//!   one-byte code).
 //!
 //! Scoring is term-at-a-time: for each query term, every posting block of every segment is
 //! decoded and its contribution added to a dense per-passage accumulator; the best `k` are
 //! then selected. Queries in MM-BRIGHT are long StackExchange posts, for which exhaustive
 //! term-at-a-time scoring over bit-packed blocks is both exact and fast.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sift_core::Passage;
-use tantivy::fieldnorm::FieldNormReader;
 use tantivy::schema::{
     Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions,
 };
-use tantivy::tokenizer::TextAnalyzer;
+use tantivy::tokenizer::{PreTokenizedString, Token};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
-use crate::analyzer::AnalyzerConfig;
+use crate::analyzer::{Analyzer, AnalyzerConfig};
+use crate::lucene::{byte4_to_length, length_to_byte4};
 use crate::progress::Progress;
 use crate::{Error, Result};
 
 const BODY: &str = "body";
 const ORD: &str = "ord";
-const TOKENIZER: &str = "sift";
+const LEN: &str = "len";
 use crate::paths::IDS_FILE;
 
-/// How query terms are weighted.
+/// Passages analyzed per parallel batch while building.
+const BATCH: usize = 2048;
+
+/// The BM25 formula.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum QueryWeighting {
-    /// Lucene BM25: a term repeated `n` times in the query counts `n` times;
-    /// idf = ln(1 + (N - df + 0.5) / (df + 0.5)).
+pub enum Bm25Scoring {
+    /// The BRIGHT / MM-BRIGHT reference (gensim `LuceneBM25Model`, applied to the passages and
+    /// to the query): a term weighs idf * tf / (tf + k1 (1 - b + b len / avgdl)) on each side,
+    /// with exact lengths, idf = ln(N + 1) - ln(df + 0.5), N every passage, the query's length
+    /// counting only terms the corpus has; score = the dot product.
     #[default]
+    Reference,
+    /// Lucene's `BM25Similarity` (Anserini, pyserini's `LuceneSearcher`): idf * qtf * tf /
+    /// (tf + k1 (1 - b + b len / avgdl)) with idf = ln(1 + (N - df + 0.5) / (df + 0.5)), N the
+    /// passages with at least one term, and lengths rounded through Lucene's one-byte code
+    /// (exact below 24 terms, then 4 significant bits), computed as Lucene computes it.
     Lucene,
-    /// BRIGHT / MM-BRIGHT reference (gensim `LuceneBM25Model` applied to both sides): the
-    /// query vector is BM25-weighted like a document (query length against the corpus average
-    /// length) and both sides use idf = ln(N + 1) - ln(df + 0.5); score = dot product.
-    Bright,
+}
+
+impl Bm25Scoring {
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bm25Scoring::Reference => "reference",
+            Bm25Scoring::Lucene => "lucene",
+        }
+    }
 }
 
 /// BM25 parameters; applied at search time, so they can differ from the manifest defaults.
@@ -48,17 +74,17 @@ pub struct Bm25Params {
     pub k1: f32,
     /// Length normalisation.
     pub b: f32,
-    /// Query-side weighting.
-    pub weighting: QueryWeighting,
+    /// The formula.
+    pub scoring: Bm25Scoring,
 }
 
 impl Default for Bm25Params {
-    /// k1 = 0.9, b = 0.4 as in BRIGHT and MM-BRIGHT.
+    /// k1 = 0.9, b = 0.4 and the reference scoring, as in BRIGHT and MM-BRIGHT.
     fn default() -> Self {
         Bm25Params {
             k1: 0.9,
             b: 0.4,
-            weighting: QueryWeighting::Lucene,
+            scoring: Bm25Scoring::Reference,
         }
     }
 }
@@ -82,19 +108,27 @@ impl Bm25Params {
     }
 }
 
-fn schema() -> (Schema, Field, Field) {
+struct Fields {
+    body: Field,
+    ord: Field,
+    len: Field,
+}
+
+fn schema() -> (Schema, Fields) {
     let mut sb = Schema::builder();
     let body = sb.add_text_field(
         BODY,
         TextOptions::default().set_indexing_options(
             TextFieldIndexing::default()
-                .set_tokenizer(TOKENIZER)
+                // passages arrive tokenized; the name is never used to analyze
+                .set_tokenizer("raw")
                 .set_index_option(IndexRecordOption::WithFreqs)
-                .set_fieldnorms(true),
+                .set_fieldnorms(false),
         ),
     );
     let ord = sb.add_u64_field(ORD, NumericOptions::default().set_fast());
-    (sb.build(), body, ord)
+    let len = sb.add_u64_field(LEN, NumericOptions::default().set_fast());
+    (sb.build(), Fields { body, ord, len })
 }
 
 /// Counts from building one domain.
@@ -104,7 +138,31 @@ pub(crate) struct BuildStats {
     pub tokens: u64,
 }
 
-/// Builds the BM25 index of one domain into the empty directory `dir`.
+/// The terms of one passage, as tantivy takes them, and their number.
+fn analyze(analyzer: &mut Analyzer, text: &str) -> (PreTokenizedString, u64) {
+    let mut tokens = Vec::new();
+    analyzer.for_each_term(text, |t| {
+        tokens.push(Token {
+            offset_from: 0,
+            offset_to: 0,
+            position: tokens.len(),
+            text: t.to_string(),
+            position_length: 1,
+        })
+    });
+    let n = tokens.len() as u64;
+    (
+        PreTokenizedString {
+            text: String::new(),
+            tokens,
+        },
+        n,
+    )
+}
+
+/// Builds the BM25 index of one domain into the empty directory `dir`. Passages are analyzed
+/// in parallel on the current rayon pool, in batches; tantivy indexes on `threads` threads
+/// (at most 8).
 pub(crate) fn build(
     dir: &Path,
     passages: &mut dyn Iterator<Item = sift_core::Result<Passage>>,
@@ -112,10 +170,9 @@ pub(crate) fn build(
     threads: usize,
     progress: &dyn Progress,
 ) -> Result<BuildStats> {
-    let (schema, body, ord) = schema();
+    let (schema, fields) = schema();
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let index = Index::create_in_dir(dir, schema).map_err(|e| Error::tantivy(dir, e))?;
-    index.tokenizers().register(TOKENIZER, analyzer.build());
     // tantivy indexes with at most 8 threads (`MAX_NUM_THREAD`); more are not an error.
     let threads = threads.clamp(1, 8);
     let mut writer: IndexWriter<TantivyDocument> = index
@@ -128,20 +185,34 @@ pub(crate) fn build(
     // i.e. with several indexing threads.
     writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
     let mut ids = Vec::new();
-    for passage in passages {
-        let passage = passage?;
-        let mut doc = TantivyDocument::default();
-        doc.add_text(body, &passage.text);
-        doc.add_u64(ord, ids.len() as u64);
-        writer
-            .add_document(doc)
-            .map_err(|e| Error::tantivy(dir, e))?;
-        ids.push(passage.id);
-        if ids.len() % 256 == 0 {
-            progress.inc(256);
+    let mut tokens = 0u64;
+    let mut batch: Vec<Passage> = Vec::with_capacity(BATCH);
+    loop {
+        batch.clear();
+        for passage in (&mut *passages).take(BATCH) {
+            batch.push(passage?);
         }
+        if batch.is_empty() {
+            break;
+        }
+        let analyzed: Vec<(PreTokenizedString, u64)> = batch
+            .par_iter()
+            .map_init(|| analyzer.analyzer(), |a, p| analyze(a, &p.text))
+            .collect();
+        let n = batch.len() as u64;
+        for (passage, (terms, len)) in batch.drain(..).zip(analyzed) {
+            let mut doc = TantivyDocument::default();
+            doc.add_pre_tokenized_text(fields.body, terms);
+            doc.add_u64(fields.ord, ids.len() as u64);
+            doc.add_u64(fields.len, len);
+            writer
+                .add_document(doc)
+                .map_err(|e| Error::tantivy(dir, e))?;
+            ids.push(passage.id);
+            tokens += len;
+        }
+        progress.inc(n);
     }
-    progress.inc(ids.len() as u64 % 256);
     if ids.is_empty() {
         return Err(Error::Corpus(sift_core::Error::EmptyCorpus {
             path: dir.to_path_buf(),
@@ -164,14 +235,6 @@ pub(crate) fn build(
     let ids_path = dir.join(IDS_FILE);
     fs::write(&ids_path, serde_json::to_vec(&ids).expect("ids serialise"))
         .map_err(|e| Error::io(&ids_path, e))?;
-    let reader = index.reader().map_err(|e| Error::tantivy(dir, e))?;
-    let mut tokens = 0;
-    for seg in reader.searcher().segment_readers() {
-        tokens += seg
-            .inverted_index(body)
-            .map_err(|e| Error::tantivy(dir, e))?
-            .total_num_tokens();
-    }
     Ok(BuildStats {
         passages: ids.len() as u64,
         tokens,
@@ -180,10 +243,8 @@ pub(crate) fn build(
 
 struct Segment {
     reader: tantivy::SegmentReader,
-    /// Segment doc id -> passage ordinal.
-    ords: Vec<u32>,
-    /// Segment doc id -> fieldnorm id (lossy length code).
-    norms: Vec<u8>,
+    /// Global document number of the segment's document 0.
+    base: usize,
 }
 
 /// A tantivy error while opening a built index: its files are not what the build wrote.
@@ -201,9 +262,17 @@ pub struct Bm25Domain {
     searcher: tantivy::Searcher,
     body: Field,
     segments: Vec<Segment>,
+    /// Global document number -> passage ordinal.
+    ords: Vec<u32>,
+    /// Passage ordinal -> global document number.
+    docs: Vec<u32>,
+    /// Global document number -> exact length in terms.
+    lens: Vec<u32>,
     ids: Vec<String>,
     ord_of: HashMap<String, u32>,
-    avgdl: f32,
+    total_terms: u64,
+    /// Passages with at least one term.
+    nonempty: u64,
     analyzer: AnalyzerConfig,
 }
 
@@ -236,9 +305,14 @@ pub(crate) fn top_k(
 
 /// Per-thread working memory for [`Bm25Domain::search`]; reuse it across queries.
 pub struct Scratch {
+    /// Global document number -> score so far.
     acc: Vec<f32>,
     touched: Vec<u32>,
-    analyzer: TextAnalyzer,
+    analyzer: Analyzer,
+    /// Global document number -> its length term for `norms_for`: k1 (1 - b + b len / avgdl)
+    /// for the reference scoring, Lucene's cached inverse of it for Lucene's.
+    norms: Vec<f32>,
+    norms_for: Option<(u32, u32, Bm25Scoring)>,
 }
 
 impl Bm25Domain {
@@ -261,7 +335,6 @@ impl Bm25Domain {
                 message: format!("checksum mismatch in {}", names.join(", ")),
             });
         }
-        index.tokenizers().register(TOKENIZER, analyzer.build());
         let body = index
             .schema()
             .get_field(BODY)
@@ -279,45 +352,49 @@ impl Bm25Domain {
                     path: ids_path.clone(),
                     message: e.to_string(),
                 })?;
+        let bad = |message: String| Error::Corrupt {
+            path: dir.to_path_buf(),
+            message,
+        };
         let mut segments = Vec::new();
-        let mut total_tokens = 0u64;
-        let mut num_docs = 0u64;
+        let mut ords = Vec::with_capacity(ids.len());
+        let mut lens = Vec::with_capacity(ids.len());
         for seg in searcher.segment_readers() {
-            let bad_ord = |message: String| Error::Corrupt {
-                path: dir.to_path_buf(),
-                message,
-            };
-            let col = seg.fast_fields().u64(ORD).map_err(|e| corrupt(dir, e))?;
-            let norms_reader: FieldNormReader = seg
-                .get_fieldnorms_reader(body)
-                .map_err(|e| corrupt(dir, e))?;
-            let max_doc = seg.max_doc();
-            let mut ords = Vec::with_capacity(max_doc as usize);
-            let mut norms = Vec::with_capacity(max_doc as usize);
-            for doc in 0..max_doc {
-                let o = col
-                    .first(doc)
-                    .filter(|&o| (o as usize) < ids.len())
-                    .ok_or_else(|| bad_ord(format!("document {doc} has no valid ordinal")))?;
-                ords.push(o as u32);
-                norms.push(norms_reader.fieldnorm_id(doc));
+            let ord_col = seg.fast_fields().u64(ORD).map_err(|e| corrupt(dir, e))?;
+            let len_col = seg.fast_fields().u64(LEN).map_err(|e| corrupt(dir, e))?;
+            if seg.num_deleted_docs() > 0 {
+                return Err(bad("the index has deleted documents".into()));
             }
-            total_tokens += seg
-                .inverted_index(body)
-                .map_err(|e| corrupt(dir, e))?
-                .total_num_tokens();
-            num_docs += seg.num_docs() as u64;
             segments.push(Segment {
                 reader: seg.clone(),
-                ords,
-                norms,
+                base: ords.len(),
             });
+            for doc in 0..seg.max_doc() {
+                let o = ord_col
+                    .first(doc)
+                    .filter(|&o| (o as usize) < ids.len())
+                    .ok_or_else(|| bad(format!("document {doc} has no valid ordinal")))?;
+                let len = len_col
+                    .first(doc)
+                    .and_then(|l| u32::try_from(l).ok())
+                    .ok_or_else(|| bad(format!("document {doc} has no valid length")))?;
+                ords.push(o as u32);
+                lens.push(len);
+            }
         }
-        if num_docs as usize != ids.len() {
-            return Err(Error::Corrupt {
-                path: dir.to_path_buf(),
-                message: format!("{} documents but {} ids", num_docs, ids.len()),
-            });
+        if ords.len() != ids.len() {
+            return Err(bad(format!(
+                "{} documents but {} ids",
+                ords.len(),
+                ids.len()
+            )));
+        }
+        let mut docs = vec![u32::MAX; ids.len()];
+        for (d, &o) in ords.iter().enumerate() {
+            if docs[o as usize] != u32::MAX {
+                return Err(bad(format!("passage ordinal {o} is indexed twice")));
+            }
+            docs[o as usize] = d as u32;
         }
         let mut ord_of = HashMap::with_capacity(ids.len());
         for (i, id) in ids.iter().enumerate() {
@@ -334,10 +411,14 @@ impl Bm25Domain {
             searcher,
             body,
             segments,
-            avgdl: total_tokens as f32 / num_docs.max(1) as f32,
+            total_terms: lens.iter().map(|&l| l as u64).sum(),
+            nonempty: lens.iter().filter(|&&l| l > 0).count() as u64,
+            ords,
+            docs,
+            lens,
             ids,
             ord_of,
-            analyzer: analyzer.clone(),
+            analyzer: *analyzer,
         })
     }
 
@@ -366,9 +447,14 @@ impl Bm25Domain {
         &self.ids
     }
 
-    /// Average document length in tokens.
+    /// The exact length in terms of a passage, by ordinal.
+    pub fn length(&self, ord: u32) -> u32 {
+        self.lens[self.docs[ord as usize] as usize]
+    }
+
+    /// Average passage length in terms, over every passage.
     pub fn avgdl(&self) -> f32 {
-        self.avgdl
+        (self.total_terms as f64 / self.ids.len().max(1) as f64) as f32
     }
 
     /// Working memory for searches on this domain.
@@ -376,8 +462,44 @@ impl Bm25Domain {
         Scratch {
             acc: vec![0.0; self.ids.len()],
             touched: Vec::new(),
-            analyzer: self.analyzer.build(),
+            analyzer: self.analyzer.analyzer(),
+            norms: Vec::new(),
+            norms_for: None,
         }
+    }
+
+    /// Fills `scratch.norms` for `params` unless it holds them already.
+    fn prepare_norms(&self, scratch: &mut Scratch, params: &Bm25Params) {
+        let key = (params.k1.to_bits(), params.b.to_bits(), params.scoring);
+        if scratch.norms_for == Some(key) {
+            return;
+        }
+        let (k1, b) = (params.k1, params.b);
+        scratch.norms = match params.scoring {
+            Bm25Scoring::Reference => {
+                let avgdl = self.total_terms as f64 / self.ids.len().max(1) as f64;
+                let (k1, b) = (k1 as f64, b as f64);
+                self.lens
+                    .iter()
+                    .map(|&l| (k1 * (1.0 - b + b * l as f64 / avgdl)) as f32)
+                    .collect()
+            }
+            Bm25Scoring::Lucene => {
+                // BM25Similarity: avgdl = (float) (sumTotalTermFreq / (double) docCount);
+                // cache[i] = 1f / (k1 * ((1 - b) + b * LENGTH_TABLE[i] / avgdl)), in float
+                let avgdl = (self.total_terms as f64 / self.nonempty.max(1) as f64) as f32;
+                let mut cache = [0f32; 256];
+                for (i, c) in cache.iter_mut().enumerate() {
+                    let len = byte4_to_length(i as u8) as f32;
+                    *c = 1.0 / (k1 * ((1.0 - b) + b * len / avgdl));
+                }
+                self.lens
+                    .iter()
+                    .map(|&l| cache[length_to_byte4(l) as usize])
+                    .collect()
+            }
+        };
+        scratch.norms_for = Some(key);
     }
 
     /// The `k` best passages for `query`, best first; equal scores are ordered by passage id
@@ -396,6 +518,27 @@ impl Bm25Domain {
         })
     }
 
+    /// The query's terms with their frequencies and document frequencies (terms the corpus
+    /// does not have are left out), in term order.
+    fn query_terms(&self, scratch: &mut Scratch, query: &str) -> Result<Vec<(Term, u32, u64)>> {
+        let mut qtf: BTreeMap<String, u32> = BTreeMap::new();
+        scratch
+            .analyzer
+            .for_each_term(query, |t| *qtf.entry(t.to_string()).or_insert(0) += 1);
+        let mut out = Vec::with_capacity(qtf.len());
+        for (text, tf) in qtf {
+            let term = Term::from_field_text(self.body, &text);
+            let df = self
+                .searcher
+                .doc_freq(&term)
+                .map_err(|e| Error::tantivy(&self.path, e))?;
+            if df > 0 {
+                out.push((term, tf, df));
+            }
+        }
+        Ok(out)
+    }
+
     fn search_unguarded(
         &self,
         scratch: &mut Scratch,
@@ -404,44 +547,35 @@ impl Bm25Domain {
         params: &Bm25Params,
         exclude: &[u32],
     ) -> Result<Vec<Hit>> {
-        let mut qtf: HashMap<String, u32> = HashMap::new();
-        let mut qlen = 0u32;
-        {
-            let mut stream = scratch.analyzer.token_stream(query);
-            while stream.advance() {
-                *qtf.entry(stream.token().text.clone()).or_insert(0) += 1;
-                qlen += 1;
-            }
-        }
-        let mut terms: Vec<(String, u32)> = qtf.into_iter().collect();
-        terms.sort_unstable();
-        let n = self.ids.len() as f32;
-        let (k1, b) = (params.k1, params.b);
-        let norm = |len: f32| k1 * (1.0 - b + b * len / self.avgdl);
-        let mut cache = [0f32; 256];
-        for (id, slot) in cache.iter_mut().enumerate() {
-            *slot = norm(FieldNormReader::id_to_fieldnorm(id as u8) as f32);
-        }
-        let Scratch { acc, touched, .. } = scratch;
-        for (text, tf_q) in &terms {
-            let term = Term::from_field_text(self.body, text);
-            let df = self
-                .searcher
-                .doc_freq(&term)
-                .map_err(|e| Error::tantivy(&self.path, e))? as f32;
-            if df == 0.0 {
-                continue;
-            }
-            let tf_q = *tf_q as f32;
-            let weight = match params.weighting {
-                QueryWeighting::Lucene => tf_q * (1.0 + (n - df + 0.5) / (df + 0.5)).ln(),
-                QueryWeighting::Bright => {
+        let terms = self.query_terms(scratch, query)?;
+        self.prepare_norms(scratch, params);
+        let (k1, b) = (params.k1 as f64, params.b as f64);
+        // the reference weights the query like a passage: its length counts the known terms
+        let qlen: u32 = terms.iter().map(|t| t.1).sum();
+        let avgdl = self.total_terms as f64 / self.ids.len().max(1) as f64;
+        let Scratch {
+            acc,
+            touched,
+            norms,
+            ..
+        } = scratch;
+        for (term, tf_q, df) in &terms {
+            let (tf_q, df) = (*tf_q as f64, *df as f64);
+            let weight = match params.scoring {
+                Bm25Scoring::Reference => {
+                    let n = self.ids.len() as f64;
                     let idf = (n + 1.0).ln() - (df + 0.5).ln();
-                    // both sides carry idf: fold the document side's into the query weight
-                    idf * idf * tf_q / (tf_q + norm(qlen as f32))
+                    let query_side = idf * tf_q / (tf_q + k1 * (1.0 - b + b * qlen as f64 / avgdl));
+                    // the passage side's idf folded in
+                    (query_side * idf) as f32
+                }
+                Bm25Scoring::Lucene => {
+                    let n = self.nonempty as f64;
+                    let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln() as f32;
+                    tf_q as f32 * idf
                 }
             };
-            if weight <= 0.0 {
+            if weight <= 0.0 || !weight.is_finite() {
                 continue;
             }
             for seg in &self.segments {
@@ -450,49 +584,66 @@ impl Bm25Domain {
                     .inverted_index(self.body)
                     .map_err(|e| Error::tantivy(&self.path, e))?;
                 let Some(mut block) = inv
-                    .read_block_postings(&term, IndexRecordOption::WithFreqs)
+                    .read_block_postings(term, IndexRecordOption::WithFreqs)
                     .map_err(|e| Error::io(&self.path, e))?
                 else {
                     continue;
                 };
+                let norms = &norms[seg.base..];
+                let acc = &mut acc[seg.base..];
                 loop {
                     let docs = block.docs();
                     if docs.is_empty() {
                         break;
                     }
-                    for (&doc, &tf) in docs.iter().zip(block.freqs()) {
-                        let d = doc as usize;
-                        let ord = seg.ords[d];
-                        let tf = tf as f32;
-                        let s = weight * tf / (tf + cache[seg.norms[d] as usize]);
-                        let slot = &mut acc[ord as usize];
-                        if *slot == 0.0 {
-                            touched.push(ord);
+                    match params.scoring {
+                        Bm25Scoring::Reference => {
+                            for (&doc, &tf) in docs.iter().zip(block.freqs()) {
+                                let d = doc as usize;
+                                let tf = tf as f32;
+                                let slot = &mut acc[d];
+                                if *slot == 0.0 {
+                                    touched.push((seg.base + d) as u32);
+                                }
+                                *slot += weight * (tf / (tf + norms[d]));
+                            }
                         }
-                        *slot += s;
+                        Bm25Scoring::Lucene => {
+                            for (&doc, &tf) in docs.iter().zip(block.freqs()) {
+                                let d = doc as usize;
+                                let slot = &mut acc[d];
+                                if *slot == 0.0 {
+                                    touched.push((seg.base + d) as u32);
+                                }
+                                *slot += weight - weight / (1.0 + tf as f32 * norms[d]);
+                            }
+                        }
                     }
                     block.advance();
                 }
             }
         }
         for &x in exclude {
-            if let Some(slot) = acc.get_mut(x as usize) {
-                *slot = f32::NEG_INFINITY;
+            if let Some(&d) = self.docs.get(x as usize) {
+                acc[d as usize] = f32::NEG_INFINITY;
             }
         }
         let hits: Vec<Hit> = touched
             .iter()
-            .filter_map(|&ord| {
-                let score = acc[ord as usize];
-                (score > 0.0).then_some(Hit { ord, score })
+            .filter_map(|&d| {
+                let score = acc[d as usize];
+                (score > 0.0).then(|| Hit {
+                    ord: self.ords[d as usize],
+                    score,
+                })
             })
             .collect();
-        for &ord in touched.iter() {
-            acc[ord as usize] = 0.0;
+        for &d in touched.iter() {
+            acc[d as usize] = 0.0;
         }
         for &x in exclude {
-            if let Some(slot) = acc.get_mut(x as usize) {
-                *slot = 0.0;
+            if let Some(&d) = self.docs.get(x as usize) {
+                acc[d as usize] = 0.0;
             }
         }
         touched.clear();

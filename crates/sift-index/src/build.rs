@@ -98,7 +98,7 @@ impl IndexDir {
                 keep_dense: Vec::new(),
             };
             let manifest_base = ManifestBase {
-                analyzer: options.analyzer.clone(),
+                analyzer: options.analyzer,
                 bm25: options.bm25,
             };
             write_generation(
@@ -164,11 +164,11 @@ impl IndexDir {
                     .collect(),
             };
             let base = ManifestBase {
-                analyzer: old.analyzer.clone(),
+                analyzer: old.analyzer,
                 bm25: old.bm25,
             };
             let options = BuildOptions {
-                analyzer: old.analyzer.clone(),
+                analyzer: old.analyzer,
                 bm25: old.bm25,
                 threads,
                 replace: false,
@@ -325,7 +325,7 @@ fn write_generation(
             .as_secs(),
         corpus: source.description(),
         layout: source.layout(),
-        analyzer: base.analyzer.clone(),
+        analyzer: base.analyzer,
         bm25: base.bm25,
         domains: domain_infos,
         dense: dense_infos,

@@ -42,14 +42,15 @@ mod dir;
 mod embedding;
 mod error;
 mod hnsw;
+pub mod lucene;
 mod manifest;
 mod paths;
 mod progress;
 mod readonly;
 mod source;
 
-pub use analyzer::{AnalyzerConfig, Stemming, StopWords};
-pub use bm25::{Bm25Domain, Bm25Params, Hit, QueryWeighting, Scratch};
+pub use analyzer::{Analyzer, AnalyzerConfig, AnalyzerPreset, Stemming, StopWords, TokenizerKind};
+pub use bm25::{Bm25Domain, Bm25Params, Bm25Scoring, Hit, Scratch};
 pub use build::BuildOptions;
 pub use dense::{
     AnnMode, DenseDomain, DenseMeta, HnswParams, VectorDtype, dot, write as write_dense,

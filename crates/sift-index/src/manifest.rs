@@ -10,8 +10,9 @@ use crate::analyzer::AnalyzerConfig;
 use crate::bm25::Bm25Params;
 use crate::{Error, Result};
 
-/// Version of the on-disk format; an index of another version is refused.
-pub const FORMAT_VERSION: u32 = 3;
+/// Version of the on-disk format; an index of another version is refused. Version 4: BM25
+/// stores exact passage lengths and the analyzer has a tokenizer (Lucene's by default).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// What was built, from what, with which settings. Stored as `manifest.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,22 +1,22 @@
 //! BM25 scores from the index against a direct computation of the formula over the analysed
-//! text (a second, independent implementation): every passage, several queries, both query
-//! weightings, several (k1, b).
+//! text (a second, independent implementation, in f64): every passage, several queries, both
+//! scorings, several (k1, b), both analyzers.
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use sift_core::Corpus;
-use sift_index::{AnalyzerConfig, Bm25Params, BuildOptions, IndexDir, NoProgress, QueryWeighting};
-use tantivy::fieldnorm::FieldNormReader;
+use sift_index::lucene::{byte4_to_length, length_to_byte4};
+use sift_index::{AnalyzerPreset, Bm25Params, Bm25Scoring, BuildOptions, IndexDir, NoProgress};
 
 fn sample() -> Corpus {
     Corpus::open(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../corpora/sample")).unwrap()
 }
 
-/// BM25 by the book: documents as token lists, lengths through tantivy's one-byte length
-/// code (the only lossy step, shared with Lucene's design).
+/// BM25 by the book: documents as term lists.
 fn brute_force(docs: &[Vec<String>], query: &[String], p: &Bm25Params) -> Vec<f32> {
-    let n = docs.len() as f64;
-    let avgdl = docs.iter().map(|d| d.len()).sum::<usize>() as f64 / n;
+    let n_all = docs.len() as f64;
+    let total = docs.iter().map(|d| d.len()).sum::<usize>() as f64;
+    let n_nonempty = docs.iter().filter(|d| !d.is_empty()).count() as f64;
     let mut df: HashMap<&str, f64> = HashMap::new();
     for d in docs {
         let mut seen: Vec<&str> = d.iter().map(String::as_str).collect();
@@ -27,16 +27,18 @@ fn brute_force(docs: &[Vec<String>], query: &[String], p: &Bm25Params) -> Vec<f3
         }
     }
     let (k1, b) = (p.k1 as f64, p.b as f64);
-    let norm = |len: f64| k1 * (1.0 - b + b * len / avgdl);
     let mut qtf: HashMap<&str, f64> = HashMap::new();
     for t in query {
         *qtf.entry(t).or_default() += 1.0;
     }
+    // the reference's query length counts the terms the corpus has
+    let qlen: f64 = qtf
+        .iter()
+        .filter(|(t, _)| df.contains_key(*t))
+        .map(|(_, n)| n)
+        .sum();
     docs.iter()
         .map(|d| {
-            let coded =
-                FieldNormReader::id_to_fieldnorm(FieldNormReader::fieldnorm_to_id(d.len() as u32))
-                    as f64;
             let mut score = 0.0;
             for (t, &q) in &qtf {
                 let Some(&df) = df.get(t) else { continue };
@@ -44,14 +46,18 @@ fn brute_force(docs: &[Vec<String>], query: &[String], p: &Bm25Params) -> Vec<f3
                 if tf == 0.0 {
                     continue;
                 }
-                let doc_part = tf / (tf + norm(coded));
-                score += match p.weighting {
-                    QueryWeighting::Lucene => {
-                        q * (1.0 + (n - df + 0.5) / (df + 0.5)).ln() * doc_part
+                score += match p.scoring {
+                    Bm25Scoring::Lucene => {
+                        let avgdl = total / n_nonempty;
+                        let len = byte4_to_length(length_to_byte4(d.len() as u32)) as f64;
+                        let idf = (1.0 + (n_all.min(n_nonempty) - df + 0.5) / (df + 0.5)).ln();
+                        q * idf * tf / (tf + k1 * (1.0 - b + b * len / avgdl))
                     }
-                    QueryWeighting::Bright => {
-                        let idf = (n + 1.0).ln() - (df + 0.5).ln();
-                        idf * q / (q + norm(query.len() as f64)) * idf * doc_part
+                    Bm25Scoring::Reference => {
+                        let avgdl = total / n_all;
+                        let idf = (n_all + 1.0).ln() - (df + 0.5).ln();
+                        let w = |f: f64, len: f64| idf * f / (f + k1 * (1.0 - b + b * len / avgdl));
+                        w(q, qlen) * w(tf, d.len() as f64)
                     }
                 };
             }
@@ -63,66 +69,71 @@ fn brute_force(docs: &[Vec<String>], query: &[String], p: &Bm25Params) -> Vec<f3
 #[test]
 fn scores_equal_the_formula() {
     let corpus = sample();
-    let tmp = tempfile::tempdir().unwrap();
-    let index = IndexDir::build(
-        tmp.path().join("i"),
-        &corpus,
-        &["physics".into()],
-        &BuildOptions::default(),
-        &[],
-        &NoProgress,
-    )
-    .unwrap();
-    let bm25 = index.bm25("physics").unwrap();
-    let config = AnalyzerConfig::default();
-    let mut analyzer = config.build();
-    let passages: Vec<_> = corpus
-        .passages("physics")
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let docs: Vec<Vec<String>> = passages
-        .iter()
-        .map(|p| AnalyzerConfig::tokens(&mut analyzer, &p.text))
-        .collect();
-    let queries = [
-        "quantum tunnelling through a potential barrier",
-        "entropy entropy heat engine efficiency",
-        "light refraction lens optics focal length",
-        "zzz-no-such-term",
-    ];
-    let mut scratch = bm25.scratch();
     let mut compared = 0;
-    for weighting in [QueryWeighting::Lucene, QueryWeighting::Bright] {
-        for (k1, b) in [(0.9, 0.4), (1.2, 0.75), (2.0, 0.0), (0.0, 1.0)] {
-            let params = Bm25Params { k1, b, weighting };
-            for q in queries {
-                let qtokens = AnalyzerConfig::tokens(&mut analyzer, q);
-                let want = brute_force(&docs, &qtokens, &params);
-                let hits = bm25.search(&mut scratch, q, 1000, &params, &[]).unwrap();
-                let expected_hits = want.iter().filter(|&&s| s > 0.0).count();
-                assert_eq!(hits.len(), expected_hits, "{q} {params:?}");
-                for h in &hits {
-                    let i = passages
-                        .iter()
-                        .position(|p| p.id == bm25.id(h.ord))
-                        .unwrap();
-                    let w = want[i];
-                    assert!(
-                        (h.score - w).abs() <= 1e-4 * w.abs().max(1.0),
-                        "{q} {params:?} {}: {} vs {w}",
-                        passages[i].id,
-                        h.score
-                    );
-                    compared += 1;
-                }
-                // best first, ties by id descending
-                for pair in hits.windows(2) {
-                    assert!(
-                        pair[0].score > pair[1].score
-                            || (pair[0].score == pair[1].score
-                                && bm25.id(pair[0].ord) > bm25.id(pair[1].ord))
-                    );
+    for preset in [AnalyzerPreset::Lucene, AnalyzerPreset::Snowball] {
+        let config = preset.config();
+        let tmp = tempfile::tempdir().unwrap();
+        let index = IndexDir::build(
+            tmp.path().join("i"),
+            &corpus,
+            &["physics".into()],
+            &BuildOptions {
+                analyzer: config,
+                ..BuildOptions::default()
+            },
+            &[],
+            &NoProgress,
+        )
+        .unwrap();
+        let bm25 = index.bm25("physics").unwrap();
+        let mut analyzer = config.analyzer();
+        let passages: Vec<_> = corpus
+            .passages("physics")
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let docs: Vec<Vec<String>> = passages.iter().map(|p| analyzer.terms(&p.text)).collect();
+        for (p, d) in passages.iter().zip(&docs) {
+            assert_eq!(bm25.length(bm25.ord(&p.id).unwrap()), d.len() as u32);
+        }
+        let queries = [
+            "quantum tunnelling through a potential barrier",
+            "entropy entropy heat engine efficiency",
+            "light refraction lens optics focal length",
+            "zzz-no-such-term",
+        ];
+        let mut scratch = bm25.scratch();
+        for scoring in [Bm25Scoring::Lucene, Bm25Scoring::Reference] {
+            for (k1, b) in [(0.9, 0.4), (1.2, 0.75), (2.0, 0.0), (0.0, 1.0)] {
+                let params = Bm25Params { k1, b, scoring };
+                for q in queries {
+                    let qtokens = analyzer.terms(q);
+                    let want = brute_force(&docs, &qtokens, &params);
+                    let hits = bm25.search(&mut scratch, q, 1000, &params, &[]).unwrap();
+                    let expected_hits = want.iter().filter(|&&s| s > 0.0).count();
+                    assert_eq!(hits.len(), expected_hits, "{q} {params:?}");
+                    for h in &hits {
+                        let i = passages
+                            .iter()
+                            .position(|p| p.id == bm25.id(h.ord))
+                            .unwrap();
+                        let w = want[i];
+                        assert!(
+                            (h.score - w).abs() <= 1e-4 * w.abs().max(1.0),
+                            "{q} {params:?} {}: {} vs {w}",
+                            passages[i].id,
+                            h.score
+                        );
+                        compared += 1;
+                    }
+                    // best first, ties by id descending
+                    for pair in hits.windows(2) {
+                        assert!(
+                            pair[0].score > pair[1].score
+                                || (pair[0].score == pair[1].score
+                                    && bm25.id(pair[0].ord) > bm25.id(pair[1].ord))
+                        );
+                    }
                 }
             }
         }

@@ -55,10 +55,7 @@ impl RetrieverSpec {
                 "bm25(k1={}, b={}, {})",
                 bm25.k1,
                 bm25.b,
-                match bm25.weighting {
-                    sift_index::QueryWeighting::Lucene => "lucene",
-                    sift_index::QueryWeighting::Bright => "bright",
-                }
+                bm25.scoring.name()
             ),
             RetrieverSpec::Dense(n) => format!("dense:{n}"),
             RetrieverSpec::Hybrid { parts, fusion } => {
