@@ -1,6 +1,7 @@
 //! End-to-end tests of the `sift` binary: the README quickstart on the bundled sample, the
 //! Cranfield acceptance check, and bad input of every kind (each must give a clear error
 //! naming file and line/row, or a counted warning; never a panic or a half-written index).
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -988,6 +989,72 @@ fn all_four_tasks_on_the_sample() {
             lines(&reference.join(theirs)),
             "{ours}"
         );
+    }
+    // Task 4 with BM25: every pair scores as its passage does in Task 2 (same query text);
+    // the run is in trec_eval order (ties: pair id descending), and a smaller top-k is its
+    // prefix, so the selection on (score, pair index) cuts where the full sort would
+    let read_run = |p: &Path| -> BTreeMap<String, Vec<(String, f64)>> {
+        let mut run: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
+        for l in fs::read_to_string(p).unwrap().lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            run.entry(f[0].to_string())
+                .or_default()
+                .push((f[2].to_string(), f[4].parse().unwrap()));
+        }
+        run
+    };
+    let t2 = read_run(&out_dir.join("runs/task2.bm25.trec"));
+    let t4 = read_run(&out_dir.join("runs/task4.bm25.trec"));
+    let excluded2: std::collections::HashSet<String> =
+        fs::read_to_string(out_dir.join("qrels/task2.exclusions"))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+    assert!(!t4.is_empty());
+    let mut pairs_with_images = 0;
+    for (q, ranking) in &t4 {
+        let passage_scores: HashMap<&str, f64> =
+            t2[q].iter().map(|(d, sc)| (d.as_str(), *sc)).collect();
+        for w in ranking.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            assert!(
+                a.1 as f32 > b.1 as f32 || (a.1 as f32 == b.1 as f32 && a.0 > b.0),
+                "{q}: {a:?} before {b:?}"
+            );
+        }
+        for (pair, score) in ranking {
+            let (pid, img) = pair.split_once("|||").unwrap();
+            pairs_with_images += usize::from(img != "__NO_IMAGE__");
+            match passage_scores.get(pid) {
+                Some(p) => assert_eq!(p, score, "{q} {pair}"),
+                // Task 2 removes the query's negative passages; Task 4 keeps them
+                None => assert!(excluded2.contains(&format!("{q} {pid}")), "{q} {pair}"),
+            }
+        }
+    }
+    assert!(pairs_with_images > 0);
+    let short = tmp.path().join("task4.top7.trec");
+    ok(&[
+        "eval",
+        "--corpus",
+        s(&sample),
+        "--index",
+        s(&index),
+        "--task",
+        "4",
+        "--retriever",
+        "bm25",
+        "--top-k",
+        "7",
+        "--run-out",
+        s(&short),
+        "--json",
+    ]);
+    let t4_short = read_run(&short);
+    for (q, ranking) in &t4 {
+        let n = ranking.len().min(7);
+        assert_eq!(t4_short[q], ranking[..n].to_vec(), "{q}");
     }
     // the legacy protocol judges every gold-passage pair 1 and excludes nothing
     let legacy = tmp.path().join("legacy.qrels");

@@ -37,4 +37,6 @@ pub use tasks::{
     CandidateKind, NO_IMAGE, PAIR_SEP, Pairs, Protocol, Task, TaskData, check_qrels_ids,
     orphan_positive_images, pair_id, task1, task2, task3, task4,
 };
-pub use trec::{read_exclusions, read_qrels, read_run, write_exclusions, write_qrels, write_run};
+pub use trec::{
+    RunWriter, read_exclusions, read_qrels, read_run, write_exclusions, write_qrels, write_run,
+};

@@ -344,6 +344,16 @@ impl Pairs {
         }
         Pairs { pairs }
     }
+
+    /// The index of the pair (passage `p`, `image`), if it is a candidate.
+    pub fn find(&self, p: u32, image: Option<u32>) -> Option<u32> {
+        let start = self.pairs.partition_point(|&(q, _)| q < p);
+        self.pairs[start..]
+            .iter()
+            .take_while(|&&(q, _)| q == p)
+            .position(|&(_, img)| img == image)
+            .map(|i| (start + i) as u32)
+    }
 }
 
 /// Task 4 (query text + images -> passage+image pairs) on `domain`, given the domain's

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sift_core::{Qrels, WarningKind, Warnings, parse_grade};
 
@@ -216,16 +216,86 @@ pub fn write_run(path: &Path, run: &BTreeMap<String, Vec<RunEntry>>, tag: &str) 
     write_atomically(path, |w| {
         check_token("run tag", tag)?;
         for (qid, entries) in run {
-            check_token("query id", qid)?;
-            let mut sorted: Vec<&RunEntry> = entries.iter().collect();
-            sorted.sort_by(|a, b| trec_order(a, b));
-            for (i, e) in sorted.iter().enumerate() {
-                check_token("document id", &e.doc)?;
-                writeln!(w, "{qid} Q0 {} {} {} {tag}", e.doc, i + 1, e.score)?;
-            }
+            write_query(w, qid, entries, tag)?;
         }
         Ok(())
     })
+}
+
+fn write_query(
+    w: &mut impl Write,
+    qid: &str,
+    entries: &[RunEntry],
+    tag: &str,
+) -> std::io::Result<()> {
+    check_token("query id", qid)?;
+    let mut sorted: Vec<&RunEntry> = entries.iter().collect();
+    sorted.sort_by(|a, b| trec_order(a, b));
+    for (i, e) in sorted.iter().enumerate() {
+        check_token("document id", &e.doc)?;
+        writeln!(w, "{qid} Q0 {} {} {} {tag}", e.doc, i + 1, e.score)?;
+    }
+    Ok(())
+}
+
+/// A TREC run written query by query, as the rankings are made (memory does not grow with
+/// the run), in the format of [`write_run`]. The file appears under its name only when
+/// [`RunWriter::finish`] succeeds; dropped before, it leaves nothing behind.
+pub struct RunWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    w: Option<BufWriter<File>>,
+    tag: String,
+}
+
+impl RunWriter {
+    /// Starts the run `path` (a temporary file beside it until finished).
+    pub fn create(path: &Path, tag: &str) -> Result<RunWriter> {
+        check_token("run tag", tag).map_err(|e| Error::io(path, e))?;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".tmp-{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let f = File::create(&tmp).map_err(|e| Error::io(path, e))?;
+        Ok(RunWriter {
+            path: path.to_path_buf(),
+            tmp,
+            w: Some(BufWriter::new(f)),
+            tag: tag.to_string(),
+        })
+    }
+
+    /// The file it writes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends the ranking of query `qid` (any order; written in trec_eval's).
+    pub fn write(&mut self, qid: &str, entries: &[RunEntry]) -> Result<()> {
+        let w = self.w.as_mut().expect("not finished");
+        write_query(w, qid, entries, &self.tag).map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Appends every query of `run`.
+    pub fn write_all(&mut self, run: &Run) -> Result<()> {
+        run.iter().try_for_each(|(q, e)| self.write(q, e))
+    }
+
+    /// Flushes, syncs and renames the file into place.
+    pub fn finish(mut self) -> Result<()> {
+        let w = self.w.take().expect("not finished");
+        let done = (|| {
+            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            std::fs::rename(&self.tmp, &self.path)
+        })();
+        done.map_err(|e| Error::io(&self.path, e))
+    }
+}
+
+impl Drop for RunWriter {
+    fn drop(&mut self) {
+        // after a successful finish the temporary file is gone and this does nothing
+        let _ = std::fs::remove_file(&self.tmp);
+    }
 }
 
 /// Writes qrels in TREC format (`qid 0 docid grade`).

@@ -100,3 +100,20 @@ fn task4_candidate_pairs_follow_base_keys() {
         vec![(0, None), (0, Some(0)), (0, Some(2)), (1, None)]
     );
 }
+
+#[test]
+fn pairs_find_locates_every_candidate_and_nothing_else() {
+    let passages = ["gis/aa_1.txt", "gis/bb_1.txt", "gis/aa_2.txt", "gis/cc.txt"];
+    let images = [
+        "gis/gis_aa_1/i.png",
+        "gis/gis_bb_1/i.png",
+        "gis/gis_aa_2/j.png",
+    ];
+    let pairs = sift_eval::Pairs::build("gis", &passages, &images);
+    for (i, &(p, img)) in pairs.pairs.iter().enumerate() {
+        assert_eq!(pairs.find(p, img), Some(i as u32));
+    }
+    assert_eq!(pairs.find(1, Some(0)), None);
+    assert_eq!(pairs.find(3, Some(0)), None);
+    assert_eq!(pairs.find(9, None), None);
+}

@@ -513,8 +513,28 @@ impl Bm25Domain {
         params: &Bm25Params,
         exclude: &[u32],
     ) -> Result<Vec<Hit>> {
+        let hits = crate::readonly::guard(&self.path, || {
+            self.score_unguarded(scratch, query, params, exclude)
+        })?;
+        let ids = &self.ids;
+        let order = |a: &Hit, b: &Hit| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| ids[b.ord as usize].cmp(&ids[a.ord as usize]))
+        };
+        Ok(top_k(hits, k, order))
+    }
+
+    /// Every passage sharing a term with `query`, with its score, in no particular order
+    /// (what [`Bm25Domain::search`] selects from).
+    pub fn matching(
+        &self,
+        scratch: &mut Scratch,
+        query: &str,
+        params: &Bm25Params,
+    ) -> Result<Vec<Hit>> {
         crate::readonly::guard(&self.path, || {
-            self.search_unguarded(scratch, query, k, params, exclude)
+            self.score_unguarded(scratch, query, params, &[])
         })
     }
 
@@ -539,11 +559,10 @@ impl Bm25Domain {
         Ok(out)
     }
 
-    fn search_unguarded(
+    fn score_unguarded(
         &self,
         scratch: &mut Scratch,
         query: &str,
-        k: usize,
         params: &Bm25Params,
         exclude: &[u32],
     ) -> Result<Vec<Hit>> {
@@ -647,12 +666,6 @@ impl Bm25Domain {
             }
         }
         touched.clear();
-        let ids = &self.ids;
-        let order = |a: &Hit, b: &Hit| {
-            b.score
-                .total_cmp(&a.score)
-                .then_with(|| ids[b.ord as usize].cmp(&ids[a.ord as usize]))
-        };
-        Ok(top_k(hits, k, order))
+        Ok(hits)
     }
 }

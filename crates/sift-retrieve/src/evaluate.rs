@@ -1,9 +1,10 @@
 //! [`evaluate`]: every (task, retriever, query-image mode) over the domains of an index, as
 //! MM-BRIGHT scores them (`shared/docs/mm-bright-protocol.md`), with trec_eval semantics.
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sift_core::{Corpus, Layout, Qrels, WarningKind, Warnings};
+use sift_eval::RunWriter;
 use sift_eval::{
     CandidateKind, DomainResult, Exclusions, Metrics, Pairs, Protocol, Report, Run, Task,
     check_qrels_ids, evaluate as score,
@@ -34,8 +35,8 @@ pub struct EvalConfig {
     pub domains: Option<Vec<String>>,
     /// Qrels split of a BEIR corpus.
     pub split: String,
-    /// Keep every job's run (for writing run files).
-    pub keep_runs: bool,
+    /// Where each job's run goes.
+    pub runs: RunOutput,
     /// Keep per-query metrics.
     pub per_query: bool,
 }
@@ -50,10 +51,27 @@ impl Default for EvalConfig {
             settings: SearchSettings::default(),
             domains: None,
             split: "test".into(),
-            keep_runs: false,
+            runs: RunOutput::default(),
             per_query: false,
         }
     }
+}
+
+/// Where the runs of an evaluation go. Runs streamed to files are written domain by domain
+/// as they are made, so memory does not grow with the number of domains.
+#[derive(Debug, Clone, Default)]
+pub struct RunOutput {
+    /// Keep each job's run in memory ([`JobReport::run`]).
+    pub memory: bool,
+    /// Stream each job's run to `DIR/task<N>.<label>.trec` ([`run_file_name`]).
+    pub dir: Option<PathBuf>,
+    /// Stream the run to this file; the evaluation must have exactly one job.
+    pub file: Option<PathBuf>,
+}
+
+/// The file name of a job's run in [`RunOutput::dir`] and [`EvalReport::write_to`]'s `runs/`.
+pub fn run_file_name(task: Task, label: &str) -> String {
+    format!("task{task}.{}.trec", safe_name(label))
 }
 
 /// One (task, retriever, query-image mode) evaluated over the domains.
@@ -69,8 +87,10 @@ pub struct JobReport {
     pub label: String,
     /// Per-domain metrics.
     pub report: Report,
-    /// The run over every domain (when [`EvalConfig::keep_runs`]).
+    /// The run over every domain (when [`RunOutput::memory`]).
     pub run: Run,
+    /// The files its run was streamed to ([`RunOutput::dir`], [`RunOutput::file`]).
+    pub run_files: Vec<PathBuf>,
     /// Per-query metrics by domain (when [`EvalConfig::per_query`]).
     pub per_query: BTreeMap<String, BTreeMap<String, Metrics>>,
 }
@@ -93,6 +113,9 @@ pub struct EvalReport {
     /// Problems counted while reading the inputs.
     pub warnings: Warnings,
 }
+
+/// The tag of Sift's TREC runs.
+pub const RUN_TAG: &str = "sift";
 
 /// The columns of the per-domain tables.
 pub const TABLE_COLUMNS: [&str; 6] = [
@@ -120,47 +143,35 @@ pub fn evaluate(
                 .into(),
         ));
     }
-    let mut jobs = Vec::new();
-    let mut not_applicable = Vec::new();
-    for &task in &config.tasks {
-        for r in &config.retrievers {
-            if task == Task::Images && !models.ranks_images(r) {
-                not_applicable.push(format!("task 3: {r} cannot rank images"));
-                continue;
-            }
-            let modes: Vec<Option<QueryImages>> =
-                if task.has_query_images() && models.sees_images(r) {
-                    config.query_images.iter().map(|m| Some(*m)).collect()
-                } else {
-                    vec![None]
-                };
-            for mode in modes {
-                let suffix = mode.map(|m| format!(" [query images: {}]", m.name()));
-                let suffix = suffix.unwrap_or_default();
-                jobs.push(JobReport {
-                    task,
-                    retriever: r.clone(),
-                    query_images: mode,
-                    label: format!("{r}{suffix}"),
-                    report: Report {
-                        task: match task {
-                            Task::Pairs => format!("4 ({})", config.protocol.name()),
-                            t => t.to_string(),
-                        },
-                        retriever: format!("{}{suffix}", r.describe(&config.settings.bm25)),
-                        per_domain: Vec::new(),
-                    },
-                    run: Run::new(),
-                    per_query: BTreeMap::new(),
-                });
-            }
-        }
-    }
+    let (jobs, not_applicable) = plan_jobs(config, models);
     if jobs.is_empty() {
         return Err(Error::Unsupported(format!(
             "nothing to run: {}",
             not_applicable.join("; ")
         )));
+    }
+    if config.runs.file.is_some() && jobs.len() != 1 {
+        return Err(Error::Unsupported(format!(
+            "a single run file takes one task and one retriever; this evaluation has {} jobs",
+            jobs.len()
+        )));
+    }
+    let mut writers: Vec<Vec<RunWriter>> = Vec::with_capacity(jobs.len());
+    if let Some(dir) = &config.runs.dir {
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    }
+    for job in &jobs {
+        let mut w = Vec::new();
+        if let Some(dir) = &config.runs.dir {
+            w.push(RunWriter::create(
+                &dir.join(run_file_name(job.task, &job.label)),
+                RUN_TAG,
+            )?);
+        }
+        if let Some(file) = &config.runs.file {
+            w.push(RunWriter::create(file, RUN_TAG)?);
+        }
+        writers.push(w);
     }
     let domains: Vec<String> = match &config.domains {
         None => index.manifest().domains.keys().cloned().collect(),
@@ -194,8 +205,15 @@ pub fn evaluate(
             needs_images,
             multimodal,
             &mut out,
+            &mut writers,
             progress,
         )?;
+    }
+    for (job, ws) in out.jobs.iter_mut().zip(writers) {
+        for w in ws {
+            job.run_files.push(w.path().to_path_buf());
+            w.finish()?;
+        }
     }
     let scored: usize = out
         .jobs
@@ -212,6 +230,55 @@ pub fn evaluate(
     Ok(out)
 }
 
+/// The jobs `config` makes (one per task, retriever and query-image mode that applies) and
+/// the combinations left out.
+fn plan_jobs(config: &EvalConfig, models: &ModelSet) -> (Vec<JobReport>, Vec<String>) {
+    let mut jobs = Vec::new();
+    let mut not_applicable = Vec::new();
+    for &task in &config.tasks {
+        for r in &config.retrievers {
+            if task == Task::Images && !models.ranks_images(r) {
+                not_applicable.push(format!("task 3: {r} cannot rank images"));
+                continue;
+            }
+            let modes: Vec<Option<QueryImages>> =
+                if task.has_query_images() && models.sees_images(r) {
+                    config.query_images.iter().map(|m| Some(*m)).collect()
+                } else {
+                    vec![None]
+                };
+            for mode in modes {
+                let suffix = mode.map(|m| format!(" [query images: {}]", m.name()));
+                let suffix = suffix.unwrap_or_default();
+                jobs.push(JobReport {
+                    task,
+                    retriever: r.clone(),
+                    query_images: mode,
+                    label: format!("{r}{suffix}"),
+                    report: Report {
+                        task: match task {
+                            Task::Pairs => format!("4 ({})", config.protocol.name()),
+                            t => t.to_string(),
+                        },
+                        retriever: format!("{}{suffix}", r.describe(&config.settings.bm25)),
+                        per_domain: Vec::new(),
+                    },
+                    run: Run::new(),
+                    run_files: Vec::new(),
+                    per_query: BTreeMap::new(),
+                });
+            }
+        }
+    }
+    (jobs, not_applicable)
+}
+
+/// How many jobs (task, retriever, query-image mode) `config` runs: one report and one run
+/// each.
+pub fn count_jobs(config: &EvalConfig, models: &ModelSet) -> usize {
+    plan_jobs(config, models).0.len()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn evaluate_domain(
     corpus: &Corpus,
@@ -223,6 +290,7 @@ fn evaluate_domain(
     needs_images: bool,
     multimodal: bool,
     out: &mut EvalReport,
+    writers: &mut [Vec<RunWriter>],
     progress: &dyn Progress,
 ) -> Result<()> {
     let searcher = DomainSearcher::open(index, domain, combined, models, needs_images)?;
@@ -300,7 +368,12 @@ fn evaluate_domain(
                 .unwrap_or_default()
         };
         let mut vectors: BTreeMap<Option<QueryImages>, QueryVectors> = BTreeMap::new();
-        for job in out.jobs.iter_mut().filter(|j| j.task == task) {
+        for (job, writers) in out
+            .jobs
+            .iter_mut()
+            .zip(writers.iter_mut())
+            .filter(|(j, _)| j.task == task)
+        {
             let mode = if task.has_query_images() {
                 job.query_images
             } else {
@@ -343,7 +416,10 @@ fn evaluate_domain(
             if config.per_query {
                 job.per_query.insert(domain.to_string(), ev.per_query);
             }
-            if config.keep_runs {
+            for w in writers.iter_mut() {
+                w.write_all(&run)?;
+            }
+            if config.runs.memory {
                 job.run.extend(run);
             }
         }
@@ -473,7 +549,8 @@ impl EvalReport {
         })
     }
 
-    /// Writes `dir/results.md`, `dir/results.json`, each job's TREC run in `dir/runs/`
+    /// Writes `dir/results.md`, `dir/results.json`, each job's TREC run in `dir/runs/` (from
+    /// memory, unless the evaluation streamed it there: [`RunOutput::dir`] = `dir/runs`)
     /// (`task<N>.<label>.trec`) and each task's qrels and exclusions in `dir/qrels/`.
     pub fn write_to(&self, dir: &Path) -> Result<()> {
         let runs = dir.join("runs");
@@ -487,12 +564,11 @@ impl EvalReport {
         let json = serde_json::to_string_pretty(&self.to_json()).expect("JSON values serialise");
         std::fs::write(&js, json).map_err(|e| io(&js, e))?;
         for job in &self.jobs {
-            let name = safe_name(&job.label);
-            sift_eval::write_run(
-                &runs.join(format!("task{}.{name}.trec", job.task)),
-                &job.run,
-                "sift",
-            )?;
+            let path = runs.join(run_file_name(job.task, &job.label));
+            // a run streamed here during the evaluation is there already
+            if !job.run_files.contains(&path) {
+                sift_eval::write_run(&path, &job.run, RUN_TAG)?;
+            }
         }
         for (task, (q, x)) in &self.qrels {
             sift_eval::write_qrels(&qdir.join(format!("task{task}.qrels")), q)?;

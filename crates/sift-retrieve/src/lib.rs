@@ -45,7 +45,10 @@ mod searcher;
 mod spec;
 
 pub use error::{Error, Result, SpecError};
-pub use evaluate::{EvalConfig, EvalReport, JobReport, TABLE_COLUMNS, evaluate, evaluate_quietly};
+pub use evaluate::{
+    EvalConfig, EvalReport, JobReport, RUN_TAG, RunOutput, TABLE_COLUMNS, count_jobs, evaluate,
+    evaluate_quietly, run_file_name,
+};
 pub use models::{ImageSide, ModelSet, PassageSide, Sides, safe_name, slug};
 pub use query::{QueryImages, QueryVectors, encode_queries, normalized_sum};
 pub use searcher::{AUTO_EXACT_MAX, Ann, Candidates, DomainSearcher, Query, SearchSettings, fuse};

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use rayon::prelude::*;
-use sift_eval::{Pairs, RunEntry, pair_id};
+use sift_eval::{NO_IMAGE, PAIR_SEP, Pairs, RunEntry};
 use sift_index::{AnnMode, Bm25Domain, Bm25Params, DenseDomain, IndexDir, Scratch, dot};
 
 use crate::fusion;
@@ -392,7 +392,14 @@ impl DomainSearcher {
     /// For every model with an image index: the image-index ordinal of each corpus image and
     /// the cosine of each pair's passage and image vectors.
     fn pair_geometry(&self, pairs: &Pairs, images: &[String]) -> Result<PairGeometry> {
-        let mut out = PairGeometry::default();
+        let mut out = PairGeometry {
+            image_index: images
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.clone(), i as u32))
+                .collect(),
+            ..PairGeometry::default()
+        };
         for (name, idx) in &self.images {
             let dense = self.dense(name)?;
             let ord_of: HashMap<&str, u32> = idx
@@ -441,7 +448,7 @@ impl DomainSearcher {
             RetrieverSpec::Bm25 => {
                 let bm25 = self.bm25()?;
                 let scratch = scratch.get_or_insert_with(|| bm25.scratch());
-                let hits = bm25.search(scratch, q.text, n, &settings.bm25, &[])?;
+                let hits = bm25.matching(scratch, q.text, &settings.bm25)?;
                 let mut by_ord = vec![f32::NAN; n];
                 for h in hits {
                     by_ord[h.ord as usize] = h.score;
@@ -491,24 +498,81 @@ impl DomainSearcher {
                 return Ok(fuse(&lists, fusion, settings.top_k));
             }
         }
-        let id = |i: u32| {
+        if !exclude.is_empty() {
+            let excluded: HashSet<u32> = exclude
+                .iter()
+                .filter_map(|id| self.pair_index(pairs, geometry, id))
+                .collect();
+            scored.retain(|(_, i)| !excluded.contains(i));
+        }
+        // trec_eval's order (score descending as f32, then pair id descending), selected on
+        // (score, pair index): ids are compared without being built, and built for the k kept
+        let half = |i: u32| {
             let (p, img) = pairs.pairs[i as usize];
-            pair_id(
-                &self.passage_ids[p as usize],
-                img.map(|im| images[im as usize].as_str()),
+            (
+                self.passage_ids[p as usize].as_str(),
+                img.map_or(NO_IMAGE, |im| images[im as usize].as_str()),
             )
         };
-        let entries: Vec<RunEntry> = scored
+        let order = |a: &(f32, u32), b: &(f32, u32)| {
+            trec_key(b.0)
+                .total_cmp(&trec_key(a.0))
+                .then_with(|| cmp_pair_ids(half(b.1), half(a.1)))
+        };
+        let k = settings.top_k;
+        if k < scored.len() {
+            if k == 0 {
+                return Ok(Vec::new());
+            }
+            scored.select_nth_unstable_by(k - 1, order);
+            scored.truncate(k);
+        }
+        scored.sort_unstable_by(order);
+        Ok(scored
             .into_iter()
-            .map(|(s, i)| RunEntry {
-                doc: id(i),
-                score: s as f64,
+            .map(|(s, i)| {
+                let (p, img) = half(i);
+                RunEntry {
+                    doc: format!("{p}{PAIR_SEP}{img}"),
+                    score: s as f64,
+                }
             })
-            .filter(|e| !exclude.contains(e.doc.as_str()))
-            .collect();
-        // trec_eval order (score descending, then doc id descending) before the cut-off
-        Ok(fusion::sort_and_cut(entries, settings.top_k))
+            .collect())
     }
+
+    /// The index of the pair called `id` (`passage|||image`), if it is a candidate.
+    fn pair_index(&self, pairs: &Pairs, geometry: &PairGeometry, id: &str) -> Option<u32> {
+        let (pid, img) = id.split_once(PAIR_SEP)?;
+        let p = self.passage_ord(pid)?;
+        let img = if img == NO_IMAGE {
+            None
+        } else {
+            Some(*geometry.image_index.get(img)?)
+        };
+        pairs.find(p, img)
+    }
+}
+
+/// trec_eval's sort key of a score: the f32 value, -0 as 0, NaN below every real score.
+fn trec_key(s: f32) -> f32 {
+    if s.is_nan() {
+        f32::NEG_INFINITY
+    } else if s == 0.0 {
+        0.0
+    } else {
+        s
+    }
+}
+
+/// Byte order of the pair ids `a.0|||a.1` and `b.0|||b.1`, without building them.
+fn cmp_pair_ids<'a>(a: (&'a str, &'a str), b: (&'a str, &'a str)) -> std::cmp::Ordering {
+    if a.0 == b.0 {
+        return a.1.cmp(b.1);
+    }
+    fn bytes<'s>((p, i): (&'s str, &'s str)) -> impl Iterator<Item = u8> + 's {
+        p.bytes().chain(PAIR_SEP.bytes()).chain(i.bytes())
+    }
+    bytes(a).cmp(bytes(b))
 }
 
 /// Whether any part of `retriever` is BM25.
@@ -525,6 +589,8 @@ fn uses_bm25(retriever: &RetrieverSpec) -> bool {
 #[derive(Default)]
 struct PairGeometry {
     models: HashMap<String, (Vec<Option<u32>>, Vec<f32>)>,
+    /// Corpus image path -> its index in the pairs' image list.
+    image_index: HashMap<String, u32>,
 }
 
 /// Combines the rankings of a hybrid retriever's parts.
@@ -532,5 +598,70 @@ pub fn fuse(lists: &[Vec<RunEntry>], fusion: &RankFusion, top_k: usize) -> Vec<R
     match fusion {
         RankFusion::Rrf { k } => fusion::rrf(lists, *k, top_k),
         RankFusion::Weighted(w) => fusion::weighted(lists, w, top_k),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pair_ids_compare_as_the_built_strings_do() {
+        // ids sharing prefixes with each other and with the separator
+        let parts = [
+            "a",
+            "a|",
+            "a||",
+            "a|||",
+            "a|||b",
+            "ab",
+            "b",
+            "",
+            "é",
+            "a/x_1.txt",
+            "a/x_10.txt",
+        ];
+        for p1 in parts {
+            for i1 in parts {
+                for p2 in parts {
+                    for i2 in parts {
+                        let built =
+                            format!("{p1}{PAIR_SEP}{i1}").cmp(&format!("{p2}{PAIR_SEP}{i2}"));
+                        assert_eq!(
+                            cmp_pair_ids((p1, i1), (p2, i2)),
+                            built,
+                            "{p1}/{i1} vs {p2}/{i2}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn trec_key_orders_like_trec_order() {
+        let scores = [
+            f32::NAN,
+            f32::NEG_INFINITY,
+            -1.0,
+            -0.0,
+            0.0,
+            1.0,
+            f32::INFINITY,
+        ];
+        for &a in &scores {
+            for &b in &scores {
+                let ea = RunEntry {
+                    doc: "x".into(),
+                    score: a as f64,
+                };
+                let eb = RunEntry {
+                    doc: "x".into(),
+                    score: b as f64,
+                };
+                let want = sift_eval::trec_order(&ea, &eb);
+                assert_eq!(trec_key(b).total_cmp(&trec_key(a)), want, "{a} {b}");
+            }
+        }
     }
 }

@@ -5,11 +5,11 @@ use anyhow::{Context, Result, bail};
 use sift_core::Warnings;
 use sift_eval::{
     DomainResult, Exclusions, Protocol, Report, Task, evaluate, metric_names, read_exclusions,
-    read_qrels, read_run, write_exclusions, write_qrels, write_run,
+    read_qrels, read_run, write_exclusions, write_qrels,
 };
 use sift_index::IndexDir;
 use sift_retrieve::{
-    Ann, EvalConfig, ModelSet, QueryImages, RetrieverSpec, SearchSettings, TABLE_COLUMNS,
+    Ann, EvalConfig, ModelSet, QueryImages, RetrieverSpec, RunOutput, SearchSettings, TABLE_COLUMNS,
 };
 
 use crate::cmd::report_warnings;
@@ -247,18 +247,23 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         },
         domains: (!wanted.is_empty()).then_some(wanted),
         split: a.split.clone(),
-        keep_runs: a.run_out.is_some() || a.out.is_some(),
+        // runs are streamed to disk domain by domain, never held whole
+        runs: RunOutput {
+            memory: false,
+            dir: a.out.as_ref().map(|d| d.join("runs")),
+            file: a.run_out.clone(),
+        },
         per_query: a.per_query,
     };
+    let jobs = sift_retrieve::count_jobs(&config, &models);
+    if jobs != 1 && (a.run_out.is_some() || a.qrels_out.is_some()) {
+        bail!(
+            "--run-out / --qrels-out take one task and one retriever (this evaluation has {jobs} \
+             jobs); use --out DIR for several"
+        );
+    }
     let bars = Bars::new(a.quiet || a.json);
     let report = sift_retrieve::evaluate(&corpus, &index, &models, &config, &bars)?;
-    let single = report.jobs.len() == 1;
-    if !single && (a.run_out.is_some() || a.qrels_out.is_some()) {
-        bail!("--run-out / --qrels-out take one task and one retriever; use --out DIR for several");
-    }
-    if let Some(path) = &a.run_out {
-        write_run(path, &report.jobs[0].run, "sift")?;
-    }
     if let Some(path) = &a.qrels_out {
         let (q, x) = &report.qrels[&report.jobs[0].task];
         write_qrels(path, q)?;
