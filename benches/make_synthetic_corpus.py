@@ -19,6 +19,14 @@ Passages are grouped into pages (a hex key, several chunks each) of words drawn 
 Zipf-distributed synthetic vocabulary, so term statistics look like text; each query is built
 from words of its gold passages plus background words; corpus images belong to pages, and a
 query's positive images are images of its gold pages. Deterministic for a given --seed.
+
+Task 4 pairs a passage with every corpus image of its page (same hex key), so the candidate
+count is passages + the sum over images of their page's chunk count. By default images go to
+random pages (about --chunks-per-page pairs per image); `--task4-pairs N` instead plans the
+pages that carry images (1-3 images each, chunk counts chosen so the total is exactly N) among
+ordinary pages, in a shuffled order: MM-BRIGHT's physics domain has 338,000 passages, 1,001
+images and 358,816 candidate pairs, i.e. about 20.8 chunks per image. Either way the exact
+count is printed. Several domains can share one --out (run once per --domain).
 Requires pyarrow, numpy and Pillow (corpora/sample/requirements.txt plus numpy).
 """
 
@@ -72,6 +80,48 @@ def png(rng: np.random.Generator, size: int) -> bytes:
     return buf.getvalue()
 
 
+def plan_pages(rng: np.random.Generator, a: argparse.Namespace) -> tuple[list[int], list[int]]:
+    """Chunk counts of every page, in corpus order, and how many images each page carries, so
+    that passages = --passages and passages + sum(images x chunks) = --task4-pairs exactly."""
+    extra = a.task4_pairs - a.passages
+    if a.images < 1 or extra < a.images:
+        raise SystemExit(f"--task4-pairs needs at least --passages + --images ({a.passages + a.images})")
+    # pages with images: 1-3 images each (the first page exactly 1, for exact totals)
+    groups = [1]
+    while sum(groups) < a.images:
+        groups.append(min(int(rng.integers(1, 4)), a.images - sum(groups)))
+    mean = extra / a.images  # chunks per image
+    counts = [max(1, int(round(mean * rng.uniform(0.5, 1.5)))) for _ in groups]
+    deficit = extra - sum(n * c for n, c in zip(groups, counts))
+    while deficit:
+        moved = False
+        for g, n in enumerate(groups):
+            if 0 < n <= deficit:
+                counts[g] += 1
+                deficit -= n
+                moved = True
+            elif 0 < n <= -deficit and counts[g] > 1:
+                counts[g] -= 1
+                deficit += n
+                moved = True
+            if not deficit:
+                break
+        if not moved:
+            raise SystemExit("cannot plan the Task 4 pairs exactly")
+    rest = a.passages - sum(counts)
+    if rest < 0:
+        raise SystemExit(f"the pages with images alone need {sum(counts)} passages: raise --passages")
+    plain: list[int] = []
+    while rest > 0:
+        c = min(int(rng.integers(1, 2 * a.chunks_per_page)), rest)
+        plain.append(c)
+        rest -= c
+    chunks = counts + plain
+    images = groups + [0] * len(plain)
+    order = rng.permutation(len(chunks))
+    return [chunks[int(i)] for i in order], [images[int(i)] for i in order]
+
+
 def write(table: pa.Table, path: Path, row_group: int = 16384) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, row_group_size=row_group, compression="zstd")
@@ -90,6 +140,12 @@ def main() -> None:
     ap.add_argument("--image-size", type=int, default=48)
     ap.add_argument("--vocab", type=int, default=60_000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--task4-pairs",
+        type=int,
+        help="plan the pages with images so Task 4 has exactly this many candidate pairs "
+        "(passages + image pairs; e.g. 358816 with 338000 passages and 1001 images)",
+    )
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     d = a.domain
@@ -101,20 +157,37 @@ def main() -> None:
     texts: list[str] = []
     page_of: list[int] = []
     used: set[str] = set()
-    while len(ids) < a.passages:
-        key = f"{int(rng.integers(0, 2**32)):08x}"
-        if key in used:
-            continue
-        used.add(key)
-        page = len(keys)
-        keys.append(key)
-        for n in range(int(rng.integers(1, 2 * a.chunks_per_page))):
-            if len(ids) >= a.passages:
-                break
-            length = max(5, int(rng.normal(a.passage_words, a.passage_words / 3)))
-            ids.append(f"{d}/{key}_{n}.txt")
-            texts.append(" ".join(zipf_words(rng, vocab, length)))
-            page_of.append(page)
+
+    def new_key() -> str:
+        while True:
+            key = f"{int(rng.integers(0, 2**32)):08x}"
+            if key not in used:
+                used.add(key)
+                return key
+
+    def add_chunk(page: int, n: int) -> None:
+        length = max(5, int(rng.normal(a.passage_words, a.passage_words / 3)))
+        ids.append(f"{d}/{keys[page]}_{n}.txt")
+        texts.append(" ".join(zipf_words(rng, vocab, length)))
+        page_of.append(page)
+
+    planned_images: list[int] | None = None  # image i -> page, when --task4-pairs plans them
+    if a.task4_pairs is None:
+        while len(ids) < a.passages:
+            page = len(keys)
+            keys.append(new_key())
+            for n in range(int(rng.integers(1, 2 * a.chunks_per_page))):
+                if len(ids) >= a.passages:
+                    break
+                add_chunk(page, n)
+    else:
+        chunks, image_groups = plan_pages(rng, a)
+        planned_images = []
+        for page, count in enumerate(chunks):
+            keys.append(new_key())
+            for n in range(count):
+                add_chunk(page, n)
+            planned_images += [page] * image_groups[page]
     passages_of_page: dict[int, list[int]] = {}
     for i, p in enumerate(page_of):
         passages_of_page.setdefault(p, []).append(i)
@@ -125,7 +198,7 @@ def main() -> None:
     image_bytes: list[bytes] = []
     images_of_page: dict[int, list[str]] = {}
     for i in range(a.images):
-        page = int(rng.integers(0, len(keys)))
+        page = planned_images[i] if planned_images is not None else int(rng.integers(0, len(keys)))
         path = f"{d}/{d}_{keys[page]}_{i:04}/image_1.png"
         image_paths.append(path)
         image_bytes.append(png(rng, a.image_size))
@@ -195,9 +268,11 @@ def main() -> None:
         a.out / "examples_images" / f"{d}.parquet",
         row_group=256,
     )
+    image_pairs = sum(len(passages_of_page[p]) * len(v) for p, v in images_of_page.items())
     print(
         f"{a.out}: domain {d}: {len(ids)} passages on {len(keys)} pages, {a.images} images, "
-        f"{a.queries} queries of {a.query_words} words"
+        f"{a.queries} queries of {a.query_words} words, {len(ids) + image_pairs} Task 4 pairs "
+        f"({len(ids)} passages + {image_pairs} passage-image pairs)"
     )
 
 

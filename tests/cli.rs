@@ -1593,3 +1593,204 @@ fn search_with_dense_hybrid_images_and_pairs() {
         .contains("cannot rank images")
     );
 }
+
+/// A list column of `{image_path, source_passage_id}` structs, one list per row.
+fn image_annotations(rows: &[&[(&str, &str)]]) -> arrow_array::ArrayRef {
+    use arrow_array::builder::{ListBuilder, StringBuilder, StructBuilder};
+    use arrow_schema::{DataType, Field};
+    let fields = vec![
+        Field::new("image_path", DataType::Utf8, true),
+        Field::new("source_passage_id", DataType::Utf8, true),
+    ];
+    let mut b = ListBuilder::new(StructBuilder::from_fields(fields, rows.len()));
+    for row in rows {
+        for (img, pid) in *row {
+            let s = b.values();
+            s.field_builder::<StringBuilder>(0)
+                .unwrap()
+                .append_value(img);
+            s.field_builder::<StringBuilder>(1)
+                .unwrap()
+                .append_value(pid);
+            s.append(true);
+        }
+        b.append(true);
+    }
+    Arc::new(b.finish())
+}
+
+/// Task 4 linking on chunked passage ids (`biology/fec40b40_1635_4.txt`, which the reference
+/// code's regex cannot key): `--pair-link regex` pairs only the keyed passage and reports the
+/// rest unlinked; `--pair-link source-id` links what the annotations' source_passage_id
+/// names, so the positive image is judged (rel 2) and the negative one excluded.
+#[test]
+fn task4_pair_links_by_regex_and_by_source_id_on_chunked_ids() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = tmp.path().join("corpus");
+    let p4 = "biology/fec40b40_1635_4.txt";
+    let p5 = "biology/fec40b40_1635_5.txt";
+    let keyed = "biology/aa11bb22_1.txt";
+    let other = "biology/cc33dd44_2.txt";
+    let img_chunked = "biology/biology_fec40b40_0001/image_1.png";
+    let img_keyed = "biology/biology_aa11bb22_0001/image_1.png";
+    write_parquet(
+        &c.join("documents/biology.parquet"),
+        vec![
+            ("id", strings(&[p4, p5, keyed, other])),
+            (
+                "content",
+                strings(&[
+                    "cell membrane lipid bilayer",
+                    "membrane proteins pump ions",
+                    "lipid rafts in the membrane",
+                    "photosynthesis in leaves",
+                ]),
+            ),
+        ],
+    );
+    let png = {
+        let mut bytes = Vec::new();
+        image::RgbImage::from_pixel(4, 4, image::Rgb([200, 10, 10]))
+            .write_to(
+                &mut std::io::Cursor::new(&mut bytes),
+                image::ImageFormat::Png,
+            )
+            .unwrap();
+        bytes
+    };
+    write_parquet(
+        &c.join("document_images/biology.parquet"),
+        vec![
+            ("path", strings(&[img_chunked, img_keyed])),
+            (
+                "bytes",
+                Arc::new(arrow_array::BinaryArray::from(vec![&png[..], &png[..]])),
+            ),
+        ],
+    );
+    let list = |v: &[&str]| -> arrow_array::ArrayRef {
+        let mut b =
+            arrow_array::builder::ListBuilder::new(arrow_array::builder::StringBuilder::new());
+        for x in v {
+            b.values().append_value(x);
+        }
+        b.append(true);
+        Arc::new(b.finish())
+    };
+    let example_columns = |multimodal: bool| {
+        let mut cols = vec![
+            ("id", strings(&["q1"])),
+            ("query", strings(&["membrane lipid question"])),
+            ("gold_ids", list(&[p4])),
+            ("negative_ids", list(&[])),
+            ("image_paths", list(&[])),
+        ];
+        if multimodal {
+            cols.push((
+                "positive_images",
+                image_annotations(&[&[(img_chunked, p4)]]),
+            ));
+            cols.push((
+                "negative_images",
+                image_annotations(&[&[(img_keyed, keyed)]]),
+            ));
+        }
+        cols
+    };
+    write_parquet(&c.join("examples/biology.parquet"), example_columns(false));
+    write_parquet(
+        &c.join("examples_multimodal/biology.parquet"),
+        example_columns(true),
+    );
+    write_parquet(
+        &c.join("examples_images/biology.parquet"),
+        vec![
+            ("path", strings(&[])),
+            (
+                "bytes",
+                Arc::new(arrow_array::BinaryArray::from(Vec::<&[u8]>::new())),
+            ),
+        ],
+    );
+    let index = tmp.path().join("index");
+    ok(&["index", "--corpus", s(&c), "--index", s(&index), "-q"]);
+    let eval = |link: &str| {
+        let qrels = tmp.path().join(format!("{link}.qrels"));
+        let run = tmp.path().join(format!("{link}.run"));
+        let out = json(&ok(&[
+            "eval",
+            "--corpus",
+            s(&c),
+            "--index",
+            s(&index),
+            "--task",
+            "4",
+            "--pair-link",
+            link,
+            "--qrels-out",
+            s(&qrels),
+            "--run-out",
+            s(&run),
+            "--json",
+        ]));
+        let read = |p: &Path| fs::read_to_string(p).unwrap();
+        let mut x = qrels.as_os_str().to_owned();
+        x.push(".exclusions");
+        (out, read(&qrels), read(Path::new(&x)), read(&run))
+    };
+
+    let (out, qrels, exclusions, run) = eval("regex");
+    let l = &out["pair_links"]["biology"];
+    assert_eq!(l["link"], "regex");
+    assert_eq!(l["passages_unkeyed"], 2, "{l}");
+    assert_eq!(l["image_pairs"], 1, "{l}");
+    assert_eq!(l["images_unlinked"], 1, "{l}");
+    // the positive image of the chunked gold passage is an orphan: no rel-2 pair
+    assert!(!qrels.contains(" 2"), "{qrels}");
+    assert!(
+        qrels.contains(&format!("q1 0 {p4}|||__NO_IMAGE__ 1")),
+        "{qrels}"
+    );
+    assert!(
+        exclusions.contains(&format!("q1 {keyed}|||{img_keyed}")),
+        "{exclusions}"
+    );
+    assert!(!run.contains(&format!("{p4}|||{img_chunked}")), "{run}");
+
+    let (out, qrels, exclusions, run) = eval("source-id");
+    let l = &out["pair_links"]["biology"];
+    assert_eq!(l["link"], "source-id");
+    assert_eq!(l["passages_unkeyed"], 0, "{l}");
+    assert_eq!(l["image_pairs"], 2, "{l}");
+    assert_eq!(l["images_unlinked"], 0, "{l}");
+    assert!(
+        qrels.contains(&format!("q1 0 {p4}|||{img_chunked} 2")),
+        "{qrels}"
+    );
+    assert!(
+        exclusions.contains(&format!("q1 {keyed}|||{img_keyed}")),
+        "{exclusions}"
+    );
+    assert!(run.contains(&format!("{p4}|||{img_chunked}")), "{run}");
+    assert!(
+        !run.contains(&format!("{keyed}|||{img_keyed}")),
+        "excluded: {run}"
+    );
+    // only what the annotations name: the other chunk of the page gets no image
+    assert!(!run.contains(&format!("{p5}|||{img_chunked}")), "{run}");
+    // sift check counts the orphan under the rule it is given
+    for (link, orphans) in [("regex", 1), ("source-id", 0)] {
+        let chk = json(&ok(&[
+            "check",
+            "--corpus",
+            s(&c),
+            "--pair-link",
+            link,
+            "--json",
+        ]));
+        assert_eq!(
+            chk["domains"]["biology"]["orphan_positive_images"], orphans,
+            "{link}: {chk}"
+        );
+    }
+}

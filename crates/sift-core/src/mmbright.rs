@@ -280,6 +280,55 @@ fn list_column(
     Ok(ids)
 }
 
+/// `(image path, source passage id)` of each element of the struct list in column `name` at
+/// `row` that has both an `image_path` and a `source_passage_id` (image paths normalised, both
+/// ids checked); nothing when the column is not a list of structs with those fields.
+fn source_column(
+    table: &Table,
+    batch: &RecordBatch,
+    name: &str,
+    row: usize,
+    file_row: u64,
+) -> Result<Vec<(String, String)>> {
+    let Some(col) = table.column(batch, name) else {
+        return Ok(Vec::new());
+    };
+    if col.is_null(row) {
+        return Ok(Vec::new());
+    }
+    let values = match col.data_type() {
+        DataType::List(_) => col.as_list::<i32>().value(row),
+        DataType::LargeList(_) => col.as_list::<i64>().value(row),
+        _ => return Ok(Vec::new()),
+    };
+    let DataType::Struct(fields) = values.data_type() else {
+        return Ok(Vec::new());
+    };
+    let field = |n: &str| fields.iter().position(|f| f.name() == n);
+    let (Some(ip), Some(sp)) = (field("image_path"), field("source_passage_id")) else {
+        return Ok(Vec::new());
+    };
+    let strukt = values.as_struct();
+    let mut out = Vec::new();
+    for i in 0..strukt.len() {
+        if strukt.is_null(i) {
+            continue;
+        }
+        let get = |c: usize| {
+            string_at(strukt.column(c).as_ref(), i)
+                .map_err(|e| Error::row(&table.path, file_row, format!("column {name:?}: {e}")))
+        };
+        if let (Some(img), Some(pid)) = (get(ip)?, get(sp)?) {
+            let img = normalize_image_path(img);
+            let loc = || format!("row {file_row}");
+            Error::check_id(&table.path, loc, &format!("{name} image_path"), &img)?;
+            Error::check_id(&table.path, loc, &format!("{name} source_passage_id"), pid)?;
+            out.push((img, pid.to_string()));
+        }
+    }
+    Ok(out)
+}
+
 /// Streams the passages of one or more `documents` shards.
 pub(crate) struct ParquetPassages {
     files: VecDeque<PathBuf>,
@@ -413,9 +462,14 @@ pub(crate) fn read_examples(
                     continue;
                 }
                 let images = if multimodal {
+                    let mut sources = Vec::new();
+                    for name in ["positive_images", "negative_images"] {
+                        sources.extend(source_column(&table, &batch, name, i, row)?);
+                    }
                     Some(ImageLabels {
                         positive: list_column(&table, &batch, "positive_images", i, row, warnings)?,
                         negative: list_column(&table, &batch, "negative_images", i, row, warnings)?,
+                        sources,
                     })
                 } else {
                     None

@@ -16,6 +16,10 @@ pub struct ImageLabels {
     pub positive: Vec<String>,
     /// Corpus images annotated non-relevant, normalised paths.
     pub negative: Vec<String>,
+    /// `(image path, passage id)` for every annotated image (positive or negative) whose
+    /// annotation names the passage it comes from (`source_passage_id`, as MTEB's port of
+    /// MM-BRIGHT links them); empty when the annotations carry no such field.
+    pub sources: Vec<(String, String)>,
 }
 
 /// A query with its judgements, as MM-BRIGHT `examples` rows carry them. BEIR queries are

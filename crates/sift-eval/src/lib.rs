@@ -22,12 +22,14 @@
 #![warn(missing_docs)]
 
 mod error;
+mod links;
 mod metrics;
 mod report;
 mod tasks;
 mod trec;
 
 pub use error::{Error, Result};
+pub use links::{LinkReport, LinkStats, Links, PairLink};
 pub use metrics::{
     CUTOFFS, Evaluation, Exclusions, Metrics, Run, RunEntry, evaluate, evaluate_query,
     metric_names, trec_order,

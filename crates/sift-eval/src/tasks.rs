@@ -3,11 +3,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
-use sift_core::{
-    Corpus, Example, Layout, Qrels, WarningKind, Warnings, image_base_key, passage_base_key,
-};
+use sift_core::{Corpus, Example, Layout, Qrels, WarningKind, Warnings};
 
 use crate::Result;
+use crate::links::Links;
 use crate::metrics::Exclusions;
 
 /// The four MM-BRIGHT tasks (protocol, "Tasks").
@@ -78,8 +77,9 @@ impl Task {
     }
 
     /// Its queries, judgements and exclusions on `domain` of `corpus` (the qrels `split`
-    /// for BEIR corpora; Task 4 needs the domain's passage ids and corpus image paths and
-    /// its `protocol`).
+    /// for BEIR corpora; Task 4 needs the domain's passage ids, corpus image paths, their
+    /// [`Links`] and its `protocol`).
+    #[allow(clippy::too_many_arguments)]
     pub fn data(
         self,
         corpus: &Corpus,
@@ -87,13 +87,14 @@ impl Task {
         split: &str,
         passages: &[impl AsRef<str>],
         images: &[impl AsRef<str>],
+        links: &Links,
         protocol: Protocol,
     ) -> Result<TaskData> {
         match self {
             Task::Passages => task1(corpus, domain, split),
             Task::MultimodalPassages => task2(corpus, domain),
             Task::Images => task3(corpus, domain),
-            Task::Pairs => task4(corpus, domain, passages, images, protocol),
+            Task::Pairs => task4(corpus, domain, passages, images, links, protocol),
         }
     }
 }
@@ -117,19 +118,15 @@ impl std::str::FromStr for Task {
     }
 }
 
-/// The positive images of `example` whose page has no gold passage (the protocol's Task 4
-/// orphans: their base key matches no gold passage's, so they make no pair).
-pub fn orphan_positive_images<'a>(domain: &str, example: &'a Example) -> Vec<&'a str> {
-    let gold_keys: HashSet<&str> = example
-        .gold_ids
-        .iter()
-        .filter_map(|g| passage_base_key(g))
-        .collect();
+/// The positive images of `example` linked to none of its gold passages (the protocol's
+/// Task 4 orphans: they make no pair). Under [`PairLink::Regex`](crate::PairLink) that is an
+/// image whose base key matches no gold passage's.
+pub fn orphan_positive_images<'a>(links: &Links, example: &'a Example) -> Vec<&'a str> {
     example
         .images
         .iter()
         .flat_map(|l| &l.positive)
-        .filter(|p| image_base_key(domain, p).is_none_or(|k| !gold_keys.contains(k)))
+        .filter(|p| !example.gold_ids.iter().any(|g| links.linked(g, p)))
         .map(String::as_str)
         .collect()
 }
@@ -317,30 +314,35 @@ impl Protocol {
 }
 
 /// Task 4 candidates of a domain: for every passage `pid|||__NO_IMAGE__`, plus `pid|||img`
-/// for every corpus image with the passage's base key (protocol, "Linking passages and
-/// images"). Each pair is (passage index, image index).
+/// for every corpus image linked to it ([`Links`]; protocol, "Linking passages and images").
+/// Each pair is (passage index, image index).
 #[derive(Debug, Clone, Default)]
 pub struct Pairs {
     /// `(index into passages, index into images or None)`, passages in order, each passage's
-    /// no-image pair first.
+    /// no-image pair first, then its images in corpus order.
     pub pairs: Vec<(u32, Option<u32>)>,
 }
 
 impl Pairs {
-    /// Builds the candidate pairs of `passages` and `images` (normalised paths) of `domain`.
+    /// The candidate pairs of `passages` and `images` (normalised paths) of `domain`, linked
+    /// by base key (the reference code's rule, [`PairLink::Regex`](crate::PairLink)).
     pub fn build(domain: &str, passages: &[impl AsRef<str>], images: &[impl AsRef<str>]) -> Pairs {
-        let mut by_key: HashMap<&str, Vec<u32>> = HashMap::new();
-        for (i, img) in images.iter().enumerate() {
-            if let Some(key) = image_base_key(domain, img.as_ref()) {
-                by_key.entry(key).or_default().push(i as u32);
-            }
-        }
-        let mut pairs = Vec::with_capacity(passages.len() + images.len());
-        for (p, pid) in passages.iter().enumerate() {
-            pairs.push((p as u32, None));
-            if let Some(imgs) = passage_base_key(pid.as_ref()).and_then(|k| by_key.get(k)) {
-                pairs.extend(imgs.iter().map(|&i| (p as u32, Some(i))));
-            }
+        Pairs::from_links(&Links::new(
+            crate::PairLink::Regex,
+            domain,
+            passages,
+            images,
+            &[],
+        ))
+    }
+
+    /// The candidate pairs of the passages and images `links` links.
+    pub fn from_links(links: &Links) -> Pairs {
+        let stats = links.stats();
+        let mut pairs = Vec::with_capacity(stats.passages + stats.image_pairs);
+        for p in 0..stats.passages as u32 {
+            pairs.push((p, None));
+            pairs.extend(links.images_of(p).iter().map(|&i| (p, Some(i))));
         }
         Pairs { pairs }
     }
@@ -357,10 +359,10 @@ impl Pairs {
 }
 
 /// Task 4 (query text + images -> passage+image pairs) on `domain`, given the domain's
-/// passage ids and (normalised) image paths.
+/// passage ids, (normalised) image paths and their [`Links`].
 ///
 /// Paper protocol: rel 2 = a gold passage with an image annotated positive (every gold
-/// passage whose base key is the image's); rel 1 = a gold passage with `__NO_IMAGE__`; a
+/// passage linked to the image); rel 1 = a gold passage with `__NO_IMAGE__`; a
 /// pair whose image is annotated negative (and not also positive: positive wins) is excluded
 /// from the ranking; a positive pair missing from the candidates is still judged; a positive
 /// image with no gold passage of its page is an orphan: no pair, counted as a warning.
@@ -371,23 +373,21 @@ pub fn task4(
     domain: &str,
     passages: &[impl AsRef<str>],
     images: &[impl AsRef<str>],
+    links: &Links,
     protocol: Protocol,
 ) -> Result<TaskData> {
     let mut warnings = Warnings::new();
     let examples = corpus.examples(domain, true, &mut warnings)?;
-    let mut passages_by_key: HashMap<&str, Vec<&str>> = HashMap::new();
-    for pid in passages {
-        if let Some(key) = passage_base_key(pid.as_ref()) {
-            passages_by_key.entry(key).or_default().push(pid.as_ref());
-        }
-    }
-    let mut images_by_key: HashMap<&str, Vec<&str>> = HashMap::new();
-    for img in images {
-        if let Some(key) = image_base_key(domain, img.as_ref()) {
-            images_by_key.entry(key).or_default().push(img.as_ref());
-        }
-    }
-    let known: HashSet<&str> = passages.iter().map(|p| p.as_ref()).collect();
+    let passage_index: HashMap<&str, u32> = passages
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.as_ref(), i as u32))
+        .collect();
+    let image_index: HashMap<&str, u32> = images
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.as_ref(), i as u32))
+        .collect();
     let source = corpus.root().join("examples_multimodal");
     let mut data = TaskData {
         domain: domain.to_string(),
@@ -403,26 +403,20 @@ pub fn task4(
                 for gold in &ex.gold_ids {
                     judged.insert(pair_id(gold, None), 1);
                 }
-                let orphans = orphan_positive_images(domain, &ex);
+                let orphans = orphan_positive_images(links, &ex);
                 for img in &positive {
-                    let key = image_base_key(domain, img);
-                    let golds: Vec<&String> = ex
-                        .gold_ids
-                        .iter()
-                        .filter(|g| key.is_some() && passage_base_key(g) == key)
-                        .collect();
                     if orphans.contains(img) {
                         warnings.push(
                             WarningKind::OrphanPositiveImage,
                             &source,
                             String::new(),
                             format!(
-                                "query {:?}: positive image {img:?} has no gold passage from its page (no pair)",
+                                "query {:?}: positive image {img:?} is linked to no gold passage (no pair)",
                                 ex.id
                             ),
                         );
                     }
-                    for g in golds {
+                    for g in ex.gold_ids.iter().filter(|g| links.linked(g, img)) {
                         judged.insert(pair_id(g, Some(img)), 2);
                     }
                 }
@@ -430,20 +424,22 @@ pub fn task4(
                     if positive.contains(img.as_str()) {
                         continue;
                     }
-                    let Some(key) = image_base_key(domain, img) else {
+                    let Some(&i) = image_index.get(img.as_str()) else {
                         continue;
                     };
-                    for pid in passages_by_key.get(key).into_iter().flatten() {
-                        excluded.insert(pair_id(pid, Some(img)));
+                    for &p in links.passages_of(i) {
+                        excluded.insert(pair_id(passages[p as usize].as_ref(), Some(img)));
                     }
                 }
             }
             Protocol::Legacy => {
-                for gold in ex.gold_ids.iter().filter(|g| known.contains(g.as_str())) {
+                for gold in &ex.gold_ids {
+                    let Some(&p) = passage_index.get(gold.as_str()) else {
+                        continue;
+                    };
                     judged.insert(pair_id(gold, None), 1);
-                    let key = passage_base_key(gold);
-                    for img in key.and_then(|k| images_by_key.get(k)).into_iter().flatten() {
-                        judged.insert(pair_id(gold, Some(img)), 1);
+                    for &i in links.images_of(p) {
+                        judged.insert(pair_id(gold, Some(images[i as usize].as_ref())), 1);
                     }
                 }
             }

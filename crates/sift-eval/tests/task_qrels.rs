@@ -68,7 +68,8 @@ fn task4_paper_and_legacy_match_the_reference_script() {
     ] {
         check(name, |c, d| {
             let (p, i) = ids(c, d);
-            sift_eval::task4(c, d, &p, &i, protocol).unwrap()
+            let links = sift_eval::Links::new(sift_eval::PairLink::Regex, d, &p, &i, &[]);
+            sift_eval::task4(c, d, &p, &i, &links, protocol).unwrap()
         });
     }
 }
@@ -77,7 +78,8 @@ fn task4_paper_and_legacy_match_the_reference_script() {
 fn task4_counts_the_orphan_positive_image() {
     let corpus = Corpus::open(root().join("corpora/sample")).unwrap();
     let (p, i) = ids(&corpus, "gis");
-    let t = sift_eval::task4(&corpus, "gis", &p, &i, Protocol::Paper).unwrap();
+    let links = sift_eval::Links::new(sift_eval::PairLink::Regex, "gis", &p, &i, &[]);
+    let t = sift_eval::task4(&corpus, "gis", &p, &i, &links, Protocol::Paper).unwrap();
     let orphans = t
         .warnings
         .counts()

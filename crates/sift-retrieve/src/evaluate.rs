@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use sift_core::{Corpus, Layout, Qrels, WarningKind, Warnings};
 use sift_eval::RunWriter;
 use sift_eval::{
-    CandidateKind, DomainResult, Exclusions, Metrics, Pairs, Protocol, Report, Run, Task,
-    check_qrels_ids, evaluate as score,
+    CandidateKind, DomainResult, Exclusions, LinkReport, Links, Metrics, PairLink, Pairs, Protocol,
+    Report, Run, Task, check_qrels_ids, evaluate as score,
 };
 use sift_index::{IndexDir, NoProgress, Progress};
 
@@ -26,6 +26,8 @@ pub struct EvalConfig {
     pub retrievers: Vec<RetrieverSpec>,
     /// Task 4 judgements.
     pub protocol: Protocol,
+    /// How Task 4 links passages and corpus images.
+    pub pair_link: PairLink,
     /// How models that embed images fuse a query's text and images (Tasks 2-4); one report
     /// per mode.
     pub query_images: Vec<QueryImages>,
@@ -47,6 +49,7 @@ impl Default for EvalConfig {
             tasks: vec![Task::Passages],
             retrievers: vec![RetrieverSpec::Bm25],
             protocol: Protocol::Paper,
+            pair_link: PairLink::Regex,
             query_images: vec![QueryImages::All],
             settings: SearchSettings::default(),
             domains: None,
@@ -110,6 +113,8 @@ pub struct EvalReport {
     pub dropped: BTreeMap<Task, BTreeMap<String, usize>>,
     /// The Task 4 protocol.
     pub protocol: Protocol,
+    /// How Task 4 linked passages and images, and what each domain left unlinked.
+    pub links: LinkReport,
     /// Problems counted while reading the inputs.
     pub warnings: Warnings,
 }
@@ -191,6 +196,7 @@ pub fn evaluate(
         qrels: BTreeMap::new(),
         dropped: BTreeMap::new(),
         protocol: config.protocol,
+        links: LinkReport::new(),
         warnings: Warnings::new(),
     };
     for domain in &domains {
@@ -317,8 +323,24 @@ fn evaluate_domain(
     } else {
         HashMap::new()
     };
+    let links = if config.tasks.contains(&Task::Pairs) {
+        let examples = match config.pair_link {
+            PairLink::SourceId => corpus.examples(domain, true, &mut out.warnings)?,
+            PairLink::Regex => Vec::new(),
+        };
+        Links::new(config.pair_link, domain, &passages, &images, &examples)
+    } else {
+        Links::new(
+            config.pair_link,
+            domain,
+            &[] as &[&str],
+            &[] as &[&str],
+            &[],
+        )
+    };
     let pairs = if config.tasks.contains(&Task::Pairs) {
-        Pairs::build(domain, &passages, &images)
+        out.links.insert(domain.to_string(), links.stats().clone());
+        Pairs::from_links(&links)
     } else {
         Pairs::default()
     };
@@ -333,6 +355,7 @@ fn evaluate_domain(
             &config.split,
             &passages,
             &images,
+            &links,
             config.protocol,
         )?;
         match task.candidates() {
@@ -474,10 +497,36 @@ impl EvalReport {
         let orphans = self.orphans();
         if self.jobs.iter().any(|j| j.task == Task::Pairs) && orphans > 0 {
             markdown.push_str(&format!(
-                "\nTask 4: {orphans} positive image(s) with no gold passage from their page (orphans: no pair)\n"
+                "\nTask 4: {orphans} positive image(s) linked to no gold passage (orphans: no pair)\n"
             ));
         }
+        if !self.links.is_empty() {
+            markdown.push_str(&self.links_table());
+        }
         markdown
+    }
+
+    /// Task 4's linking per domain: pairs made, and what was left unlinked.
+    pub fn links_table(&self) -> String {
+        let link = self.links.values().next().map_or("", |s| s.link.as_str());
+        let mut s = format!(
+            "\nTask 4 links ({link}): passage+image pairs and what was left unlinked\n\n\
+             | domain | passages | linked | unkeyed | images | unlinked | image pairs | unknown source passages |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|\n"
+        );
+        for (d, l) in &self.links {
+            s.push_str(&format!(
+                "| {d} | {} | {} | {} | {} | {} | {} | {} |\n",
+                l.passages,
+                l.passages_linked,
+                l.passages_unkeyed,
+                l.images,
+                l.images_unlinked,
+                l.image_pairs,
+                l.unknown_source_passages
+            ));
+        }
+        s
     }
 
     /// Mean nDCG@10 of every task (columns) and retriever (rows).
@@ -531,12 +580,15 @@ impl EvalReport {
 
     /// Everything as one JSON object: the job's object when there is one job, else
     /// `{"reports": [...], "not_applicable", "notes", "protocol", "orphan_positive_images",
-    /// "warnings"}`.
+    /// "pair_links", "warnings"}`.
     pub fn to_json(&self) -> serde_json::Value {
         if let [job] = self.jobs.as_slice() {
             let mut out = self.job_json(job);
             out["warnings"] = serde_json::to_value(self.warnings.to_map()).unwrap_or_default();
             out["notes"] = serde_json::to_value(&self.notes).unwrap_or_default();
+            if !self.links.is_empty() {
+                out["pair_links"] = serde_json::to_value(&self.links).unwrap_or_default();
+            }
             return out;
         }
         serde_json::json!({
@@ -545,6 +597,7 @@ impl EvalReport {
             "notes": self.notes,
             "protocol": self.protocol.name(),
             "orphan_positive_images": self.orphans(),
+            "pair_links": self.links,
             "warnings": self.warnings.to_map(),
         })
     }

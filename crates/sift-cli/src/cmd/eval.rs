@@ -51,6 +51,12 @@ pub struct Args {
     /// legacy (every gold-passage pair relevance 1, nothing excluded).
     #[arg(long, value_enum, default_value = "paper")]
     protocol: Protocol,
+    /// How Task 4 links passages and corpus images into pairs: regex (equal 8-hex base keys
+    /// of passage id and image path, the reference code; chunked ids such as
+    /// biology/fec40b40_1635_4.txt get no image) or source-id (the image annotations'
+    /// source_passage_id, MTEB's port). The report counts what each leaves unlinked.
+    #[arg(long, value_enum, default_value = "regex")]
+    pair_link: sift_eval::PairLink,
     /// How vision-language models combine query text and images (Tasks 2-4): all (text and
     /// the mean of all query images, weighted equally), first (the reference: text and the
     /// first image, a blank white image when there is none), or both (report each).
@@ -238,6 +244,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         tasks,
         retrievers,
         protocol: a.protocol,
+        pair_link: a.pair_link,
         query_images: a.query_fusion.modes(),
         settings: SearchSettings {
             bm25: params,

@@ -55,6 +55,10 @@ pub struct Args {
     corpus: Option<PathBuf>,
     #[command(flatten)]
     corpus_flags: CorpusFlags,
+    /// How pairs link passages and images: regex (equal 8-hex base keys, the reference
+    /// code) or source-id (the annotations' source_passage_id; needs --corpus).
+    #[arg(long, value_enum, default_value = "regex")]
+    pair_link: sift_eval::PairLink,
     /// Dense search: exact, hnsw, or auto (exact up to 20,000 vectors, HNSW above).
     #[arg(long, value_enum, default_value = "auto")]
     ann: Ann,
@@ -163,7 +167,26 @@ pub fn run(a: Args) -> Result<()> {
         _ => Vec::new(),
     };
     let pairs = if a.candidates == CandidateArg::Pairs {
-        Pairs::build(&domain, searcher.passage_ids(), &pair_images)
+        let examples = match (a.pair_link, &a.corpus) {
+            (sift_eval::PairLink::Regex, _) => Vec::new(),
+            (sift_eval::PairLink::SourceId, Some(dir)) => {
+                let mut w = Warnings::new();
+                let ex = a.corpus_flags.open(dir)?.examples(&domain, true, &mut w)?;
+                report_warnings("corpus annotations", &w);
+                ex
+            }
+            (sift_eval::PairLink::SourceId, None) => {
+                bail!("--pair-link source-id reads the image annotations: give --corpus")
+            }
+        };
+        let links = sift_eval::Links::new(
+            a.pair_link,
+            &domain,
+            searcher.passage_ids(),
+            &pair_images,
+            &examples,
+        );
+        Pairs::from_links(&links)
     } else {
         Pairs::default()
     };

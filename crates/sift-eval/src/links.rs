@@ -1,0 +1,296 @@
+//! Which corpus images belong to which passages (Task 4's pairs, grades and exclusions).
+//!
+//! Two rules, as the two public implementations of MM-BRIGHT link them
+//! (`shared/docs/mm-bright-protocol.md`, "Linking passages and images"):
+//! - [`PairLink::Regex`], the reference code's: a passage and an image are linked when their
+//!   8-hex base keys are equal (`/([0-9a-f]+)_\d+\.txt$` on the passage id,
+//!   `{domain}_([0-9a-f]+)_\d+` on the image path). Chunked passage ids such as
+//!   `biology/fec40b40_1635_4.txt` match no key, so their pages get no image pairs.
+//! - [`PairLink::SourceId`], MTEB's port's: the `source_passage_id` of the image annotations
+//!   (`positive_images` / `negative_images` of `examples_multimodal`) names the passage an
+//!   image comes from; images no annotation names are linked to nothing.
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+use sift_core::{Example, image_base_key, passage_base_key};
+
+/// How passages and corpus images are linked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum PairLink {
+    /// Equal 8-hex base keys of passage id and image path (the reference code).
+    #[default]
+    Regex,
+    /// The annotations' `source_passage_id` (MTEB's port).
+    SourceId,
+}
+
+impl PairLink {
+    /// Lower-case name (`regex`, `source-id`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PairLink::Regex => "regex",
+            PairLink::SourceId => "source-id",
+        }
+    }
+}
+
+impl std::fmt::Display for PairLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for PairLink {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PairLink, String> {
+        match s {
+            "regex" => Ok(PairLink::Regex),
+            "source-id" | "source_id" => Ok(PairLink::SourceId),
+            o => Err(format!(
+                "unknown pair link {o:?}: expected regex or source-id"
+            )),
+        }
+    }
+}
+
+/// What a linking rule left unlinked in one domain.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LinkStats {
+    /// The rule.
+    pub link: String,
+    /// Passages of the domain.
+    pub passages: usize,
+    /// Passages linked to at least one corpus image.
+    pub passages_linked: usize,
+    /// Passages the rule cannot link at all: under `regex`, ids that match no base key (e.g.
+    /// chunked ids); under `source-id`, 0 (any passage can be named).
+    pub passages_unkeyed: usize,
+    /// Corpus images of the domain.
+    pub images: usize,
+    /// Corpus images linked to no passage of the corpus.
+    pub images_unlinked: usize,
+    /// Image pairs (passage, image) among the candidates.
+    pub image_pairs: usize,
+    /// `source-id` only: annotations naming a passage the corpus does not have.
+    pub unknown_source_passages: usize,
+}
+
+/// The links of one domain's passages and corpus images under a [`PairLink`] rule.
+#[derive(Debug, Clone)]
+pub struct Links {
+    link: PairLink,
+    domain: String,
+    /// `source-id`: the annotated (image, passage) links.
+    sources: HashSet<(String, String)>,
+    /// Corpus image index -> linked corpus passage indexes (ascending).
+    by_image: Vec<Vec<u32>>,
+    /// Passage index -> linked corpus image indexes (ascending).
+    by_passage: Vec<Vec<u32>>,
+    stats: LinkStats,
+}
+
+impl Links {
+    /// Links `passages` (ids) and `images` (normalised paths) of `domain` by `link`;
+    /// `examples` are the domain's multimodal examples (their annotations are what
+    /// [`PairLink::SourceId`] reads).
+    pub fn new(
+        link: PairLink,
+        domain: &str,
+        passages: &[impl AsRef<str>],
+        images: &[impl AsRef<str>],
+        examples: &[Example],
+    ) -> Links {
+        let mut by_passage: Vec<Vec<u32>> = vec![Vec::new(); passages.len()];
+        let mut by_image: Vec<Vec<u32>> = vec![Vec::new(); images.len()];
+        let mut sources = HashSet::new();
+        let mut stats = LinkStats {
+            link: link.name().to_string(),
+            passages: passages.len(),
+            images: images.len(),
+            ..LinkStats::default()
+        };
+        match link {
+            PairLink::Regex => {
+                let mut images_by_key: HashMap<&str, Vec<u32>> = HashMap::new();
+                for (i, img) in images.iter().enumerate() {
+                    if let Some(key) = image_base_key(domain, img.as_ref()) {
+                        images_by_key.entry(key).or_default().push(i as u32);
+                    }
+                }
+                for (p, pid) in passages.iter().enumerate() {
+                    let Some(key) = passage_base_key(pid.as_ref()) else {
+                        stats.passages_unkeyed += 1;
+                        continue;
+                    };
+                    if let Some(imgs) = images_by_key.get(key) {
+                        by_passage[p] = imgs.clone();
+                        for &i in imgs {
+                            by_image[i as usize].push(p as u32);
+                        }
+                    }
+                }
+            }
+            PairLink::SourceId => {
+                for ex in examples {
+                    if let Some(labels) = &ex.images {
+                        sources.extend(labels.sources.iter().cloned());
+                    }
+                }
+                let passage_index: HashMap<&str, u32> = passages
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (p.as_ref(), i as u32))
+                    .collect();
+                let image_index: HashMap<&str, u32> = images
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (p.as_ref(), i as u32))
+                    .collect();
+                let mut unknown: HashSet<&str> = HashSet::new();
+                for (img, pid) in &sources {
+                    let Some(&p) = passage_index.get(pid.as_str()) else {
+                        unknown.insert(pid);
+                        continue;
+                    };
+                    if let Some(&i) = image_index.get(img.as_str()) {
+                        by_passage[p as usize].push(i);
+                        by_image[i as usize].push(p);
+                    }
+                }
+                stats.unknown_source_passages = unknown.len();
+                for v in by_passage.iter_mut().chain(by_image.iter_mut()) {
+                    v.sort_unstable();
+                    v.dedup();
+                }
+            }
+        }
+        stats.passages_linked = by_passage.iter().filter(|v| !v.is_empty()).count();
+        stats.images_unlinked = by_image.iter().filter(|v| v.is_empty()).count();
+        stats.image_pairs = by_passage.iter().map(Vec::len).sum();
+        Links {
+            link,
+            domain: domain.to_string(),
+            sources,
+            by_image,
+            by_passage,
+            stats,
+        }
+    }
+
+    /// The rule.
+    pub fn link(&self) -> PairLink {
+        self.link
+    }
+
+    /// What it left unlinked.
+    pub fn stats(&self) -> &LinkStats {
+        &self.stats
+    }
+
+    /// The corpus images (indexes) linked to passage `p` (an index), ascending.
+    pub fn images_of(&self, p: u32) -> &[u32] {
+        self.by_passage.get(p as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The passages (indexes) linked to corpus image `i` (an index), ascending.
+    pub fn passages_of(&self, i: u32) -> &[u32] {
+        self.by_image.get(i as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether passage id `pid` and image path `image` are linked, whether or not the corpus
+    /// holds them (a judged pair need not be a candidate).
+    pub fn linked(&self, pid: &str, image: &str) -> bool {
+        match self.link {
+            PairLink::Regex => match passage_base_key(pid) {
+                Some(k) => image_base_key(&self.domain, image) == Some(k),
+                None => false,
+            },
+            PairLink::SourceId => self.sources.contains(&(image.to_string(), pid.to_string())),
+        }
+    }
+}
+
+/// Per-domain link statistics, by domain.
+pub type LinkReport = BTreeMap<String, LinkStats>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sift_core::ImageLabels;
+
+    fn example(sources: &[(&str, &str)]) -> Example {
+        Example {
+            id: "q".into(),
+            query: "x".into(),
+            images: Some(ImageLabels {
+                positive: sources.iter().map(|s| s.0.to_string()).collect(),
+                negative: Vec::new(),
+                sources: sources
+                    .iter()
+                    .map(|(i, p)| (i.to_string(), p.to_string()))
+                    .collect(),
+            }),
+            ..Example::default()
+        }
+    }
+
+    #[test]
+    fn regex_links_by_key_and_cannot_link_chunked_ids() {
+        let passages = [
+            "biology/fec40b40_1635_4.txt",
+            "biology/aa11_1.txt",
+            "biology/bb_2.txt",
+        ];
+        let images = [
+            "biology/biology_fec40b40_0001/image_1.png",
+            "biology/biology_aa11_1/x.png",
+        ];
+        let l = Links::new(PairLink::Regex, "biology", &passages, &images, &[]);
+        assert_eq!(l.images_of(0), &[] as &[u32]);
+        assert_eq!(l.images_of(1), &[1]);
+        assert_eq!(l.passages_of(0), &[] as &[u32]);
+        let s = l.stats();
+        assert_eq!(
+            (
+                s.passages_unkeyed,
+                s.passages_linked,
+                s.images_unlinked,
+                s.image_pairs
+            ),
+            (1, 1, 1, 1)
+        );
+        assert!(l.linked("biology/aa11_7.txt", "biology/biology_aa11_3/y.png"));
+        assert!(!l.linked(passages[0], images[0]));
+    }
+
+    #[test]
+    fn source_ids_link_chunked_ids_the_annotations_name() {
+        let passages = ["biology/fec40b40_1635_4.txt", "biology/fec40b40_1635_5.txt"];
+        let images = [
+            "biology/biology_fec40b40_0001/image_1.png",
+            "biology/unnamed.png",
+        ];
+        let ex = [example(&[
+            (images[0], passages[0]),
+            (images[0], "biology/missing_1.txt"),
+        ])];
+        let l = Links::new(PairLink::SourceId, "biology", &passages, &images, &ex);
+        assert_eq!(l.images_of(0), &[0]);
+        assert_eq!(l.images_of(1), &[] as &[u32]);
+        assert_eq!(l.passages_of(0), &[0]);
+        let s = l.stats();
+        assert_eq!(
+            (
+                s.passages_unkeyed,
+                s.passages_linked,
+                s.images_unlinked,
+                s.image_pairs
+            ),
+            (0, 1, 1, 1)
+        );
+        assert_eq!(s.unknown_source_passages, 1);
+        assert!(l.linked(passages[0], images[0]));
+        assert!(!l.linked(passages[1], images[0]));
+    }
+}
