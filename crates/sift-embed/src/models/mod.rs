@@ -7,4 +7,5 @@ pub mod gme;
 pub mod qwen2vl;
 pub mod siglip;
 pub mod text;
+pub mod truncate;
 pub mod vision;

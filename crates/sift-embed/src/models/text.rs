@@ -221,14 +221,28 @@ impl TextEmbedder {
         }
     }
 
-    /// Tokenises `texts` (with the prefix of `kind`): token ids per text, truncated.
+    /// Tokenises `texts` (with the prefix of `kind`): token ids per text, truncated. Long
+    /// texts are cut before tokenising, with identical ids ([`super::truncate`]).
     pub fn tokenize(&self, texts: &[&str], kind: Role) -> Result<Vec<Vec<u32>>> {
+        self.tokenize_with(texts, kind, true)
+    }
+
+    /// [`TextEmbedder::tokenize`] tokenising every text whole before truncating (what
+    /// sentence-transformers does; slower on long texts, same ids).
+    pub fn tokenize_whole(&self, texts: &[&str], kind: Role) -> Result<Vec<Vec<u32>>> {
+        self.tokenize_with(texts, kind, false)
+    }
+
+    fn tokenize_with(&self, texts: &[&str], kind: Role, early: bool) -> Result<Vec<Vec<u32>>> {
         let prefix = self.prefix(kind);
         let inputs: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}")).collect();
-        let enc = self
-            .tokenizer
-            .encode_batch(inputs, true)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let enc = if !early {
+            self.tokenizer
+                .encode_batch(inputs, true)
+                .map_err(|e| Error::Tokenizer(e.to_string()))?
+        } else {
+            super::truncate::encode_truncated(&self.tokenizer, inputs, self.max_seq_len)?
+        };
         Ok(enc.into_iter().map(|e| e.get_ids().to_vec()).collect())
     }
 

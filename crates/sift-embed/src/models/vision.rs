@@ -262,8 +262,19 @@ impl VisionEmbedder {
     }
 
     /// Token ids and attention masks as the model's processor makes them (CLIP: truncated,
-    /// unpadded; SigLIP: truncated and padded to the full length).
+    /// unpadded; SigLIP: truncated and padded to the full length). Long texts are cut
+    /// before tokenising, with identical ids ([`super::truncate`]).
     pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<(Vec<u32>, usize)>> {
+        self.tokenize_with(texts, true)
+    }
+
+    /// [`VisionEmbedder::tokenize`] tokenising every text whole before truncating (what
+    /// transformers' processors do; slower on long texts, same ids).
+    pub fn tokenize_whole(&self, texts: &[&str]) -> Result<Vec<(Vec<u32>, usize)>> {
+        self.tokenize_with(texts, false)
+    }
+
+    fn tokenize_with(&self, texts: &[&str], early: bool) -> Result<Vec<(Vec<u32>, usize)>> {
         let inputs: Vec<String> = texts
             .iter()
             .map(|t| match self.canonicalize {
@@ -271,10 +282,13 @@ impl VisionEmbedder {
                 None => t.to_string(),
             })
             .collect();
-        let enc = self
-            .tokenizer
-            .encode_batch(inputs, true)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let enc = if !early {
+            self.tokenizer
+                .encode_batch(inputs, true)
+                .map_err(|e| Error::Tokenizer(e.to_string()))?
+        } else {
+            super::truncate::encode_truncated(&self.tokenizer, inputs, self.max_text_len)?
+        };
         Ok(enc
             .into_iter()
             .map(|e| {
