@@ -1020,6 +1020,10 @@ fn broken_pipes_end_quietly() {
         "-q",
     ]);
     let corpus = sample();
+    let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+    let lines = tmp.path().join("lines.txt");
+    let text: String = (0..2000).map(|i| format!("line {i} of text\n")).collect();
+    fs::write(&lines, text).unwrap();
     for args in [
         vec!["models", "list"],
         vec![
@@ -1032,6 +1036,28 @@ fn broken_pipes_end_quietly() {
             "--per-query",
         ],
         vec!["check", "--corpus", s(&corpus)],
+        // the streaming writers: a run and embeddings to standard output
+        vec![
+            "eval",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--task",
+            "4",
+            "--run-out",
+            "-",
+            "-q",
+        ],
+        vec![
+            "embed",
+            "--model",
+            s(&clip),
+            "--input",
+            s(&lines),
+            "--out",
+            "-",
+        ],
     ] {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sift"))
             .args(&args)
@@ -1049,6 +1075,65 @@ fn broken_pipes_end_quietly() {
             out.status
         );
     }
+}
+
+/// Output paths that are not regular files are written straight, never replaced: `-` is
+/// standard output, and a named pipe stays a pipe (an atomic rename over it, as for files,
+/// would put a regular file in its place; over `/dev/stdout`, run as root, the device link).
+#[test]
+fn runs_go_to_stdout_and_pipes_as_they_are() {
+    use std::os::unix::fs::FileTypeExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    let corpus = sample();
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    let file = tmp.path().join("run.trec");
+    let eval = |out: &str| {
+        sift(&[
+            "eval",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--task",
+            "1",
+            "--run-out",
+            out,
+            "--json",
+            "-q",
+        ])
+    };
+    let o = eval(s(&file));
+    assert!(o.status.success());
+    let want = fs::read_to_string(&file).unwrap();
+    assert!(want.lines().count() > 10);
+    // `-`: the run on stdout; the report then goes to stderr
+    let o = eval("-");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), want);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("\"ndcg@10\""));
+    assert!(!tmp.path().join("-").exists() && !repo().join("-").exists());
+    // a named pipe: read by another thread while sift writes; it is still a pipe afterwards
+    let fifo = tmp.path().join("run.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || fs::read_to_string(fifo).unwrap())
+    };
+    let o = eval(s(&fifo));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(reader.join().unwrap(), want);
+    assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    let leftovers: Vec<_> = fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
 fn tiny_gme() -> std::path::PathBuf {

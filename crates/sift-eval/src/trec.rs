@@ -178,24 +178,78 @@ pub fn read_exclusions(path: &Path) -> Result<Exclusions> {
     Ok(out)
 }
 
-/// Writes `path` through a temporary file in the same directory, renamed into place once
-/// complete: a failure (a bad id, a full disk) never leaves half a file under that name.
+/// Where an output file's bytes go: through a temporary file renamed into place once
+/// complete (a failure never leaves half a file under the name), or, for `-` (standard
+/// output) and paths that exist but are not regular files (`/dev/stdout`, a named pipe),
+/// straight there: renaming over those would replace the device or pipe with a file.
+enum Sink {
+    Atomic { tmp: PathBuf, file: File },
+    Direct(Box<dyn Write>),
+}
+
+impl Sink {
+    fn open(path: &Path) -> std::io::Result<Sink> {
+        if path.as_os_str() == "-" {
+            return Ok(Sink::Direct(Box::new(std::io::stdout())));
+        }
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            let f = std::fs::OpenOptions::new().write(true).open(path)?;
+            return Ok(Sink::Direct(Box::new(f)));
+        }
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".tmp-{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let file = File::create(&tmp)?;
+        Ok(Sink::Atomic { tmp, file })
+    }
+
+    fn writer(&mut self) -> BufWriter<&mut dyn Write> {
+        match self {
+            Sink::Atomic { file, .. } => BufWriter::new(file as &mut dyn Write),
+            Sink::Direct(w) => BufWriter::new(w.as_mut()),
+        }
+    }
+
+    /// Syncs and renames into place (atomic), or flushes (direct).
+    fn finish(self, path: &Path) -> std::io::Result<()> {
+        match self {
+            Sink::Atomic { tmp, file } => {
+                let done = file.sync_all().and_then(|()| std::fs::rename(&tmp, path));
+                if done.is_err() {
+                    let _ = std::fs::remove_file(&tmp);
+                }
+                done
+            }
+            Sink::Direct(mut w) => w.flush(),
+        }
+    }
+
+    fn discard(&self) {
+        if let Sink::Atomic { tmp, .. } = self {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// Writes `path` as [`Sink`] says: atomically for files, straight to `-` (stdout) and
+/// devices or pipes.
 fn write_atomically(
     path: &Path,
-    write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+    write: impl FnOnce(&mut BufWriter<&mut dyn Write>) -> std::io::Result<()>,
 ) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = std::path::PathBuf::from(tmp);
+    let mut sink = Sink::open(path).map_err(|e| Error::io(path, e))?;
     let result = (|| {
-        let mut w = BufWriter::new(File::create(&tmp)?);
+        let mut w = sink.writer();
         write(&mut w)?;
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
+        w.flush()
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    let result = match result {
+        Ok(()) => sink.finish(path),
+        Err(e) => {
+            sink.discard();
+            Err(e)
+        }
+    };
     result.map_err(|e| Error::io(path, e))
 }
 
@@ -239,27 +293,25 @@ fn write_query(
 }
 
 /// A TREC run written query by query, as the rankings are made (memory does not grow with
-/// the run), in the format of [`write_run`]. The file appears under its name only when
-/// [`RunWriter::finish`] succeeds; dropped before, it leaves nothing behind.
+/// the run), in the format of [`write_run`]. A file appears under its name only when
+/// [`RunWriter::finish`] succeeds (dropped before, it leaves nothing behind); `-` is standard
+/// output, and a device or pipe is written straight.
 pub struct RunWriter {
     path: PathBuf,
-    tmp: PathBuf,
-    w: Option<BufWriter<File>>,
+    sink: Option<Sink>,
+    buf: Vec<u8>,
     tag: String,
 }
 
 impl RunWriter {
-    /// Starts the run `path` (a temporary file beside it until finished).
+    /// Starts the run `path`.
     pub fn create(path: &Path, tag: &str) -> Result<RunWriter> {
         check_token("run tag", tag).map_err(|e| Error::io(path, e))?;
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".tmp-{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        let f = File::create(&tmp).map_err(|e| Error::io(path, e))?;
+        let sink = Sink::open(path).map_err(|e| Error::io(path, e))?;
         Ok(RunWriter {
             path: path.to_path_buf(),
-            tmp,
-            w: Some(BufWriter::new(f)),
+            sink: Some(sink),
+            buf: Vec::new(),
             tag: tag.to_string(),
         })
     }
@@ -271,8 +323,14 @@ impl RunWriter {
 
     /// Appends the ranking of query `qid` (any order; written in trec_eval's).
     pub fn write(&mut self, qid: &str, entries: &[RunEntry]) -> Result<()> {
-        let w = self.w.as_mut().expect("not finished");
-        write_query(w, qid, entries, &self.tag).map_err(|e| Error::io(&self.path, e))
+        self.buf.clear();
+        write_query(&mut self.buf, qid, entries, &self.tag)
+            .map_err(|e| Error::io(&self.path, e))?;
+        let sink = self.sink.as_mut().expect("not finished");
+        let mut w = sink.writer();
+        w.write_all(&self.buf)
+            .and_then(|()| w.flush())
+            .map_err(|e| Error::io(&self.path, e))
     }
 
     /// Appends every query of `run`.
@@ -280,21 +338,19 @@ impl RunWriter {
         run.iter().try_for_each(|(q, e)| self.write(q, e))
     }
 
-    /// Flushes, syncs and renames the file into place.
+    /// Syncs and renames the file into place (flushes a stream).
     pub fn finish(mut self) -> Result<()> {
-        let w = self.w.take().expect("not finished");
-        let done = (|| {
-            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-            std::fs::rename(&self.tmp, &self.path)
-        })();
-        done.map_err(|e| Error::io(&self.path, e))
+        let sink = self.sink.take().expect("not finished");
+        sink.finish(&self.path)
+            .map_err(|e| Error::io(&self.path, e))
     }
 }
 
 impl Drop for RunWriter {
     fn drop(&mut self) {
-        // after a successful finish the temporary file is gone and this does nothing
-        let _ = std::fs::remove_file(&self.tmp);
+        if let Some(sink) = &self.sink {
+            sink.discard();
+        }
     }
 }
 

@@ -31,7 +31,7 @@ pub struct Args {
     /// Whether the texts are queries or passages (selects the model's prefix).
     #[arg(long, value_enum, default_value = "passage")]
     kind: Role,
-    /// Output file (.jsonl or .npy).
+    /// Output file (.jsonl or .npy); `-` writes JSONL to standard output.
     #[arg(long)]
     out: PathBuf,
     /// Embed texts with the text tower (the default).
@@ -238,8 +238,12 @@ fn write_vectors(
         std::fs::write(&path, text)
             .with_context(|| format!("{}", PathBuf::from(&path).display()))?;
     } else {
-        let mut w =
-            BufWriter::new(File::create(&a.out).with_context(|| format!("{}", a.out.display()))?);
+        let sink: Box<dyn Write> = if a.out.as_os_str() == "-" {
+            Box::new(std::io::stdout().lock())
+        } else {
+            Box::new(File::create(&a.out).with_context(|| format!("{}", a.out.display()))?)
+        };
+        let mut w = BufWriter::new(sink);
         for (id, v) in ids.iter().zip(vectors) {
             serde_json::to_writer(&mut w, &serde_json::json!({"id": id, "vector": v}))?;
             w.write_all(b"\n")?;

@@ -88,7 +88,8 @@ pub struct Args {
     /// Passages retrieved per query (the reference keeps 1000).
     #[arg(long, default_value_t = 1000, value_parser = crate::options::positive)]
     top_k: usize,
-    /// Write the retrieved ranking as a TREC run file.
+    /// Write the retrieved ranking as a TREC run file (`-`: standard output, the report
+    /// then goes to stderr).
     #[arg(long)]
     run_out: Option<PathBuf>,
     /// Write the task's qrels (after dropping unjudged queries) as a TREC qrels file, and its
@@ -288,13 +289,24 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     if let Some(dir) = &a.out {
         report.write_to(dir)?;
     }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+    // with the run on standard output (`--run-out -`), the report goes to stderr
+    let run_on_stdout = a.run_out.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let text = if a.json {
+        format!("{}\n", serde_json::to_string_pretty(&report.to_json())?)
     } else {
-        print!("{}", report.to_markdown());
+        let mut t = report.to_markdown();
         if let Some(dir) = &a.out {
-            println!("tables, runs and qrels written to {}", dir.display());
+            t.push_str(&format!(
+                "tables, runs and qrels written to {}\n",
+                dir.display()
+            ));
         }
+        t
+    };
+    if run_on_stdout {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
     }
     Ok(())
 }
