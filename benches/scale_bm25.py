@@ -188,6 +188,7 @@ def run_timed(cmd: list[str], env: dict, log_path: Path, cwd: Path = REPO) -> di
     driver's own wait4: a forked child's high-water mark would include the driver's pages)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     stats = log_path.with_suffix(".time")
+    load_before = loadavg()
     with open(log_path, "wb") as out:
         t0 = time.perf_counter()
         p = subprocess.run(["/usr/bin/time", "-o", str(stats), "-f", "%e %U %S %M"] + cmd, env=env, cwd=cwd,
@@ -200,12 +201,19 @@ def run_timed(cmd: list[str], env: dict, log_path: Path, cwd: Path = REPO) -> di
         "user_s": float(fields[1]),
         "sys_s": float(fields[2]),
         "max_rss_mib": int(fields[3]) / 1024.0,
+        "loadavg_1min_before": load_before,
+        "loadavg_1min_after": loadavg(),
         "log": str(log_path),
     }
     if p.returncode != 0:
         tail = log_path.read_text(errors="replace")[-3000:]
         raise SystemExit(f"command failed ({p.returncode}): {res['cmd']}\n{tail}")
     return res
+
+
+def loadavg() -> float:
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
 
 
 def last_json(text: str) -> dict:
@@ -427,7 +435,23 @@ def main() -> None:
     ap.add_argument("--multi", action=argparse.BooleanOptionalAction, default=True,
                     help="also the 3-domain memory check")
     ap.add_argument("--multi-passages", type=int, help="passages per domain [default: 110,000 x passages / 338,000]")
+    ap.add_argument("--report-from", type=Path, metavar="JSON",
+                    help="run nothing: rewrite OUT.md (and OUT.json's summary) from this JSON of an earlier run")
     a = ap.parse_args()
+    if a.report_from:
+        report = json.loads(a.report_from.read_text())
+        st = report["settings"]
+        for k in ("threads", "top_k", "rounds", "domain", "queries"):
+            setattr(a, k, st.get(k, getattr(a, k)))
+        tools = st.get("tools", a.tools).split(",")
+        search_tools = []
+        for t in tools:
+            search_tools += ["sift-lucene", "sift-reference"] if t == "sift" else [t]
+        summarise(report, tools, search_tools, a)
+        a.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+        a.out.with_suffix(".md").write_text(markdown(report, a, search_tools))
+        print(a.out.with_suffix(".md").read_text())
+        return
 
     scale = a.passages / FULL["passages"]
     images = max(1, round(FULL["images"] * scale))
@@ -449,6 +473,7 @@ def main() -> None:
         "machine": machine(),
         "versions": versions(sift, a.java, a.jar),
         "settings": {"threads": a.threads, "top_k": a.top_k, "rounds": a.rounds, "k1": K1, "b": B,
+                     "domain": a.domain, "queries": a.queries, "tools": a.tools,
                      "env": {k: env[k] for k in ("RAYON_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}},
         "raw": [],
     }
@@ -643,6 +668,9 @@ def summarise(report: dict, tools: list[str], search_tools: list[str], a) -> Non
     for t in tools:
         rs = rows(phase="index", tool=t)
         s["index"][t] = {"wall_s": median([x["wall_s"] for x in rs]),
+                         "cpu_s": median([x["user_s"] + x["sys_s"] for x in rs]),
+                         "rounds_cpu_s": [x["user_s"] + x["sys_s"] for x in rs],
+                         "rounds_loadavg_before": [x.get("loadavg_1min_before") for x in rs],
                          "max_rss_mib": median([x["max_rss_mib"] for x in rs]),
                          "index_mib": median([x["index_bytes"] for x in rs]) / 2**20,
                          "rounds_wall_s": [x["wall_s"] for x in rs]}
@@ -657,6 +685,9 @@ def summarise(report: dict, tools: list[str], search_tools: list[str], a) -> Non
         one = rows(phase="search", tool=t, queries=1)
         marg = [(f["wall_s"] - o["wall_s"]) / (a.queries - 1) for f, o in zip(full, one)]
         e = {"wall_s": median([x["wall_s"] for x in full]), "wall_1q_s": median([x["wall_s"] for x in one]),
+             "cpu_s": median([x["user_s"] + x["sys_s"] for x in full]),
+             "cpu_1q_s": median([x["user_s"] + x["sys_s"] for x in one]),
+             "rounds_loadavg_before": [x.get("loadavg_1min_before") for x in full],
              "per_query_s": median(marg), "max_rss_mib": median([x["max_rss_mib"] for x in full]),
              "rounds_wall_s": [x["wall_s"] for x in full], "rounds_wall_1q_s": [x["wall_s"] for x in one]}
         e["qps_end_to_end"] = a.queries / e["wall_s"]
@@ -679,11 +710,12 @@ def summarise(report: dict, tools: list[str], search_tools: list[str], a) -> Non
                                "per_query_s": median(marg),
                                "wall_per_query_s": median([x["wall_s"] for x in full]) / a.queries,
                                "max_rss_mib": median([x["max_rss_mib"] for x in full])}
-    ratios = {"index": {}, "search_end_to_end": {}, "search_alone": {}}
+    ratios = {"index": {}, "index_cpu": {}, "search_end_to_end": {}, "search_cpu": {}, "search_alone": {}}
     base_i = s["index"].get("sift", {}).get("wall_s")
     for t in tools:
         if t != "sift" and base_i:
             ratios["index"][t] = s["index"][t]["wall_s"] / base_i
+            ratios["index_cpu"][t] = s["index"][t]["cpu_s"] / s["index"]["sift"]["cpu_s"]
     for base in ("sift-lucene", "sift-reference"):
         if base not in s["search"]:
             continue
@@ -691,6 +723,7 @@ def summarise(report: dict, tools: list[str], search_tools: list[str], a) -> Non
             if t.startswith("sift"):
                 continue
             ratios["search_end_to_end"][f"{t}/{base}"] = s["search"][t]["wall_s"] / s["search"][base]["wall_s"]
+            ratios["search_cpu"][f"{t}/{base}"] = s["search"][t]["cpu_s"] / s["search"][base]["cpu_s"]
             pb, pt = s["search"][base]["per_query_s"], s["search"][t]["per_query_s"]
             ratios["search_alone"][f"{t}/{base}"] = pt / pb if pb and pb > 0 else None
     s["ratios"] = ratios
@@ -723,12 +756,16 @@ def markdown(report: dict, a, search_tools: list[str]) -> str:
              f"{a.threads} threads each; top {a.top_k} per query. Ratio = peer time / Sift time "
              "(> 1: Sift ahead).\n")
     L.append("## Index build (end to end, one process)\n")
-    L.append("| tool | wall s (median) | rounds | peak RSS MiB | index MiB | ratio peer/Sift |")
-    L.append("|---|---:|---|---:|---:|---:|")
+    L.append("Wall = elapsed seconds of the process; CPU = its user + sys seconds (steadier than "
+             "wall on this shared machine: see the load averages below).\n")
+    L.append("| tool | wall s (median) | wall s per round | CPU s (median) | peak RSS MiB | index MiB | "
+             "ratio peer/Sift, wall | ratio peer/Sift, CPU |")
+    L.append("|---|---:|---|---:|---:|---:|---:|---:|")
     for t, e in s["index"].items():
-        r = s["ratios"]["index"].get(t)
+        r, rc = s["ratios"]["index"].get(t), s["ratios"]["index_cpu"].get(t)
         L.append(f"| {t} | {fmt(e['wall_s'])} | {', '.join(fmt(x) for x in e['rounds_wall_s'])} | "
-                 f"{fmt(e['max_rss_mib'])} | {fmt(e['index_mib'])} | {fmt(r) if r else '-'} |")
+                 f"{fmt(e['cpu_s'])} | {fmt(e['max_rss_mib'])} | {fmt(e['index_mib'])} | "
+                 f"{fmt(r) if r else '-'} | {fmt(rc) if rc else '-'} |")
     if "sift" in s["index"]:
         L.append(f"\nSift's own report (`sift index --json` seconds): {fmt(s['index']['sift']['reported_seconds'])} s.")
     if "anserini" in s["index"]:
@@ -740,11 +777,12 @@ def markdown(report: dict, a, search_tools: list[str]) -> str:
     L.append("End to end = one process: start, open/load the index, read the queries, search, write "
              "the run (Sift's also scores it). Search alone = (time with 100 queries - time with 1 "
              "query) / 99, per query.\n")
-    L.append("| tool | e2e wall s | e2e q/s | 1-query wall s | search alone ms/query | search alone q/s | peak RSS MiB |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|")
+    L.append("| tool | e2e wall s | e2e CPU s | e2e q/s | 1-query wall s | search alone ms/query | "
+             "search alone q/s | peak RSS MiB |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for t in search_tools:
         e = s["search"][t]
-        L.append(f"| {t} | {fmt(e['wall_s'])} | {fmt(e['qps_end_to_end'])} | {fmt(e['wall_1q_s'])} | "
+        L.append(f"| {t} | {fmt(e['wall_s'])} | {fmt(e['cpu_s'])} | {fmt(e['qps_end_to_end'])} | {fmt(e['wall_1q_s'])} | "
                  f"{fmt(e['per_query_s'] * 1000 if e['per_query_s'] is not None else None)} | "
                  f"{fmt(e['qps_search_alone'])} | {fmt(e['max_rss_mib'])} |")
     if "anserini" in s["search"]:
@@ -757,10 +795,11 @@ def markdown(report: dict, a, search_tools: list[str]) -> str:
                  f"of the {a.queries} queries {fmt(e['in_process_tokenize+retrieve_s'])} s = "
                  f"{fmt(e['in_process_search_alone_qps'])} q/s.\n")
     L.append("\nRatios peer/Sift (> 1: Sift ahead):\n")
-    L.append("| pair | end to end | search alone |")
-    L.append("|---|---:|---:|")
+    L.append("| pair | end to end, wall | end to end, CPU | search alone |")
+    L.append("|---|---:|---:|---:|")
     for k, val in s["ratios"]["search_end_to_end"].items():
-        L.append(f"| {k} | {fmt(val)} | {fmt(s['ratios']['search_alone'].get(k))} |")
+        L.append(f"| {k} | {fmt(val)} | {fmt(s['ratios']['search_cpu'].get(k))} | "
+                 f"{fmt(s['ratios']['search_alone'].get(k))} |")
     L.append("\nRaw wall seconds per round (100 queries / 1 query):\n")
     for t in search_tools:
         e = s["search"][t]
@@ -803,6 +842,11 @@ def markdown(report: dict, a, search_tools: list[str]) -> str:
             L.append("\n3-domain corpus: " + "; ".join(
                 f"{n}: {c[n]['passages']:,} passages, {c[n]['images']} images, {c[n]['task4_pairs']:,} pairs"
                 for n in c) + ".\n")
+    loads = [x.get("loadavg_1min_before") for x in report["raw"] if x.get("loadavg_1min_before") is not None]
+    if loads:
+        L.append(f"\nMachine load (1-minute load average before each timed command; 2 CPUs): median "
+                 f"{statistics.median(loads):.2f}, range {min(loads):.2f} to {max(loads):.2f}. Other work "
+                 "(another engineer's cargo builds and tests) shared the machine during the run.\n")
     L.append("\n## Setup\n")
     L.append(f"- Machine: {m.get('Model name')}, {m.get('CPU(s)')} CPUs ({m.get('Core(s) per socket')} cores "
              f"per socket, {m.get('Thread(s) per core')} thread per core, {m.get('Hypervisor vendor', 'bare')} "

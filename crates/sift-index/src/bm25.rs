@@ -13,7 +13,7 @@
 //! decoded and its contribution added to a dense per-passage accumulator; the best `k` are
 //! then selected. Queries in MM-BRIGHT are long StackExchange posts, for which exhaustive
 //! term-at-a-time scoring over bit-packed blocks is both exact and fast.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +23,7 @@ use sift_core::Passage;
 use tantivy::schema::{
     Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions,
 };
-use tantivy::tokenizer::{PreTokenizedString, Token};
+use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use crate::analyzer::{Analyzer, AnalyzerConfig};
@@ -38,6 +38,9 @@ use crate::paths::IDS_FILE;
 
 /// Passages analyzed per parallel batch while building.
 const BATCH: usize = 2048;
+
+/// Segments left unmerged after a build, at most.
+const MAX_UNMERGED_SEGMENTS: usize = 8;
 
 /// The BM25 formula.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -120,8 +123,8 @@ fn schema() -> (Schema, Fields) {
         BODY,
         TextOptions::default().set_indexing_options(
             TextFieldIndexing::default()
-                // passages arrive tokenized; the name is never used to analyze
-                .set_tokenizer("raw")
+                // passages arrive analysed, terms joined by spaces
+                .set_tokenizer(TERMS_TOKENIZER)
                 .set_index_option(IndexRecordOption::WithFreqs)
                 .set_fieldnorms(false),
         ),
@@ -138,26 +141,32 @@ pub(crate) struct BuildStats {
     pub tokens: u64,
 }
 
-/// The terms of one passage, as tantivy takes them, and their number.
-fn analyze(analyzer: &mut Analyzer, text: &str) -> (PreTokenizedString, u64) {
-    let mut tokens = Vec::new();
+/// The tokenizer the `body` field is indexed with: passages arrive analysed by Sift, their
+/// terms joined by single spaces, and tantivy only splits them again (terms never hold ASCII
+/// whitespace; [`analyze`] checks). This is several times cheaper than tantivy's
+/// pre-tokenized values, which it serialises to JSON and parses back for every document.
+const TERMS_TOKENIZER: &str = "sift_terms";
+
+/// The terms of one passage joined by spaces, and their number; a term holding ASCII
+/// whitespace (which no analyzer produces) is an error rather than two terms.
+fn analyze(analyzer: &mut Analyzer, text: &str) -> std::result::Result<(String, u64), String> {
+    let mut joined = String::with_capacity(text.len());
+    let mut n = 0u64;
+    let mut bad: Option<String> = None;
     analyzer.for_each_term(text, |t| {
-        tokens.push(Token {
-            offset_from: 0,
-            offset_to: 0,
-            position: tokens.len(),
-            text: t.to_string(),
-            position_length: 1,
-        })
+        if t.bytes().any(|b| b.is_ascii_whitespace()) {
+            bad.get_or_insert_with(|| t.to_string());
+        }
+        if n > 0 {
+            joined.push(' ');
+        }
+        joined.push_str(t);
+        n += 1;
     });
-    let n = tokens.len() as u64;
-    (
-        PreTokenizedString {
-            text: String::new(),
-            tokens,
-        },
-        n,
-    )
+    match bad {
+        Some(t) => Err(t),
+        None => Ok((joined, n)),
+    }
 }
 
 /// Builds the BM25 index of one domain into the empty directory `dir`. Passages are analyzed
@@ -173,6 +182,10 @@ pub(crate) fn build(
     let (schema, fields) = schema();
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let index = Index::create_in_dir(dir, schema).map_err(|e| Error::tantivy(dir, e))?;
+    index.tokenizers().register(
+        TERMS_TOKENIZER,
+        TextAnalyzer::builder(WhitespaceTokenizer::default()).build(),
+    );
     // tantivy indexes with at most 8 threads (`MAX_NUM_THREAD`); more are not an error.
     let threads = threads.clamp(1, 8);
     let mut writer: IndexWriter<TantivyDocument> = index
@@ -195,14 +208,21 @@ pub(crate) fn build(
         if batch.is_empty() {
             break;
         }
-        let analyzed: Vec<(PreTokenizedString, u64)> = batch
+        let analyzed: Vec<std::result::Result<(String, u64), String>> = batch
             .par_iter()
             .map_init(|| analyzer.analyzer(), |a, p| analyze(a, &p.text))
             .collect();
         let n = batch.len() as u64;
-        for (passage, (terms, len)) in batch.drain(..).zip(analyzed) {
+        for (passage, analyzed) in batch.drain(..).zip(analyzed) {
+            let (terms, len) = analyzed.map_err(|term| Error::Corrupt {
+                path: dir.to_path_buf(),
+                message: format!(
+                    "passage {:?}: the analyzer made a term with whitespace in it ({term:?})",
+                    passage.id
+                ),
+            })?;
             let mut doc = TantivyDocument::default();
-            doc.add_pre_tokenized_text(fields.body, terms);
+            doc.add_text(fields.body, terms);
             doc.add_u64(fields.ord, ids.len() as u64);
             doc.add_u64(fields.len, len);
             writer
@@ -219,11 +239,13 @@ pub(crate) fn build(
         }));
     }
     writer.commit().map_err(|e| Error::tantivy(dir, e))?;
-    // One segment: search then walks one postings list per term.
+    // A few segments (one per indexing thread, more when one fills its memory budget) are
+    // searched as they are: merging them runs on one thread and took a tenth of the build
+    // at 338k passages, for no measurable gain in search. Many are merged into one.
     let segments = index
         .searchable_segment_ids()
         .map_err(|e| Error::tantivy(dir, e))?;
-    if segments.len() > 1 {
+    if segments.len() > MAX_UNMERGED_SEGMENTS {
         writer
             .merge(&segments)
             .wait()
@@ -269,7 +291,11 @@ pub struct Bm25Domain {
     /// Global document number -> exact length in terms.
     lens: Vec<u32>,
     ids: Vec<String>,
-    ord_of: HashMap<String, u32>,
+    /// Global document number -> rank of its passage id in byte order (ties in trec_eval's
+    /// order are broken by id, so a (score, rank) key orders hits exactly).
+    rank_of_doc: Vec<u32>,
+    /// Rank -> global document number.
+    doc_of_rank: Vec<u32>,
     total_terms: u64,
     /// Passages with at least one term.
     nonempty: u64,
@@ -396,16 +422,31 @@ impl Bm25Domain {
             }
             docs[o as usize] = d as u32;
         }
-        let mut ord_of = HashMap::with_capacity(ids.len());
-        for (i, id) in ids.iter().enumerate() {
-            if ord_of.insert(id.clone(), i as u32).is_some() {
-                return Err(Error::Corrupt {
-                    path: ids_path,
-                    message: format!("passage id {id:?} is listed twice"),
-                });
-            }
+        // passage ids in byte order (ranks): trec_eval's tie order for search, and the id
+        // lookup (a binary search: no hash map of every id to build at each open)
+        let mut doc_of_rank: Vec<u32> = (0..ords.len() as u32).collect();
+        doc_of_rank.par_sort_unstable_by(|&a, &b| {
+            ids[ords[a as usize] as usize].cmp(&ids[ords[b as usize] as usize])
+        });
+        if let Some(w) = doc_of_rank
+            .windows(2)
+            .find(|w| ids[ords[w[0] as usize] as usize] == ids[ords[w[1] as usize] as usize])
+        {
+            return Err(Error::Corrupt {
+                path: ids_path,
+                message: format!(
+                    "passage id {:?} is listed twice",
+                    ids[ords[w[0] as usize] as usize]
+                ),
+            });
+        }
+        let mut rank_of_doc = vec![0u32; ords.len()];
+        for (r, &d) in doc_of_rank.iter().enumerate() {
+            rank_of_doc[d as usize] = r as u32;
         }
         Ok(Bm25Domain {
+            rank_of_doc,
+            doc_of_rank,
             path: dir.to_path_buf(),
             _reader: reader,
             searcher,
@@ -417,7 +458,6 @@ impl Bm25Domain {
             docs,
             lens,
             ids,
-            ord_of,
             analyzer: *analyzer,
         })
     }
@@ -439,7 +479,11 @@ impl Bm25Domain {
 
     /// Ordinal of a passage id.
     pub fn ord(&self, id: &str) -> Option<u32> {
-        self.ord_of.get(id).copied()
+        let ranks = &self.doc_of_rank;
+        let r = ranks
+            .binary_search_by(|&d| self.ids[self.ords[d as usize] as usize].as_str().cmp(id))
+            .ok()?;
+        Some(self.ords[ranks[r] as usize])
     }
 
     /// All passage ids, by ordinal.
@@ -513,16 +557,28 @@ impl Bm25Domain {
         params: &Bm25Params,
         exclude: &[u32],
     ) -> Result<Vec<Hit>> {
-        let hits = crate::readonly::guard(&self.path, || {
+        let mut keys = crate::readonly::guard(&self.path, || {
             self.score_unguarded(scratch, query, params, exclude)
         })?;
-        let ids = &self.ids;
-        let order = |a: &Hit, b: &Hit| {
-            b.score
-                .total_cmp(&a.score)
-                .then_with(|| ids[b.ord as usize].cmp(&ids[a.ord as usize]))
-        };
-        Ok(top_k(hits, k, order))
+        // the k largest (score, id rank) keys: trec_eval's order, integers only
+        if k < keys.len() {
+            if k == 0 {
+                return Ok(Vec::new());
+            }
+            keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+            keys.truncate(k);
+        }
+        keys.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(keys.into_iter().map(|key| self.hit(key)).collect())
+    }
+
+    /// The hit of a (score, id rank) key.
+    fn hit(&self, key: u64) -> Hit {
+        let d = self.doc_of_rank[(key & 0xFFFF_FFFF) as usize];
+        Hit {
+            ord: self.ords[d as usize],
+            score: f32::from_bits((key >> 32) as u32),
+        }
     }
 
     /// Every passage sharing a term with `query`, with its score, in no particular order
@@ -533,9 +589,10 @@ impl Bm25Domain {
         query: &str,
         params: &Bm25Params,
     ) -> Result<Vec<Hit>> {
-        crate::readonly::guard(&self.path, || {
+        let keys = crate::readonly::guard(&self.path, || {
             self.score_unguarded(scratch, query, params, &[])
-        })
+        })?;
+        Ok(keys.into_iter().map(|key| self.hit(key)).collect())
     }
 
     /// The query's terms with their frequencies and document frequencies (terms the corpus
@@ -565,8 +622,13 @@ impl Bm25Domain {
         query: &str,
         params: &Bm25Params,
         exclude: &[u32],
-    ) -> Result<Vec<Hit>> {
+    ) -> Result<Vec<u64>> {
         let terms = self.query_terms(scratch, query)?;
+        // Postings of the query's terms that cover a good part of the domain are summed
+        // without tracking which documents they touch (a branch per posting); the whole
+        // accumulator is scanned afterwards instead.
+        let postings: u64 = terms.iter().map(|t| t.2).sum();
+        let dense = postings.saturating_mul(4) > self.ids.len() as u64;
         self.prepare_norms(scratch, params);
         let (k1, b) = (params.k1 as f64, params.b as f64);
         // the reference weights the query like a passage: its length counts the known terms
@@ -615,9 +677,23 @@ impl Bm25Domain {
                     if docs.is_empty() {
                         break;
                     }
-                    match params.scoring {
-                        Bm25Scoring::Reference => {
-                            for (&doc, &tf) in docs.iter().zip(block.freqs()) {
+                    let freqs = block.freqs();
+                    match (params.scoring, dense) {
+                        (Bm25Scoring::Reference, true) => {
+                            for (&doc, &tf) in docs.iter().zip(freqs) {
+                                let d = doc as usize;
+                                let tf = tf as f32;
+                                acc[d] += weight * (tf / (tf + norms[d]));
+                            }
+                        }
+                        (Bm25Scoring::Lucene, true) => {
+                            for (&doc, &tf) in docs.iter().zip(freqs) {
+                                let d = doc as usize;
+                                acc[d] += weight - weight / (1.0 + tf as f32 * norms[d]);
+                            }
+                        }
+                        (Bm25Scoring::Reference, false) => {
+                            for (&doc, &tf) in docs.iter().zip(freqs) {
                                 let d = doc as usize;
                                 let tf = tf as f32;
                                 let slot = &mut acc[d];
@@ -627,8 +703,8 @@ impl Bm25Domain {
                                 *slot += weight * (tf / (tf + norms[d]));
                             }
                         }
-                        Bm25Scoring::Lucene => {
-                            for (&doc, &tf) in docs.iter().zip(block.freqs()) {
+                        (Bm25Scoring::Lucene, false) => {
+                            for (&doc, &tf) in docs.iter().zip(freqs) {
                                 let d = doc as usize;
                                 let slot = &mut acc[d];
                                 if *slot == 0.0 {
@@ -647,25 +723,38 @@ impl Bm25Domain {
                 acc[d as usize] = f32::NEG_INFINITY;
             }
         }
-        let hits: Vec<Hit> = touched
-            .iter()
-            .filter_map(|&d| {
-                let score = acc[d as usize];
-                (score > 0.0).then(|| Hit {
-                    ord: self.ords[d as usize],
-                    score,
+        // (score, id rank) keys of the passages scoring above 0 (excluded ones are -inf);
+        // positive finite f32 bits order as their values
+        let ranks = &self.rank_of_doc;
+        let key = |d: usize, score: f32| ((score.to_bits() as u64) << 32) | ranks[d] as u64;
+        let keys: Vec<u64> = if dense {
+            let keys = acc
+                .iter()
+                .enumerate()
+                .filter(|&(_, &score)| score > 0.0)
+                .map(|(d, &score)| key(d, score))
+                .collect();
+            acc.fill(0.0);
+            keys
+        } else {
+            let keys = touched
+                .iter()
+                .filter_map(|&d| {
+                    let score = acc[d as usize];
+                    (score > 0.0).then(|| key(d as usize, score))
                 })
-            })
-            .collect();
-        for &d in touched.iter() {
-            acc[d as usize] = 0.0;
-        }
-        for &x in exclude {
-            if let Some(&d) = self.docs.get(x as usize) {
+                .collect();
+            for &d in touched.iter() {
                 acc[d as usize] = 0.0;
             }
-        }
+            for &x in exclude {
+                if let Some(&d) = self.docs.get(x as usize) {
+                    acc[d as usize] = 0.0;
+                }
+            }
+            keys
+        };
         touched.clear();
-        Ok(hits)
+        Ok(keys)
     }
 }

@@ -4,8 +4,8 @@
 //!
 //! - Build: every point draws its level (`floor(-ln(u) / ln(M))`, `u` from a hash of its
 //!   ordinal, so levels do not depend on thread timing); points are inserted in parallel;
-//!   each (point, level) link list has its own lock, held only while the list is read or
-//!   changed; a new point links to the `M` candidates chosen by the paper's heuristic
+//!   each (point, level) link list has its own lock, held while the list is read (and its
+//!   points scored) or changed; level-0 lists lie in one flat array, as hnswlib's do; a new point links to the `M` candidates chosen by the paper's heuristic
 //!   (Algorithm 4, without keeping pruned ones) among `ef_construction` found on each level;
 //!   a neighbour whose list is full (`M` links, `2 M` on level 0) re-selects with the same
 //!   heuristic. Only a point that raises the top level serialises with others.
@@ -16,6 +16,7 @@
 use std::cell::RefCell;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
 use std::sync::{Mutex, RwLock};
 
 use rayon::prelude::*;
@@ -234,16 +235,24 @@ fn level_of(i: u32, ml: f64) -> u8 {
     ((-u.ln() * ml).floor() as u64).min(MAX_LEVEL as u64) as u8
 }
 
-/// The graph while it is built: one lock per (point, level) list.
+/// The graph while it is built. Level-0 lists, which every search reads, live in one flat
+/// array (`1 + 2 M` words per point: count, links) with one lock per point, so reading a
+/// point's links touches one place in memory, as hnswlib lays them out; upper-level lists
+/// (a `1 / M` fraction of points) are vectors with a lock each. A list is read and changed
+/// only under its lock, and a search holds it while it scores that list's points (no copy).
 struct Building<'a> {
     v: Vectors<'a>,
     m: usize,
     m0: usize,
     ef_construction: usize,
     levels: Vec<u8>,
-    /// First list of each point (level 0), then its upper levels.
-    offset: Vec<usize>,
-    lists: Vec<Mutex<Vec<u32>>>,
+    /// Level-0 lists, `1 + m0` words per point; written only under `locks0` of the point.
+    base: Vec<AtomicU32>,
+    locks0: Vec<Mutex<()>>,
+    /// Index in `upper` of each point's level-1 list (its levels follow); unused for
+    /// level-0 points.
+    upper_offset: Vec<usize>,
+    upper: Vec<Mutex<Vec<u32>>>,
     /// (entry point, top level).
     entry: RwLock<(u32, usize)>,
     /// Held by an insertion that raises the top level, for all of it.
@@ -251,21 +260,99 @@ struct Building<'a> {
 }
 
 impl Links for Building<'_> {
+    #[inline]
     fn with<R>(&self, node: u32, level: usize, f: impl FnOnce(&[u32]) -> R) -> R {
-        // copy the links out so the lock is held for the copy only, not the distances
-        let mut buf = [0u32; 2 * MAX_M];
-        let len = {
-            let l = self.lists[self.offset[node as usize] + level]
+        if level == 0 {
+            let _held = self.locks0[node as usize]
                 .lock()
                 .expect("no panics while a list is held");
-            buf[..l.len()].copy_from_slice(&l);
-            l.len()
-        };
-        f(&buf[..len])
+            let start = node as usize * (1 + self.m0);
+            let len = self.base[start].load(AtomicOrdering::Relaxed) as usize;
+            let words = &self.base[start + 1..start + 1 + len];
+            // SAFETY: AtomicU32 has the size, alignment and bit validity of u32, and every
+            // write to this point's words happens under `locks0[node]`, which is held for as
+            // long as the slice lives: nothing writes them meanwhile.
+            let links = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u32>(), len) };
+            f(links)
+        } else {
+            let l = self.upper[self.upper_offset[node as usize] + level - 1]
+                .lock()
+                .expect("no panics while a list is held");
+            f(&l)
+        }
     }
 }
 
 impl Building<'_> {
+    /// Sets the links of `node` on `level` to `links` (at most the level's capacity).
+    fn set_links(&self, node: u32, level: usize, links: &[u32]) {
+        if level == 0 {
+            let _held = self.locks0[node as usize].lock().expect("not poisoned");
+            self.write0(node, links);
+        } else {
+            *self.upper[self.upper_offset[node as usize] + level - 1]
+                .lock()
+                .expect("not poisoned") = links.to_vec();
+        }
+    }
+
+    /// Writes a level-0 list; the caller holds `locks0[node]`.
+    fn write0(&self, node: u32, links: &[u32]) {
+        let start = node as usize * (1 + self.m0);
+        for (w, &x) in self.base[start + 1..].iter().zip(links) {
+            w.store(x, AtomicOrdering::Relaxed);
+        }
+        self.base[start].store(links.len() as u32, AtomicOrdering::Relaxed);
+    }
+
+    /// Adds `q` to the links of `n` on `level`, re-selecting with the heuristic when the
+    /// list is full.
+    fn link_back(&self, n: u32, q: u32, level: usize, cap: usize) {
+        let reselect = |l: &[u32]| -> Option<Vec<u32>> {
+            if l.contains(&q) {
+                return None;
+            }
+            let mut out = l.to_vec();
+            if l.len() < cap {
+                out.push(q);
+                return Some(out);
+            }
+            let nv = self.v.get(n);
+            let mut cands: Vec<Cand> = l
+                .iter()
+                .map(|&x| Cand {
+                    sim: dot(nv, self.v.get(x)),
+                    id: x,
+                })
+                .collect();
+            cands.push(Cand {
+                sim: dot(nv, self.v.get(q)),
+                id: q,
+            });
+            cands.sort_unstable_by(|a, b| b.cmp(a));
+            Some(select(self.v, &cands, cap))
+        };
+        if level == 0 {
+            let _held = self.locks0[n as usize].lock().expect("not poisoned");
+            let start = n as usize * (1 + self.m0);
+            let len = self.base[start].load(AtomicOrdering::Relaxed) as usize;
+            let current: Vec<u32> = self.base[start + 1..start + 1 + len]
+                .iter()
+                .map(|w| w.load(AtomicOrdering::Relaxed))
+                .collect();
+            if let Some(new) = reselect(&current) {
+                self.write0(n, &new);
+            }
+        } else {
+            let mut l = self.upper[self.upper_offset[n as usize] + level - 1]
+                .lock()
+                .expect("not poisoned");
+            if let Some(new) = reselect(&l) {
+                *l = new;
+            }
+        }
+    }
+
     fn insert(&self, q: u32, scratch: &mut Scratch) {
         let level = self.levels[q as usize] as usize;
         let qv = self.v.get(q);
@@ -282,35 +369,10 @@ impl Building<'_> {
         for lc in (0..=level.min(top)).rev() {
             let found = search_layer(self, self.v, qv, cur, self.ef_construction, lc, scratch);
             let chosen = select(self.v, &found, self.m);
-            *self.lists[self.offset[q as usize] + lc]
-                .lock()
-                .expect("not poisoned") = chosen.clone();
+            self.set_links(q, lc, &chosen);
             let cap = if lc == 0 { self.m0 } else { self.m };
             for &n in &chosen {
-                let mut l = self.lists[self.offset[n as usize] + lc]
-                    .lock()
-                    .expect("not poisoned");
-                if l.contains(&q) {
-                    continue;
-                }
-                if l.len() < cap {
-                    l.push(q);
-                    continue;
-                }
-                let nv = self.v.get(n);
-                let mut cands: Vec<Cand> = l
-                    .iter()
-                    .map(|&x| Cand {
-                        sim: dot(nv, self.v.get(x)),
-                        id: x,
-                    })
-                    .collect();
-                cands.push(Cand {
-                    sim: dot(nv, qv),
-                    id: q,
-                });
-                cands.sort_unstable_by(|a, b| b.cmp(a));
-                *l = select(self.v, &cands, cap);
+                self.link_back(n, q, lc, cap);
             }
             cur = found[0];
         }
@@ -354,22 +416,23 @@ impl Hnsw {
         let m0 = 2 * m;
         let ml = 1.0 / (m as f64).ln();
         let levels: Vec<u8> = (0..n as u32).map(|i| level_of(i, ml)).collect();
-        let mut offset = Vec::with_capacity(n);
-        let mut total = 0;
-        for &l in &levels {
-            offset.push(total);
-            total += l as usize + 1;
+        let mut upper_offset = vec![0usize; n];
+        let mut uppers = 0;
+        for (i, &l) in levels.iter().enumerate() {
+            upper_offset[i] = uppers;
+            uppers += l as usize;
         }
-        let lists = (0..total).map(|_| Mutex::new(Vec::new())).collect();
         let b = Building {
             v,
             m,
             m0,
             ef_construction: ef_construction.max(m),
             entry: RwLock::new((0, levels.first().copied().unwrap_or(0) as usize)),
+            base: (0..n * (1 + m0)).map(|_| AtomicU32::new(0)).collect(),
+            locks0: (0..n).map(|_| Mutex::new(())).collect(),
+            upper_offset,
+            upper: (0..uppers).map(|_| Mutex::new(Vec::new())).collect(),
             levels,
-            offset,
-            lists,
             grow: Mutex::new(()),
         };
         if n > 1 {
@@ -378,23 +441,19 @@ impl Hnsw {
             });
         }
         let (entry, top) = *b.entry.read().expect("not poisoned");
+        let base: Vec<u32> = b.base.into_iter().map(AtomicU32::into_inner).collect();
         let lists: Vec<Vec<u32>> = b
-            .lists
+            .upper
             .into_iter()
             .map(|l| l.into_inner().expect("not poisoned"))
             .collect();
-        let mut base = vec![0u32; n * (1 + m0)];
         let mut upper_start = vec![NO_UPPER; n];
         let mut upper = Vec::new();
         for i in 0..n {
-            let o = b.offset[i];
-            let l0 = &lists[o];
-            base[i * (1 + m0)] = l0.len() as u32;
-            base[i * (1 + m0) + 1..][..l0.len()].copy_from_slice(l0);
             if b.levels[i] > 0 {
                 upper_start[i] = upper.len() as u32;
                 for lc in 1..=b.levels[i] as usize {
-                    let l = &lists[o + lc];
+                    let l = &lists[b.upper_offset[i] + lc - 1];
                     upper.push(l.len() as u32);
                     upper.extend_from_slice(l);
                     upper.extend(std::iter::repeat_n(0, m - l.len()));

@@ -208,3 +208,73 @@ fn every_passage_finds_itself_by_its_own_text() {
     }
     assert_eq!(bm25.len(), 15);
 }
+
+/// Equal scores are cut by passage id (descending, trec_eval's order) wherever the top k
+/// ends, in both accumulation modes: a rare term (few postings, touched documents tracked)
+/// and a common one (most of the domain, the accumulator scanned whole).
+#[test]
+fn ties_at_the_cut_off_go_to_the_larger_ids() {
+    use sift_index::{BuildOptions, MemorySource, NoProgress};
+    let mut source = MemorySource::new("ties");
+    // ids inserted in a scrambled order; every "common" passage is identical, and so is
+    // every "rare" one (the same length too)
+    let n = 997usize;
+    let mut ids: Vec<String> = Vec::new();
+    for i in 0..n {
+        let j = (i * 389) % n;
+        let id = format!("p{j:04}");
+        let text = if j % 50 == 0 {
+            "rare words"
+        } else {
+            "common words"
+        };
+        source.add("d", id.clone(), text.to_string());
+        ids.push(id);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let index = IndexDir::build(
+        tmp.path().join("i"),
+        &source,
+        &["d".to_string()],
+        &BuildOptions {
+            threads: 3,
+            ..BuildOptions::default()
+        },
+        &[],
+        &NoProgress,
+    )
+    .unwrap();
+    let bm25 = index.bm25("d").unwrap();
+    let mut scratch = bm25.scratch();
+    for scoring in [Bm25Scoring::Reference, Bm25Scoring::Lucene] {
+        let params = Bm25Params {
+            scoring,
+            ..Bm25Params::default()
+        };
+        let rare = n.div_ceil(50);
+        for (query, matching) in [("rare", rare), ("common", n - rare)] {
+            let mut want: Vec<&String> = ids
+                .iter()
+                .filter(|id| (id[1..].parse::<usize>().unwrap() % 50 == 0) == (query == "rare"))
+                .collect();
+            assert_eq!(want.len(), matching);
+            want.sort_by(|a, b| b.cmp(a));
+            for k in [1, 7, matching / 2, matching, matching + 5] {
+                let hits = bm25.search(&mut scratch, query, k, &params, &[]).unwrap();
+                let got: Vec<&str> = hits.iter().map(|h| bm25.id(h.ord)).collect();
+                let want: Vec<&str> = want.iter().take(k).map(|s| s.as_str()).collect();
+                assert_eq!(got, want, "{query} k={k} {scoring:?}");
+            }
+            // an exclusion removes exactly that passage
+            let first = bm25.ord(want[0]).unwrap();
+            let hits = bm25
+                .search(&mut scratch, query, 3, &params, &[first])
+                .unwrap();
+            let got: Vec<&str> = hits.iter().map(|h| bm25.id(h.ord)).collect();
+            assert_eq!(
+                got,
+                vec![want[1].as_str(), want[2].as_str(), want[3].as_str()]
+            );
+        }
+    }
+}

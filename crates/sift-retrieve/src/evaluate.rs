@@ -306,7 +306,7 @@ fn evaluate_domain(
              decodable): Task 3 has no candidates there and Task 4 ranks its passage-only pairs"
         ));
     }
-    let passages = searcher.passage_ids().to_vec();
+    let passages = searcher.passage_ids();
     let images: Vec<String> = if needs_images {
         corpus
             .image_paths(domain)?
@@ -328,7 +328,7 @@ fn evaluate_domain(
             PairLink::SourceId => corpus.examples(domain, true, &mut out.warnings)?,
             PairLink::Regex => Vec::new(),
         };
-        Links::new(config.pair_link, domain, &passages, &images, &examples)
+        Links::new(config.pair_link, domain, passages, &images, &examples)
     } else {
         Links::new(
             config.pair_link,
@@ -353,7 +353,7 @@ fn evaluate_domain(
             corpus,
             domain,
             &config.split,
-            &passages,
+            passages,
             &images,
             &links,
             config.protocol,

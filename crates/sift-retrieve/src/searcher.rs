@@ -105,9 +105,8 @@ pub struct DomainSearcher {
     bm25: Option<Bm25Domain>,
     dense: HashMap<String, DenseDomain>,
     images: HashMap<String, DenseDomain>,
-    /// Passage ids by ordinal (BM25's or, without BM25, the first dense index's).
-    passage_ids: Vec<String>,
-    ord_of: HashMap<String, u32>,
+    /// Without BM25: passage id -> ordinal (BM25 has its own lookup).
+    ord_of: Option<HashMap<String, u32>>,
 }
 
 impl DomainSearcher {
@@ -138,13 +137,13 @@ impl DomainSearcher {
         } else {
             None
         };
-        let passage_ids: Vec<String> = match (&bm25, dense.values().next()) {
-            (Some(b), _) => b.ids().to_vec(),
-            (None, Some(d)) => d.ids().to_vec(),
-            (None, None) => Vec::new(),
+        let passage_ids: &[String] = match (&bm25, dense.values().next()) {
+            (Some(b), _) => b.ids(),
+            (None, Some(d)) => d.ids(),
+            (None, None) => &[],
         };
         for (name, d) in &dense {
-            if d.ids() != passage_ids.as_slice() {
+            if d.ids() != passage_ids {
                 return Err(Error::Index(sift_index::Error::Corrupt {
                     path: index.root().to_path_buf(),
                     message: format!(
@@ -156,17 +155,18 @@ impl DomainSearcher {
                 }));
             }
         }
-        let ord_of = passage_ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.clone(), i as u32))
-            .collect();
+        let ord_of = bm25.is_none().then(|| {
+            passage_ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.clone(), i as u32))
+                .collect()
+        });
         Ok(DomainSearcher {
             domain: domain.to_string(),
             bm25,
             dense,
             images: image_indexes,
-            passage_ids,
             ord_of,
         })
     }
@@ -178,12 +178,20 @@ impl DomainSearcher {
 
     /// The domain's passage ids, by ordinal.
     pub fn passage_ids(&self) -> &[String] {
-        &self.passage_ids
+        match (&self.bm25, self.dense.values().next()) {
+            (Some(b), _) => b.ids(),
+            (None, Some(d)) => d.ids(),
+            (None, None) => &[],
+        }
     }
 
     /// The ordinal of a passage id.
     pub fn passage_ord(&self, id: &str) -> Option<u32> {
-        self.ord_of.get(id).copied()
+        match (&self.bm25, &self.ord_of) {
+            (Some(b), _) => b.ord(id),
+            (None, Some(m)) => m.get(id).copied(),
+            (None, None) => None,
+        }
     }
 
     /// The image paths of the image index of the dense index a retriever called `name`.
@@ -319,10 +327,11 @@ impl DomainSearcher {
         exclude: &[u32],
         settings: &SearchSettings,
     ) -> Result<Vec<RunEntry>> {
+        let ids = self.passage_ids();
         let entries = |hits: Vec<sift_index::Hit>| -> Vec<RunEntry> {
             hits.into_iter()
                 .map(|h| RunEntry {
-                    doc: self.passage_ids[h.ord as usize].clone(),
+                    doc: ids[h.ord as usize].clone(),
                     score: h.score as f64,
                 })
                 .collect()
@@ -442,7 +451,8 @@ impl DomainSearcher {
         images: &[String],
         geometry: &PairGeometry,
     ) -> Result<Vec<RunEntry>> {
-        let n = self.passage_ids.len();
+        let passage_ids = self.passage_ids();
+        let n = passage_ids.len();
         let mut scored: Vec<(f32, u32)> = Vec::new(); // (score, pair index)
         match retriever {
             RetrieverSpec::Bm25 => {
@@ -510,7 +520,7 @@ impl DomainSearcher {
         let half = |i: u32| {
             let (p, img) = pairs.pairs[i as usize];
             (
-                self.passage_ids[p as usize].as_str(),
+                passage_ids[p as usize].as_str(),
                 img.map_or(NO_IMAGE, |im| images[im as usize].as_str()),
             )
         };

@@ -30,8 +30,44 @@ pub const ENGLISH_STOP_WORDS: [&str; 33] = [
 ];
 
 /// True for a word of [`ENGLISH_STOP_WORDS`].
+#[inline]
 pub fn is_english_stop_word(word: &str) -> bool {
-    word.len() <= 5 && ENGLISH_STOP_WORDS.binary_search(&word).is_ok()
+    // a match on the bytes compiles to a switch on length and first byte: no search
+    matches!(
+        word.as_bytes(),
+        b"a" | b"an"
+            | b"and"
+            | b"are"
+            | b"as"
+            | b"at"
+            | b"be"
+            | b"but"
+            | b"by"
+            | b"for"
+            | b"if"
+            | b"in"
+            | b"into"
+            | b"is"
+            | b"it"
+            | b"no"
+            | b"not"
+            | b"of"
+            | b"on"
+            | b"or"
+            | b"such"
+            | b"that"
+            | b"the"
+            | b"their"
+            | b"then"
+            | b"there"
+            | b"these"
+            | b"they"
+            | b"this"
+            | b"to"
+            | b"was"
+            | b"will"
+            | b"with"
+    )
 }
 
 /// The longest token, in UTF-16 code units, Lucene's StandardTokenizer emits; longer runs are
@@ -376,6 +412,11 @@ mod tests {
         lowercase_into("İSTANBUL ΣΟΦΙΑΣ", &mut s);
         assert_eq!(s, "istanbul σοφιασ");
         assert!(is_english_stop_word("the") && !is_english_stop_word("these."));
+        // the match is exactly the list
+        assert!(ENGLISH_STOP_WORDS.iter().all(|w| is_english_stop_word(w)));
+        for w in ["", "i", "tha", "thes", "theirs", "wills", "The", "into "] {
+            assert!(!is_english_stop_word(w), "{w}");
+        }
         let mut sorted = ENGLISH_STOP_WORDS;
         sorted.sort_unstable();
         assert_eq!(sorted, ENGLISH_STOP_WORDS);
