@@ -845,8 +845,8 @@ def markdown(report: dict, a, search_tools: list[str]) -> str:
     loads = [x.get("loadavg_1min_before") for x in report["raw"] if x.get("loadavg_1min_before") is not None]
     if loads:
         L.append(f"\nMachine load (1-minute load average before each timed command; 2 CPUs): median "
-                 f"{statistics.median(loads):.2f}, range {min(loads):.2f} to {max(loads):.2f}. Other work "
-                 "(another engineer's cargo builds and tests) shared the machine during the run.\n")
+                 f"{statistics.median(loads):.2f}, range {min(loads):.2f} to {max(loads):.2f} (the "
+                 "benchmark's own processes count: a load near the thread count is an idle machine).\n")
     L.append("\n## Setup\n")
     L.append(f"- Machine: {m.get('Model name')}, {m.get('CPU(s)')} CPUs ({m.get('Core(s) per socket')} cores "
              f"per socket, {m.get('Thread(s) per core')} thread per core, {m.get('Hypervisor vendor', 'bare')} "
