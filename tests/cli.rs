@@ -1794,3 +1794,37 @@ fn task4_pair_links_by_regex_and_by_source_id_on_chunked_ids() {
         );
     }
 }
+
+/// A Contriever-layout checkpoint (vocab.txt and pytorch_model.bin only) indexes and
+/// evaluates like any dense model.
+#[test]
+fn contriever_layout_checkpoint_indexes_and_evaluates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    let model = repo().join("models/fixtures/contriever/tiny-contriever");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&model),
+        "-q",
+    ]);
+    let e = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--task",
+        "1",
+        "--retriever",
+        "dense:tiny-contriever",
+        "--json",
+    ]));
+    let v = e["metrics"]["ndcg@10"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&v), "{e}");
+    assert_eq!(e["per_domain"].as_object().unwrap().len(), 3);
+}

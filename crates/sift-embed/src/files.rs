@@ -11,9 +11,11 @@ pub struct ModelFiles {
     pub name: String,
     /// `config.json`.
     pub config: PathBuf,
-    /// `tokenizer.json`.
+    /// `tokenizer.json`; for BERT checkpoints that predate it, their WordPiece `vocab.txt`
+    /// ([`ModelFiles::load_tokenizer`] builds the tokenizer transformers would).
     pub tokenizer: PathBuf,
-    /// `model.safetensors`, or every shard named by `model.safetensors.index.json`.
+    /// `model.safetensors`, every shard named by `model.safetensors.index.json`, or an older
+    /// checkpoint's `pytorch_model.bin` ([`ModelFiles::var_builder`] reads either).
     pub weights: Vec<PathBuf>,
     /// sentence-transformers `1_Pooling/config.json`, when present.
     pub pooling: Option<PathBuf>,
@@ -27,6 +29,12 @@ pub struct ModelFiles {
 
 const NO_TOKENIZER_JSON: &str = "missing: this model ships only a SentencePiece spiece.model \
 (SigLIP v1); write tokenizer.json next to it once with `python3 models/siglip_tokenizer_json.py DIR`";
+
+/// A BERT checkpoint's WordPiece vocabulary, for those without `tokenizer.json`.
+const VOCAB: &str = "vocab.txt";
+
+/// PyTorch's pickled weights, for checkpoints without safetensors.
+const PTH: &str = "pytorch_model.bin";
 
 const OPTIONAL: [&str; 4] = [
     "1_Pooling/config.json",
@@ -74,7 +82,11 @@ impl ModelFiles {
         if !dir.join("tokenizer.json").is_file() && dir.join("spiece.model").is_file() {
             return Err(Error::file(dir.join("tokenizer.json"), NO_TOKENIZER_JSON));
         }
-        let tokenizer = need("tokenizer.json")?;
+        let tokenizer = if !dir.join("tokenizer.json").is_file() && dir.join(VOCAB).is_file() {
+            dir.join(VOCAB)
+        } else {
+            need("tokenizer.json")?
+        };
         let weights = if dir.join("model.safetensors").is_file() {
             vec![dir.join("model.safetensors")]
         } else if dir.join("model.safetensors.index.json").is_file() {
@@ -82,10 +94,12 @@ impl ModelFiles {
                 .into_iter()
                 .map(|f| dir.join(f))
                 .collect()
+        } else if dir.join(PTH).is_file() {
+            vec![dir.join(PTH)]
         } else {
             return Err(Error::file(
                 dir.join("model.safetensors"),
-                "missing (nor is there a model.safetensors.index.json)",
+                "missing (nor is there a model.safetensors.index.json or a pytorch_model.bin)",
             ));
         };
         for w in &weights {
@@ -146,23 +160,33 @@ impl ModelFiles {
             })
         };
         let config = get("config.json")?;
-        let tokenizer = get("tokenizer.json").map_err(|e| match get("spiece.model") {
-            Ok(spm) => Error::file(
-                spm.with_file_name("tokenizer.json"),
-                format!("{NO_TOKENIZER_JSON} (the directory is the hub cache snapshot above)"),
-            ),
-            Err(_) => e,
-        })?;
+        let tokenizer = match get("tokenizer.json") {
+            Ok(p) => p,
+            Err(e) => match (get(VOCAB), get("spiece.model")) {
+                (Ok(vocab), _) => vocab,
+                (Err(_), Ok(spm)) => {
+                    return Err(Error::file(
+                        spm.with_file_name("tokenizer.json"),
+                        format!(
+                            "{NO_TOKENIZER_JSON} (the directory is the hub cache snapshot above)"
+                        ),
+                    ));
+                }
+                (Err(_), Err(_)) => return Err(e),
+            },
+        };
         let weights = match get("model.safetensors") {
             Ok(p) => vec![p],
-            Err(first) => {
-                let index = get("model.safetensors.index.json").map_err(|_| first)?;
-                let mut out = Vec::new();
-                for shard in shards(&index)? {
-                    out.push(get(&shard)?);
+            Err(first) => match get("model.safetensors.index.json") {
+                Ok(index) => {
+                    let mut out = Vec::new();
+                    for shard in shards(&index)? {
+                        out.push(get(&shard)?);
+                    }
+                    out
                 }
-                out
-            }
+                Err(_) => vec![get(PTH).map_err(|_| first)?],
+            },
         };
         Ok(ModelFiles {
             name: id.to_string(),
@@ -178,6 +202,106 @@ impl ModelFiles {
 }
 
 impl ModelFiles {
+    /// The tokenizer: `tokenizer.json` as it is, or, from a BERT `vocab.txt`, the WordPiece
+    /// tokenizer transformers builds from it (`BertTokenizerFast`: BERT normaliser with
+    /// `do_lower_case`, `tokenize_chinese_chars` and `strip_accents` from
+    /// `tokenizer_config.json`, BERT pre-tokeniser, `[CLS] $A [SEP]`, words of more than 100
+    /// characters as `[UNK]`).
+    pub fn load_tokenizer(&self) -> Result<tokenizers::Tokenizer> {
+        if self.tokenizer.file_name().is_none_or(|n| n != VOCAB) {
+            return tokenizers::Tokenizer::from_file(&self.tokenizer)
+                .map_err(|e| Error::file(&self.tokenizer, e));
+        }
+        use tokenizers::models::wordpiece::WordPiece;
+        use tokenizers::normalizers::BertNormalizer;
+        use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+        use tokenizers::processors::bert::BertProcessing;
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Config {
+            do_lower_case: Option<bool>,
+            tokenize_chinese_chars: Option<bool>,
+            strip_accents: Option<bool>,
+            unk_token: Option<String>,
+            cls_token: Option<String>,
+            sep_token: Option<String>,
+            pad_token: Option<String>,
+            mask_token: Option<String>,
+        }
+        let config: Config = match &self.tokenizer_config {
+            Some(p) => read_json(p)?,
+            None => Config::default(),
+        };
+        let vocab = &self.tokenizer;
+        let bad = |e: String| Error::file(vocab, e);
+        let unk = config.unk_token.clone().unwrap_or_else(|| "[UNK]".into());
+        let model = WordPiece::from_file(&vocab.to_string_lossy())
+            .unk_token(unk)
+            .continuing_subword_prefix("##".into())
+            .max_input_chars_per_word(100)
+            .build()
+            .map_err(|e| bad(e.to_string()))?;
+        let mut tok = tokenizers::Tokenizer::new(model);
+        let lowercase = config.do_lower_case.unwrap_or(true);
+        tok.with_normalizer(Some(BertNormalizer::new(
+            true,
+            config.tokenize_chinese_chars.unwrap_or(true),
+            config.strip_accents,
+            lowercase,
+        )))
+        .map_err(|e| bad(e.to_string()))?;
+        tok.with_pre_tokenizer(Some(BertPreTokenizer));
+        // the special tokens, matched whole in the text as transformers does ("[CLS]" typed
+        // in a passage is the CLS token); those the vocabulary lacks are left out
+        let specials: Vec<tokenizers::AddedToken> = [
+            (&config.pad_token, "[PAD]"),
+            (&config.unk_token, "[UNK]"),
+            (&config.cls_token, "[CLS]"),
+            (&config.sep_token, "[SEP]"),
+            (&config.mask_token, "[MASK]"),
+        ]
+        .into_iter()
+        .map(|(t, d)| t.clone().unwrap_or_else(|| d.to_string()))
+        .filter(|t| tok.token_to_id(t).is_some())
+        .map(|t| tokenizers::AddedToken::from(t, true))
+        .collect();
+        tok.add_special_tokens(specials)
+            .map_err(|e| bad(e.to_string()))?;
+        let special = |t: Option<String>, default: &str| -> Result<(String, u32)> {
+            let t = t.unwrap_or_else(|| default.to_string());
+            let id = tok
+                .token_to_id(&t)
+                .ok_or_else(|| bad(format!("the vocabulary has no {t} token")))?;
+            Ok((t, id))
+        };
+        let cls = special(config.cls_token, "[CLS]")?;
+        let sep = special(config.sep_token, "[SEP]")?;
+        tok.with_post_processor(Some(BertProcessing::new(sep, cls)));
+        tok.with_decoder(Some(tokenizers::decoders::wordpiece::WordPiece::default()));
+        Ok(tok)
+    }
+
+    /// The weights, memory-mapped (safetensors) or read (`pytorch_model.bin`).
+    pub fn var_builder(
+        &self,
+        dtype: candle_core::DType,
+        device: &candle_core::Device,
+    ) -> Result<candle_nn::VarBuilder<'static>> {
+        if let [w] = self.weights.as_slice()
+            && w.file_name().is_some_and(|n| n == PTH)
+        {
+            return candle_nn::VarBuilder::from_pth(w, dtype, device)
+                .map_err(|e| Error::file(w, format!("cannot read the PyTorch weights: {e}")));
+        }
+        // SAFETY: the weight files are memory-mapped read-only; Sift does not modify them
+        // while the model is alive (the same contract as every candle model loader).
+        Ok(
+            unsafe {
+                candle_nn::VarBuilder::from_mmaped_safetensors(&self.weights, dtype, device)?
+            },
+        )
+    }
+
     /// A hash of everything in the model's files that decides its vectors: the weights (every
     /// byte of every shard), `config.json`, the tokenizer and its config, the image processor
     /// and sentence-transformers settings. Two directories hold the same model exactly when

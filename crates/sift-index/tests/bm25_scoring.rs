@@ -223,7 +223,7 @@ fn ties_at_the_cut_off_go_to_the_larger_ids() {
     for i in 0..n {
         let j = (i * 389) % n;
         let id = format!("p{j:04}");
-        let text = if j % 50 == 0 {
+        let text = if j.is_multiple_of(50) {
             "rare words"
         } else {
             "common words"
@@ -255,7 +255,9 @@ fn ties_at_the_cut_off_go_to_the_larger_ids() {
         for (query, matching) in [("rare", rare), ("common", n - rare)] {
             let mut want: Vec<&String> = ids
                 .iter()
-                .filter(|id| (id[1..].parse::<usize>().unwrap() % 50 == 0) == (query == "rare"))
+                .filter(|id| {
+                    id[1..].parse::<usize>().unwrap().is_multiple_of(50) == (query == "rare")
+                })
                 .collect();
             assert_eq!(want.len(), matching);
             want.sort_by(|a, b| b.cmp(a));

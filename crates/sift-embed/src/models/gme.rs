@@ -26,7 +26,6 @@
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
 use image::RgbImage;
 use serde_json::Value;
 use tokenizers::Tokenizer;
@@ -353,17 +352,13 @@ impl GmeEmbedder {
         };
         let cfg = Qwen2VlConfig::from_json(&value).map_err(unsupported)?;
         let gme_key = |k: &str, d: u64| value.get(k).and_then(Value::as_u64).unwrap_or(d);
-        // SAFETY: the weight files are memory-mapped read-only and not modified while the
-        // model is alive (the contract of every candle model loader).
-        let vb =
-            unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, options.dtype, device)? };
+        let vb = files.var_builder(options.dtype, device)?;
         let bad = |e: candle_core::Error| {
             unsupported(format!("weights do not match a Qwen2-VL model: {e}"))
         };
         let vision = VisionTower::load(&vb, &cfg.vision).map_err(bad)?;
         let text = TextModel::load(&vb, &cfg.text).map_err(bad)?;
-        let tokenizer =
-            Tokenizer::from_file(&files.tokenizer).map_err(|e| Error::file(&files.tokenizer, e))?;
+        let tokenizer = files.load_tokenizer()?;
         for t in [
             "<|im_start|>",
             "<|im_end|>",

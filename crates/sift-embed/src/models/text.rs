@@ -1,7 +1,6 @@
 //! BERT-family sentence encoders.
 
 use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
 
 use crate::models::bert::{Bert, BertConfig};
 use serde::Deserialize;
@@ -139,8 +138,7 @@ impl TextEmbedder {
             .or(info.map(|m| m.max_seq_len))
             .unwrap_or(512)
             .min(config.max_position_embeddings);
-        let mut tokenizer =
-            Tokenizer::from_file(&files.tokenizer).map_err(|e| Error::file(&files.tokenizer, e))?;
+        let mut tokenizer = files.load_tokenizer()?;
         tokenizer
             .with_truncation(Some(TruncationParams {
                 max_length: max_seq_len,
@@ -150,10 +148,7 @@ impl TextEmbedder {
             }))
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         tokenizer.with_padding(None);
-        // SAFETY: the weight files are memory-mapped read-only; Sift does not modify them
-        // while the model is alive (the same contract as every candle model loader).
-        let vb =
-            unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, options.dtype, device)? };
+        let vb = files.var_builder(options.dtype, device)?;
         let model = Bert::load(vb, &config).map_err(|e| Error::Unsupported {
             path: files.config.clone(),
             message: format!("weights do not match a BERT model: {e}"),

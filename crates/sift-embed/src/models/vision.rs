@@ -8,7 +8,6 @@
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
 use serde::Deserialize;
 use tokenizers::{
     PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationDirection,
@@ -127,10 +126,7 @@ impl VisionEmbedder {
                 )));
             }
         };
-        // SAFETY: the weight files are memory-mapped read-only and not modified while the
-        // model is alive (the contract of every candle model loader).
-        let vb =
-            unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, options.dtype, device)? };
+        let vb = files.var_builder(options.dtype, device)?;
         let bad_weights = |e: candle_core::Error| {
             unsupported(format!("weights do not match a {} model: {e}", kind.name()))
         };
@@ -138,8 +134,7 @@ impl VisionEmbedder {
             Some(p) => read_json(p)?,
             None => TokenizerConfig::default(),
         };
-        let mut tokenizer =
-            Tokenizer::from_file(&files.tokenizer).map_err(|e| Error::file(&files.tokenizer, e))?;
+        let mut tokenizer = files.load_tokenizer()?;
         let (towers, dim, max_text_len, image_size, pad) = match kind {
             VisionArch::Clip => {
                 let c: ClipConfig = read_json(&files.config)?;
