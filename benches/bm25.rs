@@ -34,6 +34,10 @@ struct Args {
     /// Results per query.
     #[arg(long, default_value_t = 100)]
     top_k: usize,
+    /// BM25 scoring: lucene (Lucene's BM25Similarity, what bm25s's "lucene" method computes)
+    /// or reference (the MM-BRIGHT reference code's gensim LuceneBM25Model).
+    #[arg(long, default_value = "lucene")]
+    bm25: String,
     /// Print JSON only (the default prints JSON too; kept for the peer driver's command line).
     #[arg(long)]
     json: bool,
@@ -86,7 +90,12 @@ fn main() -> Result<()> {
     let docs = index.manifest().domains[&domain].passages;
 
     let bm25 = index.bm25(&domain)?;
-    let params = index.manifest().bm25;
+    let mut params = index.manifest().bm25;
+    params.scoring = match args.bm25.as_str() {
+        "lucene" => sift_index::Bm25Scoring::Lucene,
+        "reference" => sift_index::Bm25Scoring::Reference,
+        other => anyhow::bail!("--bm25 {other:?}: expected lucene or reference"),
+    };
     let search_all = || -> Result<Run> {
         pool.install(|| {
             task.queries
