@@ -1828,3 +1828,75 @@ fn contriever_layout_checkpoint_indexes_and_evaluates() {
     assert!((0.0..=1.0).contains(&v), "{e}");
     assert_eq!(e["per_domain"].as_object().unwrap().len(), 3);
 }
+
+/// Decoder LM embedders (tiny random Mistral and Qwen2) index the sample and run Task 1,
+/// Task 2 as text and Task 4 as passages; `sift embed` gives their unit vectors.
+#[test]
+fn decoder_embedders_index_and_evaluate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    let root = repo().join("models/fixtures/decoder");
+    let (mistral, qwen2) = (root.join("tiny-mistral"), root.join("tiny-qwen2"));
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&mistral),
+        "--dense",
+        s(&qwen2),
+        "-q",
+    ]);
+    let e = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--task",
+        "all",
+        "--retriever",
+        "dense:tiny-mistral",
+        "--retriever",
+        "dense:tiny-qwen2",
+        "--json",
+    ]));
+    let reports = e["reports"].as_array().unwrap();
+    // tasks 1, 2 and 4 for each (text models rank no images: task 3 is not applicable)
+    assert_eq!(reports.len(), 6, "{e}");
+    for r in reports {
+        let v = r["metrics"]["ndcg@10"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&v), "{}", r["label"]);
+    }
+    let input = tmp.path().join("texts.txt");
+    fs::write(&input, "shock waves\nboundary layer separation\n").unwrap();
+    let out = tmp.path().join("v.jsonl");
+    ok(&[
+        "embed",
+        "--model",
+        s(&mistral),
+        "--input",
+        s(&input),
+        "--out",
+        s(&out),
+        "--kind",
+        "query",
+    ]);
+    let rows: Vec<Value> = fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    let v: Vec<f64> = rows[0]["vector"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(v.len(), 64);
+    let norm: f64 = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "{norm}");
+}

@@ -5,6 +5,7 @@
 use candle_core::DType;
 
 use crate::image::PreprocessError;
+use crate::models::decoder::{DecoderEmbedder, DecoderOptions};
 use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, is_gme_model};
 use crate::models::text::{Role, TextEmbedder, TextEmbedderOptions};
 use crate::models::vision::{VisionArch, VisionEmbedder, VisionOptions, is_vision_model};
@@ -21,6 +22,8 @@ pub enum Family {
     Siglip,
     /// GME (`qwen2_vl`): one model for text, images, and text with images in one input.
     Gme,
+    /// A decoder LM embedding texts at its last token (`mistral`, `qwen2`): texts only.
+    Decoder,
 }
 
 impl Family {
@@ -31,13 +34,22 @@ impl Family {
             Family::Clip => "clip",
             Family::Siglip => "siglip",
             Family::Gme => "gme",
+            Family::Decoder => "decoder",
         }
     }
 
     /// The family of the model whose `config.json` is at `config`.
     pub fn of(config: &std::path::Path) -> Family {
+        let model_type = crate::read_json::<serde_json::Value>(config)
+            .ok()
+            .and_then(|v| v.get("model_type")?.as_str().map(str::to_owned));
         if is_gme_model(config) {
             Family::Gme
+        } else if model_type
+            .as_deref()
+            .is_some_and(|t| crate::DECODER_MODEL_TYPES.contains(&t))
+        {
+            Family::Decoder
         } else if is_vision_model(config) {
             match crate::read_json::<serde_json::Value>(config)
                 .ok()
@@ -180,6 +192,7 @@ enum Model {
     Text(Box<TextEmbedder>),
     Vision(Box<VisionEmbedder>),
     Gme(Box<GmeEmbedder>),
+    Decoder(Box<DecoderEmbedder>),
 }
 
 /// Any supported embedding model behind one API (see the module docs).
@@ -234,6 +247,18 @@ impl Embedder {
                     },
                 )?))
             }
+            Family::Decoder => {
+                let defaults = DecoderOptions::default();
+                Model::Decoder(Box::new(DecoderEmbedder::load(
+                    files,
+                    &device,
+                    DecoderOptions {
+                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
+                        dtype: options.dtype,
+                        ..defaults
+                    },
+                )?))
+            }
             Family::Text => {
                 let defaults = TextEmbedderOptions::default();
                 Model::Text(Box::new(TextEmbedder::load(
@@ -264,6 +289,13 @@ impl Embedder {
         }
     }
 
+    /// A decoder embedder already loaded.
+    pub fn from_decoder(model: DecoderEmbedder) -> Embedder {
+        Embedder {
+            model: Model::Decoder(Box::new(model)),
+        }
+    }
+
     /// A GME model already loaded.
     pub fn from_gme(model: GmeEmbedder) -> Embedder {
         Embedder {
@@ -277,6 +309,7 @@ impl Embedder {
             Model::Text(m) => m.name(),
             Model::Vision(m) => m.name(),
             Model::Gme(m) => m.name(),
+            Model::Decoder(m) => m.name(),
         }
     }
 
@@ -286,6 +319,7 @@ impl Embedder {
             Model::Text(m) => m.dim(),
             Model::Vision(m) => m.dim(),
             Model::Gme(m) => m.dim(),
+            Model::Decoder(m) => m.dim(),
         }
     }
 
@@ -298,13 +332,14 @@ impl Embedder {
                 VisionArch::Siglip => Family::Siglip,
             },
             Model::Gme(_) => Family::Gme,
+            Model::Decoder(_) => Family::Decoder,
         }
     }
 
     /// What the model can embed.
     pub fn capabilities(&self) -> Capabilities {
         Capabilities {
-            images: !matches!(self.model, Model::Text(_)),
+            images: !matches!(self.model, Model::Text(_) | Model::Decoder(_)),
             joint: matches!(self.model, Model::Gme(_)),
         }
     }
@@ -315,6 +350,7 @@ impl Embedder {
             Model::Text(m) => m.content_hash(),
             Model::Vision(m) => m.content_hash(),
             Model::Gme(m) => m.content_hash(),
+            Model::Decoder(m) => m.content_hash(),
         }
     }
 
@@ -330,6 +366,10 @@ impl Embedder {
             (Model::Gme(m), Input::Text(Role::Query)) => m.fingerprint("query"),
             (Model::Gme(m), Input::Text(Role::Passage)) => m.fingerprint("passage"),
             (Model::Gme(m), Input::Image) => m.fingerprint("image"),
+            (Model::Decoder(m), Input::Text(role)) => m.fingerprint(role),
+            (Model::Decoder(m), Input::Image) => {
+                format!("{}|no images", m.fingerprint(Role::Passage))
+            }
         }
     }
 
@@ -339,6 +379,7 @@ impl Embedder {
             Model::Text(m) => m.max_seq_len(),
             Model::Vision(m) => m.max_text_len(),
             Model::Gme(m) => m.max_length(),
+            Model::Decoder(m) => m.max_seq_len(),
         }
     }
 
@@ -348,6 +389,7 @@ impl Embedder {
             Model::Text(m) => Prepared::Text(m.tokenize(texts, role)?),
             Model::Vision(m) => Prepared::Vision(m.tokenize(texts)?),
             Model::Gme(_) => Prepared::Gme(texts.iter().map(|t| t.to_string()).collect(), role),
+            Model::Decoder(m) => Prepared::Text(m.tokenize(texts, role)?),
         }))
     }
 
@@ -355,6 +397,7 @@ impl Embedder {
     pub fn embed_prepared_texts(&self, texts: &PreparedTexts) -> Result<Vec<Vec<f32>>> {
         match (&self.model, &texts.0) {
             (Model::Text(m), Prepared::Text(ids)) => m.embed_tokens(ids),
+            (Model::Decoder(m), Prepared::Text(ids)) => m.embed_tokens(ids),
             (Model::Vision(m), Prepared::Vision(ids)) => m.embed_tokenized(ids),
             (Model::Gme(m), Prepared::Gme(t, role)) => {
                 let refs: Vec<&str> = t.iter().map(String::as_str).collect();
@@ -387,7 +430,7 @@ impl Embedder {
                 .into_iter()
                 .map(|r| r.map(PreparedImage::Patches))
                 .collect(),
-            Model::Text(_) => images
+            Model::Text(_) | Model::Decoder(_) => images
                 .iter()
                 .map(|_| {
                     Err(PreprocessError::Size(format!(
@@ -448,8 +491,10 @@ impl Embedder {
                     .collect::<Result<Vec<_>>>()?;
                 m.embed_images(&patches)
             }
-            Model::Text(_) if images.is_empty() => Ok(Vec::new()),
-            Model::Text(_) => Err(self.cannot("embed images: it is a text model")),
+            Model::Text(_) | Model::Decoder(_) if images.is_empty() => Ok(Vec::new()),
+            Model::Text(_) | Model::Decoder(_) => {
+                Err(self.cannot("embed images: it is a text model"))
+            }
         }
     }
 
@@ -502,7 +547,9 @@ impl Embedder {
                 let resized = m.processor().resize(img, None)?;
                 PreparedImage::Patches(m.processor().patchify(&resized))
             }
-            Model::Text(_) => return Err(self.cannot("embed images: it is a text model")),
+            Model::Text(_) | Model::Decoder(_) => {
+                return Err(self.cannot("embed images: it is a text model"));
+            }
         };
         Ok(self
             .embed_images(&[prepared])?

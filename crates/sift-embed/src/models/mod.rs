@@ -3,6 +3,7 @@
 //! [`siglip`]), and GME ([`gme`] over [`qwen2vl`]).
 pub mod bert;
 pub mod clip;
+pub mod decoder;
 pub mod gme;
 pub mod qwen2vl;
 pub mod siglip;

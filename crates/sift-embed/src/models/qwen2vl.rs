@@ -100,6 +100,10 @@ pub struct TextConfig {
     /// dimension; `rope_scaling.mrope_section` or `rope_parameters.mrope_section`).
     #[serde(skip)]
     pub mrope_section: Vec<usize>,
+    /// Whether the query / key / value projections have biases (Qwen2: yes; Mistral,
+    /// Llama: no).
+    #[serde(skip)]
+    pub qkv_bias: bool,
 }
 
 impl Default for TextConfig {
@@ -115,6 +119,7 @@ impl Default for TextConfig {
             rms_norm_eps: 1e-5,
             rope_theta: Default::default(),
             mrope_section: Default::default(),
+            qkv_bias: true,
         }
     }
 }
@@ -474,11 +479,17 @@ pub type Position = [u32; 3];
 impl TextModel {
     /// Loads the language model from the checkpoint root `vb`.
     pub fn load(vb: &VarBuilder, cfg: &TextConfig) -> Result<Self> {
-        let vb = pick(
-            vb,
-            &["model", "model.language_model"],
-            "embed_tokens.weight",
-        );
+        // a bare decoder's weights sit at the root (`embed_tokens.weight`, as embedding
+        // checkpoints saved from the base model have them)
+        let vb = if vb.contains_tensor("embed_tokens.weight") {
+            vb.clone()
+        } else {
+            pick(
+                vb,
+                &["model", "model.language_model"],
+                "embed_tokens.weight",
+            )
+        };
         let h = cfg.hidden_size;
         let (hq, hk, d) = (
             cfg.num_attention_heads,
@@ -493,22 +504,19 @@ impl TextModel {
         for i in 0..cfg.num_hidden_layers {
             let l = vb.pp(format!("layers.{i}"));
             let a = l.pp("self_attn");
-            let q = ops::load_linear(&a.pp("q_proj"), h, hq * d, true)?;
-            let k = ops::load_linear(&a.pp("k_proj"), h, hk * d, true)?;
-            let v = ops::load_linear(&a.pp("v_proj"), h, hk * d, true)?;
+            let bias = cfg.qkv_bias;
+            let q = ops::load_linear(&a.pp("q_proj"), h, hq * d, bias)?;
+            let k = ops::load_linear(&a.pp("k_proj"), h, hk * d, bias)?;
+            let v = ops::load_linear(&a.pp("v_proj"), h, hk * d, bias)?;
             let w = Tensor::cat(&[&(q.weight() * scale)?, k.weight(), v.weight()], 0)?;
-            let b = Tensor::cat(
-                &[
-                    &(q.bias().expect("bias") * scale)?,
-                    k.bias().expect("bias"),
-                    v.bias().expect("bias"),
-                ],
-                0,
-            )?;
+            let b = match (q.bias(), k.bias(), v.bias()) {
+                (Some(qb), Some(kb), Some(vb)) => Some(Tensor::cat(&[&(qb * scale)?, kb, vb], 0)?),
+                _ => None,
+            };
             let mlp = l.pp("mlp");
             layers.push(DecoderLayer {
                 input_norm: rms(l.pp("input_layernorm"))?,
-                qkv: Linear::new(w, Some(b)),
+                qkv: Linear::new(w, b),
                 o: ops::load_linear(&a.pp("o_proj"), hq * d, h, false)?,
                 post_norm: rms(l.pp("post_attention_layernorm"))?,
                 gate: ops::load_linear(&mlp.pp("gate_proj"), h, cfg.intermediate_size, false)?,

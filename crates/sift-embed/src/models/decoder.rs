@@ -1,0 +1,257 @@
+//! Decoder language models as text embedders: Mistral and Qwen2 checkpoints run with causal
+//! attention and pooled at the last token, an end-of-sequence token appended, as
+//! E5-Mistral, SFR-Embedding-Mistral and RaDeR embed (their model cards' `last_token_pool`:
+//! the tokenizer's ids, at most `max_length - 1` of them, then EOS; the state at the EOS,
+//! L2-normalised). The decoder is Qwen2-VL's language model (`qwen2vl::TextModel`) with
+//! one-dimensional rotary positions, and query / key / value biases where the family has
+//! them. Bidirectional and mean-pooled variants (GritLM, ReasonIR), Qwen3's q/k norms,
+//! Llama-3's rotary scaling and sliding windows shorter than the input are not supported
+//! yet: such configurations are refused when they load.
+use candle_core::{DType, Device};
+use serde_json::Value;
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+use crate::files::{ModelFiles, read_json};
+use crate::models::qwen2vl::{Position, TextConfig, TextModel};
+use crate::models::text::Role;
+use crate::nn::ops::{Segment, l2_normalize};
+use crate::registry;
+use crate::{Error, Result};
+
+/// Families this module runs (`model_type` in config.json).
+pub const DECODER_MODEL_TYPES: [&str; 2] = ["mistral", "qwen2"];
+
+/// Settings of a [`DecoderEmbedder`].
+#[derive(Debug, Clone)]
+pub struct DecoderOptions {
+    /// Texts per forward pass.
+    pub batch_size: usize,
+    /// Weights and activations dtype.
+    pub dtype: DType,
+    /// Override of the maximum input length (tokens, BOS and EOS included).
+    pub max_seq_len: Option<usize>,
+}
+
+impl Default for DecoderOptions {
+    fn default() -> Self {
+        DecoderOptions {
+            batch_size: 8,
+            dtype: DType::F32,
+            max_seq_len: None,
+        }
+    }
+}
+
+/// A decoder LM embedding texts at their last (EOS) token.
+pub struct DecoderEmbedder {
+    name: String,
+    model: TextModel,
+    tokenizer: Tokenizer,
+    eos: u32,
+    max_seq_len: usize,
+    dim: usize,
+    query_prefix: String,
+    passage_prefix: String,
+    device: Device,
+    options: DecoderOptions,
+    content: String,
+}
+
+impl DecoderEmbedder {
+    /// Loads a Mistral or Qwen2 checkpoint (`model_type` mistral / qwen2).
+    pub fn load(files: &ModelFiles, device: &Device, options: DecoderOptions) -> Result<Self> {
+        let value: Value = read_json(&files.config)?;
+        let unsupported = |message: String| Error::Unsupported {
+            path: files.config.clone(),
+            message,
+        };
+        let model_type = value
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !DECODER_MODEL_TYPES.contains(&model_type) {
+            return Err(unsupported(format!(
+                "model_type {model_type:?} is not a decoder Sift embeds ({})",
+                DECODER_MODEL_TYPES.join(", ")
+            )));
+        }
+        let mut cfg: TextConfig = serde_json::from_value(value.clone())
+            .map_err(|e| unsupported(format!("not a {model_type} config: {e}")))?;
+        let lookup = |key: &str| {
+            value
+                .get(key)
+                .or_else(|| value.get("rope_parameters").and_then(|r| r.get(key)))
+        };
+        cfg.rope_theta = lookup("rope_theta")
+            .and_then(Value::as_f64)
+            .unwrap_or(10_000.0);
+        if let Some(scaling) = value.get("rope_scaling").filter(|v| !v.is_null()) {
+            return Err(unsupported(format!(
+                "rope_scaling {scaling} is not supported yet"
+            )));
+        }
+        if let Some(d) = value.get("head_dim").and_then(Value::as_u64)
+            && d as usize != cfg.head_dim()
+        {
+            return Err(unsupported(format!(
+                "head_dim {d} differs from hidden_size / num_attention_heads = {}",
+                cfg.head_dim()
+            )));
+        }
+        if cfg.num_attention_heads == 0
+            || cfg.num_key_value_heads == 0
+            || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads)
+            || !cfg
+                .num_attention_heads
+                .is_multiple_of(cfg.num_key_value_heads)
+        {
+            return Err(unsupported(
+                "hidden_size / num_attention_heads / num_key_value_heads do not divide".into(),
+            ));
+        }
+        // plain rotary positions: every frequency follows the one position
+        cfg.mrope_section = vec![cfg.head_dim() / 2, 0, 0];
+        cfg.qkv_bias = model_type == "qwen2";
+        let info = registry::find(&files.name);
+        let max_pos = value
+            .get("max_position_embeddings")
+            .and_then(Value::as_u64)
+            .unwrap_or(4096) as usize;
+        let max_seq_len = options
+            .max_seq_len
+            .or(info.map(|m| m.max_seq_len))
+            .unwrap_or(4096)
+            .min(max_pos);
+        if let Some(w) = value.get("sliding_window").and_then(Value::as_u64)
+            && (w as usize) < max_seq_len
+            && value.get("use_sliding_window").and_then(Value::as_bool) != Some(false)
+        {
+            return Err(unsupported(format!(
+                "a sliding window of {w} tokens, shorter than the {max_seq_len} embedded: not \
+                 supported yet"
+            )));
+        }
+        let mut tokenizer = files.load_tokenizer()?;
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                // room for the EOS appended after truncation, as the model cards do
+                max_length: max_seq_len - 1,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        tokenizer.with_padding(None);
+        let eos = match value.get("eos_token_id") {
+            Some(Value::Number(n)) => n.as_u64().map(|n| n as u32),
+            Some(Value::Array(a)) => a.first().and_then(Value::as_u64).map(|n| n as u32),
+            _ => None,
+        }
+        .ok_or_else(|| unsupported("no eos_token_id".into()))?;
+        let vb = files.var_builder(options.dtype, device)?;
+        let model = TextModel::load(&vb, &cfg)
+            .map_err(|e| unsupported(format!("weights do not match a {model_type} model: {e}")))?;
+        Ok(DecoderEmbedder {
+            name: files.name.clone(),
+            model,
+            tokenizer,
+            eos,
+            max_seq_len,
+            dim: cfg.hidden_size,
+            query_prefix: info.map(|m| m.query_prefix.clone()).unwrap_or_default(),
+            passage_prefix: info.map(|m| m.passage_prefix.clone()).unwrap_or_default(),
+            device: device.clone(),
+            options,
+            content: files.content_hash()?,
+        })
+    }
+
+    /// Model name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Embedding dimension (the hidden size).
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Maximum tokens per input, BOS and EOS included.
+    pub fn max_seq_len(&self) -> usize {
+        self.max_seq_len
+    }
+
+    /// [`ModelFiles::content_hash`] of the files it was loaded from.
+    pub fn content_hash(&self) -> &str {
+        &self.content
+    }
+
+    /// The prefix of texts of `role`.
+    pub fn prefix(&self, role: Role) -> &str {
+        match role {
+            Role::Query => &self.query_prefix,
+            Role::Passage => &self.passage_prefix,
+        }
+    }
+
+    /// Settings that decide the vectors besides the input (a cache key).
+    pub fn fingerprint(&self, role: Role) -> String {
+        format!(
+            "{}|decoder|last-token+eos|len={}|prefix={:?}|{:?}|{}|{}",
+            self.name,
+            self.max_seq_len,
+            self.prefix(role),
+            self.options.dtype,
+            crate::files::device_class(&self.device),
+            self.content
+        )
+    }
+
+    /// Token ids of texts of `role`: the prefix, the tokenizer's ids (its BOS included) cut
+    /// at `max_seq_len - 1`, then EOS.
+    pub fn tokenize(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<u32>>> {
+        let prefix = self.prefix(role);
+        let inputs: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}")).collect();
+        let enc = super::truncate::encode_truncated(&self.tokenizer, inputs, self.max_seq_len - 1)?;
+        Ok(enc
+            .into_iter()
+            .map(|e| {
+                let mut ids = e.get_ids().to_vec();
+                // one EOS at the end, whether or not the tokenizer adds it itself
+                if ids.last() != Some(&self.eos) {
+                    ids.push(self.eos);
+                }
+                ids
+            })
+            .collect())
+    }
+
+    /// Unit vectors of token id sequences, in order (packed, longest first, in batches).
+    pub fn embed_tokens(&self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); ids.len()];
+        for chunk in order.chunks(self.options.batch_size.max(1)) {
+            let lens: Vec<usize> = chunk.iter().map(|&i| ids[i].len()).collect();
+            let all: Vec<u32> = chunk.iter().flat_map(|&i| ids[i].iter().copied()).collect();
+            let positions: Vec<Position> = lens
+                .iter()
+                .flat_map(|&n| (0..n as u32).map(|p| [p, p, p]))
+                .collect();
+            let x = self.model.embed_tokens(&all)?;
+            let segments = Segment::packed(lens.iter().copied());
+            let last: Vec<usize> = segments.iter().map(|s| s.start + s.len - 1).collect();
+            let h = self.model.forward(x, &positions, &segments, &last)?;
+            let h = l2_normalize(&h.to_dtype(DType::F32)?)?;
+            for (&i, v) in chunk.iter().zip(h.to_vec2::<f32>()?) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Unit vectors of texts of `role`.
+    pub fn embed(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<f32>>> {
+        self.embed_tokens(&self.tokenize(texts, role)?)
+    }
+}
