@@ -72,3 +72,33 @@ fn mistral_and_qwen2_match_the_model_card_code() {
         eprintln!("{name}: worst cosine over {} texts {worst}", vectors.len());
     }
 }
+
+/// bf16 weights and activations on the CPU (candle's generic ops; half the memory of f32):
+/// the same ids, and vectors within cosine 0.999 of the f32 reference.
+#[test]
+fn bf16_on_the_cpu_stays_within_its_bound() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/fixtures/decoder");
+    let reference: Reference =
+        serde_json::from_slice(&std::fs::read(root.join("reference.json")).unwrap()).unwrap();
+    for (name, m) in &reference.models {
+        let files = ModelFiles::from_dir(&root.join(name)).unwrap();
+        let model = DecoderEmbedder::load(
+            &files,
+            &Device::Cpu,
+            DecoderOptions {
+                dtype: candle_core::DType::BF16,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let texts: Vec<&str> = m.items.iter().map(|i| i.text.as_str()).collect();
+        let vectors = model.embed(&texts, Role::Passage).unwrap();
+        let mut worst = 1.0f64;
+        for (item, v) in m.items.iter().zip(&vectors) {
+            let c = cosine(v, &item.embedding);
+            worst = worst.min(c);
+            assert!(c >= 0.999, "{name} bf16: cosine {c} for {:?}", item.text);
+        }
+        eprintln!("{name} bf16: worst cosine {worst}");
+    }
+}
