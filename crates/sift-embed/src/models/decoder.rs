@@ -1,12 +1,13 @@
-//! Decoder language models as text embedders: Mistral and Qwen2 checkpoints run with causal
-//! attention and pooled at the last token, an end-of-sequence token appended, as
-//! E5-Mistral, SFR-Embedding-Mistral and RaDeR embed (their model cards' `last_token_pool`:
-//! the tokenizer's ids, at most `max_length - 1` of them, then EOS; the state at the EOS,
-//! L2-normalised). The decoder is Qwen2-VL's language model (`qwen2vl::TextModel`) with
-//! one-dimensional rotary positions, and query / key / value biases where the family has
-//! them. Bidirectional and mean-pooled variants (GritLM, ReasonIR), Qwen3's q/k norms,
-//! Llama-3's rotary scaling and sliding windows shorter than the input are not supported
-//! yet: such configurations are refused when they load.
+//! Decoder language models as text embedders: Mistral, Qwen2 and Qwen3 checkpoints run with
+//! causal attention and pooled at the last token, an end-of-sequence token appended, as
+//! E5-Mistral, SFR-Embedding-Mistral, RaDeR and Qwen3-Embedding embed (the model cards'
+//! `last_token_pool`: the tokenizer's ids, at most `max_length - 1` of them, then EOS; the
+//! state at the EOS, L2-normalised). The decoder is Qwen2-VL's language model
+//! (`qwen2vl::TextModel`) with one-dimensional rotary positions, query / key / value biases
+//! where the family has them, and Qwen3's per-head query / key norms and explicit head
+//! dimension. Bidirectional and mean-pooled variants (GritLM, ReasonIR), Llama-3's rotary
+//! scaling and sliding windows shorter than the input are not supported yet: such
+//! configurations are refused when they load.
 use candle_core::{DType, Device};
 use serde_json::Value;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
@@ -19,7 +20,7 @@ use crate::registry;
 use crate::{Error, Result};
 
 /// Families this module runs (`model_type` in config.json).
-pub const DECODER_MODEL_TYPES: [&str; 2] = ["mistral", "qwen2"];
+pub const DECODER_MODEL_TYPES: [&str; 3] = ["mistral", "qwen2", "qwen3"];
 
 /// Settings of a [`DecoderEmbedder`].
 #[derive(Debug, Clone)]
@@ -58,7 +59,7 @@ pub struct DecoderEmbedder {
 }
 
 impl DecoderEmbedder {
-    /// Loads a Mistral or Qwen2 checkpoint (`model_type` mistral / qwen2).
+    /// Loads a Mistral, Qwen2 or Qwen3 checkpoint (`model_type` mistral / qwen2 / qwen3).
     pub fn load(files: &ModelFiles, device: &Device, options: DecoderOptions) -> Result<Self> {
         let value: Value = read_json(&files.config)?;
         let unsupported = |message: String| Error::Unsupported {
@@ -90,28 +91,35 @@ impl DecoderEmbedder {
                 "rope_scaling {scaling} is not supported yet"
             )));
         }
-        if let Some(d) = value.get("head_dim").and_then(Value::as_u64)
-            && d as usize != cfg.head_dim()
-        {
-            return Err(unsupported(format!(
-                "head_dim {d} differs from hidden_size / num_attention_heads = {}",
-                cfg.head_dim()
-            )));
-        }
         if cfg.num_attention_heads == 0
             || cfg.num_key_value_heads == 0
-            || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads)
             || !cfg
                 .num_attention_heads
                 .is_multiple_of(cfg.num_key_value_heads)
         {
             return Err(unsupported(
-                "hidden_size / num_attention_heads / num_key_value_heads do not divide".into(),
+                "num_attention_heads / num_key_value_heads do not divide".into(),
             ));
+        }
+        match value.get("head_dim").and_then(Value::as_u64) {
+            Some(d) => cfg.head_dim_override = Some(d as usize),
+            None if !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) => {
+                return Err(unsupported(
+                    "hidden_size is not a multiple of num_attention_heads, and no head_dim".into(),
+                ));
+            }
+            None => {}
+        }
+        if !cfg.head_dim().is_multiple_of(2) {
+            return Err(unsupported(format!("odd head_dim {}", cfg.head_dim())));
         }
         // plain rotary positions: every frequency follows the one position
         cfg.mrope_section = vec![cfg.head_dim() / 2, 0, 0];
-        cfg.qkv_bias = model_type == "qwen2";
+        cfg.qkv_bias = match value.get("attention_bias").and_then(Value::as_bool) {
+            Some(b) => b,
+            None => model_type == "qwen2",
+        };
+        cfg.qk_norm = model_type == "qwen3";
         let info = registry::find(&files.name);
         let max_pos = value
             .get("max_position_embeddings")

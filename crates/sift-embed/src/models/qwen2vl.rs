@@ -101,9 +101,15 @@ pub struct TextConfig {
     #[serde(skip)]
     pub mrope_section: Vec<usize>,
     /// Whether the query / key / value projections have biases (Qwen2: yes; Mistral,
-    /// Llama: no).
+    /// Llama, Qwen3: no).
     #[serde(skip)]
     pub qkv_bias: bool,
+    /// RMSNorm of each query and key head before the rotation (Qwen3's `q_norm`, `k_norm`).
+    #[serde(skip)]
+    pub qk_norm: bool,
+    /// Head dimension when the config gives one that is not hidden / heads (Qwen3).
+    #[serde(skip)]
+    pub head_dim_override: Option<usize>,
 }
 
 impl Default for TextConfig {
@@ -120,6 +126,8 @@ impl Default for TextConfig {
             rope_theta: Default::default(),
             mrope_section: Default::default(),
             qkv_bias: true,
+            qk_norm: false,
+            head_dim_override: None,
         }
     }
 }
@@ -127,7 +135,8 @@ impl Default for TextConfig {
 impl TextConfig {
     /// Dimension of one attention head.
     pub fn head_dim(&self) -> usize {
-        self.hidden_size / self.num_attention_heads.max(1)
+        self.head_dim_override
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 }
 
@@ -235,6 +244,31 @@ fn inv_freq(base: f64, dim: usize) -> Vec<f32> {
     (0..dim / 2)
         .map(|i| 1.0 / (base as f32).powf((2 * i) as f32 / dim as f32))
         .collect()
+}
+
+/// RMS-normalises each query head with `qn` and each key head with `kn` in a packed
+/// `(tokens, (hq + 2 hk) * d)` projection (values untouched).
+fn norm_heads(
+    qkv: &Tensor,
+    hq: usize,
+    hk: usize,
+    d: usize,
+    qn: &RmsNorm,
+    kn: &RmsNorm,
+) -> Result<Tensor> {
+    let n = qkv.dim(0)?;
+    let heads = |start: usize, count: usize, norm: &RmsNorm| -> Result<Tensor> {
+        norm.forward(
+            &qkv.narrow(1, start * d, count * d)?
+                .contiguous()?
+                .reshape((n * count, d))?,
+        )?
+        .reshape((n, count * d))
+    };
+    let q = heads(0, hq, qn)?;
+    let k = heads(hq, hk, kn)?;
+    let v = qkv.narrow(1, (hq + hk) * d, hk * d)?;
+    Tensor::cat(&[&q, &k, &v], 1)
 }
 
 /// Applies rotary tables to the query and key parts of a packed `(tokens, (hq + 2 hk) * d)`
@@ -454,6 +488,8 @@ impl VisionTower {
 
 struct DecoderLayer {
     input_norm: RmsNorm,
+    /// Per-head query / key norms (Qwen3), the query's carrying the attention scale.
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
     qkv: Linear,
     o: Linear,
     post_norm: RmsNorm,
@@ -505,17 +541,32 @@ impl TextModel {
             let l = vb.pp(format!("layers.{i}"));
             let a = l.pp("self_attn");
             let bias = cfg.qkv_bias;
+            // the attention scale goes into the queries: their projection, or, when the
+            // queries are normalised after it, their norm's weight
+            let (q_scale, qk_norm) = if cfg.qk_norm {
+                let qn = RmsNorm::new(
+                    (a.pp("q_norm").get(d, "weight")? * scale)?,
+                    cfg.rms_norm_eps,
+                );
+                let kn = RmsNorm::new(a.pp("k_norm").get(d, "weight")?, cfg.rms_norm_eps);
+                (1.0, Some((qn, kn)))
+            } else {
+                (scale, None)
+            };
             let q = ops::load_linear(&a.pp("q_proj"), h, hq * d, bias)?;
             let k = ops::load_linear(&a.pp("k_proj"), h, hk * d, bias)?;
             let v = ops::load_linear(&a.pp("v_proj"), h, hk * d, bias)?;
-            let w = Tensor::cat(&[&(q.weight() * scale)?, k.weight(), v.weight()], 0)?;
+            let w = Tensor::cat(&[&(q.weight() * q_scale)?, k.weight(), v.weight()], 0)?;
             let b = match (q.bias(), k.bias(), v.bias()) {
-                (Some(qb), Some(kb), Some(vb)) => Some(Tensor::cat(&[&(qb * scale)?, kb, vb], 0)?),
+                (Some(qb), Some(kb), Some(vb)) => {
+                    Some(Tensor::cat(&[&(qb * q_scale)?, kb, vb], 0)?)
+                }
                 _ => None,
             };
             let mlp = l.pp("mlp");
             layers.push(DecoderLayer {
                 input_norm: rms(l.pp("input_layernorm"))?,
+                qk_norm,
                 qkv: Linear::new(w, b),
                 o: ops::load_linear(&a.pp("o_proj"), hq * d, h, false)?,
                 post_norm: rms(l.pp("post_attention_layernorm"))?,
@@ -589,7 +640,10 @@ impl TextModel {
         );
         let (cos, sin) = self.rotary(positions, x.device(), x.dtype())?;
         for l in &self.layers {
-            let qkv = ops::linear(&l.qkv, &l.input_norm.forward(&x)?, None)?;
+            let mut qkv = ops::linear(&l.qkv, &l.input_norm.forward(&x)?, None)?;
+            if let Some((qn, kn)) = &l.qk_norm {
+                qkv = norm_heads(&qkv, hq, hk, d, qn, kn)?;
+            }
             let qkv = rotate_qkv(&qkv, hq, hk, d, &cos, &sin)?;
             let ctx = ops::attention(&qkv, segments, hq, d, true)?;
             x = ops::linear(&l.o, &ctx, Some(&x))?;
