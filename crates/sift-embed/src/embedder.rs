@@ -161,6 +161,8 @@ enum Prepared {
     Vision(Vec<(Vec<u32>, usize)>),
     /// GME tokenises inside its forward pass.
     Gme(Vec<String>, Role),
+    /// Decoders pool by role (instruction tokens left out of GritLM-style means).
+    Decoder(Vec<Vec<u32>>, Role),
 }
 
 impl PreparedTexts {
@@ -170,6 +172,7 @@ impl PreparedTexts {
             Prepared::Text(v) => v.len(),
             Prepared::Vision(v) => v.len(),
             Prepared::Gme(v, _) => v.len(),
+            Prepared::Decoder(v, _) => v.len(),
         }
     }
 
@@ -389,7 +392,7 @@ impl Embedder {
             Model::Text(m) => Prepared::Text(m.tokenize(texts, role)?),
             Model::Vision(m) => Prepared::Vision(m.tokenize(texts)?),
             Model::Gme(_) => Prepared::Gme(texts.iter().map(|t| t.to_string()).collect(), role),
-            Model::Decoder(m) => Prepared::Text(m.tokenize(texts, role)?),
+            Model::Decoder(m) => Prepared::Decoder(m.tokenize(texts, role)?, role),
         }))
     }
 
@@ -397,7 +400,7 @@ impl Embedder {
     pub fn embed_prepared_texts(&self, texts: &PreparedTexts) -> Result<Vec<Vec<f32>>> {
         match (&self.model, &texts.0) {
             (Model::Text(m), Prepared::Text(ids)) => m.embed_tokens(ids),
-            (Model::Decoder(m), Prepared::Text(ids)) => m.embed_tokens(ids),
+            (Model::Decoder(m), Prepared::Decoder(ids, role)) => m.embed_tokens(ids, *role),
             (Model::Vision(m), Prepared::Vision(ids)) => m.embed_tokenized(ids),
             (Model::Gme(m), Prepared::Gme(t, role)) => {
                 let refs: Vec<&str> = t.iter().map(String::as_str).collect();

@@ -48,7 +48,7 @@ pub use embedder::{
 pub use error::{Error, Result};
 pub use files::{ModelFiles, read_json};
 pub use image::PreprocessError;
-pub use models::decoder::{DECODER_MODEL_TYPES, DecoderEmbedder, DecoderOptions};
+pub use models::decoder::{DECODER_MODEL_TYPES, DecoderEmbedder, DecoderOptions, DecoderPooling};
 pub use models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
 pub use models::text::{Role, TextEmbedder, TextEmbedderOptions};
 pub use models::vision::{

@@ -32,6 +32,9 @@ pub struct ModelInfo {
     pub dim: usize,
     /// Maximum tokens per input, special tokens included.
     pub max_seq_len: usize,
+    /// Maximum tokens of a query when it differs from `max_seq_len` (GritLM: 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_max_seq_len: Option<usize>,
     /// Prepended to queries.
     pub query_prefix: String,
     /// Prepended to passages.
@@ -81,5 +84,13 @@ mod tests {
         let clip = find("clip-b32").unwrap();
         assert_eq!((clip.arch.as_str(), clip.dim), ("clip", 512));
         assert_eq!(find("google/siglip-so400m-patch14-384").unwrap().dim, 1152);
+        // GritLM as MM-BRIGHT's reference runs it: empty instructions, queries at 256 tokens
+        let grit = find("gritlm").unwrap();
+        assert_eq!(
+            (grit.pooling, grit.max_seq_len, grit.query_max_seq_len),
+            (Pooling::Mean, 2048, Some(256))
+        );
+        assert_eq!(grit.query_prefix, "<|embed|>\n");
+        assert_eq!(find("e5-mistral").unwrap().query_max_seq_len, None);
     }
 }

@@ -5,12 +5,21 @@
 use std::path::PathBuf;
 
 use candle_core::Device;
-use sift_embed::{DecoderEmbedder, DecoderOptions, ModelFiles, Role};
+use sift_embed::{DecoderEmbedder, DecoderOptions, DecoderPooling, ModelFiles, Role};
 
 #[derive(serde::Deserialize)]
 struct Reference {
     max_length: usize,
     models: std::collections::BTreeMap<String, Model>,
+    gritlm: Grit,
+}
+
+#[derive(serde::Deserialize)]
+struct Grit {
+    query_prefix: String,
+    passage_prefix: String,
+    query: Vec<Item>,
+    passage: Vec<Item>,
 }
 
 #[derive(serde::Deserialize)]
@@ -100,5 +109,43 @@ fn bf16_on_the_cpu_stays_within_its_bound() {
             assert!(c >= 0.999, "{name} bf16: cosine {c} for {:?}", item.text);
         }
         eprintln!("{name} bf16: worst cosine {worst}");
+    }
+}
+
+/// GritLM's embedding mode (bidirectional attention, mean over the tokens after the
+/// instruction) against GritLM's published `encode`, for queries with an instruction and
+/// documents with `<|embed|>\n`, on tiny-mistral's weights.
+#[test]
+fn gritlm_mode_matches_gritlm_encode() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/fixtures/decoder");
+    let reference: Reference =
+        serde_json::from_slice(&std::fs::read(root.join("reference.json")).unwrap()).unwrap();
+    let g = &reference.gritlm;
+    let files = ModelFiles::from_dir(&root.join("tiny-gritlm")).unwrap();
+    let model = DecoderEmbedder::load(
+        &files,
+        &Device::Cpu,
+        DecoderOptions {
+            batch_size: 3,
+            pooling: Some(DecoderPooling::MeanAfterPrefix),
+            prefixes: Some((g.query_prefix.clone(), g.passage_prefix.clone())),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for (role, items) in [(Role::Query, &g.query), (Role::Passage, &g.passage)] {
+        let texts: Vec<&str> = items.iter().map(|i| i.text.as_str()).collect();
+        let ids = model.tokenize(&texts, role).unwrap();
+        for (item, got) in items.iter().zip(&ids) {
+            assert_eq!(got, &item.input_ids, "{role:?}: ids of {:?}", item.text);
+        }
+        let vectors = model.embed(&texts, role).unwrap();
+        let mut worst = 1.0f64;
+        for (item, v) in items.iter().zip(&vectors) {
+            let c = cosine(v, &item.embedding);
+            worst = worst.min(c);
+            assert!(c >= 0.9999, "{role:?}: cosine {c} for {:?}", item.text);
+        }
+        eprintln!("gritlm {role:?}: worst cosine {worst}");
     }
 }

@@ -5,9 +5,11 @@
 //! state at the EOS, L2-normalised). The decoder is Qwen2-VL's language model
 //! (`qwen2vl::TextModel`) with one-dimensional rotary positions, query / key / value biases
 //! where the family has them, and Qwen3's per-head query / key norms and explicit head
-//! dimension. Bidirectional and mean-pooled variants (GritLM, ReasonIR), Llama-3's rotary
+//! dimension. ReasonIR (Llama-3.1, bidirectional, mean), Llama-3's rotary
 //! scaling and sliding windows shorter than the input are not supported yet: such
-//! configurations are refused when they load.
+//! configurations are refused when they load. [`DecoderPooling::MeanAfterPrefix`] is
+//! GritLM's embedding mode (its `GritLM.encode`): bidirectional attention, the mean of the
+//! states after the instruction's tokens.
 use candle_core::{DType, Device};
 use serde_json::Value;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
@@ -22,6 +24,17 @@ use crate::{Error, Result};
 /// Families this module runs (`model_type` in config.json).
 pub const DECODER_MODEL_TYPES: [&str; 3] = ["mistral", "qwen2", "qwen3"];
 
+/// How a decoder turns its hidden states into one vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecoderPooling {
+    /// Causal attention; the state of an EOS appended to the input (E5-Mistral, SFR,
+    /// Qwen2 / Qwen3 embedders).
+    LastToken,
+    /// Bidirectional attention; the mean of the states after the role's prefix (GritLM's
+    /// `encode`: the instruction's tokens, BOS included, are masked out of the mean).
+    MeanAfterPrefix,
+}
+
 /// Settings of a [`DecoderEmbedder`].
 #[derive(Debug, Clone)]
 pub struct DecoderOptions {
@@ -31,6 +44,12 @@ pub struct DecoderOptions {
     pub dtype: DType,
     /// Override of the maximum input length (tokens, BOS and EOS included).
     pub max_seq_len: Option<usize>,
+    /// Pooling; by default the registry's (`mean`: [`DecoderPooling::MeanAfterPrefix`]),
+    /// else [`DecoderPooling::LastToken`].
+    pub pooling: Option<DecoderPooling>,
+    /// The (query, passage) prefixes, instead of the registry's (an instruction in the
+    /// model's prompt format, e.g. GritLM's `<|user|>\n{instruction}\n<|embed|>\n`).
+    pub prefixes: Option<(String, String)>,
 }
 
 impl Default for DecoderOptions {
@@ -39,17 +58,25 @@ impl Default for DecoderOptions {
             batch_size: 8,
             dtype: DType::F32,
             max_seq_len: None,
+            pooling: None,
+            prefixes: None,
         }
     }
 }
 
-/// A decoder LM embedding texts at their last (EOS) token.
+/// A decoder LM embedding texts ([`DecoderPooling`]).
 pub struct DecoderEmbedder {
     name: String,
     model: TextModel,
     tokenizer: Tokenizer,
+    /// The tokenizer truncating at the query length, when queries have their own.
+    query_tokenizer: Option<Tokenizer>,
     eos: u32,
     max_seq_len: usize,
+    query_max_seq_len: usize,
+    pooling: DecoderPooling,
+    /// Tokens of each role's prefix alone (BOS included): what mean pooling leaves out.
+    prefix_tokens: [usize; 2],
     dim: usize,
     query_prefix: String,
     passage_prefix: String,
@@ -139,23 +166,55 @@ impl DecoderEmbedder {
                  supported yet"
             )));
         }
-        let mut tokenizer = files.load_tokenizer()?;
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                // room for the EOS appended after truncation, as the model cards do
-                max_length: max_seq_len - 1,
+        let pooling = options.pooling.unwrap_or(match info.map(|m| m.pooling) {
+            Some(crate::registry::Pooling::Mean) => DecoderPooling::MeanAfterPrefix,
+            _ => DecoderPooling::LastToken,
+        });
+        // last-token models keep room for the EOS appended after truncation, as the model
+        // cards do; GritLM truncates the whole input at max_length
+        let room = usize::from(pooling == DecoderPooling::LastToken);
+        let truncating = |max: usize| -> Result<Tokenizer> {
+            let mut t = files.load_tokenizer()?;
+            t.with_truncation(Some(TruncationParams {
+                max_length: max - room,
                 strategy: TruncationStrategy::LongestFirst,
                 stride: 0,
                 direction: TruncationDirection::Right,
             }))
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
-        tokenizer.with_padding(None);
+            t.with_padding(None);
+            Ok(t)
+        };
+        let tokenizer = truncating(max_seq_len)?;
+        let query_max_seq_len = info
+            .and_then(|m| m.query_max_seq_len)
+            .filter(|_| options.max_seq_len.is_none())
+            .unwrap_or(max_seq_len)
+            .min(max_seq_len);
+        let query_tokenizer = (query_max_seq_len != max_seq_len)
+            .then(|| truncating(query_max_seq_len))
+            .transpose()?;
         let eos = match value.get("eos_token_id") {
             Some(Value::Number(n)) => n.as_u64().map(|n| n as u32),
             Some(Value::Array(a)) => a.first().and_then(Value::as_u64).map(|n| n as u32),
             _ => None,
         }
         .ok_or_else(|| unsupported("no eos_token_id".into()))?;
+        let (query_prefix, passage_prefix) = match &options.prefixes {
+            Some(p) => p.clone(),
+            None => (
+                info.map(|m| m.query_prefix.clone()).unwrap_or_default(),
+                info.map(|m| m.passage_prefix.clone()).unwrap_or_default(),
+            ),
+        };
+        let count = |prefix: &str| -> Result<usize> {
+            Ok(tokenizer
+                .encode(prefix, true)
+                .map_err(|e| Error::Tokenizer(e.to_string()))?
+                .get_ids()
+                .len())
+        };
+        let prefix_tokens = [count(&query_prefix)?, count(&passage_prefix)?];
         let vb = files.var_builder(options.dtype, device)?;
         let model = TextModel::load(&vb, &cfg)
             .map_err(|e| unsupported(format!("weights do not match a {model_type} model: {e}")))?;
@@ -163,11 +222,15 @@ impl DecoderEmbedder {
             name: files.name.clone(),
             model,
             tokenizer,
+            query_tokenizer,
             eos,
             max_seq_len,
+            query_max_seq_len,
+            pooling,
+            prefix_tokens,
             dim: cfg.hidden_size,
-            query_prefix: info.map(|m| m.query_prefix.clone()).unwrap_or_default(),
-            passage_prefix: info.map(|m| m.passage_prefix.clone()).unwrap_or_default(),
+            query_prefix,
+            passage_prefix,
             device: device.clone(),
             options,
             content: files.content_hash()?,
@@ -189,6 +252,16 @@ impl DecoderEmbedder {
         self.max_seq_len
     }
 
+    /// Maximum tokens per query (GritLM: 256).
+    pub fn query_max_seq_len(&self) -> usize {
+        self.query_max_seq_len
+    }
+
+    /// The pooling in use.
+    pub fn pooling(&self) -> DecoderPooling {
+        self.pooling
+    }
+
     /// [`ModelFiles::content_hash`] of the files it was loaded from.
     pub fn content_hash(&self) -> &str {
         &self.content
@@ -205,9 +278,11 @@ impl DecoderEmbedder {
     /// Settings that decide the vectors besides the input (a cache key).
     pub fn fingerprint(&self, role: Role) -> String {
         format!(
-            "{}|decoder|last-token+eos|len={}|prefix={:?}|{:?}|{}|{}",
+            "{}|decoder|{:?}|len={}/{}|prefix={:?}|{:?}|{}|{}",
             self.name,
+            self.pooling,
             self.max_seq_len,
+            self.query_max_seq_len,
             self.prefix(role),
             self.options.dtype,
             crate::files::device_class(&self.device),
@@ -215,18 +290,24 @@ impl DecoderEmbedder {
         )
     }
 
-    /// Token ids of texts of `role`: the prefix, the tokenizer's ids (its BOS included) cut
-    /// at `max_seq_len - 1`, then EOS.
+    /// Token ids of texts of `role`: the prefix and text as the tokenizer makes them (its
+    /// BOS included), cut at the role's maximum (less one for last-token pooling, which then
+    /// appends EOS).
     pub fn tokenize(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<u32>>> {
         let prefix = self.prefix(role);
         let inputs: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}")).collect();
-        let enc = super::truncate::encode_truncated(&self.tokenizer, inputs, self.max_seq_len - 1)?;
+        let (tokenizer, max) = match (role, &self.query_tokenizer) {
+            (Role::Query, Some(t)) => (t, self.query_max_seq_len),
+            _ => (&self.tokenizer, self.max_seq_len),
+        };
+        let last = self.pooling == DecoderPooling::LastToken;
+        let enc = super::truncate::encode_truncated(tokenizer, inputs, max - usize::from(last))?;
         Ok(enc
             .into_iter()
             .map(|e| {
                 let mut ids = e.get_ids().to_vec();
                 // one EOS at the end, whether or not the tokenizer adds it itself
-                if ids.last() != Some(&self.eos) {
+                if last && ids.last() != Some(&self.eos) {
                     ids.push(self.eos);
                 }
                 ids
@@ -234,8 +315,13 @@ impl DecoderEmbedder {
             .collect())
     }
 
-    /// Unit vectors of token id sequences, in order (packed, longest first, in batches).
-    pub fn embed_tokens(&self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+    /// Unit vectors of token id sequences of `role`, in order (packed, longest first, in
+    /// batches).
+    pub fn embed_tokens(&self, ids: &[Vec<u32>], role: Role) -> Result<Vec<Vec<f32>>> {
+        let skip = match role {
+            Role::Query => self.prefix_tokens[0],
+            Role::Passage => self.prefix_tokens[1],
+        };
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); ids.len()];
@@ -248,9 +334,34 @@ impl DecoderEmbedder {
                 .collect();
             let x = self.model.embed_tokens(&all)?;
             let segments = Segment::packed(lens.iter().copied());
-            let last: Vec<usize> = segments.iter().map(|s| s.start + s.len - 1).collect();
-            let h = self.model.forward(x, &positions, &segments, &last)?;
-            let h = l2_normalize(&h.to_dtype(DType::F32)?)?;
+            let h = match self.pooling {
+                DecoderPooling::LastToken => {
+                    let last: Vec<usize> = segments.iter().map(|s| s.start + s.len - 1).collect();
+                    self.model
+                        .forward(x, &positions, &segments, &last, true)?
+                        .to_dtype(DType::F32)?
+                }
+                DecoderPooling::MeanAfterPrefix => {
+                    let rows: Vec<usize> = (0..all.len()).collect();
+                    let states = self
+                        .model
+                        .forward(x, &positions, &segments, &rows, false)?
+                        .to_dtype(DType::F32)?;
+                    // the mean over each sequence's tokens after its prefix (over all of it
+                    // when truncation left nothing after the prefix)
+                    let means = segments
+                        .iter()
+                        .map(|s| {
+                            let from = if skip < s.len { skip } else { 0 };
+                            states
+                                .narrow(0, s.start + from, s.len - from)?
+                                .mean_keepdim(0)
+                        })
+                        .collect::<candle_core::Result<Vec<_>>>()?;
+                    candle_core::Tensor::cat(&means, 0)?
+                }
+            };
+            let h = l2_normalize(&h)?;
             for (&i, v) in chunk.iter().zip(h.to_vec2::<f32>()?) {
                 out[i] = v;
             }
@@ -260,6 +371,6 @@ impl DecoderEmbedder {
 
     /// Unit vectors of texts of `role`.
     pub fn embed(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<f32>>> {
-        self.embed_tokens(&self.tokenize(texts, role)?)
+        self.embed_tokens(&self.tokenize(texts, role)?, role)
     }
 }

@@ -620,7 +620,7 @@ impl GmeEmbedder {
         }
         let segments = Segment::packed(lens.iter().copied());
         let last: Vec<usize> = segments.iter().map(|s| s.start + s.len - 1).collect();
-        let h = self.text.forward(x, &positions, &segments, &last)?;
+        let h = self.text.forward(x, &positions, &segments, &last, true)?;
         Ok(l2_normalize(&h)?.to_vec2::<f32>()?)
     }
 

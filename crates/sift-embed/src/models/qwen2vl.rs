@@ -624,7 +624,7 @@ impl TextModel {
     }
 
     /// Runs the decoder over the packed input embeddings `x` `(tokens, hidden)`: sequences
-    /// given by `segments` (causal attention within each), each token at `positions`.
+    /// given by `segments` (attention within each, causal or not), each token at `positions`.
     /// Returns the final-norm hidden states of the rows `pick` (e.g. each sequence's last).
     pub fn forward(
         &self,
@@ -632,6 +632,7 @@ impl TextModel {
         positions: &[Position],
         segments: &[Segment],
         pick: &[usize],
+        causal: bool,
     ) -> Result<Tensor> {
         let (hq, hk, d) = (
             self.cfg.num_attention_heads,
@@ -645,7 +646,7 @@ impl TextModel {
                 qkv = norm_heads(&qkv, hq, hk, d, qn, kn)?;
             }
             let qkv = rotate_qkv(&qkv, hq, hk, d, &cos, &sin)?;
-            let ctx = ops::attention(&qkv, segments, hq, d, true)?;
+            let ctx = ops::attention(&qkv, segments, hq, d, causal)?;
             x = ops::linear(&l.o, &ctx, Some(&x))?;
             let h = l.post_norm.forward(&x)?;
             let g = ops::linear_act(&l.gate, &h, None, Some(self.act))?;
