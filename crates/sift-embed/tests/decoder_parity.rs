@@ -1,4 +1,4 @@
-//! Mistral, Qwen2 and Qwen3 decoders as last-token embedders against E5-Mistral's model-card code
+//! Mistral, Qwen2, Qwen3 and Llama (3.1 rotary scaling) decoders as last-token embedders against E5-Mistral's model-card code
 //! run through transformers 5.24 (eager attention, f32) on tiny random checkpoints
 //! (`models/fixtures/decoder/make_tiny_decoders.py`): identical token ids with the EOS
 //! appended (truncated input included), cosine >= 0.9999, in a packed batch and alone.
@@ -42,11 +42,11 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 }
 
 #[test]
-fn mistral_qwen2_and_qwen3_match_the_model_card_code() {
+fn decoders_match_the_model_card_code() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/fixtures/decoder");
     let reference: Reference =
         serde_json::from_slice(&std::fs::read(root.join("reference.json")).unwrap()).unwrap();
-    assert_eq!(reference.models.len(), 3);
+    assert_eq!(reference.models.len(), 4);
     for (name, m) in &reference.models {
         let files = ModelFiles::from_dir(&root.join(name)).unwrap();
         let model = DecoderEmbedder::load(

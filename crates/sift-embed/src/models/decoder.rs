@@ -1,15 +1,15 @@
-//! Decoder language models as text embedders: Mistral, Qwen2 and Qwen3 checkpoints run with
-//! causal attention and pooled at the last token, an end-of-sequence token appended, as
-//! E5-Mistral, SFR-Embedding-Mistral, RaDeR and Qwen3-Embedding embed (the model cards'
-//! `last_token_pool`: the tokenizer's ids, at most `max_length - 1` of them, then EOS; the
-//! state at the EOS, L2-normalised). The decoder is Qwen2-VL's language model
-//! (`qwen2vl::TextModel`) with one-dimensional rotary positions, query / key / value biases
-//! where the family has them, and Qwen3's per-head query / key norms and explicit head
-//! dimension. ReasonIR (Llama-3.1, bidirectional, mean), Llama-3's rotary
-//! scaling and sliding windows shorter than the input are not supported yet: such
-//! configurations are refused when they load. [`DecoderPooling::MeanAfterPrefix`] is
-//! GritLM's embedding mode (its `GritLM.encode`): bidirectional attention, the mean of the
-//! states after the instruction's tokens.
+//! Decoder language models as text embedders: Mistral, Qwen2, Qwen3 and Llama checkpoints.
+//! [`DecoderPooling::LastToken`] runs them with causal attention and pools at an appended
+//! end-of-sequence token, as E5-Mistral, SFR-Embedding-Mistral, RaDeR and Qwen3-Embedding
+//! embed (the model cards' `last_token_pool`: the tokenizer's ids, at most
+//! `max_length - 1` of them, then EOS; the state at the EOS, L2-normalised);
+//! [`DecoderPooling::MeanAfterPrefix`] is GritLM's embedding mode (its `GritLM.encode`):
+//! bidirectional attention, the mean of the states after the instruction's tokens. The
+//! decoder is Qwen2-VL's language model (`qwen2vl::TextModel`) with one-dimensional rotary
+//! positions, query / key / value biases where the family has them, Qwen3's per-head query
+//! / key norms and explicit head dimension, and Llama 3's rotary scaling. Other rotary
+//! scalings and sliding windows shorter than the input are not supported yet: such
+//! configurations are refused when they load.
 use candle_core::{DType, Device};
 use serde_json::Value;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
@@ -22,7 +22,7 @@ use crate::registry;
 use crate::{Error, Result};
 
 /// Families this module runs (`model_type` in config.json).
-pub const DECODER_MODEL_TYPES: [&str; 3] = ["mistral", "qwen2", "qwen3"];
+pub const DECODER_MODEL_TYPES: [&str; 4] = ["mistral", "qwen2", "qwen3", "llama"];
 
 /// How a decoder turns its hidden states into one vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +86,8 @@ pub struct DecoderEmbedder {
 }
 
 impl DecoderEmbedder {
-    /// Loads a Mistral, Qwen2 or Qwen3 checkpoint (`model_type` mistral / qwen2 / qwen3).
+    /// Loads a Mistral, Qwen2, Qwen3 or Llama checkpoint (`model_type` mistral / qwen2 /
+    /// qwen3 / llama).
     pub fn load(files: &ModelFiles, device: &Device, options: DecoderOptions) -> Result<Self> {
         let value: Value = read_json(&files.config)?;
         let unsupported = |message: String| Error::Unsupported {
@@ -113,10 +114,36 @@ impl DecoderEmbedder {
         cfg.rope_theta = lookup("rope_theta")
             .and_then(Value::as_f64)
             .unwrap_or(10_000.0);
-        if let Some(scaling) = value.get("rope_scaling").filter(|v| !v.is_null()) {
-            return Err(unsupported(format!(
-                "rope_scaling {scaling} is not supported yet"
-            )));
+        // rotary scaling: transformers 4's `rope_scaling`, or 5's `rope_parameters`
+        let scaling = value
+            .get("rope_scaling")
+            .filter(|v| !v.is_null())
+            .or_else(|| value.get("rope_parameters"));
+        let rope_type = scaling
+            .and_then(|r| r.get("rope_type").or_else(|| r.get("type")))
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        match rope_type {
+            "default" => {}
+            "llama3" => {
+                let r = scaling.expect("a rope type comes from a scaling object");
+                let num = |k: &str| -> Result<f64> {
+                    r.get(k)
+                        .and_then(Value::as_f64)
+                        .ok_or_else(|| unsupported(format!("llama3 rotary scaling without {k}")))
+                };
+                cfg.llama3_rope = Some(crate::models::qwen2vl::Llama3Rope {
+                    factor: num("factor")?,
+                    low_freq_factor: num("low_freq_factor")?,
+                    high_freq_factor: num("high_freq_factor")?,
+                    original_max_position_embeddings: num("original_max_position_embeddings")?,
+                });
+            }
+            other => {
+                return Err(unsupported(format!(
+                    "rotary scaling {other:?} is not supported yet"
+                )));
+            }
         }
         if cfg.num_attention_heads == 0
             || cfg.num_key_value_heads == 0

@@ -110,6 +110,72 @@ pub struct TextConfig {
     /// Head dimension when the config gives one that is not hidden / heads (Qwen3).
     #[serde(skip)]
     pub head_dim_override: Option<usize>,
+    /// Llama 3's rotary frequency scaling (`rope_type` llama3).
+    #[serde(skip)]
+    pub llama3_rope: Option<Llama3Rope>,
+}
+
+/// Llama 3's rotary scaling (transformers' `_compute_llama3_parameters`): long wavelengths
+/// divided by `factor`, short ones kept, a smooth blend between.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3Rope {
+    /// `factor`.
+    pub factor: f64,
+    /// `low_freq_factor`.
+    pub low_freq_factor: f64,
+    /// `high_freq_factor`.
+    pub high_freq_factor: f64,
+    /// `original_max_position_embeddings`.
+    pub original_max_position_embeddings: f64,
+}
+
+impl Llama3Rope {
+    /// Scales rotary inverse frequencies.
+    pub fn apply(&self, inv_freq: &mut [f32]) {
+        let old = self.original_max_position_embeddings;
+        let low_wavelen = old / self.low_freq_factor;
+        let high_wavelen = old / self.high_freq_factor;
+        for f in inv_freq.iter_mut() {
+            let freq = *f as f64;
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let scaled = if wavelen > low_wavelen {
+                freq / self.factor
+            } else if wavelen < high_wavelen {
+                freq
+            } else {
+                let smooth = (old / wavelen - self.low_freq_factor)
+                    / (self.high_freq_factor - self.low_freq_factor);
+                (1.0 - smooth) * freq / self.factor + smooth * freq
+            };
+            *f = scaled as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod llama3_tests {
+    use super::*;
+
+    #[test]
+    fn llama3_scaling_keeps_short_and_divides_long_wavelengths() {
+        let r = Llama3Rope {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        };
+        // wavelengths 2 pi / f: 6.3 (kept), 1e6 (divided by 8), 4000 (blended)
+        let mut f = [
+            1.0f32,
+            (2.0 * std::f64::consts::PI / 1e6) as f32,
+            (2.0 * std::f64::consts::PI / 4000.0) as f32,
+        ];
+        let before = f;
+        r.apply(&mut f);
+        assert_eq!(f[0], before[0]);
+        assert!((f[1] - before[1] / 8.0).abs() < 1e-12);
+        assert!(f[2] < before[2] && f[2] > before[2] / 8.0);
+    }
 }
 
 impl Default for TextConfig {
@@ -128,6 +194,7 @@ impl Default for TextConfig {
             qkv_bias: true,
             qk_norm: false,
             head_dim_override: None,
+            llama3_rope: None,
         }
     }
 }
@@ -580,7 +647,13 @@ impl TextModel {
             layers,
             norm: rms(vb.pp("norm"))?,
             act: Act::parse(&cfg.hidden_act).unwrap_or(Act::Silu),
-            inv_freq: inv_freq(cfg.rope_theta, d),
+            inv_freq: {
+                let mut f = inv_freq(cfg.rope_theta, d);
+                if let Some(r) = cfg.llama3_rope {
+                    r.apply(&mut f);
+                }
+                f
+            },
             cfg: cfg.clone(),
         })
     }
