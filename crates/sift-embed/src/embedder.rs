@@ -6,9 +6,9 @@ use candle_core::DType;
 
 use crate::image::PreprocessError;
 use crate::models::decoder::{DecoderEmbedder, DecoderOptions};
-use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, is_gme_model};
+use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions};
 use crate::models::text::{Role, TextEmbedder, TextEmbedderOptions};
-use crate::models::vision::{VisionArch, VisionEmbedder, VisionOptions, is_vision_model};
+use crate::models::vision::{VisionArch, VisionEmbedder, VisionOptions};
 use crate::{DevicePref, Error, ModelFiles, Result, select_device};
 
 /// A model family, told from `config.json`'s `model_type`.
@@ -38,29 +38,18 @@ impl Family {
         }
     }
 
-    /// The family of the model whose `config.json` is at `config`.
+    /// The family of the model whose `config.json` is at `config`, from its `model_type`
+    /// (read once; BERT configs may have none).
     pub fn of(config: &std::path::Path) -> Family {
         let model_type = crate::read_json::<serde_json::Value>(config)
             .ok()
             .and_then(|v| v.get("model_type")?.as_str().map(str::to_owned));
-        if is_gme_model(config) {
-            Family::Gme
-        } else if model_type
-            .as_deref()
-            .is_some_and(|t| crate::DECODER_MODEL_TYPES.contains(&t))
-        {
-            Family::Decoder
-        } else if is_vision_model(config) {
-            match crate::read_json::<serde_json::Value>(config)
-                .ok()
-                .and_then(|v| v.get("model_type")?.as_str().map(str::to_owned))
-                .as_deref()
-            {
-                Some("siglip") => Family::Siglip,
-                _ => Family::Clip,
-            }
-        } else {
-            Family::Text
+        match model_type.as_deref() {
+            Some("qwen2_vl") => Family::Gme,
+            Some("clip") => Family::Clip,
+            Some("siglip") => Family::Siglip,
+            Some(t) if crate::DECODER_MODEL_TYPES.contains(&t) => Family::Decoder,
+            _ => Family::Text,
         }
     }
 }

@@ -332,14 +332,7 @@ use crate::files::read_json;
 
 /// Whether `config.json` describes a Qwen2-VL model (GME).
 pub fn is_gme_model(config: &Path) -> bool {
-    read_json::<Value>(config)
-        .ok()
-        .and_then(|v| {
-            v.get("model_type")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .is_some_and(|t| t == "qwen2_vl")
+    crate::Family::of(config) == crate::Family::Gme
 }
 
 impl GmeEmbedder {

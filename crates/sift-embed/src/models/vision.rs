@@ -103,10 +103,10 @@ use crate::files::read_json;
 
 /// Whether `config.json` describes a model this module loads.
 pub fn is_vision_model(config: &Path) -> bool {
-    read_json::<Arch>(config)
-        .ok()
-        .and_then(|a| a.model_type)
-        .is_some_and(|t| t == "clip" || t == "siglip")
+    matches!(
+        crate::Family::of(config),
+        crate::Family::Clip | crate::Family::Siglip
+    )
 }
 
 impl VisionEmbedder {
