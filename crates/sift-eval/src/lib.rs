@@ -32,7 +32,7 @@ pub use error::{Error, Result};
 pub use links::{LinkReport, LinkStats, Links, PairLink};
 pub use metrics::{
     CUTOFFS, Evaluation, Exclusions, Metrics, Run, RunEntry, evaluate, evaluate_query,
-    metric_names, trec_order,
+    metric_names, trec_order, trec_score_key,
 };
 pub use report::{DomainResult, Report};
 pub use tasks::{

@@ -42,21 +42,23 @@ pub type Exclusions = BTreeMap<String, BTreeSet<String>>;
 /// trec_eval's order: score descending, compared as 32-bit floats (trec_eval stores scores
 /// in a C `float`, and `-0.0 == 0.0`), then document id descending in byte order.
 pub fn trec_order(a: &RunEntry, b: &RunEntry) -> Ordering {
-    // A total order (sorting with a partial one can panic): -0 and 0 compare equal as in
-    // trec_eval, and a NaN score ranks with -infinity, below every real score.
-    let key = |s: f64| {
-        let s = s as f32;
-        if s.is_nan() {
-            f32::NEG_INFINITY
-        } else if s == 0.0 {
-            0.0
-        } else {
-            s
-        }
-    };
-    key(b.score)
-        .total_cmp(&key(a.score))
+    trec_score_key(b.score)
+        .total_cmp(&trec_score_key(a.score))
         .then_with(|| b.doc.as_bytes().cmp(a.doc.as_bytes()))
+}
+
+/// The key [`trec_order`] sorts scores by (descending, with `f32::total_cmp`): the score as
+/// a 32-bit float, -0 as 0 (they compare equal in trec_eval), NaN as -infinity (below every
+/// real score), so that the order is total (sorting with a partial one can panic).
+pub fn trec_score_key(score: f64) -> f32 {
+    let s = score as f32;
+    if s.is_nan() {
+        f32::NEG_INFINITY
+    } else if s == 0.0 {
+        0.0
+    } else {
+        s
+    }
 }
 
 /// Metrics of one query. `ranking` is sorted here; `excluded` documents are removed first.
@@ -257,6 +259,38 @@ mod tests {
             ["judged", "no_run"]
         );
         assert_eq!(ev.mean["ndcg@10"], 0.5);
+    }
+
+    /// Callers that sort (score, something) pairs themselves (Task 4's pair selection) use
+    /// the key: it orders scores exactly as trec_order does.
+    #[test]
+    fn the_score_key_orders_like_trec_order() {
+        let scores = [
+            f32::NAN,
+            f32::NEG_INFINITY,
+            -1.0,
+            -0.0,
+            0.0,
+            1.0,
+            f32::INFINITY,
+        ];
+        for &a in &scores {
+            for &b in &scores {
+                let ea = RunEntry {
+                    doc: "x".into(),
+                    score: a as f64,
+                };
+                let eb = RunEntry {
+                    doc: "x".into(),
+                    score: b as f64,
+                };
+                assert_eq!(
+                    trec_score_key(b as f64).total_cmp(&trec_score_key(a as f64)),
+                    trec_order(&ea, &eb),
+                    "{a} {b}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use rayon::prelude::*;
-use sift_eval::{NO_IMAGE, PAIR_SEP, Pairs, RunEntry};
+use sift_eval::{NO_IMAGE, PAIR_SEP, Pairs, RunEntry, trec_score_key};
 use sift_index::{AnnMode, Bm25Domain, Bm25Params, DenseDomain, IndexDir, Scratch, dot};
 
 use crate::fusion;
@@ -525,8 +525,8 @@ impl DomainSearcher {
             )
         };
         let order = |a: &(f32, u32), b: &(f32, u32)| {
-            trec_key(b.0)
-                .total_cmp(&trec_key(a.0))
+            trec_score_key(b.0 as f64)
+                .total_cmp(&trec_score_key(a.0 as f64))
                 .then_with(|| cmp_pair_ids(half(b.1), half(a.1)))
         };
         let k = settings.top_k;
@@ -560,17 +560,6 @@ impl DomainSearcher {
             Some(*geometry.image_index.get(img)?)
         };
         pairs.find(p, img)
-    }
-}
-
-/// trec_eval's sort key of a score: the f32 value, -0 as 0, NaN below every real score.
-fn trec_key(s: f32) -> f32 {
-    if s.is_nan() {
-        f32::NEG_INFINITY
-    } else if s == 0.0 {
-        0.0
-    } else {
-        s
     }
 }
 
@@ -644,33 +633,6 @@ mod tests {
                         );
                     }
                 }
-            }
-        }
-    }
-
-    #[test]
-    fn trec_key_orders_like_trec_order() {
-        let scores = [
-            f32::NAN,
-            f32::NEG_INFINITY,
-            -1.0,
-            -0.0,
-            0.0,
-            1.0,
-            f32::INFINITY,
-        ];
-        for &a in &scores {
-            for &b in &scores {
-                let ea = RunEntry {
-                    doc: "x".into(),
-                    score: a as f64,
-                };
-                let eb = RunEntry {
-                    doc: "x".into(),
-                    score: b as f64,
-                };
-                let want = sift_eval::trec_order(&ea, &eb);
-                assert_eq!(trec_key(b).total_cmp(&trec_key(a)), want, "{a} {b}");
             }
         }
     }
