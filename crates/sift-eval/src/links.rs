@@ -137,16 +137,8 @@ impl Links {
                         sources.extend(labels.sources.iter().cloned());
                     }
                 }
-                let passage_index: HashMap<&str, u32> = passages
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (p.as_ref(), i as u32))
-                    .collect();
-                let image_index: HashMap<&str, u32> = images
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (p.as_ref(), i as u32))
-                    .collect();
+                let passage_index = index_of(passages);
+                let image_index = index_of(images);
                 let mut unknown: HashSet<&str> = HashSet::new();
                 for (img, pid) in &sources {
                     let Some(&p) = passage_index.get(pid.as_str()) else {
@@ -209,6 +201,14 @@ impl Links {
             PairLink::SourceId => self.sources.contains(&(image.to_string(), pid.to_string())),
         }
     }
+}
+
+/// Each id's position in `ids`.
+pub(crate) fn index_of(ids: &[impl AsRef<str>]) -> HashMap<&str, u32> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_ref(), i as u32))
+        .collect()
 }
 
 /// Per-domain link statistics, by domain.

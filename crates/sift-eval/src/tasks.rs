@@ -1,12 +1,12 @@
 //! Assembly of evaluation tasks from a corpus (`shared/docs/mm-bright-protocol.md`,
 //! "Qrels per task").
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 
 use sift_core::{Corpus, Example, Layout, Qrels, WarningKind, Warnings};
 
 use crate::Result;
-use crate::links::Links;
+use crate::links::{Links, index_of};
 use crate::metrics::Exclusions;
 
 /// The four MM-BRIGHT tasks (protocol, "Tasks").
@@ -378,16 +378,8 @@ pub fn task4(
 ) -> Result<TaskData> {
     let mut warnings = Warnings::new();
     let examples = corpus.examples(domain, true, &mut warnings)?;
-    let passage_index: HashMap<&str, u32> = passages
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (p.as_ref(), i as u32))
-        .collect();
-    let image_index: HashMap<&str, u32> = images
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (p.as_ref(), i as u32))
-        .collect();
+    let passage_index = index_of(passages);
+    let image_index = index_of(images);
     let source = corpus.root().join("examples_multimodal");
     let mut data = TaskData {
         domain: domain.to_string(),
