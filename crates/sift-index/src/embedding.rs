@@ -245,18 +245,13 @@ pub(crate) fn build_dense(
                     source,
                 })?
             };
-            if fresh.len() != texts.len() || fresh.iter().any(|v| v.len() != dim) {
-                return Err(output_err(format!(
-                    "expected {} vectors of {dim} dimensions",
-                    texts.len()
-                )));
-            }
-            if let Some(j) = fresh.iter().position(|v| v.iter().any(|x| !x.is_finite())) {
-                return Err(output_err(format!(
+            check_output(&fresh, texts.len(), dim, |j| {
+                format!(
                     "the vector of passage {:?} is not finite (NaN or infinity): the model's weights or settings are broken",
                     chunk[missing[j]].id
-                )));
-            }
+                )
+            })
+            .map_err(output_err)?;
             let entries: Vec<(u128, &[f32])> = missing
                 .iter()
                 .zip(&fresh)
@@ -443,18 +438,13 @@ pub(crate) fn build_images(
                             source,
                         })?
                 };
-                if fresh.len() != positions.len() || fresh.iter().any(|v| v.len() != dim) {
-                    return Err(output_err(format!(
-                        "expected {} vectors of {dim} dimensions",
-                        positions.len()
-                    )));
-                }
-                if let Some(j) = fresh.iter().position(|v| v.iter().any(|x| !x.is_finite())) {
-                    return Err(output_err(format!(
+                check_output(&fresh, positions.len(), dim, |j| {
+                    format!(
                         "the vector of image {:?} is not finite (NaN or infinity): the model's weights or preprocessing settings are broken",
                         p.records[positions[j]].path
-                    )));
-                }
+                    )
+                })
+                .map_err(output_err)?;
                 let entries: Vec<(u128, &[f32])> = positions
                     .iter()
                     .zip(&fresh)
@@ -506,4 +496,21 @@ pub(crate) fn counts(
     only.iter()
         .map(|d| (d.clone(), domains.get(d).map_or(0, |i| i.passages)))
         .collect()
+}
+
+/// Whether a model returned `n` vectors of `dim` finite values; else the message: the count
+/// or shape, or `non_finite(j)` for the first vector `j` holding a NaN or infinity.
+fn check_output(
+    fresh: &[Vec<f32>],
+    n: usize,
+    dim: usize,
+    non_finite: impl FnOnce(usize) -> String,
+) -> std::result::Result<(), String> {
+    if fresh.len() != n || fresh.iter().any(|v| v.len() != dim) {
+        return Err(format!("expected {n} vectors of {dim} dimensions"));
+    }
+    match fresh.iter().position(|v| v.iter().any(|x| !x.is_finite())) {
+        Some(j) => Err(non_finite(j)),
+        None => Ok(()),
+    }
 }
