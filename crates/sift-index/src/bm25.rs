@@ -311,24 +311,6 @@ pub struct Hit {
     pub score: f32,
 }
 
-/// The best `k` of `hits` under `order` (best first), sorted: a partial selection, then a
-/// sort of the `k` kept.
-pub(crate) fn top_k(
-    mut hits: Vec<Hit>,
-    k: usize,
-    order: impl Fn(&Hit, &Hit) -> std::cmp::Ordering + Copy,
-) -> Vec<Hit> {
-    if k < hits.len() {
-        if k == 0 {
-            return Vec::new();
-        }
-        hits.select_nth_unstable_by(k - 1, order);
-        hits.truncate(k);
-    }
-    hits.sort_unstable_by(order);
-    hits
-}
-
 /// Per-thread working memory for [`Bm25Domain::search`]; reuse it across queries.
 pub struct Scratch {
     /// Global document number -> score so far.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bm25::{Hit, top_k};
+use crate::bm25::Hit;
 use crate::hnsw::Hnsw;
 use crate::{Error, Result};
 pub use sift_simd::dot;
@@ -344,4 +344,22 @@ impl DenseDomain {
         let order = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.ord.cmp(&b.ord));
         Ok(top_k(hits, k, order))
     }
+}
+
+/// The best `k` of `hits` under `order` (best first), sorted: a partial selection, then a
+/// sort of the `k` kept.
+fn top_k(
+    mut hits: Vec<Hit>,
+    k: usize,
+    order: impl Fn(&Hit, &Hit) -> std::cmp::Ordering + Copy,
+) -> Vec<Hit> {
+    if k < hits.len() {
+        if k == 0 {
+            return Vec::new();
+        }
+        hits.select_nth_unstable_by(k - 1, order);
+        hits.truncate(k);
+    }
+    hits.sort_unstable_by(order);
+    hits
 }
