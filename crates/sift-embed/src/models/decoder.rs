@@ -200,8 +200,9 @@ impl DecoderEmbedder {
         // last-token models keep room for the EOS appended after truncation, as the model
         // cards do; GritLM truncates the whole input at max_length
         let room = usize::from(pooling == DecoderPooling::LastToken);
+        let loaded = files.load_tokenizer()?;
         let truncating = |max: usize| -> Result<Tokenizer> {
-            let mut t = files.load_tokenizer()?;
+            let mut t = loaded.clone();
             t.with_truncation(Some(TruncationParams {
                 max_length: max - room,
                 strategy: TruncationStrategy::LongestFirst,
