@@ -10,6 +10,8 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod bf16;
+
 /// The widest instruction set the kernels may use on this processor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {

@@ -1,0 +1,775 @@
+//! Matrix products with bfloat16 weights and f32 activations: `out += x · Wᵀ` for a linear
+//! layer's weight `W` (`n` outputs × `k` inputs, row-major as checkpoints store it).
+//!
+//! The weight is packed once ([`PackedBf16::pack`]) into panels of 64 output columns whose
+//! rows are pairs of consecutive inputs, the layout the AVX512-BF16 dot product `vdpbf16ps`
+//! reads: one 64-byte line holds 16 columns × 2 inputs. Two kernels run over it:
+//!
+//! - [`Kernel::DotBf16`] (processors with AVX512-BF16: AMD Zen 4 and later, Intel Cooper Lake
+//!   and Sapphire Rapids and later): the activations are rounded to bfloat16 (to nearest,
+//!   ties to even) and multiplied pairwise into f32 accumulators, two multiply-adds per lane
+//!   per instruction, as PyTorch's bfloat16 matrix products do;
+//! - [`Kernel::F32`] (everywhere else, and on request): the weights are widened to f32 in
+//!   registers (exact) and multiplied with the unrounded f32 activations.
+//!
+//! Both accumulate in f32. The product is split over the panels (and over rows when there
+//! are fewer panels than threads) on rayon's pool; each task writes its own columns.
+use rayon::prelude::*;
+
+/// Output columns per packed panel.
+pub const PANEL: usize = 64;
+/// Input pairs per cache block: a panel's block is `PAIRS_PER_BLOCK * 256` bytes (40 KiB;
+/// measured best among 64-256 on AMD Zen 4), which every row tile of the task reads.
+const PAIRS_PER_BLOCK: usize = 160;
+
+/// One 64-byte line of a panel: 16 output columns × 2 consecutive inputs (bfloat16 bits).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u16; 32]);
+
+/// The kernel a product runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// AVX512-BF16 `vdpbf16ps`: activations rounded to bfloat16, f32 accumulation.
+    DotBf16,
+    /// Weights widened to f32, f32 activations and accumulation (portable; AVX-512F or
+    /// AVX2/FMA code where the processor has it).
+    F32,
+}
+
+impl Kernel {
+    /// The fastest kernel this processor runs.
+    pub fn best() -> Kernel {
+        if has_dot_bf16() {
+            Kernel::DotBf16
+        } else {
+            Kernel::F32
+        }
+    }
+}
+
+/// Whether the processor has AVX512-BF16 (with the AVX-512 foundation and byte/word
+/// instructions the kernel also uses).
+pub fn has_dot_bf16() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            has!("avx512f") && has!("avx512bw") && has!("avx512bf16")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
+/// Rounds an f32 to bfloat16 bits: to nearest, ties to even; NaN stays NaN.
+#[inline]
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) as u16) | 0x0040;
+    }
+    (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+}
+
+/// Widens bfloat16 bits to f32 (exact).
+#[inline]
+pub fn bf16_to_f32(x: u16) -> f32 {
+    f32::from_bits(u32::from(x) << 16)
+}
+
+/// A linear layer's weight, packed for [`PackedBf16::matmul_acc`].
+#[derive(Clone)]
+pub struct PackedBf16 {
+    n: usize,
+    k: usize,
+    /// Input pairs (`k` rounded up to even, halved).
+    pairs: usize,
+    lines: Vec<Line>,
+}
+
+impl std::fmt::Debug for PackedBf16 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedBf16")
+            .field("n", &self.n)
+            .field("k", &self.k)
+            .finish()
+    }
+}
+
+/// A raw output pointer shared by tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: every task writes its own (row, column) ranges of the output; no element is
+// written by two tasks, and the output outlives the parallel loop.
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}
+
+impl PackedBf16 {
+    /// Packs `w`: `n` rows of `k` bfloat16 values (bits), row-major (a linear layer's
+    /// `(out, in)` weight). Panics when `w.len() != n * k`.
+    pub fn pack(w: &[u16], n: usize, k: usize) -> PackedBf16 {
+        assert_eq!(w.len(), n * k, "a {n}x{k} weight has {} values", w.len());
+        let pairs = k.div_ceil(2);
+        let panels = n.div_ceil(PANEL);
+        let mut lines = vec![Line([0; 32]); panels * pairs * 4];
+        lines
+            .par_chunks_mut(pairs * 4)
+            .enumerate()
+            .for_each(|(p, panel)| {
+                for c in 0..PANEL {
+                    let row = p * PANEL + c;
+                    if row >= n {
+                        break;
+                    }
+                    let src = &w[row * k..(row + 1) * k];
+                    let (v, lane) = (c / 16, c % 16);
+                    for (q, pair) in src.chunks(2).enumerate() {
+                        let line = &mut panel[q * 4 + v].0;
+                        line[2 * lane] = pair[0];
+                        line[2 * lane + 1] = pair.get(1).copied().unwrap_or(0);
+                    }
+                }
+            });
+        PackedBf16 { n, k, pairs, lines }
+    }
+
+    /// Output features (rows of the weight).
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    /// Input features (columns of the weight).
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held (the padded panels).
+    pub fn bytes(&self) -> usize {
+        self.lines.len() * std::mem::size_of::<Line>()
+    }
+
+    /// `out += x · Wᵀ` on [`Kernel::best`]: `x` is `m × k` row-major, `out` `m × n`.
+    pub fn matmul_acc(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        self.matmul_acc_with(Kernel::best(), x, m, out)
+    }
+
+    /// `out += x · Wᵀ` on `kernel`; [`Kernel::DotBf16`] falls back to [`Kernel::F32`] on a
+    /// processor without AVX512-BF16. Panics when the lengths do not match `m`.
+    pub fn matmul_acc_with(&self, kernel: Kernel, x: &[f32], m: usize, out: &mut [f32]) {
+        self.matmul_acc_at(kernel, crate::level(), x, m, out)
+    }
+
+    /// [`PackedBf16::matmul_acc_with`], the widening kernel compiled for `level` (at most
+    /// the processor's).
+    fn matmul_acc_at(
+        &self,
+        kernel: Kernel,
+        level: crate::Level,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+    ) {
+        let (n, k) = (self.n, self.k);
+        assert_eq!(x.len(), m * k, "x is not {m}x{k}");
+        assert_eq!(out.len(), m * n, "out is not {m}x{n}");
+        if m == 0 || n == 0 || k == 0 {
+            return;
+        }
+        let kernel = if kernel == Kernel::DotBf16 && !has_dot_bf16() {
+            Kernel::F32
+        } else {
+            kernel
+        };
+        // rows of the activations as the kernel reads them: bfloat16 pairs, or f32 padded
+        // to an even length
+        let kp = 2 * self.pairs;
+        let xb: Vec<u16>;
+        let xf: Vec<f32>;
+        match kernel {
+            Kernel::DotBf16 => {
+                let mut v = vec![0u16; m * kp];
+                v.par_chunks_mut(kp)
+                    .zip(x.par_chunks(k))
+                    .for_each(|(d, s)| round_row(s, d));
+                xb = v;
+                xf = Vec::new();
+            }
+            Kernel::F32 => {
+                xb = Vec::new();
+                xf = if kp == k {
+                    Vec::new()
+                } else {
+                    let mut v = vec![0f32; m * kp];
+                    v.chunks_mut(kp)
+                        .zip(x.chunks(k))
+                        .for_each(|(d, s)| d[..k].copy_from_slice(s));
+                    v
+                };
+            }
+        }
+        let xf: &[f32] = if kernel == Kernel::F32 && kp == k {
+            x
+        } else {
+            &xf
+        };
+        let panels = n.div_ceil(PANEL);
+        let threads = rayon::current_num_threads().max(1);
+        // split rows too when there are too few panels to keep every thread busy
+        let row_parts = (2 * threads)
+            .div_ceil(panels)
+            .clamp(1, m.div_ceil(8).max(1));
+        let rows_per = m.div_ceil(row_parts);
+        let dst = Out(out.as_mut_ptr());
+        (0..panels * row_parts).into_par_iter().for_each(|task| {
+            let (p, r) = (task / row_parts, task % row_parts);
+            let (r0, r1) = (r * rows_per, ((r + 1) * rows_per).min(m));
+            if r0 >= r1 {
+                return;
+            }
+            let col0 = p * PANEL;
+            let cols = (n - col0).min(PANEL);
+            let panel = &self.lines[p * self.pairs * 4..(p + 1) * self.pairs * 4];
+            for q0 in (0..self.pairs).step_by(PAIRS_PER_BLOCK) {
+                let q1 = (q0 + PAIRS_PER_BLOCK).min(self.pairs);
+                let block = &panel[q0 * 4..q1 * 4];
+                match kernel {
+                    Kernel::DotBf16 => {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: AVX512-BF16 was detected; rows r0..r1 of xb hold kp values
+                        // each, and this task alone writes rows r0..r1, columns col0..+cols.
+                        unsafe {
+                            rows_dot_bf16(
+                                &xb[r0 * kp..r1 * kp],
+                                kp,
+                                2 * q0,
+                                block,
+                                dst,
+                                n,
+                                r0,
+                                col0,
+                                cols,
+                            )
+                        }
+                    }
+                    Kernel::F32 => {
+                        let x = &xf[r0 * kp..r1 * kp];
+                        // SAFETY: as above (the widening kernels only read their inputs).
+                        unsafe { rows_f32(level, x, kp, 2 * q0, block, dst, n, r0, col0, cols) }
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Rounds one row to bfloat16 (`dst` may be longer: the rest stays zero).
+fn round_row(src: &[f32], dst: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_dot_bf16() {
+        // SAFETY: AVX512-BF16 was detected.
+        unsafe { round_row_avx512(src, dst) };
+        return;
+    }
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = f32_to_bf16(s);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn round_row_avx512(src: &[f32], dst: &mut [u16]) {
+    use std::arch::x86_64::*;
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    // SAFETY: every load reads src[i..i + 32] and every store writes dst[i..i + 32], in bounds.
+    unsafe {
+        while i + 32 <= n {
+            let lo = _mm512_loadu_ps(src.as_ptr().add(i));
+            let hi = _mm512_loadu_ps(src.as_ptr().add(i + 16));
+            let v = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+            _mm512_storeu_si512(dst.as_mut_ptr().add(i) as *mut __m512i, v);
+            i += 32;
+        }
+    }
+    for j in i..n {
+        dst[j] = f32_to_bf16(src[j]);
+    }
+}
+
+/// The 32 bfloat16 values of `v`'s bits.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn as_bh(v: std::arch::x86_64::__m512i) -> std::arch::x86_64::__m512bh {
+    // SAFETY: both are 64-byte plain vectors; every bit pattern is a valid bfloat16 vector.
+    unsafe { std::mem::transmute::<std::arch::x86_64::__m512i, std::arch::x86_64::__m512bh>(v) }
+}
+
+/// Row tiles of one panel block on the AVX512-BF16 kernel.
+///
+/// # Safety
+/// AVX512-BF16 must be present; `dst` must be valid for rows `r0..r0 + x.len() / xs` of `ld`
+/// columns and no other thread may write columns `col0..col0 + cols` of those rows.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn rows_dot_bf16(
+    x: &[u16],
+    xs: usize,
+    k0: usize,
+    block: &[Line],
+    dst: Out,
+    ld: usize,
+    r0: usize,
+    col0: usize,
+    cols: usize,
+) {
+    let rows = x.len() / xs;
+    let mut i = 0;
+    // SAFETY: forwarded from the caller; the tile kernels read rows i.. of x and write the
+    // rows r0 + i.. of dst.
+    unsafe {
+        while i + 6 <= rows {
+            tile_dot_bf16::<6>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols);
+            i += 6;
+        }
+        match rows - i {
+            0 => {}
+            1 => tile_dot_bf16::<1>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+            2 => tile_dot_bf16::<2>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+            3 => tile_dot_bf16::<3>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+            4 => tile_dot_bf16::<4>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+            _ => tile_dot_bf16::<5>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+        }
+    }
+}
+
+/// `R` rows × 64 columns: 4R accumulators of 16 lanes, one `vdpbf16ps` per (row, line) per
+/// input pair, the pair of each row broadcast.
+///
+/// # Safety
+/// As [`rows_dot_bf16`], for rows `i..i + R` of `x`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn tile_dot_bf16<const R: usize>(
+    x: &[u16],
+    xs: usize,
+    i: usize,
+    k0: usize,
+    block: &[Line],
+    dst: Out,
+    ld: usize,
+    row: usize,
+    col0: usize,
+    cols: usize,
+) {
+    use std::arch::x86_64::*;
+    let pairs = block.len() / 4;
+    debug_assert!((i + R) * xs <= x.len() && k0 + 2 * pairs <= xs);
+    // SAFETY: pointer reads stay inside x (rows i..i + R, values k0..k0 + 2 * pairs) and
+    // block; the stores are masked to the task's columns.
+    unsafe {
+        let mut c = [[_mm512_setzero_ps(); 4]; R];
+        let xp = x.as_ptr().add(i * xs + k0);
+        let wp = block.as_ptr() as *const __m512i;
+        for q in 0..pairs {
+            let w: [__m512bh; 4] = [
+                as_bh(_mm512_load_si512(wp.add(4 * q))),
+                as_bh(_mm512_load_si512(wp.add(4 * q + 1))),
+                as_bh(_mm512_load_si512(wp.add(4 * q + 2))),
+                as_bh(_mm512_load_si512(wp.add(4 * q + 3))),
+            ];
+            for (r, acc) in c.iter_mut().enumerate() {
+                let pair = (xp.add(r * xs + 2 * q) as *const i32).read_unaligned();
+                let b = as_bh(_mm512_set1_epi32(pair));
+                for (a, w) in acc.iter_mut().zip(&w) {
+                    *a = _mm512_dpbf16_ps(*a, b, *w);
+                }
+            }
+        }
+        for (r, acc) in c.iter().enumerate() {
+            let o = dst.0.add((row + r) * ld + col0);
+            for (v, a) in acc.iter().enumerate() {
+                let first = v * 16;
+                if first >= cols {
+                    break;
+                }
+                let left = cols - first;
+                let mask: __mmask16 = if left >= 16 {
+                    0xFFFF
+                } else {
+                    (1u16 << left) - 1
+                };
+                let p = o.add(first);
+                let cur = _mm512_maskz_loadu_ps(mask, p);
+                _mm512_mask_storeu_ps(p, mask, _mm512_add_ps(cur, *a));
+            }
+        }
+    }
+}
+
+/// Row tiles of one panel block with the weights widened to f32, on the vector
+/// instructions of `level`.
+///
+/// # Safety
+/// As [`rows_dot_bf16`], with the processor supporting `level` instead of AVX512-BF16.
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_f32(
+    level: crate::Level,
+    x: &[f32],
+    xs: usize,
+    k0: usize,
+    block: &[Line],
+    dst: Out,
+    ld: usize,
+    r0: usize,
+    col0: usize,
+    cols: usize,
+) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = level;
+    #[cfg(target_arch = "x86_64")]
+    match level {
+        // SAFETY: the caller's level is the processor's or below; the rest is forwarded.
+        crate::Level::Avx512 => {
+            return unsafe { rows_widen_avx512(x, xs, k0, block, dst, ld, r0, col0, cols) };
+        }
+        // SAFETY: as above.
+        crate::Level::Avx2 => {
+            return unsafe { rows_f32_avx2(x, xs, k0, block, dst, ld, r0, col0, cols) };
+        }
+        crate::Level::Baseline => {}
+    }
+    // SAFETY: forwarded.
+    unsafe { rows_f32_generic::<false>(x, xs, k0, block, dst, ld, r0, col0, cols) }
+}
+
+/// Row tiles of one panel block with AVX-512F: each line widened in registers (the even
+/// inputs shifted into place, the odd ones masked), two fused multiply-adds per line.
+///
+/// # Safety
+/// AVX-512F must be present; otherwise as [`rows_dot_bf16`].
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn rows_widen_avx512(
+    x: &[f32],
+    xs: usize,
+    k0: usize,
+    block: &[Line],
+    dst: Out,
+    ld: usize,
+    r0: usize,
+    col0: usize,
+    cols: usize,
+) {
+    let rows = x.len() / xs;
+    let mut i = 0;
+    // SAFETY: forwarded; each tile covers rows i..i + R.
+    unsafe {
+        while i + 4 <= rows {
+            tile_widen_avx512::<4>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols);
+            i += 4;
+        }
+        match rows - i {
+            0 => {}
+            1 => tile_widen_avx512::<1>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+            2 => tile_widen_avx512::<2>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+            _ => tile_widen_avx512::<3>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+        }
+    }
+}
+
+/// `R` rows × 64 columns, weights widened to f32.
+///
+/// # Safety
+/// As [`rows_widen_avx512`], for rows `i..i + R` of `x`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn tile_widen_avx512<const R: usize>(
+    x: &[f32],
+    xs: usize,
+    i: usize,
+    k0: usize,
+    block: &[Line],
+    dst: Out,
+    ld: usize,
+    row: usize,
+    col0: usize,
+    cols: usize,
+) {
+    use std::arch::x86_64::*;
+    let pairs = block.len() / 4;
+    debug_assert!((i + R) * xs <= x.len() && k0 + 2 * pairs <= xs);
+    // SAFETY: reads stay inside x (rows i..i + R, values k0..k0 + 2 * pairs) and block; the
+    // stores are masked to the task's columns.
+    unsafe {
+        let mut c = [[_mm512_setzero_ps(); 4]; R];
+        let xp = x.as_ptr().add(i * xs + k0);
+        let wp = block.as_ptr() as *const __m512i;
+        let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+        for q in 0..pairs {
+            let mut even = [_mm512_setzero_ps(); 4];
+            let mut odd = [_mm512_setzero_ps(); 4];
+            for v in 0..4 {
+                let w = _mm512_load_si512(wp.add(4 * q + v));
+                even[v] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+                odd[v] = _mm512_castsi512_ps(_mm512_and_si512(w, high));
+            }
+            for (r, acc) in c.iter_mut().enumerate() {
+                let a = _mm512_set1_ps(*xp.add(r * xs + 2 * q));
+                let b = _mm512_set1_ps(*xp.add(r * xs + 2 * q + 1));
+                for v in 0..4 {
+                    acc[v] = _mm512_fmadd_ps(b, odd[v], _mm512_fmadd_ps(a, even[v], acc[v]));
+                }
+            }
+        }
+        for (r, acc) in c.iter().enumerate() {
+            let o = dst.0.add((row + r) * ld + col0);
+            for (v, a) in acc.iter().enumerate() {
+                let first = v * 16;
+                if first >= cols {
+                    break;
+                }
+                let left = cols - first;
+                let mask: __mmask16 = if left >= 16 {
+                    0xFFFF
+                } else {
+                    (1u16 << left) - 1
+                };
+                let p = o.add(first);
+                let cur = _mm512_maskz_loadu_ps(mask, p);
+                _mm512_mask_storeu_ps(p, mask, _mm512_add_ps(cur, *a));
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_f32_avx2(
+    x: &[f32],
+    xs: usize,
+    k0: usize,
+    block: &[Line],
+    dst: Out,
+    ld: usize,
+    r0: usize,
+    col0: usize,
+    cols: usize,
+) {
+    // SAFETY: forwarded.
+    unsafe { rows_f32_generic::<true>(x, xs, k0, block, dst, ld, r0, col0, cols) }
+}
+
+/// The widening kernel, four rows at a time, written for the compiler to vectorise over the
+/// 64 columns (inlined into a function compiled for the target's vector instructions).
+/// `FMA`: fused multiply-adds (only where the processor has them; otherwise `mul_add`
+/// would be a library call).
+///
+/// # Safety
+/// As [`rows_dot_bf16`] (without the processor requirement).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn rows_f32_generic<const FMA: bool>(
+    x: &[f32],
+    xs: usize,
+    k0: usize,
+    block: &[Line],
+    dst: Out,
+    ld: usize,
+    r0: usize,
+    col0: usize,
+    cols: usize,
+) {
+    let rows = x.len() / xs;
+    let mut i = 0;
+    // SAFETY: forwarded; tile t covers rows i..i + R.
+    unsafe {
+        while i + 4 <= rows {
+            tile_f32::<4, FMA>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols);
+            i += 4;
+        }
+        match rows - i {
+            0 => {}
+            1 => tile_f32::<1, FMA>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+            2 => tile_f32::<2, FMA>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+            _ => tile_f32::<3, FMA>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
+        }
+    }
+}
+
+/// `R` rows × 64 columns of the widening kernel.
+///
+/// # Safety
+/// As [`rows_dot_bf16`] (without the processor requirement), for rows `i..i + R` of `x`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn tile_f32<const R: usize, const FMA: bool>(
+    x: &[f32],
+    xs: usize,
+    i: usize,
+    k0: usize,
+    block: &[Line],
+    dst: Out,
+    ld: usize,
+    row: usize,
+    col0: usize,
+    cols: usize,
+) {
+    let pairs = block.len() / 4;
+    let mut c = [[0f32; PANEL]; R];
+    for q in 0..pairs {
+        let mut even = [0f32; PANEL];
+        let mut odd = [0f32; PANEL];
+        for v in 0..4 {
+            let line = &block[4 * q + v].0;
+            for j in 0..16 {
+                even[16 * v + j] = bf16_to_f32(line[2 * j]);
+                odd[16 * v + j] = bf16_to_f32(line[2 * j + 1]);
+            }
+        }
+        for (t, acc) in c.iter_mut().enumerate() {
+            let a = x[(i + t) * xs + k0 + 2 * q];
+            let b = x[(i + t) * xs + k0 + 2 * q + 1];
+            for j in 0..PANEL {
+                acc[j] = if FMA {
+                    b.mul_add(odd[j], a.mul_add(even[j], acc[j]))
+                } else {
+                    acc[j] + a * even[j] + b * odd[j]
+                };
+            }
+        }
+    }
+    for (t, acc) in c.iter().enumerate() {
+        // SAFETY: row `row + t`, columns col0..col0 + cols are this task's (caller).
+        let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add((row + t) * ld + col0), cols) };
+        for (o, a) in o.iter_mut().zip(acc) {
+            *o += a;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rounding_is_to_nearest_even() {
+        assert_eq!(f32_to_bf16(1.0), 0x3F80);
+        // 1 + 2^-8 is halfway between 1 and the next bfloat16: ties to even (1)
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3F80_8000)), 0x3F80);
+        // 1 + 3 * 2^-8 is halfway above an odd one: rounds up
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3F81_8000)), 0x3F82);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3F80_8001)), 0x3F81);
+        assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
+        assert_eq!(f32_to_bf16(f32::INFINITY), 0x7F80);
+        assert_eq!(f32_to_bf16(-0.0), 0x8000);
+        let mut a = vec![0u16; 40];
+        let src = values(37, 9);
+        round_row(&src, &mut a);
+        for (j, (&d, &s)) in a.iter().zip(&src).enumerate() {
+            assert_eq!(d, f32_to_bf16(s), "value {j}");
+        }
+        assert!(a[37..].iter().all(|&d| d == 0));
+    }
+
+    #[test]
+    fn products_match_a_double_precision_reference_on_both_kernels() {
+        // odd inputs, a partial last panel, rows not a multiple of the tiles, more input
+        // pairs than a cache block
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (3, 7, 5),
+            (7, 64, 64),
+            (13, 250, 130),
+            (2, 200, 65),
+            (9, 1, 70),
+        ] {
+            let x = values(m * k, (m * 31 + k) as u64);
+            let wf = values(n * k, (n * 17 + k) as u64);
+            let w: Vec<u16> = wf.iter().map(|&v| f32_to_bf16(v)).collect();
+            let packed = PackedBf16::pack(&w, n, k);
+            let base = values(m * n, 5);
+            // every kernel this processor runs: the dot product, and the widening one at
+            // each instruction level up to the processor's
+            let mut runs = vec![
+                (Kernel::DotBf16, crate::level()),
+                (Kernel::F32, crate::Level::Baseline),
+            ];
+            if crate::level() != crate::Level::Baseline {
+                runs.push((Kernel::F32, crate::Level::Avx2));
+            }
+            if crate::level() == crate::Level::Avx512 {
+                runs.push((Kernel::F32, crate::Level::Avx512));
+            }
+            for (kernel, level) in runs {
+                let rounded = kernel == Kernel::DotBf16 && has_dot_bf16();
+                let mut out = base.clone();
+                packed.matmul_acc_at(kernel, level, &x, m, &mut out);
+                for r in 0..m {
+                    for c in 0..n {
+                        let want: f64 = base[r * n + c] as f64
+                            + (0..k)
+                                .map(|j| {
+                                    let a = x[r * k + j];
+                                    let a = if rounded {
+                                        bf16_to_f32(f32_to_bf16(a))
+                                    } else {
+                                        a
+                                    };
+                                    a as f64 * bf16_to_f32(w[c * k + j]) as f64
+                                })
+                                .sum::<f64>();
+                        let got = out[r * n + c] as f64;
+                        assert!(
+                            (got - want).abs() <= 1e-5 * (1.0 + k as f64).sqrt(),
+                            "{kernel:?} {level:?} {m}x{k}x{n} at ({r}, {c}): {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn row_splitting_with_many_threads_writes_every_element_once() {
+        // one panel, many rows: the rows are split across 8 threads
+        let (m, k, n) = (101, 33, 40);
+        let x = values(m * k, 1);
+        let w: Vec<u16> = values(n * k, 2).iter().map(|&v| f32_to_bf16(v)).collect();
+        let packed = PackedBf16::pack(&w, n, k);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(8)
+            .build()
+            .unwrap();
+        let mut many = vec![1.0f32; m * n];
+        pool.install(|| packed.matmul_acc_with(Kernel::F32, &x, m, &mut many));
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let mut single = vec![1.0f32; m * n];
+        one.install(|| packed.matmul_acc_with(Kernel::F32, &x, m, &mut single));
+        assert_eq!(many, single);
+    }
+}
