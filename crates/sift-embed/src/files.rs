@@ -293,13 +293,12 @@ impl ModelFiles {
             return candle_nn::VarBuilder::from_pth(w, dtype, device)
                 .map_err(|e| Error::file(w, format!("cannot read the PyTorch weights: {e}")));
         }
-        // SAFETY: the weight files are memory-mapped read-only; Sift does not modify them
-        // while the model is alive (the same contract as every candle model loader).
-        Ok(
-            unsafe {
-                candle_nn::VarBuilder::from_mmaped_safetensors(&self.weights, dtype, device)?
-            },
-        )
+        let store = SafetensorsFiles::open(&self.weights)?;
+        Ok(candle_nn::VarBuilder::from_backend(
+            Box::new(store),
+            dtype,
+            device.clone(),
+        ))
     }
 
     /// A hash of everything in the model's files that decides its vectors: the weights (every
@@ -384,4 +383,206 @@ fn shards(index: &Path) -> Result<Vec<String>> {
     let parsed: Index = read_json(index)?;
     let set: BTreeSet<String> = parsed.weight_map.into_values().collect();
     Ok(set.into_iter().collect())
+}
+
+/// Safetensors checkpoints read tensor by tensor with positioned reads (not memory-mapped):
+/// the only copy of a weight in the process is the tensor made from it, so loading a model
+/// needs its size in memory once, not twice (a mapped file's pages count against the
+/// process while the tensors copied out of them are alive), and a model converted or packed
+/// at load time peaks at its converted size.
+struct SafetensorsFiles {
+    files: Vec<(PathBuf, std::fs::File)>,
+    tensors: std::collections::HashMap<String, Entry>,
+}
+
+/// Where a tensor lies: its file, dtype, shape and absolute byte range.
+struct Entry {
+    file: usize,
+    dtype: candle_core::DType,
+    shape: Vec<usize>,
+    start: u64,
+    end: u64,
+}
+
+impl SafetensorsFiles {
+    fn open(paths: &[PathBuf]) -> Result<SafetensorsFiles> {
+        use std::io::Read;
+        let mut files = Vec::with_capacity(paths.len());
+        let mut tensors = std::collections::HashMap::new();
+        for (i, path) in paths.iter().enumerate() {
+            let bad = |m: String| Error::file(path, format!("not a safetensors file: {m}"));
+            let mut f = std::fs::File::open(path).map_err(|e| Error::file(path, e))?;
+            let size = f.metadata().map_err(|e| Error::file(path, e))?.len();
+            let mut len = [0u8; 8];
+            f.read_exact(&mut len)
+                .map_err(|e| bad(format!("no header length ({e})")))?;
+            let len = u64::from_le_bytes(len);
+            if len > 100 << 20 || 8 + len > size {
+                return Err(bad(format!(
+                    "a header of {len} bytes in a {size}-byte file"
+                )));
+            }
+            let mut header = vec![0u8; len as usize];
+            f.read_exact(&mut header)
+                .map_err(|e| bad(format!("header cut short ({e})")))?;
+            let header: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_slice(&header).map_err(|e| bad(format!("header: {e}")))?;
+            let base = 8 + len;
+            for (name, t) in header {
+                if name == "__metadata__" {
+                    continue;
+                }
+                let field = |k: &str| t.get(k).ok_or_else(|| bad(format!("{name}: no {k}")));
+                let dtype = match field("dtype")?.as_str().unwrap_or("") {
+                    "BF16" => candle_core::DType::BF16,
+                    "F16" => candle_core::DType::F16,
+                    "F32" => candle_core::DType::F32,
+                    "F64" => candle_core::DType::F64,
+                    "I64" => candle_core::DType::I64,
+                    "U32" => candle_core::DType::U32,
+                    "U8" | "BOOL" => candle_core::DType::U8,
+                    other => return Err(bad(format!("{name}: dtype {other:?} is not supported"))),
+                };
+                let shape: Vec<usize> = serde_json::from_value(field("shape")?.clone())
+                    .map_err(|e| bad(format!("{name}: shape: {e}")))?;
+                let offsets: [u64; 2] = serde_json::from_value(field("data_offsets")?.clone())
+                    .map_err(|e| bad(format!("{name}: data_offsets: {e}")))?;
+                let bytes = shape.iter().product::<usize>() as u64 * dtype.size_in_bytes() as u64;
+                if offsets[1] < offsets[0]
+                    || offsets[1] - offsets[0] != bytes
+                    || base + offsets[1] > size
+                {
+                    return Err(bad(format!(
+                        "{name}: bytes {}..{} do not hold a {dtype:?} tensor of shape {shape:?} \
+                         inside the file",
+                        offsets[0], offsets[1]
+                    )));
+                }
+                tensors.insert(
+                    name,
+                    Entry {
+                        file: i,
+                        dtype,
+                        shape,
+                        start: base + offsets[0],
+                        end: base + offsets[1],
+                    },
+                );
+            }
+            files.push((path.clone(), f));
+        }
+        Ok(SafetensorsFiles { files, tensors })
+    }
+
+    fn read(
+        &self,
+        name: &str,
+        dtype: candle_core::DType,
+        dev: &candle_core::Device,
+    ) -> candle_core::Result<candle_core::Tensor> {
+        use std::os::unix::fs::FileExt;
+        let e = self.tensors.get(name).ok_or_else(|| {
+            candle_core::Error::CannotFindTensor {
+                path: name.to_string(),
+            }
+            .bt()
+        })?;
+        let (path, file) = &self.files[e.file];
+        let mut bytes = vec![0u8; (e.end - e.start) as usize];
+        file.read_exact_at(&mut bytes, e.start).map_err(|err| {
+            candle_core::Error::Msg(format!("{}: reading {name}: {err}", path.display()))
+        })?;
+        let t = candle_core::Tensor::from_raw_buffer(
+            &bytes,
+            e.dtype,
+            &e.shape,
+            &candle_core::Device::Cpu,
+        )?;
+        drop(bytes);
+        t.to_dtype(dtype)?.to_device(dev)
+    }
+}
+
+impl candle_nn::var_builder::SimpleBackend for SafetensorsFiles {
+    fn get(
+        &self,
+        s: candle_core::Shape,
+        name: &str,
+        _: candle_nn::Init,
+        dtype: candle_core::DType,
+        dev: &candle_core::Device,
+    ) -> candle_core::Result<candle_core::Tensor> {
+        if let Some(e) = self.tensors.get(name)
+            && e.shape != s.dims()
+        {
+            return Err(candle_core::Error::UnexpectedShape {
+                msg: format!("shape mismatch for {name}"),
+                expected: s,
+                got: e.shape.clone().into(),
+            }
+            .bt());
+        }
+        self.read(name, dtype, dev)
+    }
+
+    fn get_unchecked(
+        &self,
+        name: &str,
+        dtype: candle_core::DType,
+        dev: &candle_core::Device,
+    ) -> candle_core::Result<candle_core::Tensor> {
+        self.read(name, dtype, dev)
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device, Tensor};
+
+    #[test]
+    fn safetensors_are_read_by_name_and_bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let a = Tensor::arange(0f32, 6.0, &Device::Cpu)
+            .unwrap()
+            .reshape((2, 3))
+            .unwrap();
+        let b = Tensor::new(&[1u32, 2, 3], &Device::Cpu).unwrap();
+        candle_core::safetensors::save(
+            &std::collections::HashMap::from([("a".to_string(), a.clone()), ("b".into(), b)]),
+            &path,
+        )
+        .unwrap();
+        let store = SafetensorsFiles::open(std::slice::from_ref(&path)).unwrap();
+        let vb = candle_nn::VarBuilder::from_backend(Box::new(store), DType::BF16, Device::Cpu);
+        let got = vb.get((2, 3), "a").unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        assert_eq!(
+            got.to_dtype(DType::F32).unwrap().to_vec2::<f32>().unwrap(),
+            a.to_vec2::<f32>().unwrap()
+        );
+        assert!(vb.contains_tensor("b") && !vb.contains_tensor("c"));
+        let wrong = vb.get((3, 2), "a").unwrap_err().to_string();
+        assert!(wrong.contains("shape mismatch for a"), "{wrong}");
+        assert!(vb.get(3, "c").is_err());
+
+        // cut inside the data, and inside the header: the error names the file
+        let bytes = std::fs::read(&path).unwrap();
+        for cut in [bytes.len() - 4, 20, 3] {
+            std::fs::write(&path, &bytes[..cut]).unwrap();
+            let e = SafetensorsFiles::open(std::slice::from_ref(&path))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                e.contains("model.safetensors") && e.contains("not a safetensors file"),
+                "{e}"
+            );
+        }
+    }
 }

@@ -20,7 +20,7 @@ use candle_nn::{Embedding, LayerNorm, Linear, RmsNorm, VarBuilder};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::nn::ops::{self, Act, Segment};
+use crate::nn::ops::{self, Act, Proj, Segment};
 
 /// `vision_config` of a Qwen2-VL checkpoint (transformers' `Qwen2VLVisionConfig` defaults).
 #[derive(Debug, Clone, Deserialize)]
@@ -557,16 +557,21 @@ struct DecoderLayer {
     input_norm: RmsNorm,
     /// Per-head query / key norms (Qwen3), the query's carrying the attention scale.
     qk_norm: Option<(RmsNorm, RmsNorm)>,
-    qkv: Linear,
-    o: Linear,
+    qkv: Proj,
+    o: Proj,
     post_norm: RmsNorm,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    gate: Proj,
+    up: Proj,
+    down: Proj,
 }
 
 /// The Qwen2 language model of Qwen2-VL (`model.*` or `model.language_model.*`), without
 /// the LM head.
+///
+/// Loaded in bfloat16 on the CPU, its linear layers are packed for the CPU's bfloat16
+/// kernels ([`ops::PackedLinear`]) and everything else (embeddings after the lookup, norms,
+/// rotary positions, attention, residuals) runs in f32; elsewhere it runs in the weights'
+/// dtype on candle's ops.
 pub struct TextModel {
     embed: Embedding,
     layers: Vec<DecoderLayer>,
@@ -574,6 +579,8 @@ pub struct TextModel {
     cfg: TextConfig,
     act: Act,
     inv_freq: Vec<f32>,
+    /// bfloat16 weights packed on the CPU; f32 activations.
+    packed: bool,
 }
 
 /// M-RoPE positions of one token: temporal, height, width.
@@ -599,8 +606,17 @@ impl TextModel {
             cfg.num_key_value_heads,
             cfg.head_dim(),
         );
+        // bfloat16 on the CPU: packed linear layers, f32 for the rest
+        let packed = vb.device().is_cpu() && vb.dtype() == DType::BF16;
+        let small = |t: Tensor| -> Result<Tensor> {
+            if packed {
+                t.to_dtype(DType::F32)
+            } else {
+                Ok(t)
+            }
+        };
         let rms = |vb: VarBuilder| -> Result<RmsNorm> {
-            Ok(RmsNorm::new(vb.get(h, "weight")?, cfg.rms_norm_eps))
+            Ok(RmsNorm::new(small(vb.get(h, "weight")?)?, cfg.rms_norm_eps))
         };
         let scale = 1.0 / (d as f64).sqrt();
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
@@ -612,10 +628,10 @@ impl TextModel {
             // queries are normalised after it, their norm's weight
             let (q_scale, qk_norm) = if cfg.qk_norm {
                 let qn = RmsNorm::new(
-                    (a.pp("q_norm").get(d, "weight")? * scale)?,
+                    (small(a.pp("q_norm").get(d, "weight")?)? * scale)?,
                     cfg.rms_norm_eps,
                 );
-                let kn = RmsNorm::new(a.pp("k_norm").get(d, "weight")?, cfg.rms_norm_eps);
+                let kn = RmsNorm::new(small(a.pp("k_norm").get(d, "weight")?)?, cfg.rms_norm_eps);
                 (1.0, Some((qn, kn)))
             } else {
                 (scale, None)
@@ -623,23 +639,42 @@ impl TextModel {
             let q = ops::load_linear(&a.pp("q_proj"), h, hq * d, bias)?;
             let k = ops::load_linear(&a.pp("k_proj"), h, hk * d, bias)?;
             let v = ops::load_linear(&a.pp("v_proj"), h, hk * d, bias)?;
-            let w = Tensor::cat(&[&(q.weight() * q_scale)?, k.weight(), v.weight()], 0)?;
-            let b = match (q.bias(), k.bias(), v.bias()) {
-                (Some(qb), Some(kb), Some(vb)) => {
-                    Some(Tensor::cat(&[&(qb * q_scale)?, kb, vb], 0)?)
-                }
-                _ => None,
+            let qkv = if packed {
+                // the scale multiplies the query outputs in f32 instead of being rounded
+                // into the bfloat16 weights
+                let w = Tensor::cat(&[q.weight(), k.weight(), v.weight()], 0)?;
+                let b = match (q.bias(), k.bias(), v.bias()) {
+                    (Some(qb), Some(kb), Some(vb)) => Some(Tensor::cat(&[qb, kb, vb], 0)?),
+                    _ => None,
+                };
+                let s = (q_scale != 1.0).then(|| {
+                    let mut s = vec![q_scale as f32; hq * d];
+                    s.resize((hq + 2 * hk) * d, 1.0);
+                    s
+                });
+                Proj::Packed(ops::PackedLinear::new(&w, b.as_ref(), s)?)
+            } else {
+                let w = Tensor::cat(&[&(q.weight() * q_scale)?, k.weight(), v.weight()], 0)?;
+                let b = match (q.bias(), k.bias(), v.bias()) {
+                    (Some(qb), Some(kb), Some(vb)) => {
+                        Some(Tensor::cat(&[&(qb * q_scale)?, kb, vb], 0)?)
+                    }
+                    _ => None,
+                };
+                Proj::Dense(Linear::new(w, b))
             };
+            drop((q, k, v));
             let mlp = l.pp("mlp");
+            let inter = cfg.intermediate_size;
             layers.push(DecoderLayer {
                 input_norm: rms(l.pp("input_layernorm"))?,
                 qk_norm,
-                qkv: Linear::new(w, b),
-                o: ops::load_linear(&a.pp("o_proj"), hq * d, h, false)?,
+                qkv,
+                o: Proj::load(&a.pp("o_proj"), hq * d, h, false, packed)?,
                 post_norm: rms(l.pp("post_attention_layernorm"))?,
-                gate: ops::load_linear(&mlp.pp("gate_proj"), h, cfg.intermediate_size, false)?,
-                up: ops::load_linear(&mlp.pp("up_proj"), h, cfg.intermediate_size, false)?,
-                down: ops::load_linear(&mlp.pp("down_proj"), cfg.intermediate_size, h, false)?,
+                gate: Proj::load(&mlp.pp("gate_proj"), h, inter, false, packed)?,
+                up: Proj::load(&mlp.pp("up_proj"), h, inter, false, packed)?,
+                down: Proj::load(&mlp.pp("down_proj"), inter, h, false, packed)?,
             });
         }
         Ok(TextModel {
@@ -655,6 +690,7 @@ impl TextModel {
                 f
             },
             cfg: cfg.clone(),
+            packed,
         })
     }
 
@@ -667,8 +703,14 @@ impl TextModel {
                 self.cfg.vocab_size
             )
         }
-        self.embed
-            .forward(&Tensor::from_slice(ids, ids.len(), device)?)
+        let x = self
+            .embed
+            .forward(&Tensor::from_slice(ids, ids.len(), device)?)?;
+        if self.packed {
+            x.to_dtype(DType::F32)
+        } else {
+            Ok(x)
+        }
     }
 
     /// M-RoPE tables of tokens at `positions`: frequency `j` rotates by the temporal,
@@ -712,19 +754,22 @@ impl TextModel {
             self.cfg.num_key_value_heads,
             self.cfg.head_dim(),
         );
+        if self.packed {
+            x = x.to_dtype(DType::F32)?;
+        }
         let (cos, sin) = self.rotary(positions, x.device(), x.dtype())?;
         for l in &self.layers {
-            let mut qkv = ops::linear(&l.qkv, &l.input_norm.forward(&x)?, None)?;
+            let mut qkv = l.qkv.forward(&l.input_norm.forward(&x)?, None, None)?;
             if let Some((qn, kn)) = &l.qk_norm {
                 qkv = norm_heads(&qkv, hq, hk, d, qn, kn)?;
             }
             let qkv = rotate_qkv(&qkv, hq, hk, d, &cos, &sin)?;
             let ctx = ops::attention(&qkv, segments, hq, d, causal)?;
-            x = ops::linear(&l.o, &ctx, Some(&x))?;
+            x = l.o.forward(&ctx, Some(&x), None)?;
             let h = l.post_norm.forward(&x)?;
-            let g = ops::linear_act(&l.gate, &h, None, Some(self.act))?;
-            let u = ops::linear(&l.up, &h, None)?;
-            x = ops::linear(&l.down, &(g * u)?, Some(&x))?;
+            let g = l.gate.forward(&h, None, Some(self.act))?;
+            let u = l.up.forward(&h, None, None)?;
+            x = l.down.forward(&(g * u)?, Some(&x), None)?;
         }
         let rows: Vec<u32> = pick.iter().map(|&r| r as u32).collect();
         let rows = Tensor::from_vec(rows, pick.len(), x.device())?;

@@ -354,6 +354,196 @@ impl CustomOp3 for LinearOp {
     }
 }
 
+/// A linear layer as a model runs it: candle's (any device and dtype; on the CPU with f32
+/// the fused op of [`linear_act`]), or bfloat16 weights packed for the CPU's bfloat16
+/// kernels ([`PackedLinear`]).
+pub enum Proj {
+    /// candle's layer.
+    Dense(Linear),
+    /// Packed bfloat16 weights; f32 in and out.
+    Packed(PackedLinear),
+}
+
+impl Proj {
+    /// Loads `weight` `(out, inp)` (and `bias`): packed when `packed`.
+    pub fn load(vb: &VarBuilder, inp: usize, out: usize, bias: bool, packed: bool) -> Result<Proj> {
+        let l = load_linear(vb, inp, out, bias)?;
+        if packed {
+            Ok(Proj::Packed(PackedLinear::new(l.weight(), l.bias(), None)?))
+        } else {
+            Ok(Proj::Dense(l))
+        }
+    }
+
+    /// `act(x W^T + b) (+ residual)` for a 2-D `x` (see [`linear_act`]).
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        residual: Option<&Tensor>,
+        act: Option<Act>,
+    ) -> Result<Tensor> {
+        match self {
+            Proj::Dense(l) => linear_act(l, x, residual, act),
+            Proj::Packed(p) => p.forward(x, residual, act),
+        }
+    }
+}
+
+/// A linear layer whose weight is bfloat16 packed for [`sift_simd::bf16`]'s CPU kernels
+/// (AVX512-BF16 dot products where the processor has them, else the weights widened to
+/// f32): the weights take half the memory of f32 and are read once per product, while the
+/// activations, bias, scale, activation function and residual stay f32.
+pub struct PackedLinear {
+    w: sift_simd::bf16::PackedBf16,
+    bias: Option<Vec<f32>>,
+    /// Per-output factors: `(x W^T + b) * scale` (an attention scale applied to the query
+    /// outputs without rounding it into the bfloat16 weights).
+    scale: Option<Vec<f32>>,
+}
+
+impl PackedLinear {
+    /// Packs `weight` `(out, in)` (rounded to bfloat16 unless it is already), with an
+    /// optional bias and per-output scale.
+    pub fn new(weight: &Tensor, bias: Option<&Tensor>, scale: Option<Vec<f32>>) -> Result<Self> {
+        use half::slice::HalfFloatSliceExt;
+        let (n, k) = weight.dims2()?;
+        let values = weight
+            .to_dtype(DType::BF16)?
+            .flatten_all()?
+            .to_vec1::<half::bf16>()?;
+        let w = sift_simd::bf16::PackedBf16::pack(values.reinterpret_cast(), n, k);
+        drop(values);
+        let bias = bias
+            .map(|b| b.to_dtype(DType::F32)?.to_vec1::<f32>())
+            .transpose()?;
+        for (what, v) in [("bias", &bias), ("scale", &scale)] {
+            if let Some(v) = v
+                && v.len() != n
+            {
+                candle_core::bail!(
+                    "packed linear: {what} of {} values for {n} outputs",
+                    v.len()
+                )
+            }
+        }
+        Ok(PackedLinear { w, bias, scale })
+    }
+
+    /// `act((x W^T + b) * scale) (+ residual)` for a 2-D f32 `x` on the CPU.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        residual: Option<&Tensor>,
+        act: Option<Act>,
+    ) -> Result<Tensor> {
+        if !x.device().is_cpu() || x.dtype() != DType::F32 || x.rank() != 2 {
+            candle_core::bail!(
+                "packed linear: a 2-D f32 input on the CPU, not {:?} {:?} on {:?}",
+                x.dtype(),
+                x.shape(),
+                x.device().location()
+            )
+        }
+        if residual.is_some() && self.scale.is_some() {
+            candle_core::bail!("packed linear: a residual with a scale")
+        }
+        let op = PackedOp { l: self, act };
+        let x = x.contiguous()?;
+        match residual {
+            Some(r) => x.apply_op2_no_bwd(&r.to_dtype(DType::F32)?.contiguous()?, &op),
+            None => x.apply_op1_no_bwd(&op),
+        }
+    }
+}
+
+/// The CPU op of [`PackedLinear::forward`].
+struct PackedOp<'a> {
+    l: &'a PackedLinear,
+    act: Option<Act>,
+}
+
+impl PackedOp<'_> {
+    fn compute(
+        &self,
+        x: &CpuStorage,
+        xl: &Layout,
+        residual: Option<(&CpuStorage, &Layout)>,
+    ) -> Result<(CpuStorage, Shape)> {
+        use rayon::prelude::*;
+        let CpuStorage::F32(x) = x else {
+            candle_core::bail!("packed linear: f32 input only")
+        };
+        let Some((x0, x1)) = xl.contiguous_offsets() else {
+            candle_core::bail!("packed linear: contiguous input only")
+        };
+        let (m, k) = xl.shape().dims2()?;
+        let (n, l) = (self.l.w.rows(), self.l);
+        if k != l.w.cols() {
+            candle_core::bail!(
+                "packed linear: input of {k} features, weight of {}",
+                l.w.cols()
+            )
+        }
+        let mut dst = match residual {
+            Some((CpuStorage::F32(r), rl)) => {
+                let Some((r0, r1)) = rl.contiguous_offsets() else {
+                    candle_core::bail!("packed linear: contiguous residual only")
+                };
+                if r1 - r0 != m * n {
+                    candle_core::bail!("packed linear: residual of {} values for {m}x{n}", r1 - r0)
+                }
+                r[r0..r1].to_vec()
+            }
+            Some(_) => candle_core::bail!("packed linear: f32 residual only"),
+            None => vec![0f32; m * n],
+        };
+        l.w.matmul_acc(&x[x0..x1], m, &mut dst);
+        let rows = (16384 / n.max(1)).max(1);
+        if l.bias.is_some() || l.scale.is_some() || self.act.is_some() {
+            dst.par_chunks_mut(rows * n).for_each(|d| {
+                for row in d.chunks_mut(n) {
+                    if let Some(b) = &l.bias {
+                        row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+                    }
+                    if let Some(s) = &l.scale {
+                        row.iter_mut().zip(s).for_each(|(o, s)| *o *= s);
+                    }
+                }
+                if let Some(act) = self.act {
+                    act_slice(act, d);
+                }
+            });
+        }
+        Ok((CpuStorage::F32(dst), Shape::from((m, n))))
+    }
+}
+
+impl CustomOp1 for PackedOp<'_> {
+    fn name(&self) -> &'static str {
+        "packed-bf16-linear"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        self.compute(s, l, None)
+    }
+}
+
+impl CustomOp2 for PackedOp<'_> {
+    fn name(&self) -> &'static str {
+        "packed-bf16-linear-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.compute(s1, l1, Some((s2, l2)))
+    }
+}
+
 /// Loads `weight` `(out, inp)` and, when `bias`, `bias` `(out)`.
 pub fn load_linear(vb: &VarBuilder, inp: usize, out: usize, bias: bool) -> Result<Linear> {
     let b = if bias {
