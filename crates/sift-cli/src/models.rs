@@ -11,18 +11,26 @@ pub struct ModelFlags {
     /// Texts per forward pass.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Instruction (system prompt) of GME queries; GME's default "You are a helpful
-    /// assistant." when absent. Passages and corpus images always use the default.
+    /// Weights: f32, f16 or bf16. On the CPU, bf16 decoders (E5-Mistral, GritLM, Qwen,
+    /// Llama, GME's language model) keep bfloat16 weights (half the memory) and compute
+    /// in f32 with the processor's bfloat16 dot products where it has them; other models
+    /// run bf16 / f16 through candle's generic operations (meant for GPUs).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: Precision,
+    /// A task instruction for queries, in the model's prompt format (`sift models info`
+    /// shows it: E5-Mistral "Instruct: {instruction}\nQuery: ", GritLM, BGE, ...), or GME's
+    /// system prompt (default "You are a helpful assistant."). `sift eval` puts
+    /// `{domain}` -> the domain's name and applies it to every model that takes one.
     #[arg(long)]
     pub query_instruction: Option<String>,
 }
 
 impl ModelFlags {
-    /// The embedder options these flags say, with weights in `precision`.
-    pub fn options(&self, precision: Precision) -> Result<EmbedderOptions> {
+    /// The embedder options these flags say.
+    pub fn options(&self) -> Result<EmbedderOptions> {
         Ok(EmbedderOptions {
             device: self.device.parse()?,
-            dtype: precision.dtype(),
+            dtype: self.dtype.dtype(),
             batch_size: Some(self.batch_size.max(1)),
             query_instruction: self.query_instruction.clone(),
         })
@@ -30,12 +38,6 @@ impl ModelFlags {
 
     /// Loads a model from a directory or hub id (any supported family).
     pub fn load(&self, spec: &str) -> Result<Embedder> {
-        self.load_as(spec, Precision::F32)
-    }
-
-    /// [`ModelFlags::load`] with weights and activations in `precision`.
-    pub fn load_as(&self, spec: &str, precision: Precision) -> Result<Embedder> {
-        Embedder::load(spec, &self.options(precision)?)
-            .with_context(|| format!("loading model {spec}"))
+        Embedder::load(spec, &self.options()?).with_context(|| format!("loading model {spec}"))
     }
 }

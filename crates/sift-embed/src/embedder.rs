@@ -73,7 +73,9 @@ pub struct EmbedderOptions {
     pub dtype: DType,
     /// Inputs per forward pass; the family's default when `None`.
     pub batch_size: Option<usize>,
-    /// The query instruction (system prompt) of models that take one (GME).
+    /// A task instruction for queries: in the model's prompt format for models the registry
+    /// gives one ([`crate::registry::ModelInfo::query_template`]: E5-Mistral, GritLM, BGE,
+    /// ...), GME's system prompt; loading a model that takes none with it is an error.
     pub query_instruction: Option<String>,
 }
 
@@ -148,10 +150,11 @@ pub struct PreparedTexts(Prepared);
 enum Prepared {
     Text(Vec<Vec<u32>>),
     Vision(Vec<(Vec<u32>, usize)>),
-    /// GME tokenises inside its forward pass.
-    Gme(Vec<String>, Role),
-    /// Decoders pool by role (instruction tokens left out of GritLM-style means).
-    Decoder(Vec<Vec<u32>>, Role),
+    /// GME tokenises inside its forward pass (queries with this instruction, when not the
+    /// default).
+    Gme(Vec<String>, Role, Option<String>),
+    /// Decoders' ids and the length of their prefix (left out of GritLM-style means).
+    Decoder(Vec<Vec<u32>>, usize),
 }
 
 impl PreparedTexts {
@@ -160,7 +163,7 @@ impl PreparedTexts {
         match &self.0 {
             Prepared::Text(v) => v.len(),
             Prepared::Vision(v) => v.len(),
-            Prepared::Gme(v, _) => v.len(),
+            Prepared::Gme(v, _, _) => v.len(),
             Prepared::Decoder(v, _) => v.len(),
         }
     }
@@ -228,6 +231,12 @@ impl Embedder {
                 )?))
             }
             Family::Clip | Family::Siglip => {
+                if options.query_instruction.is_some() {
+                    return Err(Error::Unsupported {
+                        path: files.config.clone(),
+                        message: format!("{} takes no query instruction", files.name),
+                    });
+                }
                 let defaults = VisionOptions::default();
                 Model::Vision(Box::new(VisionEmbedder::load(
                     files,
@@ -247,6 +256,7 @@ impl Embedder {
                     DecoderOptions {
                         batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
                         dtype: options.dtype,
+                        query_instruction: options.query_instruction.clone(),
                         ..defaults
                     },
                 )?))
@@ -259,6 +269,7 @@ impl Embedder {
                     TextEmbedderOptions {
                         batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
                         dtype: options.dtype,
+                        query_instruction: options.query_instruction.clone(),
                         ..defaults
                     },
                 )?))
@@ -380,20 +391,88 @@ impl Embedder {
         Ok(PreparedTexts(match &self.model {
             Model::Text(m) => Prepared::Text(m.tokenize(texts, role)?),
             Model::Vision(m) => Prepared::Vision(m.tokenize(texts)?),
-            Model::Gme(_) => Prepared::Gme(texts.iter().map(|t| t.to_string()).collect(), role),
-            Model::Decoder(m) => Prepared::Decoder(m.tokenize(texts, role)?, role),
+            Model::Gme(_) => {
+                Prepared::Gme(texts.iter().map(|t| t.to_string()).collect(), role, None)
+            }
+            Model::Decoder(m) => {
+                let skip = m.prefix_tokens(m.prefix(role))?;
+                Prepared::Decoder(m.tokenize(texts, role)?, skip)
+            }
         }))
+    }
+
+    /// Whether queries can carry a task instruction: the registry gives the model a prompt
+    /// format for one ([`crate::registry::ModelInfo::query_template`]), or it is GME (whose
+    /// instruction is the system prompt).
+    pub fn takes_instruction(&self) -> bool {
+        match &self.model {
+            Model::Text(m) => m.instruction_prefix("").is_some(),
+            Model::Decoder(m) => m.instruction_prefix("").is_some(),
+            Model::Gme(_) => true,
+            Model::Vision(_) => false,
+        }
+    }
+
+    /// BRIGHT's task instruction for this model, `{domain}` standing for the domain (the
+    /// registry's [`crate::registry::ModelInfo::bright_instruction`]).
+    pub fn bright_instruction(&self) -> Option<&'static str> {
+        crate::registry::find(self.name()).and_then(|m| m.bright_instruction.as_deref())
+    }
+
+    /// Tokenises queries carrying `instruction` in the model's prompt format (`None`: the
+    /// model's default prefix or prompt, as [`Embedder::prepare_texts`]). An error for a
+    /// model that takes none ([`Embedder::takes_instruction`]).
+    pub fn prepare_queries(
+        &self,
+        texts: &[&str],
+        instruction: Option<&str>,
+    ) -> Result<PreparedTexts> {
+        let Some(instruction) = instruction else {
+            return self.prepare_texts(texts, Role::Query);
+        };
+        let no = || self.cannot("take a query instruction (no prompt format for one)");
+        Ok(PreparedTexts(match &self.model {
+            Model::Text(m) => {
+                let prefix = m.instruction_prefix(instruction).ok_or_else(no)?;
+                Prepared::Text(m.tokenize_with_prefix(texts, &prefix)?)
+            }
+            Model::Decoder(m) => {
+                let prefix = m.instruction_prefix(instruction).ok_or_else(no)?;
+                Prepared::Decoder(
+                    m.tokenize_with_prefix(texts, Role::Query, &prefix)?,
+                    m.prefix_tokens(&prefix)?,
+                )
+            }
+            Model::Gme(_) => Prepared::Gme(
+                texts.iter().map(|t| t.to_string()).collect(),
+                Role::Query,
+                Some(instruction.to_string()),
+            ),
+            Model::Vision(_) => return Err(no()),
+        }))
+    }
+
+    /// Unit vectors of queries carrying `instruction` ([`Embedder::prepare_queries`]).
+    pub fn embed_queries(
+        &self,
+        texts: &[&str],
+        instruction: Option<&str>,
+    ) -> Result<Vec<Vec<f32>>> {
+        self.embed_prepared_texts(&self.prepare_queries(texts, instruction)?)
     }
 
     /// Unit vectors of prepared texts, in order.
     pub fn embed_prepared_texts(&self, texts: &PreparedTexts) -> Result<Vec<Vec<f32>>> {
         match (&self.model, &texts.0) {
             (Model::Text(m), Prepared::Text(ids)) => m.embed_tokens(ids),
-            (Model::Decoder(m), Prepared::Decoder(ids, role)) => m.embed_tokens(ids, *role),
+            (Model::Decoder(m), Prepared::Decoder(ids, skip)) => m.embed_tokens_after(ids, *skip),
             (Model::Vision(m), Prepared::Vision(ids)) => m.embed_tokenized(ids),
-            (Model::Gme(m), Prepared::Gme(t, role)) => {
+            (Model::Gme(m), Prepared::Gme(t, role, instruction)) => {
                 let refs: Vec<&str> = t.iter().map(String::as_str).collect();
-                m.embed_texts(&refs, *role == Role::Query)
+                match (role, instruction) {
+                    (Role::Query, Some(i)) => m.embed_texts_instructed(&refs, i),
+                    _ => m.embed_texts(&refs, *role == Role::Query),
+                }
             }
             _ => Err(self.cannot("embed texts prepared for another model")),
         }
@@ -494,6 +573,17 @@ impl Embedder {
     /// model as one input (GME's prompt with the images before the text); queries get the
     /// query instruction. Only for models with [`Capabilities::joint`].
     pub fn embed_joint(&self, inputs: &[JointInput<'_>], role: Role) -> Result<Vec<Vec<f32>>> {
+        self.embed_joint_queries(inputs, role, None)
+    }
+
+    /// [`Embedder::embed_joint`]; queries with `instruction` instead of the model's query
+    /// instruction when it is given.
+    pub fn embed_joint_queries(
+        &self,
+        inputs: &[JointInput<'_>],
+        role: Role,
+        instruction: Option<&str>,
+    ) -> Result<Vec<Vec<f32>>> {
         let Model::Gme(m) = &self.model else {
             return Err(
                 self.cannot("embed a text and images as one input (it embeds them separately)")
@@ -514,7 +604,7 @@ impl Embedder {
             })
             .collect::<Result<_>>()?;
         let instruction = match role {
-            Role::Query => m.query_instruction(),
+            Role::Query => instruction.unwrap_or(m.query_instruction()),
             Role::Passage => crate::models::gme::DEFAULT_INSTRUCTION,
         };
         let gme_inputs: Vec<GmeInput<'_>> = inputs

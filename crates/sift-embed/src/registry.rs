@@ -17,6 +17,16 @@ pub enum Pooling {
     Last,
 }
 
+/// Attention of a decoder embedder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// Each token sees the ones before it (the language model's own).
+    Causal,
+    /// Every token sees the whole input (GritLM, ReasonIR, gte-Qwen2's remote code).
+    Bidirectional,
+}
+
 /// A registry entry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelInfo {
@@ -30,8 +40,16 @@ pub struct ModelInfo {
     pub pooling: Pooling,
     /// Embedding dimension.
     pub dim: usize,
+    /// Decoders' attention, when it is not what the pooling implies (last token: causal;
+    /// mean: bidirectional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<Attention>,
     /// Maximum tokens per input, special tokens included.
     pub max_seq_len: usize,
+    /// Passages cut to this many characters before the prefix is added and they are
+    /// tokenised (RaDeR's reference code: `text[:8192]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passage_max_chars: Option<usize>,
     /// Maximum tokens of a query when it differs from `max_seq_len` (GritLM: 256).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query_max_seq_len: Option<usize>,
@@ -39,8 +57,27 @@ pub struct ModelInfo {
     pub query_prefix: String,
     /// Prepended to passages.
     pub passage_prefix: String,
+    /// How a task instruction enters a query in the model's prompt format: the query
+    /// prefix with `{instruction}` standing for it (E5-Mistral: `Instruct:
+    /// {instruction}\nQuery: `). Absent: the model takes no instruction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_template: Option<String>,
+    /// BRIGHT's task instruction for the model (its per-task configs), `{domain}` standing
+    /// for the domain's name; absent where BRIGHT gives the model none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bright_instruction: Option<String>,
     /// Licence of the weights.
     pub license: String,
+}
+
+impl ModelInfo {
+    /// The query prefix carrying `instruction` in the model's prompt format, when it takes
+    /// one ([`ModelInfo::query_template`]).
+    pub fn instruction_prefix(&self, instruction: &str) -> Option<String> {
+        self.query_template
+            .as_ref()
+            .map(|t| t.replace("{instruction}", instruction))
+    }
 }
 
 static REGISTRY: LazyLock<Vec<ModelInfo>> = LazyLock::new(|| {
@@ -84,13 +121,32 @@ mod tests {
         let clip = find("clip-b32").unwrap();
         assert_eq!((clip.arch.as_str(), clip.dim), ("clip", 512));
         assert_eq!(find("google/siglip-so400m-patch14-384").unwrap().dim, 1152);
-        // GritLM as MM-BRIGHT's reference runs it: empty instructions, queries at 256 tokens
+        // GritLM as MM-BRIGHT's reference runs it: `encode(..., instruction="")` on both
+        // sides (no `<|embed|>`), queries at 256 tokens; an instruction goes into its format
         let grit = find("gritlm").unwrap();
         assert_eq!(
             (grit.pooling, grit.max_seq_len, grit.query_max_seq_len),
             (Pooling::Mean, 2048, Some(256))
         );
-        assert_eq!(grit.query_prefix, "<|embed|>\n");
+        assert_eq!(
+            (grit.query_prefix.as_str(), grit.passage_prefix.as_str()),
+            ("", "")
+        );
+        assert_eq!(
+            grit.instruction_prefix("Find it").as_deref(),
+            Some("<|user|>\nFind it\n<|embed|>\n")
+        );
+        assert_eq!(
+            find("gte-qwen2").unwrap().attention,
+            Some(Attention::Bidirectional)
+        );
+        assert_eq!(find("rader").unwrap().passage_max_chars, Some(8192));
+        assert!(find("rader").unwrap().query_template.is_none());
+        // Qwen3-Embedding's format has no space after "Query:"
+        assert_eq!(
+            find("diver").unwrap().instruction_prefix("x").as_deref(),
+            Some("Instruct: x\nQuery:")
+        );
         assert_eq!(find("e5-mistral").unwrap().query_max_seq_len, None);
     }
 }

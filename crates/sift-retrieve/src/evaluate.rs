@@ -12,7 +12,7 @@ use sift_eval::{
 use sift_index::{IndexDir, NoProgress, Progress};
 
 use crate::models::{ModelSet, safe_name};
-use crate::query::{QueryImages, QueryVectors, encode_queries};
+use crate::query::{Instructions, QueryImages, QueryVectors, encode_queries};
 use crate::searcher::{Candidates, DomainSearcher, SearchSettings};
 use crate::spec::RetrieverSpec;
 use crate::{Error, Result};
@@ -41,6 +41,8 @@ pub struct EvalConfig {
     pub runs: RunOutput,
     /// Keep per-query metrics.
     pub per_query: bool,
+    /// The task instruction of queries, for models that take one.
+    pub instructions: Instructions,
 }
 
 impl Default for EvalConfig {
@@ -56,6 +58,7 @@ impl Default for EvalConfig {
             split: "test".into(),
             runs: RunOutput::default(),
             per_query: false,
+            instructions: Instructions::Reference,
         }
     }
 }
@@ -409,6 +412,8 @@ fn evaluate_domain(
                     &data.queries,
                     mode,
                     &query_images,
+                    &config.instructions,
+                    domain,
                     &mut data.warnings,
                     &source,
                 )?);

@@ -1,7 +1,7 @@
 //! Query encoding: each query's text (and, for Tasks 2-4 with models that embed images, its
 //! images) as one vector per dense model.
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
 use sift_core::{Example, WarningKind, Warnings};
 use sift_embed::{Embedder, JointInput, PreparedImage, Role};
@@ -9,6 +9,83 @@ use sift_embed::{Embedder, JointInput, PreparedImage, Role};
 use crate::Result;
 use crate::models::ModelSet;
 use crate::spec::RetrieverSpec;
+
+/// The task instruction queries carry, for models that take one
+/// ([`Embedder::takes_instruction`]: a prompt format for one in the registry, or GME's
+/// system prompt); other models embed queries as they always do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Instructions {
+    /// The reference code's: MM-BRIGHT's configs give no instruction, so every model uses its
+    /// default query prefix (E5-Mistral: none; GritLM: `<|embed|>\n`).
+    #[default]
+    Reference,
+    /// BRIGHT's per-domain instruction for each model BRIGHT has one for (the registry's
+    /// `bright_instruction`, e.g. "Given a {domain} post, retrieve relevant passages that
+    /// help answer the post"), in the model's prompt format; the default for the others.
+    Bright,
+    /// One instruction for every model that takes one; `{domain}` stands for the domain.
+    Text(String),
+    /// Per-domain instructions read from a JSON object (domain -> instruction; `"*"`: every
+    /// domain not named); `{domain}` stands for the domain.
+    PerDomain {
+        /// The file they came from (for errors).
+        source: PathBuf,
+        /// Domain -> instruction.
+        map: BTreeMap<String, String>,
+    },
+}
+
+impl Instructions {
+    /// Reads per-domain instructions from a JSON file (`{"biology": "...", "*": "..."}`).
+    pub fn from_file(path: &Path) -> Result<Instructions> {
+        let text = std::fs::read_to_string(path).map_err(|source| crate::Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let map: BTreeMap<String, String> = serde_json::from_str(&text).map_err(|e| {
+            crate::Error::Unsupported(format!(
+                "{}: not a JSON object of domain -> instruction strings: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(Instructions::PerDomain {
+            source: path.to_path_buf(),
+            map,
+        })
+    }
+
+    /// Lower-case name (`reference`, `bright`, `text`, `file`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Instructions::Reference => "reference",
+            Instructions::Bright => "bright",
+            Instructions::Text(_) => "text",
+            Instructions::PerDomain { .. } => "file",
+        }
+    }
+
+    /// The instruction `embedder`'s queries in `domain` carry (`None`: its default prefix).
+    pub fn for_model(&self, embedder: &Embedder, domain: &str) -> Result<Option<String>> {
+        if !embedder.takes_instruction() {
+            return Ok(None);
+        }
+        let fill = |t: &str| t.replace("{domain}", domain);
+        Ok(match self {
+            Instructions::Reference => None,
+            Instructions::Bright => embedder.bright_instruction().map(fill),
+            Instructions::Text(t) => Some(fill(t)),
+            Instructions::PerDomain { source, map } => {
+                let t = map.get(domain).or_else(|| map.get("*")).ok_or_else(|| {
+                    crate::Error::Unsupported(format!(
+                        "{}: no instruction for domain {domain:?} (and no \"*\" entry)",
+                        source.display()
+                    ))
+                })?;
+                Some(fill(t))
+            }
+        })
+    }
+}
 
 /// How a model that embeds images combines a query's text and images into one vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -56,12 +133,15 @@ impl QueryVectors {
 /// path -> encoded bytes) as `images` says; text models, and every model without `images`,
 /// use the text alone. Query images that are missing or do not decode are skipped and
 /// counted in `warnings` (naming `source`).
+#[allow(clippy::too_many_arguments)]
 pub fn encode_queries(
     models: &ModelSet,
     retriever: &RetrieverSpec,
     queries: &[Example],
     images: Option<QueryImages>,
     query_images: &HashMap<String, Vec<u8>>,
+    instructions: &Instructions,
+    domain: &str,
     warnings: &mut Warnings,
     source: &Path,
 ) -> Result<QueryVectors> {
@@ -73,16 +153,30 @@ pub fn encode_queries(
         let embedder = models
             .get(name)
             .ok_or_else(|| crate::Error::Unsupported(format!("dense:{name} is not loaded")))?;
+        let instruction = instructions.for_model(embedder, domain)?;
+        let instruction = instruction.as_deref();
         let vectors = match images {
-            Some(mode) if embedder.capabilities().joint => {
-                joint_vectors(embedder, queries, mode, query_images, warnings, source)?
-            }
-            Some(mode) if embedder.capabilities().images => {
-                fused_vectors(embedder, queries, mode, query_images, warnings, source)?
-            }
+            Some(mode) if embedder.capabilities().joint => joint_vectors(
+                embedder,
+                queries,
+                mode,
+                query_images,
+                instruction,
+                warnings,
+                source,
+            )?,
+            Some(mode) if embedder.capabilities().images => fused_vectors(
+                embedder,
+                queries,
+                mode,
+                query_images,
+                instruction,
+                warnings,
+                source,
+            )?,
             _ => {
                 let texts: Vec<&str> = queries.iter().map(|q| q.query.as_str()).collect();
-                embedder.embed_texts(&texts, Role::Query)?
+                embedder.embed_queries(&texts, instruction)?
             }
         };
         out.insert(name, vectors);
@@ -104,11 +198,12 @@ fn fused_vectors(
     queries: &[Example],
     mode: QueryImages,
     query_images: &HashMap<String, Vec<u8>>,
+    instruction: Option<&str>,
     warnings: &mut Warnings,
     source: &Path,
 ) -> Result<Vec<Vec<f32>>> {
     let texts: Vec<&str> = queries.iter().map(|q| q.query.as_str()).collect();
-    let text = embedder.embed_texts(&texts, Role::Query)?;
+    let text = embedder.embed_queries(&texts, instruction)?;
     // embed each distinct query image once
     let mut paths: Vec<&str> = queries
         .iter()
@@ -197,6 +292,7 @@ fn joint_vectors(
     queries: &[Example],
     mode: QueryImages,
     query_images: &HashMap<String, Vec<u8>>,
+    instruction: Option<&str>,
     warnings: &mut Warnings,
     source: &Path,
 ) -> Result<Vec<Vec<f32>>> {
@@ -238,5 +334,5 @@ fn joint_vectors(
             images: imgs,
         })
         .collect();
-    Ok(embedder.embed_joint(&inputs, Role::Query)?)
+    Ok(embedder.embed_joint_queries(&inputs, Role::Query, instruction)?)
 }

@@ -78,7 +78,8 @@ struct EmbedArgs {
     /// Device: cpu, cuda, cuda:N, metal or auto.
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Weights and activations: f32, f16 or bf16 (half precision is meant for GPUs).
+    /// Weights: f32, f16 or bf16 (as `sift embed --dtype`: on the CPU, bf16 decoders keep
+    /// bfloat16 weights and compute in f32; other models' half precision is meant for GPUs).
     #[arg(long, value_enum, default_value = "f32")]
     dtype: Precision,
     /// Comma-separated batch sizes, each measured in turn.
@@ -247,10 +248,11 @@ fn embed(a: EmbedArgs) -> Result<()> {
     let flags = ModelFlags {
         device: a.device.clone(),
         batch_size: *sizes.iter().max().expect("non-empty"),
+        dtype: a.dtype,
         query_instruction: None,
     };
     let load_start = Instant::now();
-    let model = flags.load_as(&a.model, a.dtype)?;
+    let model = flags.load(&a.model)?;
     let load_seconds = load_start.elapsed().as_secs_f64();
     if a.modality == Modality::Image && !model.capabilities().images {
         bail!(

@@ -9,7 +9,8 @@ use sift_eval::{
 };
 use sift_index::IndexDir;
 use sift_retrieve::{
-    Ann, EvalConfig, ModelSet, QueryImages, RetrieverSpec, RunOutput, SearchSettings, TABLE_COLUMNS,
+    Ann, EvalConfig, Instructions, ModelSet, QueryImages, RetrieverSpec, RunOutput, SearchSettings,
+    TABLE_COLUMNS,
 };
 
 use crate::cmd::report_warnings;
@@ -75,6 +76,17 @@ pub struct Args {
     /// Load dense models from here instead of the location recorded in the index.
     #[arg(long)]
     model: Option<String>,
+    /// Task instructions of queries, for models that take one: reference (MM-BRIGHT's code
+    /// gives none: each model's default prefix) or bright (BRIGHT's per-domain instruction
+    /// for each model it has one for, e.g. "Given a {domain} post, retrieve relevant
+    /// passages that help answer the post"). `--query-instruction` and
+    /// `--instructions-file` override it.
+    #[arg(long, value_enum, default_value = "reference")]
+    instructions: InstructionSet,
+    /// Per-domain query instructions: a JSON object of domain -> instruction (`"*"`: every
+    /// other domain; `{domain}` -> the domain's name).
+    #[arg(long, conflicts_with = "query_instruction")]
+    instructions_file: Option<PathBuf>,
     #[command(flatten)]
     model_flags: ModelFlags,
     #[command(flatten)]
@@ -229,7 +241,17 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         .iter()
         .map(|r| r.parse())
         .collect::<std::result::Result<_, _>>()?;
-    let options = a.model_flags.options(sift_embed::Precision::F32)?;
+    let mut options = a.model_flags.options()?;
+    // the instruction is applied per domain and per model (models that take none ignore it)
+    options.query_instruction = None;
+    let instructions = match (&a.instructions_file, &a.model_flags.query_instruction) {
+        (Some(path), _) => Instructions::from_file(path)?,
+        (None, Some(text)) => Instructions::Text(text.clone()),
+        (None, None) => match a.instructions {
+            InstructionSet::Reference => Instructions::Reference,
+            InstructionSet::Bright => Instructions::Bright,
+        },
+    };
     let mut models = ModelSet::new();
     for r in &retrievers {
         models
@@ -262,6 +284,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
             file: a.run_out.clone(),
         },
         per_query: a.per_query,
+        instructions,
     };
     let jobs = sift_retrieve::count_jobs(&config, &models);
     if jobs != 1 && (a.run_out.is_some() || a.qrels_out.is_some()) {
@@ -309,4 +332,13 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         print!("{text}");
     }
     Ok(())
+}
+
+/// Built-in query instruction sets of `sift eval --instructions`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum InstructionSet {
+    /// MM-BRIGHT's reference code: no instruction (each model's default prefix).
+    Reference,
+    /// BRIGHT's per-domain instructions.
+    Bright,
 }

@@ -108,7 +108,7 @@ pub fn run(a: Args) -> Result<()> {
     models.load_for(
         &index,
         &retriever,
-        &a.model_flags.options(sift_embed::Precision::F32)?,
+        &a.model_flags.options()?,
         a.model.as_deref(),
     )?;
     if !a.image.is_empty() && !models.sees_images(&retriever) {
@@ -143,6 +143,9 @@ pub fn run(a: Args) -> Result<()> {
         std::slice::from_ref(&example),
         (!a.image.is_empty()).then_some(a.query_fusion),
         &query_images,
+        // --query-instruction went into the model when it loaded
+        &sift_retrieve::Instructions::Reference,
+        &domain,
         &mut warnings,
         std::path::Path::new("--image"),
     )?;

@@ -24,14 +24,17 @@ use crate::{Error, Result};
 /// Families this module runs (`model_type` in config.json).
 pub const DECODER_MODEL_TYPES: [&str; 4] = ["mistral", "qwen2", "qwen3", "llama"];
 
-/// How a decoder turns its hidden states into one vector.
+/// How a decoder turns its hidden states into one vector. Each implies its attention
+/// (causal for the last token, bidirectional for the mean) unless the registry says
+/// otherwise (gte-Qwen2: bidirectional, last token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecoderPooling {
-    /// Causal attention; the state of an EOS appended to the input (E5-Mistral, SFR,
-    /// Qwen2 / Qwen3 embedders).
+    /// The state of an EOS appended to the input (E5-Mistral, SFR, gte-Qwen2, RaDeR,
+    /// Qwen3-Embedding / Diver).
     LastToken,
-    /// Bidirectional attention; the mean of the states after the role's prefix (GritLM's
-    /// `encode`: the instruction's tokens, BOS included, are masked out of the mean).
+    /// The mean of the states after the role's prefix (GritLM's and ReasonIR's `encode`:
+    /// an instruction's tokens, BOS included, are masked out of the mean; with no
+    /// instruction every token counts).
     MeanAfterPrefix,
 }
 
@@ -50,6 +53,12 @@ pub struct DecoderOptions {
     /// The (query, passage) prefixes, instead of the registry's (an instruction in the
     /// model's prompt format, e.g. GritLM's `<|user|>\n{instruction}\n<|embed|>\n`).
     pub prefixes: Option<(String, String)>,
+    /// A task instruction for queries, put into the registry's prompt format
+    /// ([`crate::registry::ModelInfo::query_template`]); ignored when `prefixes` is given.
+    pub query_instruction: Option<String>,
+    /// Causal (`true`) or bidirectional attention, instead of the registry's or the
+    /// pooling's.
+    pub causal: Option<bool>,
 }
 
 impl Default for DecoderOptions {
@@ -60,6 +69,8 @@ impl Default for DecoderOptions {
             max_seq_len: None,
             pooling: None,
             prefixes: None,
+            query_instruction: None,
+            causal: None,
         }
     }
 }
@@ -74,12 +85,18 @@ pub struct DecoderEmbedder {
     eos: u32,
     max_seq_len: usize,
     query_max_seq_len: usize,
+    /// Passages cut to this many characters first (RaDeR's reference).
+    passage_max_chars: Option<usize>,
     pooling: DecoderPooling,
+    /// Causal attention (else bidirectional).
+    causal: bool,
     /// Tokens of each role's prefix alone (BOS included): what mean pooling leaves out.
     prefix_tokens: [usize; 2],
     dim: usize,
     query_prefix: String,
     passage_prefix: String,
+    /// The registry's query prompt format for an instruction.
+    query_template: Option<String>,
     device: Device,
     options: DecoderOptions,
     content: String,
@@ -197,6 +214,11 @@ impl DecoderEmbedder {
             Some(crate::registry::Pooling::Mean) => DecoderPooling::MeanAfterPrefix,
             _ => DecoderPooling::LastToken,
         });
+        let causal = match (options.causal, info.and_then(|m| m.attention)) {
+            (Some(c), _) => c,
+            (None, Some(a)) => a == crate::registry::Attention::Causal,
+            (None, None) => pooling == DecoderPooling::LastToken,
+        };
         // last-token models keep room for the EOS appended after truncation, as the model
         // cards do; GritLM truncates the whole input at max_length
         let room = usize::from(pooling == DecoderPooling::LastToken);
@@ -228,14 +250,29 @@ impl DecoderEmbedder {
             _ => None,
         }
         .ok_or_else(|| unsupported("no eos_token_id".into()))?;
-        let (query_prefix, passage_prefix) = match &options.prefixes {
-            Some(p) => p.clone(),
-            None => (
-                info.map(|m| m.query_prefix.clone()).unwrap_or_default(),
+        let query_template = info.and_then(|m| m.query_template.clone());
+        let (query_prefix, passage_prefix) = match (&options.prefixes, &options.query_instruction) {
+            (Some(p), _) => p.clone(),
+            (None, instruction) => (
+                match instruction {
+                    Some(i) => info.and_then(|m| m.instruction_prefix(i)).ok_or_else(|| {
+                        unsupported(format!(
+                            "{} takes no query instruction (no prompt format for one in the \
+                             registry); give the prefixes instead",
+                            files.name
+                        ))
+                    })?,
+                    None => info.map(|m| m.query_prefix.clone()).unwrap_or_default(),
+                },
                 info.map(|m| m.passage_prefix.clone()).unwrap_or_default(),
             ),
         };
+        // GritLM's encode masks the instruction's tokens (BOS included) only when there is
+        // an instruction: with none, the mean takes every token
         let count = |prefix: &str| -> Result<usize> {
+            if prefix.is_empty() {
+                return Ok(0);
+            }
             Ok(tokenizer
                 .encode(prefix, true)
                 .map_err(|e| Error::Tokenizer(e.to_string()))?
@@ -254,11 +291,14 @@ impl DecoderEmbedder {
             eos,
             max_seq_len,
             query_max_seq_len,
+            passage_max_chars: info.and_then(|m| m.passage_max_chars),
             pooling,
+            causal,
             prefix_tokens,
             dim: cfg.hidden_size,
             query_prefix,
             passage_prefix,
+            query_template,
             device: device.clone(),
             options,
             content: files.content_hash()?,
@@ -290,6 +330,11 @@ impl DecoderEmbedder {
         self.pooling
     }
 
+    /// Whether attention is causal (else bidirectional).
+    pub fn causal(&self) -> bool {
+        self.causal
+    }
+
     /// [`ModelFiles::content_hash`] of the files it was loaded from.
     pub fn content_hash(&self) -> &str {
         &self.content
@@ -306,11 +351,13 @@ impl DecoderEmbedder {
     /// Settings that decide the vectors besides the input (a cache key).
     pub fn fingerprint(&self, role: Role) -> String {
         format!(
-            "{}|decoder|{:?}|len={}/{}|prefix={:?}|{:?}|{}|{}",
+            "{}|decoder|{:?}|causal={}|len={}/{}|chars={:?}|prefix={:?}|{:?}|{}|{}",
             self.name,
             self.pooling,
+            self.causal,
             self.max_seq_len,
             self.query_max_seq_len,
+            self.passage_max_chars,
             self.prefix(role),
             self.options.dtype,
             crate::files::device_class(&self.device),
@@ -318,12 +365,39 @@ impl DecoderEmbedder {
         )
     }
 
+    /// The query prefix carrying `instruction` in the model's prompt format (the
+    /// registry's), when it has one.
+    pub fn instruction_prefix(&self, instruction: &str) -> Option<String> {
+        self.query_template
+            .as_ref()
+            .map(|t| t.replace("{instruction}", instruction))
+    }
+
     /// Token ids of texts of `role`: the prefix and text as the tokenizer makes them (its
     /// BOS included), cut at the role's maximum (less one for last-token pooling, which then
     /// appends EOS).
     pub fn tokenize(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<u32>>> {
-        let prefix = self.prefix(role);
-        let inputs: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}")).collect();
+        self.tokenize_with_prefix(texts, role, self.prefix(role))
+    }
+
+    /// [`DecoderEmbedder::tokenize`] with `prefix` instead of the role's.
+    pub fn tokenize_with_prefix(
+        &self,
+        texts: &[&str],
+        role: Role,
+        prefix: &str,
+    ) -> Result<Vec<Vec<u32>>> {
+        let cut = match role {
+            Role::Passage => self.passage_max_chars,
+            Role::Query => None,
+        };
+        let inputs: Vec<String> = texts
+            .iter()
+            .map(|t| match cut.and_then(|n| t.char_indices().nth(n)) {
+                Some((end, _)) => format!("{prefix}{}", &t[..end]),
+                None => format!("{prefix}{t}"),
+            })
+            .collect();
         let (tokenizer, max) = match (role, &self.query_tokenizer) {
             (Role::Query, Some(t)) => (t, self.query_max_seq_len),
             _ => (&self.tokenizer, self.max_seq_len),
@@ -343,6 +417,20 @@ impl DecoderEmbedder {
             .collect())
     }
 
+    /// Tokens of `prefix` alone, BOS included: what mean pooling leaves out of a text
+    /// tokenised with it.
+    pub fn prefix_tokens(&self, prefix: &str) -> Result<usize> {
+        if prefix.is_empty() {
+            return Ok(0);
+        }
+        Ok(self
+            .tokenizer
+            .encode(prefix, true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?
+            .get_ids()
+            .len())
+    }
+
     /// Unit vectors of token id sequences of `role`, in order (packed, longest first, in
     /// batches).
     pub fn embed_tokens(&self, ids: &[Vec<u32>], role: Role) -> Result<Vec<Vec<f32>>> {
@@ -350,6 +438,12 @@ impl DecoderEmbedder {
             Role::Query => self.prefix_tokens[0],
             Role::Passage => self.prefix_tokens[1],
         };
+        self.embed_tokens_after(ids, skip)
+    }
+
+    /// [`DecoderEmbedder::embed_tokens`] of ids whose prefix is `skip` tokens long (left out
+    /// of mean pooling; last-token pooling ignores it).
+    pub fn embed_tokens_after(&self, ids: &[Vec<u32>], skip: usize) -> Result<Vec<Vec<f32>>> {
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); ids.len()];
@@ -366,14 +460,14 @@ impl DecoderEmbedder {
                 DecoderPooling::LastToken => {
                     let last: Vec<usize> = segments.iter().map(|s| s.start + s.len - 1).collect();
                     self.model
-                        .forward(x, &positions, &segments, &last, true)?
+                        .forward(x, &positions, &segments, &last, self.causal)?
                         .to_dtype(DType::F32)?
                 }
                 DecoderPooling::MeanAfterPrefix => {
                     let rows: Vec<usize> = (0..all.len()).collect();
                     let states = self
                         .model
-                        .forward(x, &positions, &segments, &rows, false)?
+                        .forward(x, &positions, &segments, &rows, self.causal)?
                         .to_dtype(DType::F32)?;
                     // the mean over each sequence's tokens after its prefix (over all of it
                     // when truncation left nothing after the prefix)

@@ -624,6 +624,15 @@ impl GmeEmbedder {
         } else {
             DEFAULT_INSTRUCTION
         };
+        self.embed_texts_instructed(texts, instruction)
+    }
+
+    /// Unit vectors of texts with `instruction` as their system prompt.
+    pub fn embed_texts_instructed(
+        &self,
+        texts: &[&str],
+        instruction: &str,
+    ) -> Result<Vec<Vec<f32>>> {
         let inputs: Vec<GmeInput<'_>> = texts
             .iter()
             .map(|t| GmeInput {

@@ -29,6 +29,9 @@ pub struct TextEmbedderOptions {
     pub dtype: DType,
     /// Override of the maximum sequence length (tokens, special tokens included).
     pub max_seq_len: Option<usize>,
+    /// A task instruction for queries, put into the registry's prompt format
+    /// ([`crate::registry::ModelInfo::query_template`]).
+    pub query_instruction: Option<String>,
 }
 
 impl Default for TextEmbedderOptions {
@@ -37,6 +40,7 @@ impl Default for TextEmbedderOptions {
             batch_size: 32,
             dtype: DType::F32,
             max_seq_len: None,
+            query_instruction: None,
         }
     }
 }
@@ -49,6 +53,8 @@ pub struct TextEmbedder {
     pooling: Pooling,
     query_prefix: String,
     passage_prefix: String,
+    /// The registry's query prompt format for an instruction.
+    query_template: Option<String>,
     max_seq_len: usize,
     dim: usize,
     options: TextEmbedderOptions,
@@ -153,12 +159,25 @@ impl TextEmbedder {
             path: files.config.clone(),
             message: format!("weights do not match a BERT model: {e}"),
         })?;
+        let query_prefix = match &options.query_instruction {
+            Some(i) => info.and_then(|m| m.instruction_prefix(i)).ok_or_else(|| {
+                Error::Unsupported {
+                    path: files.config.clone(),
+                    message: format!(
+                        "{} takes no query instruction (no prompt format for one in the registry)",
+                        files.name
+                    ),
+                }
+            })?,
+            None => info.map(|m| m.query_prefix.clone()).unwrap_or_default(),
+        };
         Ok(TextEmbedder {
             name: files.name.clone(),
             model,
             tokenizer,
             pooling,
-            query_prefix: info.map(|m| m.query_prefix.clone()).unwrap_or_default(),
+            query_template: info.and_then(|m| m.query_template.clone()),
+            query_prefix,
             passage_prefix: info.map(|m| m.passage_prefix.clone()).unwrap_or_default(),
             max_seq_len,
             dim: config.hidden_size,
@@ -216,20 +235,32 @@ impl TextEmbedder {
         }
     }
 
+    /// The query prefix carrying `instruction` in the model's prompt format (the
+    /// registry's), when it has one.
+    pub fn instruction_prefix(&self, instruction: &str) -> Option<String> {
+        self.query_template
+            .as_ref()
+            .map(|t| t.replace("{instruction}", instruction))
+    }
+
     /// Tokenises `texts` (with the prefix of `kind`): token ids per text, truncated. Long
     /// texts are cut before tokenising, with identical ids ([`super::truncate`]).
     pub fn tokenize(&self, texts: &[&str], kind: Role) -> Result<Vec<Vec<u32>>> {
-        self.tokenize_with(texts, kind, true)
+        self.tokenize_with(texts, self.prefix(kind), true)
+    }
+
+    /// [`TextEmbedder::tokenize`] with `prefix` instead of the role's.
+    pub fn tokenize_with_prefix(&self, texts: &[&str], prefix: &str) -> Result<Vec<Vec<u32>>> {
+        self.tokenize_with(texts, prefix, true)
     }
 
     /// [`TextEmbedder::tokenize`] tokenising every text whole before truncating (what
     /// sentence-transformers does; slower on long texts, same ids).
     pub fn tokenize_whole(&self, texts: &[&str], kind: Role) -> Result<Vec<Vec<u32>>> {
-        self.tokenize_with(texts, kind, false)
+        self.tokenize_with(texts, self.prefix(kind), false)
     }
 
-    fn tokenize_with(&self, texts: &[&str], kind: Role, early: bool) -> Result<Vec<Vec<u32>>> {
-        let prefix = self.prefix(kind);
+    fn tokenize_with(&self, texts: &[&str], prefix: &str, early: bool) -> Result<Vec<Vec<u32>>> {
         let inputs: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}")).collect();
         let enc = if !early {
             self.tokenizer
