@@ -17,7 +17,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Facts about a model: where its files are, its configuration, pooling and prefixes.
+    /// Facts about a model: its prompt formats (prefixes, the query format with an
+    /// instruction, BRIGHT's instruction), maximum lengths, and, when its files are here or
+    /// on the hub, where they are and its configuration.
     Info {
         /// Directory, hub id or alias.
         model: String,
@@ -39,12 +41,12 @@ pub fn run(a: Args) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(registry::all())?);
             } else {
                 println!(
-                    "| id | alias | arch | pooling | dim | max tokens | query prefix | passage prefix | licence |"
+                    "| id | alias | arch | pooling | dim | max tokens | query prefix | passage prefix | query with an instruction | licence |"
                 );
-                println!("|---|---|---|---|---:|---:|---|---|---|");
+                println!("|---|---|---|---|---:|---:|---|---|---|---|");
                 for m in registry::all() {
                     println!(
-                        "| {} | {} | {} | {:?} | {} | {} | {:?} | {:?} | {} |",
+                        "| {} | {} | {} | {:?} | {} | {} | {:?} | {:?} | {} | {} |",
                         m.id,
                         m.alias,
                         m.arch,
@@ -53,32 +55,88 @@ pub fn run(a: Args) -> Result<()> {
                         m.max_seq_len,
                         m.query_prefix,
                         m.passage_prefix,
+                        m.query_template
+                            .as_ref()
+                            .map_or("-".to_string(), |t| format!("{t:?}")),
                         m.license
                     );
                 }
             }
         }
         Cmd::Info { model, json } => {
-            let files = ModelFiles::resolve(&model)?;
-            let config: serde_json::Value = sift_embed::read_json(&files.config)?;
-            let out = serde_json::json!({
-                "name": files.name,
-                "config": files.config,
-                "tokenizer": files.tokenizer,
-                "weights": files.weights,
-                "sentence_transformers_pooling": files.pooling,
-                "sentence_transformers_config": files.sentence_config,
-                "model_type": config.get("model_type"),
-                "hidden_size": config.get("hidden_size"),
-                "num_hidden_layers": config.get("num_hidden_layers"),
-                "max_position_embeddings": config.get("max_position_embeddings"),
-                "registry": registry::find(&files.name),
-            });
+            // the registry's facts (prompt formats, lengths) need no files; the files'
+            // facts are added when the model resolves
+            let (files, missing) = match ModelFiles::resolve(&model) {
+                Ok(f) => (Some(f), None),
+                Err(e) if registry::find(&model).is_some() => (None, Some(e.to_string())),
+                Err(e) => return Err(e.into()),
+            };
+            let name = files.as_ref().map_or(model.as_str(), |f| f.name.as_str());
+            let entry = registry::find(name);
+            let mut out = serde_json::json!({ "name": name, "registry": entry });
+            if let Some(m) = entry {
+                out["prompts"] = serde_json::json!({
+                    "query_prefix": m.query_prefix,
+                    "passage_prefix": m.passage_prefix,
+                    "query_with_instruction": m.query_template,
+                    "bright_instruction": m.bright_instruction,
+                    "max_tokens": m.max_seq_len,
+                    "query_max_tokens": m.query_max_seq_len.unwrap_or(m.max_seq_len),
+                    "passage_max_chars": m.passage_max_chars,
+                    // decoders' attention: the registry's, else what the pooling implies
+                    "attention": m.attention.or_else(|| {
+                        sift_embed::DECODER_MODEL_TYPES
+                            .contains(&m.arch.as_str())
+                            .then_some(if m.pooling == registry::Pooling::Mean {
+                                registry::Attention::Bidirectional
+                            } else {
+                                registry::Attention::Causal
+                            })
+                    }),
+                });
+            }
+            match &files {
+                Some(files) => {
+                    let config: serde_json::Value = sift_embed::read_json(&files.config)?;
+                    for (k, v) in [
+                        ("config", serde_json::json!(files.config)),
+                        ("tokenizer", serde_json::json!(files.tokenizer)),
+                        ("weights", serde_json::json!(files.weights)),
+                        (
+                            "sentence_transformers_pooling",
+                            serde_json::json!(files.pooling),
+                        ),
+                        (
+                            "sentence_transformers_config",
+                            serde_json::json!(files.sentence_config),
+                        ),
+                    ] {
+                        out[k] = v;
+                    }
+                    for k in [
+                        "model_type",
+                        "hidden_size",
+                        "num_hidden_layers",
+                        "max_position_embeddings",
+                    ] {
+                        out[k] = config.get(k).cloned().unwrap_or_default();
+                    }
+                }
+                None => out["files"] = serde_json::json!(missing),
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 for (k, v) in out.as_object().expect("object") {
-                    println!("{k:<32} {v}");
+                    match (k.as_str(), v) {
+                        ("registry", _) => {}
+                        ("prompts", serde_json::Value::Object(p)) => {
+                            for (pk, pv) in p {
+                                println!("{:<32} {pv}", format!("prompts.{pk}"));
+                            }
+                        }
+                        _ => println!("{k:<32} {v}"),
+                    }
                 }
             }
         }
