@@ -13,7 +13,7 @@ texts with the same thread count, one after the other; the order flips every rou
 neither always runs on a warmer machine. Every process is measured by `/usr/bin/time -v`
 (peak resident memory as the kernel counts it, user and system CPU seconds) besides what it
 reports itself. Writes OUT.json (every round's raw outputs, versions, the machine) and
-OUT.table.md (medians and the ratio; > 1 means Sift is ahead).
+OUT.table.md (medians and the ratio; > 1 means Sift is ahead; OUT.md is written by hand around it).
 """
 import argparse
 import datetime
