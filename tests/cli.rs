@@ -1829,7 +1829,7 @@ fn contriever_layout_checkpoint_indexes_and_evaluates() {
     assert_eq!(e["per_domain"].as_object().unwrap().len(), 3);
 }
 
-/// Decoder LM embedders (tiny random Mistral and Qwen2) index the sample and run Task 1,
+/// Decoder LM embedders (tiny random Mistral, Qwen2, Qwen3, Llama) index the sample and run Task 1,
 /// Task 2 as text and Task 4 as passages; `sift embed` gives their unit vectors.
 #[test]
 fn decoder_embedders_index_and_evaluate() {
@@ -1837,6 +1837,7 @@ fn decoder_embedders_index_and_evaluate() {
     let index = tmp.path().join("index");
     let root = repo().join("models/fixtures/decoder");
     let (mistral, qwen2) = (root.join("tiny-mistral"), root.join("tiny-qwen2"));
+    let (qwen3, llama) = (root.join("tiny-qwen3"), root.join("tiny-llama"));
     ok(&[
         "index",
         "--corpus",
@@ -1847,6 +1848,10 @@ fn decoder_embedders_index_and_evaluate() {
         s(&mistral),
         "--dense",
         s(&qwen2),
+        "--dense",
+        s(&qwen3),
+        "--dense",
+        s(&llama),
         "-q",
     ]);
     let e = json(&ok(&[
@@ -1861,11 +1866,15 @@ fn decoder_embedders_index_and_evaluate() {
         "dense:tiny-mistral",
         "--retriever",
         "dense:tiny-qwen2",
+        "--retriever",
+        "dense:tiny-qwen3",
+        "--retriever",
+        "dense:tiny-llama",
         "--json",
     ]));
     let reports = e["reports"].as_array().unwrap();
     // tasks 1, 2 and 4 for each (text models rank no images: task 3 is not applicable)
-    assert_eq!(reports.len(), 6, "{e}");
+    assert_eq!(reports.len(), 12, "{e}");
     for r in reports {
         let v = r["metrics"]["ndcg@10"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&v), "{}", r["label"]);

@@ -15,6 +15,7 @@ struct Reference {
     gritlm_no_instruction: Vec<Item>,
     reasonir: Grit,
     gte_qwen2: Vec<Item>,
+    mistral_window: Vec<Item>,
 }
 
 #[derive(serde::Deserialize)]
@@ -311,4 +312,41 @@ fn query_instructions_use_the_registry_prompt_format() {
         cosine(&plain[0], &vectors[0]) < 0.9999,
         "the instruction changes the vector"
     );
+}
+
+/// Mistral's sliding window shorter than the input (8 tokens over inputs up to 64) against
+/// transformers' sliding-window causal mask; the fixture script checks the window changes
+/// the vectors.
+#[test]
+fn mistral_sliding_window_matches_transformers() {
+    let (root, reference) = load_reference();
+    let files = ModelFiles::from_dir(&root.join("tiny-mistral-window")).unwrap();
+    let model = DecoderEmbedder::load(
+        &files,
+        &Device::Cpu,
+        DecoderOptions {
+            batch_size: 3,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    check(
+        &model,
+        &reference.mistral_window,
+        Role::Passage,
+        "mistral, window 8",
+    );
+    // bidirectional attention over a window is refused, not run wrongly
+    let err = DecoderEmbedder::load(
+        &files,
+        &Device::Cpu,
+        DecoderOptions {
+            causal: Some(false),
+            ..Default::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("sliding window of 8 tokens"), "{err}");
 }

@@ -7,9 +7,11 @@
 //! bidirectional attention, the mean of the states after the instruction's tokens. The
 //! decoder is Qwen2-VL's language model (`qwen2vl::TextModel`) with one-dimensional rotary
 //! positions, query / key / value biases where the family has them, Qwen3's per-head query
-//! / key norms and explicit head dimension, and Llama 3's rotary scaling. Other rotary
-//! scalings and sliding windows shorter than the input are not supported yet: such
-//! configurations are refused when they load.
+//! / key norms and explicit head dimension, Llama 3's rotary scaling, and Mistral's causal
+//! sliding window. Other rotary scalings, and Qwen2's per-layer or bidirectional sliding
+//! windows shorter than the input, are not supported: such configurations are refused when
+//! they load. Attention is causal or bidirectional as the registry says (gte-Qwen2:
+//! bidirectional with last-token pooling), else as the pooling implies.
 use candle_core::{DType, Device};
 use serde_json::Value;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
@@ -201,15 +203,15 @@ impl DecoderEmbedder {
             .or(info.map(|m| m.max_seq_len))
             .unwrap_or(4096)
             .min(max_pos);
-        if let Some(w) = value.get("sliding_window").and_then(Value::as_u64)
-            && (w as usize) < max_seq_len
-            && value.get("use_sliding_window").and_then(Value::as_bool) != Some(false)
-        {
-            return Err(unsupported(format!(
-                "a sliding window of {w} tokens, shorter than the {max_seq_len} embedded: not \
-                 supported yet"
-            )));
-        }
+        // a sliding window shorter than the input: Mistral's (every layer, causal) runs;
+        // Qwen2's / Qwen3's per-layer windows (`max_window_layers`) and windows over
+        // bidirectional attention are refused
+        let window = value
+            .get("sliding_window")
+            .and_then(Value::as_u64)
+            .map(|w| w as usize)
+            .filter(|&w| w < max_seq_len)
+            .filter(|_| value.get("use_sliding_window").and_then(Value::as_bool) != Some(false));
         let pooling = options.pooling.unwrap_or(match info.map(|m| m.pooling) {
             Some(crate::registry::Pooling::Mean) => DecoderPooling::MeanAfterPrefix,
             _ => DecoderPooling::LastToken,
@@ -219,6 +221,20 @@ impl DecoderEmbedder {
             (None, Some(a)) => a == crate::registry::Attention::Causal,
             (None, None) => pooling == DecoderPooling::LastToken,
         };
+        if let Some(w) = window {
+            if model_type != "mistral" || !causal {
+                return Err(unsupported(format!(
+                    "a sliding window of {w} tokens, shorter than the {max_seq_len} embedded, \
+                     over {} attention in {model_type}: not supported (Mistral's causal \
+                     window is)",
+                    if causal { "causal" } else { "bidirectional" }
+                )));
+            }
+            if w == 0 {
+                return Err(unsupported("a sliding window of 0 tokens".into()));
+            }
+            cfg.attention_window = Some(w);
+        }
         // last-token models keep room for the EOS appended after truncation, as the model
         // cards do; GritLM truncates the whole input at max_length
         let room = usize::from(pooling == DecoderPooling::LastToken);

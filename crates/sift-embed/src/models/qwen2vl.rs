@@ -113,6 +113,10 @@ pub struct TextConfig {
     /// Llama 3's rotary frequency scaling (`rope_type` llama3).
     #[serde(skip)]
     pub llama3_rope: Option<Llama3Rope>,
+    /// Mistral's sliding window: each token attends to this many latest positions (causal
+    /// attention only; every layer).
+    #[serde(skip)]
+    pub attention_window: Option<usize>,
 }
 
 /// Llama 3's rotary scaling (transformers' `_compute_llama3_parameters`): long wavelengths
@@ -195,6 +199,7 @@ impl Default for TextConfig {
             qk_norm: false,
             head_dim_override: None,
             llama3_rope: None,
+            attention_window: None,
         }
     }
 }
@@ -764,7 +769,14 @@ impl TextModel {
                 qkv = norm_heads(&qkv, hq, hk, d, qn, kn)?;
             }
             let qkv = rotate_qkv(&qkv, hq, hk, d, &cos, &sin)?;
-            let ctx = ops::attention(&qkv, segments, hq, d, causal)?;
+            let ctx = ops::attention_windowed(
+                &qkv,
+                segments,
+                hq,
+                d,
+                causal,
+                self.cfg.attention_window.filter(|_| causal),
+            )?;
             x = l.o.forward(&ctx, Some(&x), None)?;
             let h = l.post_norm.forward(&x)?;
             let g = l.gate.forward(&h, None, Some(self.act))?;

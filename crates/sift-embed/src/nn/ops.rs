@@ -629,13 +629,34 @@ pub fn attention(
     head_dim: usize,
     causal: bool,
 ) -> Result<Tensor> {
+    attention_windowed(qkv, segments, heads, head_dim, causal, None)
+}
+
+/// [`attention`] where, with `window` `W` (causal only), a token sees only the `W` latest
+/// positions, itself included (Mistral's sliding window: key `j` is visible to query `i`
+/// when `i - W < j <= i`).
+pub fn attention_windowed(
+    qkv: &Tensor,
+    segments: &[Segment],
+    heads: usize,
+    head_dim: usize,
+    causal: bool,
+    window: Option<usize>,
+) -> Result<Tensor> {
     check_segments(segments, qkv.dim(0)?)?;
+    if window.is_some() && !causal {
+        candle_core::bail!("attention: a sliding window needs causal attention")
+    }
+    if window == Some(0) {
+        candle_core::bail!("attention: a sliding window of 0 tokens")
+    }
     if qkv.device().is_cpu() && qkv.dtype() == DType::F32 {
         let op = AttentionOp {
             segments: segments.to_vec(),
             heads,
             head_dim,
             causal,
+            window,
         };
         return qkv.contiguous()?.apply_op1_no_bwd(&op);
     }
@@ -653,8 +674,17 @@ pub fn attention(
         let (q, k, v) = (split(0, seg.len)?, split(1, keys)?, split(2, keys)?);
         let mut scores = q.matmul(&k.t()?)?; // (heads, len, keys)
         if causal {
+            let w = window.unwrap_or(usize::MAX);
             let mask: Vec<f32> = (0..seg.len)
-                .flat_map(|i| (0..keys).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
+                .flat_map(|i| {
+                    (0..keys).map(move |j| {
+                        if j > i || i - j >= w {
+                            f32::NEG_INFINITY
+                        } else {
+                            0.0
+                        }
+                    })
+                })
                 .collect();
             let mask =
                 Tensor::from_vec(mask, (seg.len, keys), qkv.device())?.to_dtype(qkv.dtype())?;
@@ -675,6 +705,8 @@ struct AttentionOp {
     heads: usize,
     head_dim: usize,
     causal: bool,
+    /// Causal sliding window (tokens seen, the query's own included).
+    window: Option<usize>,
 }
 
 /// Scores computed at once per (sequence, head) task: 128 Ki values (512 KiB), about a
@@ -774,7 +806,13 @@ impl CustomOp1 for AttentionOp {
                         } else {
                             kv
                         };
-                        softmax_row(row, visible);
+                        // keys that slid out of the window weigh nothing: the softmax runs
+                        // over the window alone (the query's own position is always in it)
+                        let first = self
+                            .window
+                            .map_or(0, |wn| (r0 + i + 1).saturating_sub(wn).min(visible));
+                        row[..first].fill(0.0);
+                        softmax_row(&mut row[first..], visible - first);
                     }
                     // SAFETY: this task alone writes rows start..start+len, columns
                     // hd*d..(hd+1)*d.
@@ -1012,15 +1050,22 @@ mod tests {
             .collect();
         let dev = candle_core::Device::Cpu;
         let qkv = Tensor::from_vec(vals, (tokens, 3 * heads * d), &dev).unwrap();
-        for causal in [false, true] {
-            let fast = attention(&qkv, &segments, heads, d, causal).unwrap();
+        // a sliding window shorter than a block and one longer than the sequences
+        for (causal, window) in [
+            (false, None),
+            (true, None),
+            (true, Some(100)),
+            (true, Some(5000)),
+        ] {
+            let fast = attention_windowed(&qkv, &segments, heads, d, causal, window).unwrap();
             // f64 takes the generic (candle ops) path
-            let slow = attention(
+            let slow = attention_windowed(
                 &qkv.to_dtype(DType::F64).unwrap(),
                 &segments,
                 heads,
                 d,
                 causal,
+                window,
             )
             .unwrap()
             .to_dtype(DType::F32)
@@ -1035,7 +1080,18 @@ mod tests {
                 .unwrap()
                 .to_scalar::<f32>()
                 .unwrap();
-            assert!(diff < 1e-5, "causal {causal}: max diff {diff}");
+            assert!(
+                diff < 1e-5,
+                "causal {causal}, window {window:?}: max diff {diff}"
+            );
         }
+        let windowed = attention_windowed(&qkv, &segments, heads, d, true, Some(100)).unwrap();
+        let full = attention(&qkv, &segments, heads, d, true).unwrap();
+        let moved = (windowed - full).unwrap().abs().unwrap().max_all().unwrap();
+        assert!(
+            moved.to_scalar::<f32>().unwrap() > 1e-3,
+            "the window changes the context"
+        );
+        assert!(attention_windowed(&qkv, &segments, heads, d, false, Some(4)).is_err());
     }
 }
