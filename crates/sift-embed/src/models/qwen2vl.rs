@@ -574,7 +574,7 @@ struct DecoderLayer {
 /// the LM head.
 ///
 /// Loaded in bfloat16 on the CPU, its linear layers are packed for the CPU's bfloat16
-/// kernels ([`ops::PackedLinear`]) and everything else (embeddings after the lookup, norms,
+/// kernels (`PackedLinear` in `nn::ops`) and everything else (embeddings after the lookup, norms,
 /// rotary positions, attention, residuals) runs in f32; elsewhere it runs in the weights'
 /// dtype on candle's ops.
 pub struct TextModel {
