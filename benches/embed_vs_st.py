@@ -5,11 +5,10 @@ Usage:
     python3 benches/embed_vs_st.py --model models/local/all-MiniLM-L6-v2 \
         --texts /work/shared/data/cranfield/corpus.jsonl \
         --items 512 --batch-size 32 --threads 2 --warmup 64 --rounds 3 \
-        --sift-bench 'cargo bench -q --bench embed -- --model models/local/all-MiniLM-L6-v2 --texts /work/shared/data/cranfield/corpus.jsonl --items 512 --batch-size 32 --threads 2 --warmup 64 --json' \
-        --out eval/results/embed_minilm_cpu
+        --out eval/results/embed_minilm_cpu        # after cargo build --release -p sift-cli
 
-Each round runs, in a fresh process each, the Sift command (a shell string, run as given
-from the repository root; its model/texts/items/batch/threads/warmup are the caller's job)
+Each round runs, in a fresh process each, `sift bench embed` with this driver's settings
+(threads through RAYON_NUM_THREADS; `--sift-bench CMD` runs another command as given instead)
 and the sentence-transformers peer (eval/peers/st_embed_peer.py --json, with this driver's
 --model/--texts/--items/--batch-size/--threads/--warmup), alternating which goes first.
 Each prints one JSON object with the keys
@@ -46,7 +45,33 @@ PEER = "sentence-transformers"
 KEYS = ["engine", "version", "model", "items", "batch_size", "threads", "seconds",
         "items_per_s", "peak_rss_mb"]
 # Keys either side may add without a warning (kept in the raw results).
-OPTIONAL = {"warmup", "max_seq_length", "torch", "dim", "device", "dtype", "pooling"}
+OPTIONAL = {"warmup", "max_seq_length", "torch", "dim", "device", "dtype", "pooling",
+            "prep_seconds", "model_seconds", "load_seconds"}
+SIFT = os.path.join(REPO, "target", "release", "sift")
+
+
+def bench_embed_result(label: str, obj: dict, warmup: int) -> dict:
+    """Maps `sift bench embed --json` (one batch size) to the drivers' common keys."""
+    if len(obj.get("results", [])) != 1:
+        raise SystemExit(f"{label}: expected one batch size in \"results\": {json.dumps(obj)}")
+    b = obj["best"]
+    return {"engine": obj["engine"], "version": obj["version"], "model": obj["model"],
+            "items": b["items"], "batch_size": b["batch_size"], "threads": obj["threads"],
+            "warmup": warmup,  # not in the output: what the command was given
+            "device": obj.get("device"), "dtype": obj.get("dtype"),
+            "load_seconds": obj.get("load_seconds"),
+            "seconds": b["seconds"], "items_per_s": b["items_per_s"],
+            "prep_seconds": b["prepare_seconds"], "model_seconds": b["model_seconds"],
+            "peak_rss_mb": obj["peak_rss_mb"]}
+
+
+def bench_embed_cmd(sift: str, model: str, inputs: str, items: int, batch_size: int, threads: int,
+                    warmup: int, modality: str = "text") -> str:
+    """The `sift bench embed` command line of one measurement (threads through rayon's pool)."""
+    return f"RAYON_NUM_THREADS={threads} " + shlex.join([
+        sift, "bench", "embed", "--model", os.path.abspath(model), "--modality", modality,
+        "--input", os.path.abspath(inputs), "--items", str(items), "--batch-size", str(batch_size),
+        "--warmup", str(warmup), "--json"])
 # (label, key, ratio orientation): "sift/peer" or "peer/sift"
 METRICS = [
     ("throughput (texts/s)", "items_per_s", "sift/peer"),
@@ -219,8 +244,10 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="peer torch/tokenizers threads")
     ap.add_argument("--warmup", type=int, default=64, help="texts in the peer's untimed warm-up encode")
-    ap.add_argument("--sift-bench", required=True,
-                    help="shell command printing one Sift result JSON object (run as given, nothing appended)")
+    ap.add_argument("--sift", default=SIFT, help="the sift binary (default: target/release/sift; build it first)")
+    ap.add_argument("--sift-bench", default=None,
+                    help="shell command printing one Sift result JSON object, run as given "
+                         "(default: `sift bench embed` with this driver's settings)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", required=True, help="output prefix: writes <out>.json and <out>.md")
     args = ap.parse_args()
@@ -238,7 +265,18 @@ def main() -> int:
     env = peer_env()
 
     pcmd = peer_cmd(args)
-    raw = run_rounds(args.rounds, args.sift_bench, pcmd, PEER, check_keys, "texts/s")
+    if args.sift_bench is None:
+        items = args.items
+        if items is None:
+            with open(args.texts, encoding="utf-8") as f:
+                items = sum(1 for line in f if line.strip())
+        args.sift_bench = bench_embed_cmd(args.sift, args.model, args.texts, items, args.batch_size,
+                                          args.threads, args.warmup)
+        adapt = lambda label, res: bench_embed_result(label, res, args.warmup)  # noqa: E731
+    else:
+        adapt = None
+    raw = run_rounds(args.rounds, args.sift_bench, pcmd, PEER, check_keys, "texts/s",
+                     adapt_sift=adapt)
     medians, ratios, warnings = summarise(raw, PEER, METRICS, SAME,
                                           ("warmup", "max_seq_length", "torch", "device"))
     s, p = medians["sift"], medians[PEER]

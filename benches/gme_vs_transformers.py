@@ -11,8 +11,8 @@ Each round runs, in a fresh process each, alternating which goes first (Sift fir
         RAYON_NUM_THREADS=T <sift> bench embed --model ABS --modality image --input ABS --items N
             --warmup W --batch-size B --json
       (<sift> is --sift, default $CARGO_TARGET_DIR/release/sift or target/release/sift; build it
-      first. candle and rayon size their CPU pools from RAYON_NUM_THREADS, which is what
-      benches/embed_image.rs sets from its --threads for benches/vision_vs_transformers.py.)
+      first. candle and rayon size their CPU pools from RAYON_NUM_THREADS, as every driver's
+      `sift bench embed` command sets it.)
       Its pretty-printed JSON is mapped to the common keys: "best" (the one batch size) gives
       items, batch_size, seconds, items_per_s, prepare_seconds -> prep_seconds, model_seconds;
       the top level engine, version, model, threads, peak_rss_mb (VmHWM), load_seconds.

@@ -10,15 +10,15 @@ Usage (checkpoints and images from benches/make_random_vision.py):
 Each round runs, in a fresh process each, the Sift command and the transformers peer
 (eval/peers/hf_vision_peer.py --json), alternating which goes first. The Sift command is
 --sift-bench if given (a shell string run as given from the repository root), else
-    cargo bench -q --bench embed_image -- --model ABS --images ABS --items N --batch-size B
-        --threads T --warmup W --json
-(absolute paths: cargo runs benches from crates/sift-cli; CARGO_TARGET_DIR is inherited).
-Both print one JSON object with the keys
+    RAYON_NUM_THREADS=T target/release/sift bench embed --model ABS --modality image
+        --input ABS --items N --batch-size B --warmup W --json
+(build it first: cargo build --release -p sift-cli). Results are compared in the keys
     engine, version, model, items, batch_size, threads, seconds, items_per_s,
-    prep_seconds, prep_items_per_s, peak_rss_mb, end_rss_mb
+    prep_seconds, prep_items_per_s, peak_rss_mb
 where seconds/items_per_s time the whole path (decode + preprocess + forward + L2 normalise)
-and prep_* time decode + preprocess alone. The driver adds est_forward_items_per_s =
-items / (seconds - prep_seconds), the forward + normalise rate implied by the two.
+and prep_* decode + preprocess (Sift: its pipeline's `prepare_seconds`; the peer: a separate
+timed region). The driver adds est_forward_items_per_s = items / (seconds - prep_seconds),
+the forward + normalise rate implied by the two.
 
 Medians over rounds, ratios (> 1 means Sift is better), rounds loop, machine and package
 records are those of benches/embed_vs_st.py. Writes <out>.json and <out>.md (the commands
@@ -36,25 +36,25 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from embed_vs_st import (REPO, check_keys, machine, markdown, peer_env, repo_path,  # noqa: E402
-                         run_rounds, summarise)
+from embed_vs_st import (REPO, SIFT, bench_embed_cmd, bench_embed_result, check_keys,  # noqa: E402
+                         machine, markdown, peer_env, repo_path, run_rounds, summarise)
 from bm25_vs_bm25s import write_report  # noqa: E402
 
 PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "hf_vision_peer.py")
 PEER = "transformers"
 
 KEYS = ["engine", "version", "model", "items", "batch_size", "threads", "seconds",
-        "items_per_s", "prep_seconds", "prep_items_per_s", "peak_rss_mb", "end_rss_mb"]
+        "items_per_s", "prep_seconds", "prep_items_per_s", "peak_rss_mb"]
 OPTIONAL = {"warmup", "torch", "image_files", "input_size", "dim", "processor",
-            "attn_implementation", "device", "dtype", "est_forward_items_per_s", "end_rss_mb"}
-POSITIVE = ("seconds", "items_per_s", "prep_seconds", "prep_items_per_s", "peak_rss_mb", "end_rss_mb")
+            "attn_implementation", "device", "dtype", "est_forward_items_per_s", "end_rss_mb",
+            "model_seconds", "load_seconds"}
+POSITIVE = ("seconds", "items_per_s", "prep_seconds", "prep_items_per_s", "peak_rss_mb")
 METRICS = [
     ("throughput (images/s, decode+preprocess+forward+normalise)", "items_per_s", "sift/peer"),
     ("decode+preprocess alone (images/s)", "prep_items_per_s", "sift/peer"),
     ("forward+normalise, estimated (images/s)", "est_forward_items_per_s", "sift/peer"),
     ("embed time (s)", "seconds", "peer/sift"),
     ("peak RSS (MB, whole process)", "peak_rss_mb", "peer/sift"),
-    ("RSS after the timed runs (MB)", "end_rss_mb", "peer/sift"),
 ]
 SAME = ["items", "batch_size", "threads"]
 PEER_PKGS = ["transformers", "torch", "pillow", "numpy", "safetensors"]
@@ -68,11 +68,16 @@ def check(label: str, res: dict, engine: str) -> None:
 
 
 def sift_cmd(args) -> str:
-    return shlex.join([
-        "cargo", "bench", "-q", "--bench", "embed_image", "--",
-        "--model", os.path.abspath(args.model), "--images", os.path.abspath(args.images),
-        "--items", str(args.items), "--batch-size", str(args.batch_size),
-        "--threads", str(args.threads), "--warmup", str(args.warmup), "--json"])
+    return bench_embed_cmd(args.sift, args.model, args.images, args.items, args.batch_size,
+                           args.threads, args.warmup, modality="image")
+
+
+def sift_image_result(label: str, obj: dict, warmup: int) -> dict:
+    """`sift bench embed --modality image --json` in this driver's keys: decode + preprocess
+    time (`prepare_seconds`) is the prep region, the rest of the pipeline the forward pass."""
+    res = bench_embed_result(label, obj, warmup)
+    res["prep_items_per_s"] = res["items"] / res["prep_seconds"] if res["prep_seconds"] > 0 else float("nan")
+    return res
 
 
 def peer_cmd(args) -> list:
@@ -117,9 +122,10 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=32, help="images in the untimed warm-up")
+    ap.add_argument("--sift", default=SIFT, help="the sift binary (default: target/release/sift; build it first)")
     ap.add_argument("--sift-bench", default=None,
                     help="shell command printing one Sift result JSON object "
-                         "(default: cargo bench --bench embed_image with this driver's settings)")
+                         "(default: `sift bench embed --modality image` with this driver's settings)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", required=True, help="output prefix: writes <out>.json and <out>.md")
     args = ap.parse_args()
@@ -140,7 +146,8 @@ def main() -> int:
     scmd = args.sift_bench or sift_cmd(args)
     pcmd = peer_cmd(args)
 
-    raw = run_rounds(args.rounds, scmd, pcmd, PEER, check, "images/s")
+    adapt = None if args.sift_bench else (lambda label, res: sift_image_result(label, res, args.warmup))
+    raw = run_rounds(args.rounds, scmd, pcmd, PEER, check, "images/s", adapt_sift=adapt)
     medians, ratios, warnings = summarise(
         raw, PEER, METRICS, SAME,
         ("warmup", "torch", "image_files", "input_size", "dim", "processor", "attn_implementation"))
@@ -206,10 +213,11 @@ def main() -> int:
         "files are read into memory before timing. One run per process after one untimed warm-up; "
         "median over rounds.",
         "- Timed: throughput = decode + preprocess + forward + L2-normalise "
-        "(Sift `VisionEmbedder::embed_images`; transformers: per batch `Image.open(...).convert(\"RGB\")`, "
-        "the image processor, `get_image_features` under `torch.no_grad()`, normalise). "
-        "Decode+preprocess alone = Sift `VisionEmbedder::prepare` (all images, in parallel on "
-        f"{p['threads']} rayon threads) vs PIL + the image processor (single-threaded, in batches). "
+        "(Sift `sift bench embed --modality image`: its pipeline decodes and preprocesses each batch on "
+        f"{p['threads']} rayon threads, then runs the tower; transformers: per batch "
+        "`Image.open(...).convert(\"RGB\")`, the image processor, `get_image_features` under "
+        "`torch.no_grad()`, normalise). Decode+preprocess = Sift's `prepare_seconds` inside that "
+        "pipeline vs PIL + the image processor timed alone (single-threaded, in batches). "
         "Forward+normalise is estimated per round as items / (embed time - decode+preprocess time).",
         "- Peak RSS is the whole process's peak (Sift `VmHWM`, Python `ru_maxrss`); both load both towers "
         "(text and image) and hold the images' bytes; for transformers it also includes the interpreter "
