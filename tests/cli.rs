@@ -2048,3 +2048,50 @@ fn query_instructions_and_bf16_through_the_cli() {
     ]);
     assert!(err.contains("takes no query instruction"), "{err}");
 }
+
+/// Nomic Embed v1.5 (tiny random text + vision checkpoints side by side): the vision
+/// checkpoint indexes the sample's passages with its text tower and its images with the
+/// image tower, and every task runs, Task 3 (images) included.
+#[test]
+fn nomic_embed_indexes_and_evaluates_every_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    let vision = repo().join("models/fixtures/nomic/tiny-nomic-embed-vision-v1.5");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&vision),
+        "-q",
+    ]);
+    let e = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--task",
+        "all",
+        "--retriever",
+        "dense:tiny-nomic-embed-vision-v1.5",
+        "--json",
+    ]));
+    let reports = e["reports"].as_array().unwrap();
+    let tasks: Vec<&str> = reports
+        .iter()
+        .map(|r| r["task"].as_str().unwrap())
+        .collect();
+    for t in ["1", "2", "3", "4"] {
+        assert!(
+            tasks.iter().any(|x| x.starts_with(t)),
+            "task {t} missing: {tasks:?}"
+        );
+    }
+    for r in reports {
+        let v = r["metrics"]["ndcg@10"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&v), "{}", r["label"]);
+    }
+}

@@ -7,6 +7,7 @@ use candle_core::DType;
 use crate::image::PreprocessError;
 use crate::models::decoder::{DecoderEmbedder, DecoderOptions};
 use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions};
+use crate::models::nomic_pair::{NomicEmbedder, NomicOptions};
 use crate::models::text::{Role, TextEmbedder, TextEmbedderOptions};
 use crate::models::vision::{VisionArch, VisionEmbedder, VisionOptions};
 use crate::{DevicePref, Error, ModelFiles, Result, select_device};
@@ -24,6 +25,10 @@ pub enum Family {
     Gme,
     /// A decoder LM embedding texts at its last token (`mistral`, `qwen2`): texts only.
     Decoder,
+    /// Nomic Embed v1.5 (`nomic_bert` with `NomicVisionModel`): its vision checkpoint with
+    /// the text checkpoint beside it, one space. (A `nomic_bert` text checkpoint alone is
+    /// [`Family::Text`].)
+    Nomic,
 }
 
 impl Family {
@@ -35,16 +40,21 @@ impl Family {
             Family::Siglip => "siglip",
             Family::Gme => "gme",
             Family::Decoder => "decoder",
+            Family::Nomic => "nomic",
         }
     }
 
     /// The family of the model whose `config.json` is at `config`, from its `model_type`
     /// (read once; BERT configs may have none).
     pub fn of(config: &std::path::Path) -> Family {
-        let model_type = crate::read_json::<serde_json::Value>(config)
-            .ok()
+        let value = crate::read_json::<serde_json::Value>(config).ok();
+        let model_type = value
+            .as_ref()
             .and_then(|v| v.get("model_type")?.as_str().map(str::to_owned));
         match model_type.as_deref() {
+            Some("nomic_bert") if value.as_ref().is_some_and(NomicEmbedder::is_vision_config) => {
+                Family::Nomic
+            }
             Some("qwen2_vl") => Family::Gme,
             Some("clip") => Family::Clip,
             Some("siglip") => Family::Siglip,
@@ -188,6 +198,7 @@ enum Model {
     Vision(Box<VisionEmbedder>),
     Gme(Box<GmeEmbedder>),
     Decoder(Box<DecoderEmbedder>),
+    Nomic(Box<NomicEmbedder>),
 }
 
 /// Any supported embedding model behind one API (see the module docs).
@@ -245,6 +256,22 @@ impl Embedder {
                         batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
                         dtype: options.dtype,
                         ..defaults
+                    },
+                )?))
+            }
+            Family::Nomic => {
+                let defaults = NomicOptions::default();
+                Model::Nomic(Box::new(NomicEmbedder::load(
+                    files,
+                    &device,
+                    NomicOptions {
+                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
+                        dtype: options.dtype,
+                        text_model: None,
+                        text: TextEmbedderOptions {
+                            query_instruction: options.query_instruction.clone(),
+                            ..TextEmbedderOptions::default()
+                        },
                     },
                 )?))
             }
@@ -313,6 +340,7 @@ impl Embedder {
             Model::Vision(m) => m.name(),
             Model::Gme(m) => m.name(),
             Model::Decoder(m) => m.name(),
+            Model::Nomic(m) => m.name(),
         }
     }
 
@@ -323,6 +351,7 @@ impl Embedder {
             Model::Vision(m) => m.dim(),
             Model::Gme(m) => m.dim(),
             Model::Decoder(m) => m.dim(),
+            Model::Nomic(m) => m.dim(),
         }
     }
 
@@ -336,6 +365,7 @@ impl Embedder {
             },
             Model::Gme(_) => Family::Gme,
             Model::Decoder(_) => Family::Decoder,
+            Model::Nomic(_) => Family::Nomic,
         }
     }
 
@@ -354,6 +384,7 @@ impl Embedder {
             Model::Vision(m) => m.content_hash(),
             Model::Gme(m) => m.content_hash(),
             Model::Decoder(m) => m.content_hash(),
+            Model::Nomic(m) => m.content_hash(),
         }
     }
 
@@ -373,6 +404,10 @@ impl Embedder {
             (Model::Decoder(m), Input::Image) => {
                 format!("{}|no images", m.fingerprint(Role::Passage))
             }
+            (Model::Nomic(m), Input::Text(role)) => {
+                format!("{}|{}", m.text().fingerprint(role), m.content_hash())
+            }
+            (Model::Nomic(m), Input::Image) => m.fingerprint_images(),
         }
     }
 
@@ -383,6 +418,7 @@ impl Embedder {
             Model::Vision(m) => m.max_text_len(),
             Model::Gme(m) => m.max_length(),
             Model::Decoder(m) => m.max_seq_len(),
+            Model::Nomic(m) => m.text().max_seq_len(),
         }
     }
 
@@ -390,6 +426,7 @@ impl Embedder {
     pub fn prepare_texts(&self, texts: &[&str], role: Role) -> Result<PreparedTexts> {
         Ok(PreparedTexts(match &self.model {
             Model::Text(m) => Prepared::Text(m.tokenize(texts, role)?),
+            Model::Nomic(m) => Prepared::Text(m.text().tokenize(texts, role)?),
             Model::Vision(m) => Prepared::Vision(m.tokenize(texts)?),
             Model::Gme(_) => {
                 Prepared::Gme(texts.iter().map(|t| t.to_string()).collect(), role, None)
@@ -407,6 +444,7 @@ impl Embedder {
     pub fn takes_instruction(&self) -> bool {
         match &self.model {
             Model::Text(m) => m.instruction_prefix("").is_some(),
+            Model::Nomic(m) => m.text().instruction_prefix("").is_some(),
             Model::Decoder(m) => m.instruction_prefix("").is_some(),
             Model::Gme(_) => true,
             Model::Vision(_) => false,
@@ -435,6 +473,10 @@ impl Embedder {
             Model::Text(m) => {
                 let prefix = m.instruction_prefix(instruction).ok_or_else(no)?;
                 Prepared::Text(m.tokenize_with_prefix(texts, &prefix)?)
+            }
+            Model::Nomic(m) => {
+                let prefix = m.text().instruction_prefix(instruction).ok_or_else(no)?;
+                Prepared::Text(m.text().tokenize_with_prefix(texts, &prefix)?)
             }
             Model::Decoder(m) => {
                 let prefix = m.instruction_prefix(instruction).ok_or_else(no)?;
@@ -465,6 +507,7 @@ impl Embedder {
     pub fn embed_prepared_texts(&self, texts: &PreparedTexts) -> Result<Vec<Vec<f32>>> {
         match (&self.model, &texts.0) {
             (Model::Text(m), Prepared::Text(ids)) => m.embed_tokens(ids),
+            (Model::Nomic(m), Prepared::Text(ids)) => m.text().embed_tokens(ids),
             (Model::Decoder(m), Prepared::Decoder(ids, skip)) => m.embed_tokens_after(ids, *skip),
             (Model::Vision(m), Prepared::Vision(ids)) => m.embed_tokenized(ids),
             (Model::Gme(m), Prepared::Gme(t, role, instruction)) => {
@@ -492,6 +535,11 @@ impl Embedder {
     ) -> Vec<std::result::Result<PreparedImage, PreprocessError>> {
         match &self.model {
             Model::Vision(m) => m
+                .prepare(images)
+                .into_iter()
+                .map(|r| r.map(PreparedImage::Pixels))
+                .collect(),
+            Model::Nomic(m) => m
                 .prepare(images)
                 .into_iter()
                 .map(|r| r.map(PreparedImage::Pixels))
@@ -539,6 +587,18 @@ impl Embedder {
     pub fn embed_images(&self, images: &[PreparedImage]) -> Result<Vec<Vec<f32>>> {
         match &self.model {
             Model::Vision(m) => {
+                let pixels = images
+                    .iter()
+                    .map(|i| match i {
+                        PreparedImage::Pixels(p) => Ok(p.clone()),
+                        PreparedImage::Patches(_) => {
+                            Err(self.cannot("embed an image prepared for GME"))
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                m.embed_prepared(&pixels)
+            }
+            Model::Nomic(m) => {
                 let pixels = images
                     .iter()
                     .map(|i| match i {
@@ -625,6 +685,7 @@ impl Embedder {
         let img = image::RgbImage::from_pixel(224, 224, image::Rgb([255, 255, 255]));
         let prepared = match &self.model {
             Model::Vision(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
+            Model::Nomic(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
             Model::Gme(m) => {
                 let resized = m.processor().resize(img, None)?;
                 PreparedImage::Patches(m.processor().patchify(&resized))

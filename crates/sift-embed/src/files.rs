@@ -84,6 +84,9 @@ impl ModelFiles {
         }
         let tokenizer = if !dir.join("tokenizer.json").is_file() && dir.join(VOCAB).is_file() {
             dir.join(VOCAB)
+        } else if !dir.join("tokenizer.json").is_file() && image_only(&config) {
+            // an image-only checkpoint (Nomic Embed Vision) tokenises with its text partner
+            dir.join("tokenizer.json")
         } else {
             need("tokenizer.json")?
         };
@@ -172,6 +175,7 @@ impl ModelFiles {
                         ),
                     ));
                 }
+                (Err(_), Err(_)) if image_only(&config) => config.with_file_name("tokenizer.json"),
                 (Err(_), Err(_)) => return Err(e),
             },
         };
@@ -313,7 +317,10 @@ impl ModelFiles {
         let mut buf = vec![0u8; 1 << 20];
         let files = [
             ("config", Some(&self.config)),
-            ("tokenizer", Some(&self.tokenizer)),
+            (
+                "tokenizer",
+                Some(&self.tokenizer).filter(|t| t.is_file() || !image_only(&self.config)),
+            ),
             ("tokenizer_config", self.tokenizer_config.as_ref()),
             ("pooling", self.pooling.as_ref()),
             ("sentence_config", self.sentence_config.as_ref()),
@@ -383,6 +390,13 @@ fn shards(index: &Path) -> Result<Vec<String>> {
     let parsed: Index = read_json(index)?;
     let set: BTreeSet<String> = parsed.weight_map.into_values().collect();
     Ok(set.into_iter().collect())
+}
+
+/// Whether `config.json` at `config` is an image-only checkpoint (Nomic Embed Vision), which
+/// has no tokenizer of its own.
+fn image_only(config: &Path) -> bool {
+    read_json::<serde_json::Value>(config)
+        .is_ok_and(|v| crate::models::nomic_pair::NomicEmbedder::is_vision_config(&v))
 }
 
 /// Safetensors checkpoints read tensor by tensor with positioned reads (not memory-mapped):

@@ -50,6 +50,8 @@ pub use files::{ModelFiles, read_json};
 pub use image::PreprocessError;
 pub use models::decoder::{DECODER_MODEL_TYPES, DecoderEmbedder, DecoderOptions, DecoderPooling};
 pub use models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
+pub use models::nomic_pair::{NomicEmbedder, NomicOptions};
+pub use models::nomic_vision::{NomicVision, NomicVisionConfig};
 pub use models::text::{Role, TextEmbedder, TextEmbedderOptions};
 pub use models::vision::{
     VisionArch, VisionEmbedder, VisionOptions, is_vision_model, siglip_canonicalize,

@@ -66,6 +66,10 @@ pub struct ModelInfo {
     /// for the domain's name; absent where BRIGHT gives the model none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bright_instruction: Option<String>,
+    /// The text checkpoint that goes with an image-only checkpoint (Nomic Embed Vision's
+    /// nomic-embed-text-v1.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_model: Option<String>,
     /// Licence of the weights.
     pub license: String,
 }

@@ -1,10 +1,14 @@
 //! The model families, one module each, named after their upstream weights: BERT-family
 //! sentence encoders ([`text`] over [`bert`]), CLIP and SigLIP ([`vision`] over [`clip`] and
-//! [`siglip`]), and GME ([`gme`] over [`qwen2vl`]).
+//! [`siglip`]), GME ([`gme`] over [`qwen2vl`]), decoder LLMs ([`decoder`]), and Nomic Embed
+//! ([`nomic_pair`] over [`nomic`] and [`nomic_vision`]).
 pub mod bert;
 pub mod clip;
 pub mod decoder;
 pub mod gme;
+pub mod nomic;
+pub mod nomic_pair;
+pub mod nomic_vision;
 pub mod qwen2vl;
 pub mod siglip;
 pub mod text;

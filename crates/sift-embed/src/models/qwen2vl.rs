@@ -312,7 +312,7 @@ impl Qwen2VlConfig {
 
 /// Inverse rotary frequencies `1 / base^(2i / dim)`, `i < dim / 2`, in f32 as torch computes
 /// them.
-fn inv_freq(base: f64, dim: usize) -> Vec<f32> {
+pub(crate) fn inv_freq(base: f64, dim: usize) -> Vec<f32> {
     (0..dim / 2)
         .map(|i| 1.0 / (base as f32).powf((2 * i) as f32 / dim as f32))
         .collect()
@@ -347,7 +347,7 @@ fn norm_heads(
 /// projection and returns `(tokens, 3 hq d)` for [`ops::attention`]: queries and keys
 /// rotated (`x cos + rotate_half(x) sin`, `cos`/`sin` `(tokens, d / 2)`), keys and values
 /// repeated to every query head of their group.
-fn rotate_qkv(
+pub(crate) fn rotate_qkv(
     qkv: &Tensor,
     hq: usize,
     hk: usize,
@@ -376,7 +376,7 @@ fn rotate_qkv(
     Tensor::cat(&[q.reshape((n, hq * d))?, repeat(k)?, repeat(v)?], 1)
 }
 
-fn tables(
+pub(crate) fn tables(
     angles: Vec<f32>,
     n: usize,
     half: usize,

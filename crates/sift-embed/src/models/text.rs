@@ -1,8 +1,10 @@
-//! BERT-family sentence encoders.
+//! BERT-family sentence encoders: BERT checkpoints, and Nomic Embed's NomicBERT (with the
+//! model card's layer norm and Matryoshka cut after the mean).
 
 use candle_core::{DType, Device, Tensor};
 
 use crate::models::bert::{Bert, BertConfig};
+use crate::models::nomic::{NomicBert, NomicConfig, card_head};
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
@@ -32,6 +34,9 @@ pub struct TextEmbedderOptions {
     /// A task instruction for queries, put into the registry's prompt format
     /// ([`crate::registry::ModelInfo::query_template`]).
     pub query_instruction: Option<String>,
+    /// Matryoshka dimension: vectors cut to their first `dim` values before L2 (Nomic
+    /// Embed v1.5: 768, 512, 256, 128 or 64); the full width when `None`.
+    pub dim: Option<usize>,
 }
 
 impl Default for TextEmbedderOptions {
@@ -41,6 +46,23 @@ impl Default for TextEmbedderOptions {
             dtype: DType::F32,
             max_seq_len: None,
             query_instruction: None,
+            dim: None,
+        }
+    }
+}
+
+/// The encoder under a [`TextEmbedder`].
+enum Encoder {
+    Bert(Bert),
+    /// NomicBERT; its vectors go through the model card's head ([`card_head`]).
+    Nomic(NomicBert),
+}
+
+impl Encoder {
+    fn forward(&self, seqs: &[&[u32]]) -> candle_core::Result<Tensor> {
+        match self {
+            Encoder::Bert(m) => m.forward(seqs),
+            Encoder::Nomic(m) => m.forward(seqs),
         }
     }
 }
@@ -48,7 +70,7 @@ impl Default for TextEmbedderOptions {
 /// A sentence encoder: tokenise, run BERT, pool, L2-normalise.
 pub struct TextEmbedder {
     name: String,
-    model: Bert,
+    model: Encoder,
     tokenizer: Tokenizer,
     pooling: Pooling,
     query_prefix: String,
@@ -64,7 +86,7 @@ pub struct TextEmbedder {
 }
 
 /// The `model_type`s Sift loads, for error messages.
-pub(crate) const SUPPORTED_MODEL_TYPES: &str = "supported model types: bert (text encoders), \
+pub(crate) const SUPPORTED_MODEL_TYPES: &str = "supported model types: bert, nomic_bert (text encoders), \
 clip and siglip (vision-language), qwen2_vl (GME)";
 
 #[derive(Deserialize)]
@@ -94,6 +116,9 @@ impl TextEmbedder {
             path: files.config.clone(),
             message,
         };
+        if value.get("model_type").and_then(|t| t.as_str()) == Some("nomic_bert") {
+            return Self::load_nomic(files, device, options, value);
+        }
         match value.get("model_type").and_then(|t| t.as_str()) {
             Some("bert") => {}
             // old BERT configs have no model_type, but they do list the vocabulary
@@ -144,6 +169,75 @@ impl TextEmbedder {
             .or(info.map(|m| m.max_seq_len))
             .unwrap_or(512)
             .min(config.max_position_embeddings);
+        let vb = files.var_builder(options.dtype, device)?;
+        let model = Encoder::Bert(Bert::load(vb, &config).map_err(|e| Error::Unsupported {
+            path: files.config.clone(),
+            message: format!("weights do not match a BERT model: {e}"),
+        })?);
+        Self::assemble(
+            files,
+            device,
+            options,
+            model,
+            pooling,
+            max_seq_len,
+            config.hidden_size,
+        )
+    }
+
+    /// Loads a NomicBERT checkpoint (`model_type` nomic_bert: Nomic Embed's text tower).
+    fn load_nomic(
+        files: &ModelFiles,
+        device: &Device,
+        options: TextEmbedderOptions,
+        value: serde_json::Value,
+    ) -> Result<Self> {
+        let unsupported = |message: String| Error::Unsupported {
+            path: files.config.clone(),
+            message,
+        };
+        let config: NomicConfig = serde_json::from_value(value)
+            .map_err(|e| unsupported(format!("not a NomicBERT config: {e}")))?;
+        config.check().map_err(&unsupported)?;
+        let info = registry::find(&files.name);
+        let st_max = match &files.sentence_config {
+            Some(p) => read_json::<SentenceConfig>(p)?.max_seq_length,
+            None => None,
+        };
+        let max_seq_len = options
+            .max_seq_len
+            .or(st_max)
+            .or(info.map(|m| m.max_seq_len))
+            .unwrap_or(8192)
+            .min(config.n_positions);
+        let vb = files.var_builder(options.dtype, device)?;
+        let model =
+            Encoder::Nomic(NomicBert::load(vb, &config).map_err(|e| {
+                unsupported(format!("weights do not match a NomicBERT model: {e}"))
+            })?);
+        // the model card pools by the mean (sentence-transformers' 1_Pooling says so too)
+        Self::assemble(
+            files,
+            device,
+            options,
+            model,
+            Pooling::Mean,
+            max_seq_len,
+            config.n_embd,
+        )
+    }
+
+    /// The tokenizer, prefixes and settings around a loaded encoder.
+    fn assemble(
+        files: &ModelFiles,
+        device: &Device,
+        options: TextEmbedderOptions,
+        model: Encoder,
+        pooling: Pooling,
+        max_seq_len: usize,
+        hidden: usize,
+    ) -> Result<Self> {
+        let info = registry::find(&files.name);
         let mut tokenizer = files.load_tokenizer()?;
         tokenizer
             .with_truncation(Some(TruncationParams {
@@ -154,11 +248,6 @@ impl TextEmbedder {
             }))
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         tokenizer.with_padding(None);
-        let vb = files.var_builder(options.dtype, device)?;
-        let model = Bert::load(vb, &config).map_err(|e| Error::Unsupported {
-            path: files.config.clone(),
-            message: format!("weights do not match a BERT model: {e}"),
-        })?;
         let query_prefix = match &options.query_instruction {
             Some(i) => info.and_then(|m| m.instruction_prefix(i)).ok_or_else(|| {
                 Error::Unsupported {
@@ -171,6 +260,16 @@ impl TextEmbedder {
             })?,
             None => info.map(|m| m.query_prefix.clone()).unwrap_or_default(),
         };
+        let dim = match options.dim {
+            Some(d) if d == 0 || d > hidden => {
+                return Err(Error::Unsupported {
+                    path: files.config.clone(),
+                    message: format!("a {d}-dimensional cut of {hidden}-dimensional vectors"),
+                });
+            }
+            Some(d) => d,
+            None => hidden,
+        };
         Ok(TextEmbedder {
             name: files.name.clone(),
             model,
@@ -180,7 +279,7 @@ impl TextEmbedder {
             query_prefix,
             passage_prefix: info.map(|m| m.passage_prefix.clone()).unwrap_or_default(),
             max_seq_len,
-            dim: config.hidden_size,
+            dim,
             options,
             content: files.content_hash()?,
             device: device.clone(),
@@ -312,7 +411,15 @@ impl TextEmbedder {
             });
             start += s.len();
         }
-        let pooled = Tensor::stack(&pooled, 0)?.to_dtype(DType::F32)?;
+        let mut pooled = Tensor::stack(&pooled, 0)?.to_dtype(DType::F32)?;
+        match self.model {
+            // Nomic's model card: a weightless layer norm, then the Matryoshka cut
+            Encoder::Nomic(_) => pooled = card_head(&pooled, Some(self.dim))?,
+            Encoder::Bert(_) if self.dim < pooled.dim(1)? => {
+                pooled = pooled.narrow(1, 0, self.dim)?
+            }
+            Encoder::Bert(_) => {}
+        }
         let norm = pooled
             .sqr()?
             .sum_keepdim(1)?
