@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""transformers peer runner: CPU image embedding throughput of a local CLIP / SigLIP model.
+"""transformers peer runner: CPU image embedding throughput of a local CLIP / SigLIP model
+(or Nomic Embed Vision v1.5, through its vendored published code).
 
 Usage:
     python3 eval/peers/hf_vision_peer.py --model target/bench-models/clip-vit-base-patch32 \
@@ -24,12 +25,32 @@ implementation (sdpa), in eval mode; the processor is AutoImageProcessor.from_pr
 (the PIL backend when torchvision is absent). torch.set_num_threads(T). Not timed: importing
 torch, loading the model, reading the files.
 
+Nomic Embed Vision v1.5 (config.json "architectures" has "NomicVisionModel"): transformers
+has no class for it, so it runs the published remote code, vendored under
+models/fixtures/nomic/vendor/ and imported as models/fixtures/nomic/make_tiny_nomic.py does
+(namespace packages; the same transformers-5 shim, get_extended_attention_mask re-added only
+where missing; a float n_inner cast to int for GPT2Config). The vendored copy is the one the
+checkpoint's auto_map names: "nomic-ai/nomic-bert-2048--..." (the published config's) ->
+vendor/hub_nomic_bert_2048 (attention through F.scaled_dot_product_attention); an auto_map
+without a hub repo -> vendor/hub_nomic_embed_vision_v1_5 (the vision repo's first-commit copy,
+matmul + softmax attention). NOMIC_VENDOR=<vendor subdirectory> overrides the choice. The
+weights are model.safetensors loaded with load_state_dict(strict=True), in eval mode, float32.
+The text partner (the sibling directory with `text` for `vision` in its name, as Sift finds
+it) is loaded as well when present (vendored NomicBertModel, not run), so that both processes
+hold both towers as with CLIP / SigLIP. Processor: AutoImageProcessor.from_pretrained(dir)
+from its preprocessor_config.json (CLIPImageProcessor; the PIL backend without torchvision).
+Embedding (the model card's): F.normalize(model(pixel_values).last_hidden_state[:, 0]),
+in place of get_image_features in the timed region; the other timed steps are the same.
+"model" is the directory name, "attn_implementation" e.g. "sdpa (vendor/hub_nomic_bert_2048)".
+
 `run(...)` is importable so a driver can call it in a fresh subprocess.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import io
 import json
 import os
@@ -37,6 +58,12 @@ import resource
 import sys
 import time
 from typing import List
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NOMIC_VENDOR = os.path.join(REPO, "models", "fixtures", "nomic", "vendor")
+# hub repo of an auto_map entry ("<repo>--<module>.<class>") -> its vendored copy
+NOMIC_AUTO_MAP_VENDOR = {"nomic-ai/nomic-bert-2048": "hub_nomic_bert_2048"}
+NOMIC_LOCAL_VENDOR = "hub_nomic_embed_vision_v1_5"  # auto_map naming files in the repo itself
 
 
 def load_images(path: str, items: int) -> tuple[List[bytes], int]:
@@ -48,6 +75,105 @@ def load_images(path: str, items: int) -> tuple[List[bytes], int]:
         with open(os.path.join(path, n), "rb") as f:
             files.append(f.read())
     return [files[i % len(files)] for i in range(items)], len(files)
+
+
+def read_config(model: str) -> dict:
+    try:
+        with open(os.path.join(model, "config.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def is_nomic_vision(cfg: dict) -> bool:
+    return "NomicVisionModel" in (cfg.get("architectures") or [])
+
+
+def _extended_attention_mask_v4(self, attention_mask, input_shape, device=None, dtype=None):
+    # transformers 4.x ModuleUtilsMixin.get_extended_attention_mask, non-decoder, 2-D/3-D mask
+    # (the same shim as models/fixtures/nomic/make_tiny_nomic.py)
+    import torch
+    dtype = self.dtype if dtype is None else dtype
+    if attention_mask.dim() == 3:
+        ext = attention_mask[:, None, :, :]
+    elif attention_mask.dim() == 2:
+        ext = attention_mask[:, None, None, :]
+    else:
+        raise ValueError(f"Wrong shape for attention_mask (shape {attention_mask.shape})")
+    ext = ext.to(dtype=dtype)
+    return (1.0 - ext) * torch.finfo(dtype).min
+
+
+def nomic_vendored(pkg: str):
+    """(modeling, configuration) modules of the vendored copy vendor/<pkg>/ (namespace package)."""
+    if NOMIC_VENDOR not in sys.path:
+        sys.path.insert(0, NOMIC_VENDOR)
+    modeling = importlib.import_module(f"{pkg}.modeling_hf_nomic_bert")
+    configuration = importlib.import_module(f"{pkg}.configuration_hf_nomic_bert")
+    if not hasattr(modeling.NomicBertModel, "get_extended_attention_mask"):
+        modeling.NomicBertModel.get_extended_attention_mask = _extended_attention_mask_v4
+    return modeling, configuration
+
+
+def nomic_config(configuration, cfg: dict):
+    d = {k: v for k, v in cfg.items() if k not in ("architectures", "auto_map", "torch_dtype")}
+    if isinstance(d.get("n_inner"), float):  # transformers 5's strict GPT2Config wants an int
+        d["n_inner"] = int(d["n_inner"])
+    return configuration.NomicBertConfig(**d)
+
+
+def nomic_vendor_for(cfg: dict) -> str:
+    """The vendored copy of the code that the config's auto_map names (NOMIC_VENDOR overrides)."""
+    env = os.environ.get("NOMIC_VENDOR")
+    if env:
+        if not os.path.isdir(os.path.join(NOMIC_VENDOR, env)):
+            raise ValueError(f"NOMIC_VENDOR={env}: no such directory under {NOMIC_VENDOR}")
+        return env
+    ref = (cfg.get("auto_map") or {}).get("AutoModel") or ""
+    if "--" not in ref:
+        return NOMIC_LOCAL_VENDOR
+    repo = ref.split("--", 1)[0]
+    if repo not in NOMIC_AUTO_MAP_VENDOR:
+        raise ValueError(f"auto_map names {repo!r}; no vendored copy of it "
+                         f"(known: {sorted(NOMIC_AUTO_MAP_VENDOR)})")
+    return NOMIC_AUTO_MAP_VENDOR[repo]
+
+
+def load_nomic(model: str, cfg: dict = None):
+    """A vendored NomicVisionModel / NomicBertModel with model.safetensors, eval, float32.
+    Returns (model, vendor subdirectory, attention kind)."""
+    import torch
+    from safetensors.torch import load_file
+    cfg = read_config(model) if cfg is None else cfg
+    pkg = nomic_vendor_for(cfg)
+    with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON line
+        modeling, configuration = nomic_vendored(pkg)
+        config = nomic_config(configuration, cfg)
+        if is_nomic_vision(cfg):
+            m = modeling.NomicVisionModel(config)
+        else:
+            m = modeling.NomicBertModel(config, add_pooling_layer=False)
+        m.load_state_dict(load_file(os.path.join(model, "model.safetensors")), strict=True)
+    m = m.to(torch.float32).eval()
+    attn = "sdpa" if getattr(modeling, "scaled_dot_product_attention", None) is not None else "eager"
+    return m, pkg, attn
+
+
+def nomic_text_partner(model: str):
+    """The text checkpoint beside a Nomic vision one (`text` for `vision` in the directory
+    name, the rule Sift follows), or None."""
+    d = os.path.normpath(os.path.abspath(model))
+    name = os.path.basename(d)
+    if "vision" not in name:
+        return None
+    sib = os.path.join(os.path.dirname(d), name.replace("vision", "text"))
+    return sib if os.path.isfile(os.path.join(sib, "config.json")) else None
+
+
+def nomic_image_embed(m, pixel_values):
+    """The model card's image embedding (call under torch.no_grad())."""
+    import torch
+    return torch.nn.functional.normalize(m(pixel_values=pixel_values).last_hidden_state[:, 0], p=2, dim=1)
 
 
 def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads: int = 1,
@@ -63,8 +189,21 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
     data, n_files = load_images(images, max(items, warmup))
     timed, warm = data[:items], data[:warmup]
 
+    cfg = read_config(model)
+    nomic = is_nomic_vision(cfg)
     proc = AutoImageProcessor.from_pretrained(model)
-    m = AutoModel.from_pretrained(model, dtype=torch.float32).eval()
+    if nomic:
+        if not type(proc).__name__.startswith("CLIPImageProcessor"):
+            raise ValueError(f"{model}: expected a CLIPImageProcessor, got {type(proc).__name__}")
+        m, pkg, attn = load_nomic(model, cfg)
+        attn_implementation = f"{attn} (vendor/{pkg})"
+        text_dir = nomic_text_partner(model)
+        text_tower = load_nomic(text_dir)[0] if text_dir else None  # held, not run (see above)
+        model_name = os.path.basename(os.path.normpath(model))
+    else:
+        m = AutoModel.from_pretrained(model, dtype=torch.float32).eval()
+        attn_implementation = m.config._attn_implementation
+        model_name = model
 
     def prep(chunk):
         imgs = [Image.open(io.BytesIO(b)).convert("RGB") for b in chunk]
@@ -78,6 +217,9 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
         with torch.no_grad():
             for i in range(0, len(xs), batch_size):
                 px = prep(xs[i:i + batch_size])
+                if nomic:
+                    out.append(nomic_image_embed(m, px))
+                    continue
                 f = m.get_image_features(pixel_values=px)
                 if not isinstance(f, torch.Tensor):  # transformers 5: BaseModelOutputWithPooling
                     f = f.pooler_output
@@ -113,7 +255,7 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
         "engine": "transformers",
         "version": transformers.__version__,
         "torch": torch.__version__,
-        "model": model,
+        "model": model_name,
         "items": items,
         "batch_size": batch_size,
         "threads": threads,
@@ -122,7 +264,7 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
         "input_size": input_size,
         "dim": int(emb.shape[1]),
         "processor": type(proc).__name__,
-        "attn_implementation": m.config._attn_implementation,
+        "attn_implementation": attn_implementation,
         "seconds": round(seconds, 6),
         "items_per_s": round(items / seconds, 3),
         "prep_seconds": round(prep_seconds, 6),
@@ -134,7 +276,7 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="local CLIP / SigLIP model directory")
+    ap.add_argument("--model", required=True, help="local CLIP / SigLIP / Nomic Embed Vision model directory")
     ap.add_argument("--images", required=True, help="directory of image files")
     ap.add_argument("--items", type=int, default=128, help="images per timed region")
     ap.add_argument("--batch-size", type=int, default=32)
