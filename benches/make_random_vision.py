@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Full-size random-weight CLIP / SigLIP (and GME / Qwen2-VL) checkpoints and synthetic images for
-the image embedding benchmarks (benches/vision_vs_transformers.py). Nothing is downloaded.
+"""Full-size random-weight CLIP / SigLIP (and GME / Qwen2-VL, Nomic Embed Vision) checkpoints and
+synthetic images for the image embedding benchmarks (benches/vision_vs_transformers.py). Nothing
+is downloaded.
 
     python3 benches/make_random_vision.py [--models clip-vit-base-patch32,siglip-base-patch16-224]
         [--out target/bench-models] [--images target/bench-images] [--n-images 128] [--force]
     python3 benches/make_random_vision.py --models gme-qwen2-vl-2b --n-images 0
+    python3 benches/make_random_vision.py --models nomic-embed-vision-v1.5 --n-images 0
 
 Checkpoints (--models, comma-separated, or "all"; default the two base ones), each a complete
 Hugging Face layout under <out>/<name>/: config.json, model.safetensors (float32, via
@@ -28,6 +30,11 @@ the tiny vocabularies fit inside the full-size text embeddings):
                              max_image_tokens 1280, max_length 1800. Only built when named
                              ("all" is the four CLIP/SigLIP ones): about 4.4 GB.
 
+  nomic-embed-vision-v1.5    Nomic Embed Vision v1.5 (EVA02-B/16 style, 224 px, patch 16: n_embd
+                             768, 12 layers, 12 heads, n_inner 2048, MAP pooling head) plus its
+                             text partner nomic-embed-text-v1.5 (NomicBERT: n_embd 768, 12
+                             layers, 12 heads, n_inner 3072, vocab 30528). Only built when named.
+
 The GME checkpoint is written the way the published one is: the flat transformers-4.45
 config.json (text keys at top level, nested vision_config), bfloat16 safetensors with the
 legacy names (visual.*, model.*; no lm_head) sharded into files of at most 2 GB
@@ -40,6 +47,24 @@ bfloat16 (norm weights 1 + N(0, 0.02), biases N(0, 0.02), embeddings N(0, 0.02),
 N(0, 1/sqrt(fan_in))) from a seeded generator and written shard by shard, so building it needs
 only about 3 GB of memory; names and shapes are checked against transformers'
 Qwen2VLForConditionalGeneration built on the meta device.
+
+The Nomic checkpoints are built with the published modelling code vendored under
+models/fixtures/nomic/vendor/ (NomicVisionModel / NomicBertModel of hub_nomic_bert_2048/, the
+file both real configs' auto_map names; imported with eval/peers/hf_vision_peer.py's loader,
+the one the benchmark peer uses, which applies make_tiny_nomic.py's transformers-5 shim and
+float-n_inner cast). <out>/nomic-embed-vision-v1.5/ gets the published config.json and
+preprocessor_config.json (224 x 224) copied byte for byte from
+models/fixtures/nomic/vendor/hub_nomic_embed_vision_v1_5/ (n_inner stays the float 2048.0) and
+model.safetensors (float32, the state dict's names: the tiny fixture's 51 names with 12 layers);
+<out>/nomic-embed-text-v1.5/ (the sibling Sift pairs it with: `text` for `vision`) gets the tiny
+fixture's text config.json with the full sizes above, model.safetensors (float32) and the tiny
+fixture's tokenizer and sentence-transformers files (tokenizer.json, tokenizer_config.json,
+vocab.txt, special_tokens_map.json, modules.json, sentence_bert_config.json,
+1_Pooling/config.json; its 220 ids fit the 30528-row table). Only the image tower is
+benchmarked. Weights: each model's own initialiser (Linear N(0, 0.02), zero biases, LayerNorm
+1 / 0, cls_token and latent 0, pos_embed N(0, 0.02)) after torch.manual_seed(--seed); the
+written files are checked against the tiny fixtures' tensor names, reloaded with strict=True
+and run once (one random 224 x 224 image; a short token sequence).
 
 Weights of the CLIP / SigLIP checkpoints come from each model's own initialiser after
 torch.manual_seed(--seed), so the output is deterministic for a given torch/transformers version. Special-token ids in the text configs
@@ -70,6 +95,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "models" / "fixtures" / "vision"
 GME_FIXTURES = REPO / "models" / "fixtures" / "gme"
+NOMIC_FIXTURES = REPO / "models" / "fixtures" / "nomic"
+NOMIC_TEXT_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                    "modules.json", "sentence_bert_config.json", "1_Pooling/config.json"]
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
@@ -101,9 +129,15 @@ MODELS = {
                        temporal_patch_size=2),
         "top": dict(vocab_size=151936, min_image_tokens=256, max_image_tokens=1280, max_length=1800),
     }),
+    # vision: the published config as is (vendor/hub_nomic_embed_vision_v1_5/config.json);
+    # text: the tiny fixture's config with these sizes
+    "nomic-embed-vision-v1.5": ("nomic", "tiny-nomic-embed-text-v1.5", 224, {
+        "text": dict(n_embd=768, n_head=12, n_layer=12, n_inner=3072, vocab_size=30528),
+        "vision": {}, "top": {},
+    }),
 }
 DEFAULT_MODELS = ["clip-vit-base-patch32", "siglip-base-patch16-224"]
-ALL_MODELS = [m for m, spec in MODELS.items() if spec[0] != "gme"]  # what --models all means
+ALL_MODELS = [m for m, spec in MODELS.items() if spec[0] in ("clip", "siglip")]  # what --models all means
 GME_MAX_SHARD_BYTES = 2 * 10**9   # "2GB" as transformers' max_shard_size counts it
 
 
@@ -203,6 +237,114 @@ def make_gme_model(name: str, out: Path, seed: int, force: bool, spec=None,
           f"{n} shards, {size / 2**30:.2f} GiB, {time.time() - t0:.0f} s", file=sys.stderr)
 
 
+def _peer():
+    """eval/peers/hf_vision_peer.py: its loader of the vendored Nomic code (the benchmark's)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("hf_vision_peer", REPO / "eval" / "peers" / "hf_vision_peer.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _layer_pattern(names):
+    """Tensor names with layer indices generalised: layers.3.x -> layers.{i}.x."""
+    import re
+    return {re.sub(r"(layers)\.\d+\.", r"\1.{i}.", n) for n in names}
+
+
+def make_nomic_model(name: str, out: Path, seed: int, force: bool, spec=None) -> None:
+    """A full-size random Nomic Embed Vision v1.5 checkpoint and its text partner (float32)."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    family, tok_fixture, size, ov = spec or MODELS[name]
+    peer = _peer()
+    vendor = NOMIC_FIXTURES / "vendor" / "hub_nomic_embed_vision_v1_5"
+    tiny_vision = NOMIC_FIXTURES / "tiny-nomic-embed-vision-v1.5"
+    tiny_text = NOMIC_FIXTURES / tok_fixture
+    dv = out / name
+    dt = out / name.replace("vision", "text")
+    assert dt != dv and dt.name == "nomic-embed-text-v1.5", dt
+
+    def build(d, write_files, make, tiny, what):
+        if (d / "model.safetensors").is_file() and (d / "config.json").is_file() and not force:
+            print(f"{d}: exists, kept (--force to rebuild)", file=sys.stderr)
+            return
+        t0 = time.time()
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        write_files(d)
+        cfg = json.loads((d / "config.json").read_text())
+        modeling, configuration = peer.nomic_vendored(peer.nomic_vendor_for(cfg))
+        torch.manual_seed(seed)
+        model = make(modeling, peer.nomic_config(configuration, cfg)).to(torch.float32).eval()
+        sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
+        # the tiny fixture's tensor names (its 2 layers generalised), all float32
+        with safe_open(str(tiny / "model.safetensors"), "pt") as f:
+            tiny_names = list(f.keys())
+        with safe_open(str(d / "model.safetensors"), "pt") as f:
+            names = list(f.keys())
+            assert all(f.get_slice(k).get_dtype() == "F32" for k in names)
+        assert _layer_pattern(names) == _layer_pattern(tiny_names), \
+            sorted(_layer_pattern(names) ^ _layer_pattern(tiny_names))
+        tiny_layers = json.loads((tiny / "config.json").read_text())["n_layer"]
+        per_layer = sum("layers.{i}." in n for n in _layer_pattern(tiny_names))
+        assert len(names) == len(tiny_names) + (cfg["n_layer"] - tiny_layers) * per_layer, len(names)
+        del model, sd
+        n = sum(math.prod(s) for s in _shapes(d).values())
+        print(f"{d}: {n / 1e6:.1f} M parameters ({what}), {len(names)} tensors, "
+              f"{(d / 'model.safetensors').stat().st_size / 2**20:.0f} MiB, {time.time() - t0:.0f} s",
+              file=sys.stderr)
+
+    def vision_files(d):
+        for f in ("config.json", "preprocessor_config.json"):  # published, byte for byte
+            shutil.copyfile(vendor / f, d / f)
+
+    def text_files(d):
+        cfg = json.loads((tiny_text / "config.json").read_text())
+        assert set(ov["text"]) <= set(cfg)
+        cfg.update(ov["text"])
+        (d / "config.json").write_text(json.dumps(cfg, ensure_ascii=False, indent=2) + "\n")
+        for f in NOMIC_TEXT_FILES:
+            (d / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(tiny_text / f, d / f)
+        # the copied tokenizer's ids index the full-size embedding table
+        tok = json.loads((d / "tokenizer.json").read_text())
+        ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok.get("added_tokens", [])]
+        assert max(ids) < cfg["vocab_size"], (max(ids), cfg["vocab_size"])
+
+    build(dv, vision_files, lambda mod, c: mod.NomicVisionModel(c), tiny_vision, "vision tower")
+    build(dt, text_files, lambda mod, c: mod.NomicBertModel(c, add_pooling_layer=False), tiny_text,
+          "text tower, Sift's text partner; not benchmarked")
+
+    # the files load (strict) through the peer's loader and run
+    cfg = json.loads((dv / "config.json").read_text())
+    assert cfg["img_size"] == size and cfg["n_inner"] == 2048.0 and isinstance(cfg["n_inner"], float)
+    shapes = _shapes(dv)
+    assert shapes["embeddings.pos_embed"] == (1, 1 + (size // cfg["patch_size"]) ** 2, cfg["n_embd"])
+    assert shapes["layers.0.mlp.fc11.weight"] == (2048, cfg["n_embd"])
+    with torch.no_grad():
+        m, _, _ = peer.load_nomic(str(dv))
+        g = torch.Generator().manual_seed(seed)
+        e = peer.nomic_image_embed(m, torch.randn(1, 3, size, size, generator=g))
+        assert e.shape == (1, cfg["n_embd"]) and torch.isfinite(e).all(), e.shape
+        del m
+        t, _, _ = peer.load_nomic(str(dt))
+        h = t(input_ids=torch.tensor([[101, 1000, 2000, 102]]),
+              attention_mask=torch.ones(1, 4, dtype=torch.long))[0]
+        assert h.shape == (1, 4, ov["text"]["n_embd"]) and torch.isfinite(h).all(), h.shape
+        del t
+
+
+def _shapes(d: Path) -> dict:
+    from safetensors import safe_open
+    with safe_open(str(d / "model.safetensors"), "pt") as f:
+        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
 def make_model(name: str, out: Path, seed: int, force: bool) -> None:
     import torch
     from transformers import (CLIPConfig, CLIPImageProcessorPil, CLIPModel, SiglipConfig,
@@ -211,6 +353,9 @@ def make_model(name: str, out: Path, seed: int, force: bool) -> None:
     family, tok_fixture, size, ov = MODELS[name]
     if family == "gme":
         make_gme_model(name, out, seed, force)
+        return
+    if family == "nomic":
+        make_nomic_model(name, out, seed, force)
         return
     d = out / name
     if (d / "model.safetensors").is_file() and (d / "config.json").is_file() and not force:

@@ -116,7 +116,7 @@ def sift_source() -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="Sift vs transformers image embedding throughput driver")
-    ap.add_argument("--model", required=True, help="local CLIP / SigLIP model directory")
+    ap.add_argument("--model", required=True, help="local CLIP / SigLIP / Nomic Embed Vision model directory")
     ap.add_argument("--images", required=True, help="directory of image files")
     ap.add_argument("--items", type=int, default=128, help="images per timed region")
     ap.add_argument("--batch-size", type=int, default=32)
@@ -216,7 +216,8 @@ def main() -> int:
         "(Sift `sift bench embed --modality image`: its pipeline decodes and preprocesses each batch on "
         f"{p['threads']} rayon threads, then runs the tower; transformers: per batch "
         "`Image.open(...).convert(\"RGB\")`, the image processor, `get_image_features` under "
-        "`torch.no_grad()`, normalise). Decode+preprocess = Sift's `prepare_seconds` inside that "
+        "`torch.no_grad()` (Nomic: the model card's `last_hidden_state[:, 0]` through the published "
+        "code), normalise). Decode+preprocess = Sift's `prepare_seconds` inside that "
         "pipeline vs PIL + the image processor timed alone (single-threaded, in batches). "
         "Forward+normalise is estimated per round as items / (embed time - decode+preprocess time).",
         "- Peak RSS is the whole process's peak (Sift `VmHWM`, Python `ru_maxrss`); both load both towers "

@@ -34,7 +34,8 @@ checkpoint's auto_map names: "nomic-ai/nomic-bert-2048--..." (the published conf
 vendor/hub_nomic_bert_2048 (attention through F.scaled_dot_product_attention); an auto_map
 without a hub repo -> vendor/hub_nomic_embed_vision_v1_5 (the vision repo's first-commit copy,
 matmul + softmax attention). NOMIC_VENDOR=<vendor subdirectory> overrides the choice. The
-weights are model.safetensors loaded with load_state_dict(strict=True), in eval mode, float32.
+weights are model.safetensors, read straight into the parameters with load_state_dict(strict=True)'s
+checks (same names, shapes and dtypes; no second copy of the weights), in eval mode, float32.
 The text partner (the sibling directory with `text` for `vision` in its name, as Sift finds
 it) is loaded as well when present (vendored NomicBertModel, not run), so that both processes
 hold both towers as with CLIP / SigLIP. Processor: AutoImageProcessor.from_pretrained(dir)
@@ -139,11 +140,34 @@ def nomic_vendor_for(cfg: dict) -> str:
     return NOMIC_AUTO_MAP_VENDOR[repo]
 
 
+def read_safetensors_into(path: str, target: dict) -> None:
+    """Fill the tensors of `target` (name -> contiguous CPU tensor) from a .safetensors file."""
+    import torch
+    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        header.pop("__metadata__", None)
+        if set(header) != set(target):
+            raise ValueError(f"{path}: missing {sorted(set(target) - set(header))}, "
+                             f"unexpected {sorted(set(header) - set(target))}")
+        for k, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            t = target[k]
+            start, end = info["data_offsets"]
+            if tuple(info["shape"]) != tuple(t.shape) or dtypes.get(info["dtype"]) != t.dtype:
+                raise ValueError(f"{path}: {k} is {info['dtype']} {info['shape']}, "
+                                 f"the model's {t.dtype} {list(t.shape)}")
+            assert t.is_contiguous() and end - start == t.numel() * t.element_size(), k
+            f.seek(8 + n + start)
+            buf = t.detach().reshape(-1).view(torch.uint8).numpy()
+            if f.readinto(memoryview(buf)) != end - start:
+                raise ValueError(f"{path}: {k}: short read")
+
+
 def load_nomic(model: str, cfg: dict = None):
     """A vendored NomicVisionModel / NomicBertModel with model.safetensors, eval, float32.
     Returns (model, vendor subdirectory, attention kind)."""
     import torch
-    from safetensors.torch import load_file
     cfg = read_config(model) if cfg is None else cfg
     pkg = nomic_vendor_for(cfg)
     with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON line
@@ -153,8 +177,11 @@ def load_nomic(model: str, cfg: dict = None):
             m = modeling.NomicVisionModel(config)
         else:
             m = modeling.NomicBertModel(config, add_pooling_layer=False)
-        m.load_state_dict(load_file(os.path.join(model, "model.safetensors")), strict=True)
     m = m.to(torch.float32).eval()
+    # load_state_dict(strict=True)'s checks (same names, shapes, dtypes), with each tensor's
+    # bytes read from the file straight into the parameter: no second copy of the weights and
+    # no memory-mapped file pages in the RSS
+    read_safetensors_into(os.path.join(model, "model.safetensors"), m.state_dict())
     attn = "sdpa" if getattr(modeling, "scaled_dot_product_attention", None) is not None else "eager"
     return m, pkg, attn
 
@@ -198,7 +225,7 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
         m, pkg, attn = load_nomic(model, cfg)
         attn_implementation = f"{attn} (vendor/{pkg})"
         text_dir = nomic_text_partner(model)
-        text_tower = load_nomic(text_dir)[0] if text_dir else None  # held, not run (see above)
+        _text_tower = load_nomic(text_dir)[0] if text_dir else None  # held, not run (see above)
         model_name = os.path.basename(os.path.normpath(model))
     else:
         m = AutoModel.from_pretrained(model, dtype=torch.float32).eval()
