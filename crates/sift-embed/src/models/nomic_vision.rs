@@ -150,7 +150,7 @@ pub struct NomicVision {
     grid: usize,
     patch: usize,
     channels: usize,
-    /// Rotary tables of the patch tokens, `(grid * grid, head_dim / 2)`.
+    /// Rotary tables of the tokens (CLS first, at angle 0), `(1 + grid * grid, head_dim / 2)`.
     cos: Tensor,
     sin: Tensor,
     device: Device,
@@ -201,7 +201,9 @@ impl NomicVision {
         let freq: Vec<f32> = (0..bands)
             .map(|k| 1.0 / 10000f32.powf(k as f32 / bands as f32))
             .collect();
-        let mut angles = Vec::with_capacity(grid * grid * d / 2);
+        // token 0 (CLS) is not rotated: angle 0
+        let mut angles = vec![0f32; d / 2];
+        angles.reserve(grid * grid * d / 2);
         for r in 0..grid {
             for c in 0..grid {
                 let tr = r as f32 / grid as f32 * cfg.ref_feat_shape[0] as f32;
@@ -231,8 +233,8 @@ impl NomicVision {
             grid,
             patch: cfg.patch_size,
             channels: cfg.num_channels,
-            cos: Tensor::from_vec(cos, (n, d / 2), &dev)?.to_dtype(dtype)?,
-            sin: Tensor::from_vec(sin, (n, d / 2), &dev)?.to_dtype(dtype)?,
+            cos: Tensor::from_vec(cos, (1 + n, d / 2), &dev)?.to_dtype(dtype)?,
+            sin: Tensor::from_vec(sin, (1 + n, d / 2), &dev)?.to_dtype(dtype)?,
             device: dev,
         })
     }
@@ -242,31 +244,28 @@ impl NomicVision {
         self.grid * self.patch
     }
 
-    /// Rotates the queries and keys of the patch tokens (interleaved pairs); CLS stays.
+    /// Rotates the queries and keys of the patch tokens (interleaved pairs, candle's
+    /// `rope_i` kernel: each token is its own batch row with its own angles); CLS turns by
+    /// zero.
     fn rotate(&self, qkv: &Tensor, images: usize) -> Result<Tensor> {
         let (h, d) = (self.heads * self.head_dim, self.head_dim);
         let t = 1 + self.grid * self.grid;
-        let qkv = qkv.reshape((images, t, 3 * h))?;
-        let cls = qkv.narrow(1, 0, 1)?;
-        let patches = qkv.narrow(1, 1, t - 1)?;
-        let turn = |x: Tensor| -> Result<Tensor> {
-            // (images, n, heads, d/2, 2): pair i turns by angle i
-            let x = x.reshape((images, t - 1, self.heads, d / 2, 2))?;
-            let (a, b) = (
-                x.narrow(4, 0, 1)?.squeeze(4)?,
-                x.narrow(4, 1, 1)?.squeeze(4)?,
-            );
-            let cos = self.cos.reshape((1, t - 1, 1, d / 2))?;
-            let sin = self.sin.reshape((1, t - 1, 1, d / 2))?;
-            let ra = (a.broadcast_mul(&cos)? - b.broadcast_mul(&sin)?)?;
-            let rb = (a.broadcast_mul(&sin)? + b.broadcast_mul(&cos)?)?;
-            Tensor::stack(&[ra, rb], 4)?.reshape((images, t - 1, h))
+        let rows = images * t;
+        let table = |x: &Tensor| -> Result<Tensor> {
+            x.unsqueeze(0)?
+                .broadcast_as((images, t, d / 2))?
+                .contiguous()?
+                .reshape((rows, 1, d / 2))
         };
-        let q = turn(patches.narrow(2, 0, h)?.contiguous()?)?;
-        let k = turn(patches.narrow(2, h, h)?.contiguous()?)?;
-        let v = patches.narrow(2, 2 * h, h)?;
-        let patches = Tensor::cat(&[&q, &k, &v], 2)?;
-        Tensor::cat(&[&cls, &patches], 1)?.reshape((images * t, 3 * h))
+        let (cos, sin) = (table(&self.cos)?, table(&self.sin)?);
+        let turn = |i: usize| -> Result<Tensor> {
+            let x = qkv
+                .narrow(1, i * h, h)?
+                .contiguous()?
+                .reshape((rows, self.heads, 1, d))?;
+            candle_nn::rotary_emb::rope_i(&x, &cos, &sin)?.reshape((rows, h))
+        };
+        Tensor::cat(&[&turn(0)?, &turn(1)?, &qkv.narrow(1, 2 * h, h)?], 1)
     }
 
     /// Image vectors `(images, hidden)` (not normalised) of pixels `(images, channels,
