@@ -583,33 +583,22 @@ impl Embedder {
         }
     }
 
+    /// The pixels of images prepared for a model that takes pixels (CLIP, SigLIP, Nomic).
+    fn pixels(&self, images: &[PreparedImage]) -> Result<Vec<Vec<f32>>> {
+        images
+            .iter()
+            .map(|i| match i {
+                PreparedImage::Pixels(p) => Ok(p.clone()),
+                PreparedImage::Patches(_) => Err(self.cannot("embed an image prepared for GME")),
+            })
+            .collect()
+    }
+
     /// Unit vectors of prepared images, in order.
     pub fn embed_images(&self, images: &[PreparedImage]) -> Result<Vec<Vec<f32>>> {
         match &self.model {
-            Model::Vision(m) => {
-                let pixels = images
-                    .iter()
-                    .map(|i| match i {
-                        PreparedImage::Pixels(p) => Ok(p.clone()),
-                        PreparedImage::Patches(_) => {
-                            Err(self.cannot("embed an image prepared for GME"))
-                        }
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                m.embed_prepared(&pixels)
-            }
-            Model::Nomic(m) => {
-                let pixels = images
-                    .iter()
-                    .map(|i| match i {
-                        PreparedImage::Pixels(p) => Ok(p.clone()),
-                        PreparedImage::Patches(_) => {
-                            Err(self.cannot("embed an image prepared for GME"))
-                        }
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                m.embed_prepared(&pixels)
-            }
+            Model::Vision(m) => m.embed_prepared(&self.pixels(images)?),
+            Model::Nomic(m) => m.embed_prepared(&self.pixels(images)?),
             Model::Gme(m) => {
                 let patches = images
                     .iter()

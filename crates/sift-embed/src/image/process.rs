@@ -383,6 +383,16 @@ impl ImageProcessor {
         resample_window(img, rw, rh, self.resample, window)
     }
 
+    /// Decodes (as [`super::decode_rgb`]) and preprocesses encoded images in parallel: each
+    /// one's model input, or why it does not decode.
+    pub fn prepare_all(&self, images: &[&[u8]]) -> Vec<Result<Vec<f32>, PreprocessError>> {
+        use rayon::prelude::*;
+        images
+            .par_iter()
+            .map(|bytes| Ok(self.preprocess(&super::decode_rgb(bytes)?)))
+            .collect()
+    }
+
     /// The model input: channels-first `(3, h, w)`, row-major, as transformers'
     /// `pixel_values[0]`.
     pub fn preprocess(&self, img: &RgbImage) -> Vec<f32> {

@@ -8,7 +8,7 @@
 use candle_core::{Device, Tensor};
 
 use crate::files::{ModelFiles, read_json};
-use crate::image::{ImageProcessor, PreprocessError, decode_rgb};
+use crate::image::{ImageProcessor, PreprocessError};
 use crate::models::nomic_vision::{NomicVision, NomicVisionConfig};
 use crate::models::text::{TextEmbedder, TextEmbedderOptions};
 use crate::nn::ops::l2_normalize;
@@ -173,11 +173,7 @@ impl NomicEmbedder {
 
     /// Decodes and preprocesses images in parallel.
     pub fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, PreprocessError>> {
-        use rayon::prelude::*;
-        images
-            .par_iter()
-            .map(|bytes| Ok(self.processor.preprocess(&decode_rgb(bytes)?)))
-            .collect()
+        self.processor.prepare_all(images)
     }
 
     /// Unit vectors of prepared images, in order.

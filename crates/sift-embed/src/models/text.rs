@@ -51,6 +51,26 @@ impl Default for TextEmbedderOptions {
     }
 }
 
+/// The longest input: the option, else sentence-transformers' `max_seq_length`, else the
+/// registry's, else `default`; at most the model's `positions`.
+fn max_seq_len(
+    files: &ModelFiles,
+    options: &TextEmbedderOptions,
+    default: usize,
+    positions: usize,
+) -> Result<usize> {
+    let st_max = match &files.sentence_config {
+        Some(p) => read_json::<SentenceConfig>(p)?.max_seq_length,
+        None => None,
+    };
+    Ok(options
+        .max_seq_len
+        .or(st_max)
+        .or(registry::find(&files.name).map(|m| m.max_seq_len))
+        .unwrap_or(default)
+        .min(positions))
+}
+
 /// The encoder under a [`TextEmbedder`].
 enum Encoder {
     Bert(Bert),
@@ -159,16 +179,7 @@ impl TextEmbedder {
                 message: format!("{pooling:?} pooling in a BERT-family model"),
             });
         }
-        let st_max = match &files.sentence_config {
-            Some(p) => read_json::<SentenceConfig>(p)?.max_seq_length,
-            None => None,
-        };
-        let max_seq_len = options
-            .max_seq_len
-            .or(st_max)
-            .or(info.map(|m| m.max_seq_len))
-            .unwrap_or(512)
-            .min(config.max_position_embeddings);
+        let max_seq_len = max_seq_len(files, &options, 512, config.max_position_embeddings)?;
         let vb = files.var_builder(options.dtype, device)?;
         let model = Encoder::Bert(Bert::load(vb, &config).map_err(|e| Error::Unsupported {
             path: files.config.clone(),
@@ -199,17 +210,7 @@ impl TextEmbedder {
         let config: NomicConfig = serde_json::from_value(value)
             .map_err(|e| unsupported(format!("not a NomicBERT config: {e}")))?;
         config.check().map_err(&unsupported)?;
-        let info = registry::find(&files.name);
-        let st_max = match &files.sentence_config {
-            Some(p) => read_json::<SentenceConfig>(p)?.max_seq_length,
-            None => None,
-        };
-        let max_seq_len = options
-            .max_seq_len
-            .or(st_max)
-            .or(info.map(|m| m.max_seq_len))
-            .unwrap_or(8192)
-            .min(config.n_positions);
+        let max_seq_len = max_seq_len(files, &options, 8192, config.n_positions)?;
         let vb = files.var_builder(options.dtype, device)?;
         let model =
             Encoder::Nomic(NomicBert::load(vb, &config).map_err(|e| {

@@ -15,7 +15,7 @@ use tokenizers::{
 };
 
 use crate::files::ModelFiles;
-use crate::image::{ImageProcessor, PreprocessError, decode_rgb};
+use crate::image::{ImageProcessor, PreprocessError};
 use crate::models::clip::{Clip, ClipConfig};
 use crate::models::siglip::{Siglip, SiglipConfig};
 use crate::nn::ops::l2_normalize;
@@ -351,11 +351,7 @@ impl VisionEmbedder {
     /// Decodes and preprocesses encoded images in parallel: the model input of each, or why
     /// it cannot be decoded.
     pub fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, PreprocessError>> {
-        use rayon::prelude::*;
-        images
-            .par_iter()
-            .map(|bytes| Ok(self.processor.preprocess(&decode_rgb(bytes)?)))
-            .collect()
+        self.processor.prepare_all(images)
     }
 
     /// Unit vectors of prepared inputs (see [`VisionEmbedder::prepare`]), in order.
