@@ -346,6 +346,46 @@ unsafe fn rows_dot_bf16(
     }
 }
 
+/// Adds an `R` x 64 tile of accumulators into rows `row..row + R`, columns
+/// `col0..col0 + cols` of `dst` (masked to `cols`).
+///
+/// # Safety
+/// AVX-512F must be present; those elements must be valid and this task's alone.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn add_tile<const R: usize>(
+    c: &[[std::arch::x86_64::__m512; 4]; R],
+    dst: Out,
+    ld: usize,
+    row: usize,
+    col0: usize,
+    cols: usize,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: forwarded from the caller; the loads and stores are masked to `cols`.
+    unsafe {
+        for (r, acc) in c.iter().enumerate() {
+            let o = dst.0.add((row + r) * ld + col0);
+            for (v, a) in acc.iter().enumerate() {
+                let first = v * 16;
+                if first >= cols {
+                    break;
+                }
+                let left = cols - first;
+                let mask: __mmask16 = if left >= 16 {
+                    0xFFFF
+                } else {
+                    (1u16 << left) - 1
+                };
+                let p = o.add(first);
+                let cur = _mm512_maskz_loadu_ps(mask, p);
+                _mm512_mask_storeu_ps(p, mask, _mm512_add_ps(cur, *a));
+            }
+        }
+    }
+}
+
 /// `R` rows × 64 columns: 4R accumulators of 16 lanes, one `vdpbf16ps` per (row, line) per
 /// input pair, the pair of each row broadcast.
 ///
@@ -391,24 +431,7 @@ unsafe fn tile_dot_bf16<const R: usize>(
                 }
             }
         }
-        for (r, acc) in c.iter().enumerate() {
-            let o = dst.0.add((row + r) * ld + col0);
-            for (v, a) in acc.iter().enumerate() {
-                let first = v * 16;
-                if first >= cols {
-                    break;
-                }
-                let left = cols - first;
-                let mask: __mmask16 = if left >= 16 {
-                    0xFFFF
-                } else {
-                    (1u16 << left) - 1
-                };
-                let p = o.add(first);
-                let cur = _mm512_maskz_loadu_ps(mask, p);
-                _mm512_mask_storeu_ps(p, mask, _mm512_add_ps(cur, *a));
-            }
-        }
+        add_tile(&c, dst, ld, row, col0, cols);
     }
 }
 
@@ -530,24 +553,7 @@ unsafe fn tile_widen_avx512<const R: usize>(
                 }
             }
         }
-        for (r, acc) in c.iter().enumerate() {
-            let o = dst.0.add((row + r) * ld + col0);
-            for (v, a) in acc.iter().enumerate() {
-                let first = v * 16;
-                if first >= cols {
-                    break;
-                }
-                let left = cols - first;
-                let mask: __mmask16 = if left >= 16 {
-                    0xFFFF
-                } else {
-                    (1u16 << left) - 1
-                };
-                let p = o.add(first);
-                let cur = _mm512_maskz_loadu_ps(mask, p);
-                _mm512_mask_storeu_ps(p, mask, _mm512_add_ps(cur, *a));
-            }
-        }
+        add_tile(&c, dst, ld, row, col0, cols);
     }
 }
 
