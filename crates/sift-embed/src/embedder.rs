@@ -432,8 +432,7 @@ impl Embedder {
                 Prepared::Gme(texts.iter().map(|t| t.to_string()).collect(), role, None)
             }
             Model::Decoder(m) => {
-                let skip = m.prefix_tokens(m.prefix(role))?;
-                Prepared::Decoder(m.tokenize(texts, role)?, skip)
+                Prepared::Decoder(m.tokenize(texts, role)?, m.role_prefix_tokens(role))
             }
         }))
     }

@@ -283,19 +283,10 @@ impl DecoderEmbedder {
                 info.map(|m| m.passage_prefix.clone()).unwrap_or_default(),
             ),
         };
-        // GritLM's encode masks the instruction's tokens (BOS included) only when there is
-        // an instruction: with none, the mean takes every token
-        let count = |prefix: &str| -> Result<usize> {
-            if prefix.is_empty() {
-                return Ok(0);
-            }
-            Ok(tokenizer
-                .encode(prefix, true)
-                .map_err(|e| Error::Tokenizer(e.to_string()))?
-                .get_ids()
-                .len())
-        };
-        let prefix_tokens = [count(&query_prefix)?, count(&passage_prefix)?];
+        let prefix_tokens = [
+            prefix_len(&tokenizer, &query_prefix)?,
+            prefix_len(&tokenizer, &passage_prefix)?,
+        ];
         let vb = files.var_builder(options.dtype, device)?;
         let model = TextModel::load(&vb, &cfg)
             .map_err(|e| unsupported(format!("weights do not match a {model_type} model: {e}")))?;
@@ -436,25 +427,21 @@ impl DecoderEmbedder {
     /// Tokens of `prefix` alone, BOS included: what mean pooling leaves out of a text
     /// tokenised with it.
     pub fn prefix_tokens(&self, prefix: &str) -> Result<usize> {
-        if prefix.is_empty() {
-            return Ok(0);
+        prefix_len(&self.tokenizer, prefix)
+    }
+
+    /// [`DecoderEmbedder::prefix_tokens`] of the role's own prefix (counted at load).
+    pub fn role_prefix_tokens(&self, role: Role) -> usize {
+        match role {
+            Role::Query => self.prefix_tokens[0],
+            Role::Passage => self.prefix_tokens[1],
         }
-        Ok(self
-            .tokenizer
-            .encode(prefix, true)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?
-            .get_ids()
-            .len())
     }
 
     /// Unit vectors of token id sequences of `role`, in order (packed, longest first, in
     /// batches).
     pub fn embed_tokens(&self, ids: &[Vec<u32>], role: Role) -> Result<Vec<Vec<f32>>> {
-        let skip = match role {
-            Role::Query => self.prefix_tokens[0],
-            Role::Passage => self.prefix_tokens[1],
-        };
-        self.embed_tokens_after(ids, skip)
+        self.embed_tokens_after(ids, self.role_prefix_tokens(role))
     }
 
     /// [`DecoderEmbedder::embed_tokens`] of ids whose prefix is `skip` tokens long (left out
@@ -511,4 +498,17 @@ impl DecoderEmbedder {
     pub fn embed(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<f32>>> {
         self.embed_tokens(&self.tokenize(texts, role)?, role)
     }
+}
+
+/// Tokens of `prefix` alone, BOS included. GritLM's encode masks an instruction's tokens
+/// only when there is an instruction: an empty prefix leaves nothing out (0).
+fn prefix_len(tokenizer: &Tokenizer, prefix: &str) -> Result<usize> {
+    if prefix.is_empty() {
+        return Ok(0);
+    }
+    Ok(tokenizer
+        .encode(prefix, true)
+        .map_err(|e| Error::Tokenizer(e.to_string()))?
+        .get_ids()
+        .len())
 }
