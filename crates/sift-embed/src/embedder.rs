@@ -2,6 +2,8 @@
 //! directory or hub id, tells the family from `config.json`, and embeds texts by role,
 //! images, and (for models that read both in one input) text with images, through the same
 //! methods whatever the family.
+use std::borrow::Cow;
+
 use candle_core::DType;
 
 use crate::image::PreprocessError;
@@ -10,6 +12,7 @@ use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions};
 use crate::models::nomic_pair::{NomicEmbedder, NomicOptions};
 use crate::models::text::{Role, TextEmbedder, TextEmbedderOptions};
 use crate::models::vision::{VisionArch, VisionEmbedder, VisionOptions};
+use crate::profile::{Profile, ReferenceModel};
 use crate::{DevicePref, Error, ModelFiles, Result, select_device};
 
 /// A model family, told from `config.json`'s `model_type`.
@@ -69,8 +72,9 @@ impl Family {
 pub struct Capabilities {
     /// Images (corpus images, query images) into the texts' space.
     pub images: bool,
-    /// A text and images in one input, fused by the model itself ([`Embedder::embed_joint`]);
-    /// models without it embed each separately and callers combine the vectors.
+    /// A text and images in one input, fused by the model itself ([`Embedder::embed_joint`]:
+    /// GME's prompt, BGE-VL's sum of raw features); models without it embed each separately
+    /// and callers combine the vectors.
     pub joint: bool,
 }
 
@@ -87,6 +91,8 @@ pub struct EmbedderOptions {
     /// gives one ([`crate::registry::ModelInfo::query_template`]: E5-Mistral, GritLM, BGE,
     /// ...), GME's system prompt; loading a model that takes none with it is an error.
     pub query_instruction: Option<String>,
+    /// Sift's handling of the model, or MM-BRIGHT's reference code's ([`Profile`]).
+    pub profile: Profile,
 }
 
 impl Default for EmbedderOptions {
@@ -96,6 +102,7 @@ impl Default for EmbedderOptions {
             dtype: DType::F32,
             batch_size: None,
             query_instruction: None,
+            profile: Profile::Default,
         }
     }
 }
@@ -204,6 +211,8 @@ enum Model {
 /// Any supported embedding model behind one API (see the module docs).
 pub struct Embedder {
     model: Model,
+    profile: Profile,
+    reference: ReferenceModel,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -212,6 +221,7 @@ impl std::fmt::Debug for Embedder {
             .field("name", &self.name())
             .field("family", &self.family())
             .field("dim", &self.dim())
+            .field("profile", &self.profile)
             .finish()
     }
 }
@@ -302,35 +312,63 @@ impl Embedder {
                 )?))
             }
         };
-        Ok(Embedder { model })
+        let bge_vl = is_bge_vl(files);
+        Ok(Embedder::new(model, bge_vl).with_profile(options.profile))
+    }
+
+    /// `bge_vl`: the model is BGE-VL (a CLIP checkpoint whose joint input sums the towers'
+    /// raw features).
+    fn new(model: Model, bge_vl: bool) -> Embedder {
+        let reference = match &model {
+            Model::Vision(m) if m.arch() == VisionArch::Siglip => ReferenceModel::Siglip,
+            Model::Vision(_) if bge_vl => ReferenceModel::BgeVl,
+            Model::Vision(_) => ReferenceModel::Clip,
+            Model::Nomic(_) => ReferenceModel::Nomic,
+            Model::Gme(_) => ReferenceModel::Gme,
+            Model::Text(_) | Model::Decoder(_) => ReferenceModel::Other,
+        };
+        Embedder {
+            model,
+            profile: Profile::Default,
+            reference,
+        }
+    }
+
+    /// The same model with inputs prepared as `profile` says.
+    pub fn with_profile(mut self, profile: Profile) -> Embedder {
+        self.profile = profile;
+        self
+    }
+
+    /// How inputs are prepared ([`Profile`]).
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    /// Which of the reference code's per-model rules apply to this model.
+    pub fn reference_model(&self) -> ReferenceModel {
+        self.reference
     }
 
     /// A text encoder already loaded.
     pub fn from_text(model: TextEmbedder) -> Embedder {
-        Embedder {
-            model: Model::Text(Box::new(model)),
-        }
+        Embedder::new(Model::Text(Box::new(model)), false)
     }
 
     /// A CLIP / SigLIP model already loaded.
     pub fn from_vision(model: VisionEmbedder) -> Embedder {
-        Embedder {
-            model: Model::Vision(Box::new(model)),
-        }
+        let bge_vl = is_bge_vl_name(model.name());
+        Embedder::new(Model::Vision(Box::new(model)), bge_vl)
     }
 
     /// A decoder embedder already loaded.
     pub fn from_decoder(model: DecoderEmbedder) -> Embedder {
-        Embedder {
-            model: Model::Decoder(Box::new(model)),
-        }
+        Embedder::new(Model::Decoder(Box::new(model)), false)
     }
 
     /// A GME model already loaded.
     pub fn from_gme(model: GmeEmbedder) -> Embedder {
-        Embedder {
-            model: Model::Gme(Box::new(model)),
-        }
+        Embedder::new(Model::Gme(Box::new(model)), false)
     }
 
     /// Model name (hub id or directory name).
@@ -373,7 +411,7 @@ impl Embedder {
     pub fn capabilities(&self) -> Capabilities {
         Capabilities {
             images: !matches!(self.model, Model::Text(_) | Model::Decoder(_)),
-            joint: matches!(self.model, Model::Gme(_)),
+            joint: matches!(self.model, Model::Gme(_)) || self.reference == ReferenceModel::BgeVl,
         }
     }
 
@@ -392,6 +430,23 @@ impl Embedder {
     /// settings, dtype, device kind): a cache key. GME's query instruction is not in it:
     /// only queries use it, and queries are not cached.
     pub fn fingerprint(&self, input: Input) -> String {
+        let base = self.family_fingerprint(input);
+        let profiled = matches!(
+            self.reference,
+            ReferenceModel::Nomic | ReferenceModel::Gme | ReferenceModel::BgeVl
+        );
+        let alpha = self.alpha() == crate::image::Alpha::Drop
+            && matches!(self.model, Model::Vision(_) | Model::Nomic(_));
+        match input {
+            Input::Text(_) if self.profile == Profile::Reference && profiled => {
+                format!("{base}|profile=reference")
+            }
+            Input::Image if alpha => format!("{base}|alpha=drop"),
+            _ => base,
+        }
+    }
+
+    fn family_fingerprint(&self, input: Input) -> String {
         match (&self.model, input) {
             (Model::Text(m), Input::Text(role)) => m.fingerprint(role),
             (Model::Text(m), Input::Image) => format!("{}|no images", m.fingerprint(Role::Passage)),
@@ -424,8 +479,17 @@ impl Embedder {
 
     /// Tokenises texts of `role` (with the model's prefix or prompt).
     pub fn prepare_texts(&self, texts: &[&str], role: Role) -> Result<PreparedTexts> {
+        let profiled = self.profiled(texts, role)?;
+        let texts: Vec<&str> = profiled.iter().map(|t| t.as_ref()).collect();
+        let texts = &texts[..];
+        let reference = self.profile == Profile::Reference;
         Ok(PreparedTexts(match &self.model {
             Model::Text(m) => Prepared::Text(m.tokenize(texts, role)?),
+            // the reference code embeds Nomic documents without `search_document: `
+            // (task2_multimodal.py:471-478)
+            Model::Nomic(m) if reference && role == Role::Passage => {
+                Prepared::Text(m.text().tokenize_with_prefix(texts, "")?)
+            }
             Model::Nomic(m) => Prepared::Text(m.text().tokenize(texts, role)?),
             Model::Vision(m) => Prepared::Vision(m.tokenize(texts)?),
             Model::Gme(_) => {
@@ -435,6 +499,24 @@ impl Embedder {
                 Prepared::Decoder(m.tokenize(texts, role)?, m.role_prefix_tokens(role))
             }
         }))
+    }
+
+    /// `texts` of `role` as the profile has them embedded: as they are by default; in the
+    /// reference profile cut as the reference code cuts them ([`crate::profile`]).
+    fn profiled<'t>(&self, texts: &[&'t str], role: Role) -> Result<Vec<Cow<'t, str>>> {
+        if self.profile == Profile::Default {
+            return Ok(texts.iter().map(|t| Cow::Borrowed(*t)).collect());
+        }
+        match (&self.model, self.reference) {
+            (Model::Vision(m), ReferenceModel::BgeVl) => texts
+                .iter()
+                .map(|t| crate::profile::bge_vl_text(t, role, |cut| m.fits(cut)).map(Cow::Owned))
+                .collect(),
+            _ => Ok(texts
+                .iter()
+                .map(|t| crate::profile::reference_cut(self.reference, role, t))
+                .collect()),
+        }
     }
 
     /// Whether queries can carry a task instruction: the registry gives the model a prompt
@@ -467,6 +549,9 @@ impl Embedder {
         let Some(instruction) = instruction else {
             return self.prepare_texts(texts, Role::Query);
         };
+        let profiled = self.profiled(texts, Role::Query)?;
+        let texts: Vec<&str> = profiled.iter().map(|t| t.as_ref()).collect();
+        let texts = &texts[..];
         let no = || self.cannot("take a query instruction (no prompt format for one)");
         Ok(PreparedTexts(match &self.model {
             Model::Text(m) => {
@@ -534,12 +619,14 @@ impl Embedder {
     ) -> Vec<std::result::Result<PreparedImage, PreprocessError>> {
         match &self.model {
             Model::Vision(m) => m
-                .prepare(images)
+                .processor()
+                .prepare_all_with(images, self.alpha())
                 .into_iter()
                 .map(|r| r.map(PreparedImage::Pixels))
                 .collect(),
             Model::Nomic(m) => m
-                .prepare(images)
+                .processor()
+                .prepare_all_with(images, self.alpha())
                 .into_iter()
                 .map(|r| r.map(PreparedImage::Pixels))
                 .collect(),
@@ -557,6 +644,18 @@ impl Embedder {
                     )))
                 })
                 .collect(),
+        }
+    }
+
+    /// What becomes of transparency: dropped (Pillow's `convert("RGB")`) where the model's
+    /// own code or the reference code converts images so before the processor (BGE-VL's
+    /// `encode`; MM-BRIGHT's reference code for every model: task2_multimodal.py:90, 193,
+    /// task3_image.py:156), else composited onto white as transformers' processors do.
+    fn alpha(&self) -> crate::image::Alpha {
+        if self.reference == ReferenceModel::BgeVl || self.profile == Profile::Reference {
+            crate::image::Alpha::Drop
+        } else {
+            crate::image::Alpha::OverWhite
         }
     }
 
@@ -632,6 +731,9 @@ impl Embedder {
         role: Role,
         instruction: Option<&str>,
     ) -> Result<Vec<Vec<f32>>> {
+        if self.reference == ReferenceModel::BgeVl {
+            return self.embed_features_summed(inputs, role);
+        }
         let Model::Gme(m) = &self.model else {
             return Err(
                 self.cannot("embed a text and images as one input (it embeds them separately)")
@@ -655,23 +757,91 @@ impl Embedder {
             Role::Query => instruction.unwrap_or(m.query_instruction()),
             Role::Passage => crate::models::gme::DEFAULT_INSTRUCTION,
         };
+        let texts: Vec<&str> = inputs.iter().map(|i| i.text.unwrap_or("")).collect();
+        let profiled = self.profiled(&texts, role)?;
         let gme_inputs: Vec<GmeInput<'_>> = inputs
             .iter()
             .zip(&images)
-            .map(|(i, imgs)| GmeInput {
+            .zip(&profiled)
+            .map(|((i, imgs), t)| GmeInput {
                 instruction,
                 images: imgs,
-                text: i.text,
+                text: i.text.map(|_| t.as_ref()),
             })
             .collect();
         m.embed(&gme_inputs)
     }
 
+    /// Unit vectors of normalise(text features + mean of the images' features), from the
+    /// towers' raw (unnormalised) outputs; an input without images is its text's vector.
+    /// BGE-VL's `encode(images=..., text=...)` (`encode_multimodal`), and how MM-BRIGHT's
+    /// reference code fuses CLIP and SigLIP queries (`(text + image) / 2` before
+    /// normalising: task2_multimodal.py:110-115, 211-216). Texts are prepared as `role`'s
+    /// are. Only for CLIP and SigLIP models.
+    pub fn embed_features_summed(
+        &self,
+        inputs: &[JointInput<'_>],
+        role: Role,
+    ) -> Result<Vec<Vec<f32>>> {
+        let Model::Vision(m) = &self.model else {
+            return Err(self.cannot("sum raw text and image features (not a CLIP-style model)"));
+        };
+        let texts: Vec<&str> = inputs.iter().map(|i| i.text.unwrap_or("")).collect();
+        let profiled = self.profiled(&texts, role)?;
+        let refs: Vec<&str> = profiled.iter().map(|t| t.as_ref()).collect();
+        let text = m.text_feature_rows(&m.tokenize(&refs)?)?;
+        let pixels: Vec<Vec<f32>> = inputs
+            .iter()
+            .flat_map(|i| {
+                i.images
+                    .iter()
+                    .map(|img| self.pixels(std::slice::from_ref(*img)))
+            })
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut images = m.image_feature_rows(&pixels)?.into_iter();
+        Ok(inputs
+            .iter()
+            .zip(text)
+            .map(|(input, mut t)| {
+                if input.text.is_none() {
+                    t.iter_mut().for_each(|x| *x = 0.0);
+                }
+                let n = input.images.len();
+                if n > 0 {
+                    let mut mean = vec![0f32; t.len()];
+                    for v in images.by_ref().take(n) {
+                        mean.iter_mut()
+                            .zip(&v)
+                            .for_each(|(m, x)| *m += x / n as f32);
+                    }
+                    t.iter_mut().zip(&mean).for_each(|(a, b)| *a += b);
+                }
+                let norm = t.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                t.iter_mut().for_each(|x| *x /= norm);
+                t
+            })
+            .collect())
+    }
+
     /// The vector of a blank white 224 x 224 image, prepared as this model prepares images
     /// (the reference code's stand-in for a query without an image).
     pub fn blank_image_vector(&self) -> Result<Vec<f32>> {
+        let prepared = self.blank_image()?;
+        Ok(self
+            .embed_images(&[prepared])?
+            .pop()
+            .expect("one vector for one image"))
+    }
+
+    /// A blank white 224 x 224 image prepared as this model prepares images (the reference
+    /// code's `Image.new("RGB", (224, 224), color="white")`; SigLIP's 384 x 384 one is the
+    /// same after resizing).
+    pub fn blank_image(&self) -> Result<PreparedImage> {
         let img = image::RgbImage::from_pixel(224, 224, image::Rgb([255, 255, 255]));
-        let prepared = match &self.model {
+        Ok(match &self.model {
             Model::Vision(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
             Model::Nomic(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
             Model::Gme(m) => {
@@ -681,11 +851,7 @@ impl Embedder {
             Model::Text(_) | Model::Decoder(_) => {
                 return Err(self.cannot("embed images: it is a text model"));
             }
-        };
-        Ok(self
-            .embed_images(&[prepared])?
-            .pop()
-            .expect("one vector for one image"))
+        })
     }
 
     /// The BERT-family encoder, when that is the family (for its tokenizer and settings).
@@ -718,4 +884,19 @@ impl Embedder {
             message: format!("cannot {what}"),
         }
     }
+}
+
+/// Whether `name` is BGE-VL's (registry alias `bge-vl-*`).
+fn is_bge_vl_name(name: &str) -> bool {
+    crate::registry::find(name).is_some_and(|m| m.alias.starts_with("bge-vl"))
+}
+
+/// Whether the CLIP checkpoint in `files` is BGE-VL: by name, or by its `config.json`
+/// naming BGE-VL's modelling code (`modeling_MMRet_CLIP`) in `auto_map`.
+fn is_bge_vl(files: &ModelFiles) -> bool {
+    is_bge_vl_name(&files.name)
+        || crate::read_json::<serde_json::Value>(&files.config)
+            .ok()
+            .and_then(|v| v.get("auto_map").map(|m| m.to_string()))
+            .is_some_and(|m| m.contains("MMRet"))
 }

@@ -38,6 +38,7 @@ mod files;
 pub mod image;
 pub mod models;
 mod nn;
+pub mod profile;
 pub mod registry;
 
 pub use device::{DevicePref, select_device};
@@ -57,6 +58,7 @@ pub use models::vision::{
     VisionArch, VisionEmbedder, VisionOptions, is_vision_model, siglip_canonicalize,
     siglip_canonicalize_with,
 };
+pub use profile::{Profile, ReferenceModel};
 pub use registry::{ModelInfo, Pooling};
 
 /// Makes glibc's allocator keep large buffers for reuse instead of returning each one to the

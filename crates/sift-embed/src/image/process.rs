@@ -386,10 +386,19 @@ impl ImageProcessor {
     /// Decodes (as [`super::decode_rgb`]) and preprocesses encoded images in parallel: each
     /// one's model input, or why it does not decode.
     pub fn prepare_all(&self, images: &[&[u8]]) -> Vec<Result<Vec<f32>, PreprocessError>> {
+        self.prepare_all_with(images, super::Alpha::OverWhite)
+    }
+
+    /// [`ImageProcessor::prepare_all`] with the given treatment of transparency.
+    pub fn prepare_all_with(
+        &self,
+        images: &[&[u8]],
+        alpha: super::Alpha,
+    ) -> Vec<Result<Vec<f32>, PreprocessError>> {
         use rayon::prelude::*;
         images
             .par_iter()
-            .map(|bytes| Ok(self.preprocess(&super::decode_rgb(bytes)?)))
+            .map(|bytes| Ok(self.preprocess(&super::decode_rgb_with(bytes, alpha)?)))
             .collect()
     }
 

@@ -263,6 +263,17 @@ impl VisionEmbedder {
         self.tokenize_with(texts, true)
     }
 
+    /// Whether `text` fits the text tower whole: its tokens, special ones included, are at
+    /// most [`VisionEmbedder::max_text_len`] (a processor without truncation would feed
+    /// longer ones to the model, which refuses them).
+    pub fn fits(&self, text: &str) -> Result<bool> {
+        let enc = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(enc.get_overflowing().is_empty() && enc.get_ids().len() <= self.max_text_len)
+    }
+
     /// [`VisionEmbedder::tokenize`] tokenising every text whole before truncating (what
     /// transformers' processors do; slower on long texts, same ids).
     pub fn tokenize_whole(&self, texts: &[&str]) -> Result<Vec<(Vec<u32>, usize)>> {
@@ -324,13 +335,27 @@ impl VisionEmbedder {
 
     /// Unit text vectors of tokenised texts ([`VisionEmbedder::tokenize`]), in order.
     pub fn embed_tokenized(&self, inputs: &[(Vec<u32>, usize)]) -> Result<Vec<Vec<f32>>> {
+        self.text_rows(inputs, true)
+    }
+
+    /// Unnormalised text features of tokenised texts, one row per text, in order.
+    pub fn text_feature_rows(&self, inputs: &[(Vec<u32>, usize)]) -> Result<Vec<Vec<f32>>> {
+        self.text_rows(inputs, false)
+    }
+
+    fn text_rows(&self, inputs: &[(Vec<u32>, usize)], unit: bool) -> Result<Vec<Vec<f32>>> {
         let mut order: Vec<usize> = (0..inputs.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(inputs[i].0.len()));
         let mut out = vec![Vec::new(); inputs.len()];
         for chunk in order.chunks(self.options.batch_size.max(1)) {
             let batch: Vec<(Vec<u32>, usize)> = chunk.iter().map(|&i| inputs[i].clone()).collect();
-            let v = l2_normalize(&self.text_features(&batch)?)?.to_vec2::<f32>()?;
-            for (&i, v) in chunk.iter().zip(v) {
+            let f = self.text_features(&batch)?;
+            let f = if unit {
+                l2_normalize(&f)?
+            } else {
+                f.to_dtype(DType::F32)?
+            };
+            for (&i, v) in chunk.iter().zip(f.to_vec2::<f32>()?) {
                 out[i] = v;
             }
         }
@@ -356,6 +381,15 @@ impl VisionEmbedder {
 
     /// Unit vectors of prepared inputs (see [`VisionEmbedder::prepare`]), in order.
     pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
+        self.image_rows(inputs, true)
+    }
+
+    /// Unnormalised image features of prepared inputs, one row per image, in order.
+    pub fn image_feature_rows(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
+        self.image_rows(inputs, false)
+    }
+
+    fn image_rows(&self, inputs: &[Vec<f32>], unit: bool) -> Result<Vec<Vec<f32>>> {
         let (h, w) = self.processor.output_size();
         let per = 3 * h as usize * w as usize;
         let mut out = Vec::with_capacity(inputs.len());
@@ -372,7 +406,13 @@ impl VisionEmbedder {
             }
             let pixels =
                 Tensor::from_vec(flat, (chunk.len(), 3, h as usize, w as usize), &Device::Cpu)?;
-            out.extend(l2_normalize(&self.image_features(&pixels)?)?.to_vec2::<f32>()?);
+            let f = self.image_features(&pixels)?;
+            let f = if unit {
+                l2_normalize(&f)?
+            } else {
+                f.to_dtype(DType::F32)?
+            };
+            out.extend(f.to_vec2::<f32>()?);
         }
         crate::error::finite(self.name(), out)
     }
