@@ -2095,3 +2095,119 @@ fn nomic_embed_indexes_and_evaluates_every_task() {
         assert!((0.0..=1.0).contains(&v), "{}", r["label"]);
     }
 }
+
+/// `--profile reference` end to end for every model the reference code treats in its own way
+/// (CLIP, Nomic, GME, BGE-VL): the index records the profile, `sift eval --profile
+/// reference` runs all four tasks with the reference's query rules, and mixing profiles is
+/// refused (the rules themselves are tested in sift-embed's `reference_profile` and
+/// sift-retrieve's `query` tests).
+#[test]
+fn reference_profile_indexes_and_evaluates_every_task_for_each_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (model, slug) in [
+        (
+            "models/fixtures/vision/tiny-clip-quickgelu",
+            "tiny-clip-quickgelu",
+        ),
+        (
+            "models/fixtures/nomic/tiny-nomic-embed-vision-v1.5",
+            "tiny-nomic-embed-vision-v1.5",
+        ),
+        ("models/fixtures/gme/tiny-gme", "tiny-gme"),
+        ("models/fixtures/bge_vl/tiny-bge-vl", "tiny-bge-vl"),
+    ] {
+        let model = repo().join(model);
+        let index = tmp.path().join(slug);
+        let built = json(&ok(&[
+            "index",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--dense",
+            s(&model),
+            "--profile",
+            "reference",
+            "--json",
+            "-q",
+        ]));
+        let dense = &built["manifest"]["dense"][slug];
+        assert_eq!(dense["profile"], "reference", "{slug}: {dense}");
+        let retriever = format!("dense:{slug}");
+        let e = json(&ok(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--task",
+            "all",
+            "--retriever",
+            &retriever,
+            "--profile",
+            "reference",
+            "--json",
+        ]));
+        let reports = e["reports"].as_array().unwrap();
+        for t in ["1", "2", "3", "4"] {
+            assert!(
+                reports
+                    .iter()
+                    .any(|r| r["task"].as_str().unwrap().starts_with(t)),
+                "{slug}: task {t} missing"
+            );
+        }
+        // Tasks 2-4 fuse query images by the reference's rule
+        for r in reports.iter().filter(|r| r["task"] != "1") {
+            let label = r["label"].as_str().unwrap();
+            assert!(
+                label.ends_with("[query images: reference]"),
+                "{slug}: {label}"
+            );
+            let v = r["metrics"]["ndcg@10"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&v), "{slug}: {label}");
+        }
+        // a search of the index embeds queries with the profile it was built with
+        ok(&[
+            "search",
+            "--index",
+            s(&index),
+            "--retriever",
+            &retriever,
+            "--domain",
+            "gis",
+            "--query",
+            "map projection",
+            "--query-fusion",
+            "reference",
+            "--json",
+        ]);
+    }
+    // the reference profile's queries against vectors made with the default one: refused
+    let default = tmp.path().join("default");
+    let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&default),
+        "--dense",
+        s(&clip),
+        "-q",
+    ]);
+    let err = fails(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&default),
+        "--task",
+        "2",
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+        "--profile",
+        "reference",
+    ]);
+    assert!(err.contains("default profile"), "{err}");
+}

@@ -1,6 +1,6 @@
 //! Model flags shared by the commands that embed.
 use anyhow::{Context, Result};
-use sift_embed::{Embedder, EmbedderOptions, Precision};
+use sift_embed::{Embedder, EmbedderOptions, Precision, Profile};
 
 /// Model flags shared by commands that embed.
 #[derive(clap::Args, Debug, Clone)]
@@ -23,6 +23,14 @@ pub struct ModelFlags {
     /// `{domain}` -> the domain's name and applies it to every model that takes one.
     #[arg(long)]
     pub query_instruction: Option<String>,
+    /// How each model's inputs are prepared: default (as its model card runs it) or
+    /// reference (MM-BRIGHT's reference code, model by model: Nomic documents cut to 8,000
+    /// characters without `search_document: `, GME texts to 4,000, BGE-VL texts to 150 at a
+    /// word boundary, images' transparency dropped; `sift eval` then fuses query images by
+    /// the reference's rule per model and task; docs/reference-profile.md). An index records
+    /// the profile it was built with, and searches of it use that one.
+    #[arg(long, value_enum, default_value = "default")]
+    pub profile: Profile,
 }
 
 impl ModelFlags {
@@ -33,6 +41,7 @@ impl ModelFlags {
             dtype: self.dtype.dtype(),
             batch_size: Some(self.batch_size.max(1)),
             query_instruction: self.query_instruction.clone(),
+            profile: self.profile,
         })
     }
 

@@ -33,6 +33,11 @@ pub trait PassageEmbedder: Sync {
     fn model_hash(&self) -> String {
         String::new()
     }
+    /// The embedding profile the vectors are made with when it is not the model's default
+    /// (recorded, so that a search embeds queries the same way).
+    fn profile(&self) -> Option<String> {
+        None
+    }
     /// One unit vector per text, in order.
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, Self::Error>;
 }
@@ -72,6 +77,7 @@ trait DynPassageEmbedder: Sync {
     fn dim(&self) -> usize;
     fn fingerprint(&self) -> String;
     fn model_hash(&self) -> String;
+    fn profile(&self) -> Option<String>;
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, BoxError>;
 }
 
@@ -87,6 +93,9 @@ impl<E: PassageEmbedder> DynPassageEmbedder for E {
     }
     fn model_hash(&self) -> String {
         PassageEmbedder::model_hash(self)
+    }
+    fn profile(&self) -> Option<String> {
+        PassageEmbedder::profile(self)
     }
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, BoxError> {
         PassageEmbedder::embed(self, texts).map_err(Into::into)
@@ -293,6 +302,7 @@ pub(crate) fn build_dense(
         model: embedder.name().to_string(),
         spec: build.spec.clone(),
         model_hash: embedder.model_hash(),
+        profile: embedder.profile(),
         fingerprint,
         dim,
         dtype: build.dtype,

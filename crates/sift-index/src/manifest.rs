@@ -55,6 +55,10 @@ pub struct DenseInfo {
     /// and checks it is the same one. Empty when the embedder did not say.
     #[serde(default)]
     pub model_hash: String,
+    /// The embedding profile of the vectors when it is not the model's default
+    /// (`reference`: MM-BRIGHT's reference code's handling of the model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     /// Dimension.
     pub dim: usize,
     /// Storage precision.

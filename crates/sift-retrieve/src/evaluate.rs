@@ -409,6 +409,7 @@ fn evaluate_domain(
                 slot.insert(encode_queries(
                     models,
                     combined,
+                    task,
                     &data.queries,
                     mode,
                     &query_images,

@@ -50,6 +50,9 @@ pub use evaluate::{
     evaluate_quietly, run_file_name,
 };
 pub use models::{ImageSide, ModelSet, PassageSide, Sides, safe_name, slug};
-pub use query::{Instructions, QueryImages, QueryVectors, encode_queries, normalized_sum};
+pub use query::{
+    Instructions, MissingImage, QueryImages, QueryVectors, ReferenceFusion, ReferenceRule,
+    encode_queries, normalized_sum, reference_rule,
+};
 pub use searcher::{AUTO_EXACT_MAX, Ann, Candidates, DomainSearcher, Query, SearchSettings, fuse};
 pub use spec::{RRF_K, RankFusion, RetrieverSpec};

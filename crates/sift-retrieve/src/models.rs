@@ -2,7 +2,7 @@
 //! index was built with, and the adapters that let the index builder use an [`Embedder`].
 use std::collections::HashMap;
 
-use sift_embed::{Embedder, EmbedderOptions, Input, PreparedImage, PreprocessError, Role};
+use sift_embed::{Embedder, EmbedderOptions, Input, PreparedImage, PreprocessError, Profile, Role};
 use sift_index::{DenseBuild, ImageEmbedder, IndexDir, PassageEmbedder};
 
 use crate::spec::RetrieverSpec;
@@ -48,6 +48,10 @@ impl PassageEmbedder for PassageSide<'_> {
     }
     fn model_hash(&self) -> String {
         self.0.content_hash().to_string()
+    }
+    fn profile(&self) -> Option<String> {
+        let p = self.0.profile();
+        (p != Profile::Default).then(|| p.name().to_string())
     }
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, sift_embed::Error> {
         self.0.embed_texts(texts, Role::Passage)
@@ -134,9 +138,11 @@ impl ModelSet {
     }
 
     /// Loads the model of every dense index `retriever` names, from where the index says it
-    /// was built (or from `model_override`), and checks that it is that model: same
-    /// dimension and, where the index records it, the same files (weights, tokenizer,
-    /// configs).
+    /// was built (or from `model_override`), with the profile its vectors were made with,
+    /// and checks that it is that model: same dimension and, where the index records it, the
+    /// same files (weights, tokenizer, configs). Asking for the reference profile
+    /// (`options.profile`) of an index built with the default one is an error: its vectors
+    /// were not made so.
     pub fn load_for(
         &mut self,
         index: &IndexDir,
@@ -148,9 +154,30 @@ impl ModelSet {
             if self.by_name.contains_key(name) {
                 continue;
             }
-            let (_, info) = index.dense_info(name)?;
+            let (slug, info) = index.dense_info(name)?;
+            let built = match info.profile.as_deref() {
+                None => Profile::Default,
+                Some(p) => Profile::from_name(p).ok_or_else(|| Error::Model {
+                    slug: slug.to_string(),
+                    message: format!("the index records an unknown embedding profile {p:?}"),
+                })?,
+            };
+            if options.profile != Profile::Default && options.profile != built {
+                return Err(Error::Model {
+                    slug: slug.to_string(),
+                    message: format!(
+                        "its vectors were made with the {} profile, not {}",
+                        built.name(),
+                        options.profile.name()
+                    ),
+                });
+            }
+            let options = EmbedderOptions {
+                profile: built,
+                ..options.clone()
+            };
             let spec = model_override.unwrap_or(&info.spec);
-            let embedder = Embedder::load(spec, options)?;
+            let embedder = Embedder::load(spec, &options)?;
             self.insert_checked(index, name, embedder)?;
         }
         Ok(())
@@ -175,6 +202,15 @@ impl ModelSet {
                 embedder.name(),
                 embedder.dim(),
                 info.dim
+            )));
+        }
+        let built = info.profile.as_deref().unwrap_or(Profile::Default.name());
+        if embedder.profile().name() != built {
+            return Err(problem(format!(
+                "its vectors were made with the {built} profile; model {} was loaded with the {} \
+                 profile",
+                embedder.name(),
+                embedder.profile().name()
             )));
         }
         if !info.model_hash.is_empty() && embedder.content_hash() != info.model_hash {

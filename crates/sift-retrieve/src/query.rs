@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use sift_core::{Example, WarningKind, Warnings};
-use sift_embed::{Embedder, JointInput, PreparedImage, Role};
+use sift_embed::{Embedder, JointInput, PreparedImage, ReferenceModel, Role};
+use sift_eval::Task;
 
 use crate::Result;
 use crate::models::ModelSet;
@@ -95,9 +96,12 @@ pub enum QueryImages {
     /// the query's images, renormalised; a query without images uses its text vector. GME
     /// embeds the text and every image in one prompt.
     All,
-    /// The reference code's rule: normalise((text + first image) / 2), a blank white image
+    /// normalise((text + first image) / 2) of the unit vectors, a blank white image
     /// standing in when the query has none. GME embeds the text and the first image.
     First,
+    /// MM-BRIGHT's reference code's rule for each model and task ([`reference_rule`]): the
+    /// first image only, fused as the reference fuses that model's vectors.
+    Reference,
 }
 
 impl QueryImages {
@@ -106,7 +110,97 @@ impl QueryImages {
         match self {
             QueryImages::All => "all",
             QueryImages::First => "first",
+            QueryImages::Reference => "reference",
         }
+    }
+}
+
+/// How MM-BRIGHT's reference code makes a query vector from a model's text and first image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReferenceFusion {
+    /// normalise(text features + image features) of the towers' raw, unnormalised outputs
+    /// (`(t + i) / 2` before normalising).
+    RawFeatures,
+    /// normalise(text vector + image vector) of unit vectors.
+    UnitVectors,
+    /// The model's own input of text and image together (GME's prompt; BGE-VL's
+    /// `encode(images, text)`).
+    Joint,
+}
+
+/// What the reference code does for a query without an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingImage {
+    /// A blank white image stands in.
+    WhiteImage,
+    /// The text alone (a zero image vector; a text-only input).
+    TextAlone,
+}
+
+/// The reference code's query rule for one model and task, with where it is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReferenceRule {
+    /// How text and image are fused.
+    pub fusion: ReferenceFusion,
+    /// A query without an image.
+    pub missing: MissingImage,
+    /// File and lines of `mm-bright/MM-BRIGHT` (commit 2d37a4d, `src/retrievers/`).
+    pub source: &'static str,
+}
+
+/// The reference code's query rule for `model` in `task` (docs/reference-profile.md); `None`
+/// for Task 1 and for models it has no multimodal rule for (their text alone).
+pub fn reference_rule(model: ReferenceModel, task: Task) -> Option<ReferenceRule> {
+    use MissingImage::*;
+    use ReferenceFusion::*;
+    let rule = |fusion, missing, source| {
+        Some(ReferenceRule {
+            fusion,
+            missing,
+            source,
+        })
+    };
+    match (model, task) {
+        (_, Task::Passages) | (ReferenceModel::Other, _) => None,
+        (ReferenceModel::Clip, Task::MultimodalPassages) => {
+            rule(RawFeatures, WhiteImage, "task2_multimodal.py:82-115")
+        }
+        (ReferenceModel::Clip, Task::Images) => {
+            rule(RawFeatures, WhiteImage, "task3_image.py:252-282")
+        }
+        (ReferenceModel::Clip, Task::Pairs) => {
+            rule(RawFeatures, WhiteImage, "task4_pair.py:307-327")
+        }
+        (ReferenceModel::Siglip, Task::MultimodalPassages) => {
+            rule(RawFeatures, WhiteImage, "task2_multimodal.py:187-216")
+        }
+        (ReferenceModel::Siglip, Task::Images) => {
+            rule(RawFeatures, WhiteImage, "task3_image.py:408-453")
+        }
+        (ReferenceModel::Siglip, Task::Pairs) => {
+            rule(RawFeatures, WhiteImage, "task4_pair.py:455-477")
+        }
+        (ReferenceModel::Nomic, Task::MultimodalPassages) => {
+            rule(UnitVectors, TextAlone, "task2_multimodal.py:507-533")
+        }
+        (ReferenceModel::Nomic, Task::Images) => {
+            rule(UnitVectors, WhiteImage, "task3_image.py:612-637")
+        }
+        (ReferenceModel::Nomic, Task::Pairs) => {
+            rule(UnitVectors, TextAlone, "task4_pair.py:1147-1176")
+        }
+        (ReferenceModel::BgeVl, Task::MultimodalPassages) => {
+            rule(Joint, TextAlone, "task2_multimodal.py:785-812")
+        }
+        (ReferenceModel::BgeVl, Task::Images) => {
+            rule(UnitVectors, TextAlone, "task3_image.py:801-835")
+        }
+        (ReferenceModel::BgeVl, Task::Pairs) => rule(Joint, TextAlone, "task4_pair.py:796-830"),
+        (ReferenceModel::Gme, Task::MultimodalPassages) => {
+            rule(Joint, TextAlone, "task2_multimodal.py:983-1002")
+        }
+        (ReferenceModel::Gme, Task::Images) => rule(Joint, TextAlone, "task3_image.py:917-944"),
+        (ReferenceModel::Gme, Task::Pairs) => rule(Joint, TextAlone, "task4_pair.py:993-1036"),
     }
 }
 
@@ -128,15 +222,16 @@ impl QueryVectors {
     }
 }
 
-/// Embeds `queries` for every dense index `retriever` uses. With `images` (Tasks 2-4), models
-/// that embed images combine each query's text with its images (`query_images`: normalised
-/// path -> encoded bytes) as `images` says; text models, and every model without `images`,
-/// use the text alone. Query images that are missing or do not decode are skipped and
-/// counted in `warnings` (naming `source`).
+/// Embeds `queries` of `task` for every dense index `retriever` uses. With `images` (Tasks
+/// 2-4), models that embed images combine each query's text with its images
+/// (`query_images`: normalised path -> encoded bytes) as `images` says; text models, and
+/// every model without `images`, use the text alone. Query images that are missing or do
+/// not decode are skipped and counted in `warnings` (naming `source`).
 #[allow(clippy::too_many_arguments)]
 pub fn encode_queries(
     models: &ModelSet,
     retriever: &RetrieverSpec,
+    task: Task,
     queries: &[Example],
     images: Option<QueryImages>,
     query_images: &HashMap<String, Vec<u8>>,
@@ -156,6 +251,15 @@ pub fn encode_queries(
         let instruction = instructions.for_model(embedder, domain)?;
         let instruction = instruction.as_deref();
         let vectors = match images {
+            Some(QueryImages::Reference) if embedder.capabilities().images => reference_vectors(
+                embedder,
+                task,
+                queries,
+                query_images,
+                instruction,
+                warnings,
+                source,
+            )?,
             Some(mode) if embedder.capabilities().joint => joint_vectors(
                 embedder,
                 queries,
@@ -247,7 +351,7 @@ fn fused_vectors(
     let by_path: HashMap<&str, &Vec<f32>> = ok_paths.into_iter().zip(&vecs).collect();
     let blank = match mode {
         QueryImages::First => Some(embedder.blank_image_vector()?),
-        QueryImages::All => None,
+        QueryImages::All | QueryImages::Reference => None,
     };
     Ok(queries
         .iter()
@@ -262,7 +366,7 @@ fn fused_vectors(
                     .unwrap_or_else(|| blank.as_ref().expect("set for first"));
                 normalized_sum(&t, first)
             }
-            QueryImages::All => {
+            QueryImages::All | QueryImages::Reference => {
                 let imgs: Vec<&Vec<f32>> = q
                     .image_paths
                     .iter()
@@ -300,7 +404,9 @@ fn joint_vectors(
     for q in queries {
         let paths: &[String] = match mode {
             QueryImages::All => &q.image_paths,
-            QueryImages::First => &q.image_paths[..q.image_paths.len().min(1)],
+            QueryImages::First | QueryImages::Reference => {
+                &q.image_paths[..q.image_paths.len().min(1)]
+            }
         };
         let mut imgs = Vec::new();
         for p in paths {
@@ -335,4 +441,294 @@ fn joint_vectors(
         })
         .collect();
     Ok(embedder.embed_joint_queries(&inputs, Role::Query, instruction)?)
+}
+
+/// [`QueryImages::Reference`]: each query's text and FIRST image fused by the reference
+/// code's rule for the model and task ([`reference_rule`]); a first image that is missing or
+/// does not decode counts as none (and is counted in `warnings`).
+fn reference_vectors(
+    embedder: &Embedder,
+    task: Task,
+    queries: &[Example],
+    query_images: &HashMap<String, Vec<u8>>,
+    instruction: Option<&str>,
+    warnings: &mut Warnings,
+    source: &Path,
+) -> Result<Vec<Vec<f32>>> {
+    let texts: Vec<&str> = queries.iter().map(|q| q.query.as_str()).collect();
+    let Some(rule) = reference_rule(embedder.reference_model(), task) else {
+        return Ok(embedder.embed_queries(&texts, instruction)?);
+    };
+    let mut firsts: Vec<Option<PreparedImage>> = Vec::with_capacity(queries.len());
+    for q in queries {
+        let Some(p) = q.image_paths.first() else {
+            firsts.push(None);
+            continue;
+        };
+        let Some(bytes) = query_images.get(p) else {
+            warnings.push(
+                WarningKind::MissingImageBytes,
+                source,
+                q.id.clone(),
+                format!("query image {p:?} is not in examples_images: skipped"),
+            );
+            firsts.push(None);
+            continue;
+        };
+        match embedder.prepare_query_image(bytes, 1) {
+            Ok(img) => firsts.push(Some(img)),
+            Err(e) => {
+                warnings.push(
+                    WarningKind::UndecodableImage,
+                    source,
+                    q.id.clone(),
+                    format!("query image {p:?}: {e}: skipped"),
+                );
+                firsts.push(None);
+            }
+        }
+    }
+    let blank = match rule.missing {
+        MissingImage::WhiteImage => Some(embedder.blank_image()?),
+        MissingImage::TextAlone => None,
+    };
+    // each query's image: its first, else the stand-in (none: the text alone)
+    let images: Vec<Option<&PreparedImage>> = firsts
+        .iter()
+        .map(|f| f.as_ref().or(blank.as_ref()))
+        .collect();
+    match rule.fusion {
+        ReferenceFusion::RawFeatures | ReferenceFusion::Joint => {
+            let one: Vec<Vec<&PreparedImage>> =
+                images.iter().map(|i| i.iter().copied().collect()).collect();
+            let inputs: Vec<JointInput<'_>> = texts
+                .iter()
+                .zip(&one)
+                .map(|(t, imgs)| JointInput {
+                    text: Some(t),
+                    images: imgs,
+                })
+                .collect();
+            Ok(match rule.fusion {
+                ReferenceFusion::RawFeatures => {
+                    embedder.embed_features_summed(&inputs, Role::Query)?
+                }
+                _ => embedder.embed_joint_queries(&inputs, Role::Query, instruction)?,
+            })
+        }
+        ReferenceFusion::UnitVectors => {
+            let text = embedder.embed_queries(&texts, instruction)?;
+            let present: Vec<PreparedImage> =
+                images.iter().flatten().map(|i| (*i).clone()).collect();
+            let mut vectors = embedder.embed_images(&present)?.into_iter();
+            Ok(text
+                .into_iter()
+                .zip(&images)
+                .map(|(t, i)| match i {
+                    Some(_) => normalized_sum(&t, &vectors.next().expect("one per image")),
+                    None => t,
+                })
+                .collect())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sift_embed::{EmbedderOptions, Profile};
+
+    fn fixture(rel: &str) -> String {
+        format!("{}/../../models/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn load(rel: &str) -> Embedder {
+        let options = EmbedderOptions {
+            profile: Profile::Reference,
+            ..Default::default()
+        };
+        Embedder::load(&fixture(rel), &options).unwrap()
+    }
+
+    fn image(name: &str) -> Vec<u8> {
+        std::fs::read(fixture(&format!("vision/images/{name}"))).unwrap()
+    }
+
+    fn cosine(a: &[f32], b: &[f32]) -> f32 {
+        let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        let n = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        dot / (n(a) * n(b))
+    }
+
+    /// Two queries: one with an image, one without.
+    fn queries() -> (Vec<Example>, HashMap<String, Vec<u8>>) {
+        let q = |id: &str, text: &str, images: &[&str]| Example {
+            id: id.into(),
+            query: text.into(),
+            image_paths: images.iter().map(|s| s.to_string()).collect(),
+            ..Example::default()
+        };
+        let examples = vec![
+            q(
+                "a",
+                "why does the circuit oscillate",
+                &["shapes", "gradient"],
+            ),
+            q("b", "a map projection", &[]),
+        ];
+        let bytes = HashMap::from([
+            ("shapes".to_string(), image("shapes_rgb_50x37.png")),
+            ("gradient".to_string(), image("gradient_rgb_64x64.png")),
+        ]);
+        (examples, bytes)
+    }
+
+    fn reference(model: &Embedder, task: Task) -> Vec<Vec<f32>> {
+        let (examples, bytes) = queries();
+        let mut warnings = Warnings::new();
+        let v = reference_vectors(
+            model,
+            task,
+            &examples,
+            &bytes,
+            None,
+            &mut warnings,
+            Path::new("t"),
+        )
+        .unwrap();
+        assert!(warnings.is_empty());
+        v
+    }
+
+    /// normalise(raw text features + raw image features) computed from the towers directly.
+    fn raw_sum(model: &Embedder, text: &str, pixels: Vec<f32>) -> Vec<f32> {
+        let v = model.as_vision().unwrap();
+        let t = v.text_feature_rows(&v.tokenize(&[text]).unwrap()).unwrap();
+        let i = v.image_feature_rows(&[pixels]).unwrap();
+        normalized_sum(&t[0], &i[0])
+    }
+
+    #[test]
+    fn clip_queries_sum_raw_features_with_a_white_image_for_none() {
+        let clip = load("vision/tiny-clip-quickgelu");
+        let v = clip.as_vision().unwrap();
+        for task in [Task::MultimodalPassages, Task::Images, Task::Pairs] {
+            let got = reference(&clip, task);
+            // the FIRST image only (the second is ignored)
+            let shapes = v.prepare(&[&image("shapes_rgb_50x37.png")]).pop().unwrap();
+            let want_a = raw_sum(&clip, "why does the circuit oscillate", shapes.unwrap());
+            let white = image::RgbImage::from_pixel(224, 224, image::Rgb([255, 255, 255]));
+            let want_b = raw_sum(&clip, "a map projection", v.processor().preprocess(&white));
+            assert!(cosine(&got[0], &want_a) > 0.99999, "{task:?}");
+            assert!(cosine(&got[1], &want_b) > 0.99999, "{task:?}");
+            // not the unit vectors' mean (the `first` mode): the raw norms differ
+            let text = clip
+                .embed_texts(&["a map projection"], Role::Query)
+                .unwrap();
+            let unit_mean = normalized_sum(&text[0], &clip.blank_image_vector().unwrap());
+            assert!(cosine(&got[1], &unit_mean) < 0.9999, "{task:?}");
+        }
+        // Task 1 has no image rule: the text alone
+        let t1 = reference(&clip, Task::Passages);
+        let text = clip
+            .embed_texts(&["a map projection"], Role::Query)
+            .unwrap();
+        assert!(cosine(&t1[1], &text[0]) > 0.99999);
+    }
+
+    #[test]
+    fn nomic_queries_without_an_image_are_their_text_except_in_task_3() {
+        let nomic = load("nomic/tiny-nomic-embed-vision-v1.5");
+        let text = nomic
+            .embed_texts(
+                &["why does the circuit oscillate", "a map projection"],
+                Role::Query,
+            )
+            .unwrap();
+        let shapes = nomic
+            .prepare_images(&[&image("shapes_rgb_50x37.png")])
+            .pop()
+            .unwrap()
+            .unwrap();
+        let img = nomic.embed_images(&[shapes]).unwrap().pop().unwrap();
+        for task in [Task::MultimodalPassages, Task::Pairs] {
+            let got = reference(&nomic, task);
+            assert!(cosine(&got[0], &normalized_sum(&text[0], &img)) > 0.99999);
+            assert!(
+                cosine(&got[1], &text[1]) > 0.99999,
+                "{task:?}: a zero image"
+            );
+        }
+        let got = reference(&nomic, Task::Images);
+        let white = normalized_sum(&text[1], &nomic.blank_image_vector().unwrap());
+        assert!(cosine(&got[1], &white) > 0.99999, "Task 3: a white image");
+        assert!(cosine(&got[1], &text[1]) < 0.9999);
+    }
+
+    #[test]
+    fn gme_queries_are_one_input_with_the_first_image_or_the_text_alone() {
+        let gme = load("gme/tiny-gme");
+        let got = reference(&gme, Task::MultimodalPassages);
+        let shapes = gme
+            .prepare_query_image(&image("shapes_rgb_50x37.png"), 1)
+            .unwrap();
+        let want = gme
+            .embed_joint(
+                &[JointInput {
+                    text: Some("why does the circuit oscillate"),
+                    images: &[&shapes],
+                }],
+                Role::Query,
+            )
+            .unwrap();
+        assert!(cosine(&got[0], &want[0]) > 0.99999);
+        let text = gme.embed_texts(&["a map projection"], Role::Query).unwrap();
+        assert!(cosine(&got[1], &text[0]) > 0.99999);
+    }
+
+    #[test]
+    fn bge_vl_is_joint_in_tasks_2_and_4_and_unit_vectors_in_task_3() {
+        let bge = load("bge_vl/tiny-bge-vl");
+        let shapes = bge
+            .prepare_images(&[&image("shapes_rgb_50x37.png")])
+            .pop()
+            .unwrap()
+            .unwrap();
+        let joint = raw_sum(
+            &bge,
+            "why does the circuit oscillate",
+            match &shapes {
+                PreparedImage::Pixels(p) => p.clone(),
+                PreparedImage::Patches(_) => unreachable!(),
+            },
+        );
+        let text = bge
+            .embed_texts(
+                &["why does the circuit oscillate", "a map projection"],
+                Role::Query,
+            )
+            .unwrap();
+        let unit = normalized_sum(&text[0], &bge.embed_images(&[shapes]).unwrap()[0]);
+        for task in [Task::MultimodalPassages, Task::Pairs] {
+            let got = reference(&bge, task);
+            assert!(cosine(&got[0], &joint) > 0.99999, "{task:?}");
+            assert!(cosine(&got[1], &text[1]) > 0.99999, "{task:?}");
+        }
+        let got = reference(&bge, Task::Images);
+        assert!(cosine(&got[0], &unit) > 0.99999);
+        assert!(cosine(&got[1], &text[1]) > 0.99999);
+    }
+
+    #[test]
+    fn every_rule_names_its_source() {
+        use ReferenceModel::*;
+        for model in [Clip, Siglip, Nomic, BgeVl, Gme] {
+            assert!(reference_rule(model, Task::Passages).is_none());
+            for task in [Task::MultimodalPassages, Task::Images, Task::Pairs] {
+                let r = reference_rule(model, task).unwrap();
+                assert!(r.source.contains(".py:"), "{model:?} {task:?}");
+            }
+        }
+        assert!(reference_rule(Other, Task::Images).is_none());
+    }
 }

@@ -250,6 +250,7 @@ fn embed(a: EmbedArgs) -> Result<()> {
         batch_size: *sizes.iter().max().expect("non-empty"),
         dtype: a.dtype,
         query_instruction: None,
+        profile: sift_embed::Profile::Default,
     };
     let load_start = Instant::now();
     let model = flags.load(&a.model)?;

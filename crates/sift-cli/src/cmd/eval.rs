@@ -59,10 +59,13 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "regex")]
     pair_link: sift_eval::PairLink,
     /// How vision-language models combine query text and images (Tasks 2-4): all (text and
-    /// the mean of all query images, weighted equally), first (the reference: text and the
-    /// first image, a blank white image when there is none), or both (report each).
-    #[arg(long, value_enum, default_value = "all")]
-    query_fusion: QueryFusion,
+    /// the mean of all query images, weighted equally), first (text and the first image's
+    /// unit vectors, a blank white image when there is none), reference (MM-BRIGHT's
+    /// reference code's rule for each model and task: the first image, fused as it fuses
+    /// that model), or both (all and first). Default: reference with `--profile
+    /// reference`, else all.
+    #[arg(long, value_enum)]
+    query_fusion: Option<QueryFusion>,
     /// Write every table (results.md, results.json), the TREC run of each task and retriever
     /// (runs/) and each task's qrels and exclusions (qrels/) into this directory.
     #[arg(long)]
@@ -142,6 +145,7 @@ pub struct Args {
 enum QueryFusion {
     All,
     First,
+    Reference,
     Both,
 }
 
@@ -150,6 +154,7 @@ impl QueryFusion {
         match self {
             QueryFusion::All => vec![QueryImages::All],
             QueryFusion::First => vec![QueryImages::First],
+            QueryFusion::Reference => vec![QueryImages::Reference],
             QueryFusion::Both => vec![QueryImages::All, QueryImages::First],
         }
     }
@@ -268,7 +273,13 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         retrievers,
         protocol: a.protocol,
         pair_link: a.pair_link,
-        query_images: a.query_fusion.modes(),
+        query_images: a
+            .query_fusion
+            .unwrap_or(match a.model_flags.profile {
+                sift_embed::Profile::Reference => QueryFusion::Reference,
+                sift_embed::Profile::Default => QueryFusion::All,
+            })
+            .modes(),
         settings: SearchSettings {
             bm25: params,
             top_k: a.top_k,

@@ -46,7 +46,10 @@ pub struct Args {
     /// Number of results.
     #[arg(long, default_value_t = 10, value_parser = crate::options::positive)]
     top_k: usize,
-    /// How a model that embeds images combines the query text and images.
+    /// How a model that embeds images combines the query text and images: all (text and
+    /// the mean of the images), first (text and the first image, a white image when there
+    /// is none), or reference (MM-BRIGHT's reference code's rule for the model and the
+    /// task the candidates make: passages Task 2, images Task 3, pairs Task 4).
     #[arg(long, value_enum, default_value = "all")]
     query_fusion: QueryImages,
     /// The corpus: pairs then pair passages with every corpus image of their page (without
@@ -137,11 +140,19 @@ pub fn run(a: Args) -> Result<()> {
         ..Example::default()
     };
     let mut warnings = Warnings::new();
+    let task = match a.candidates {
+        CandidateArg::Passages => sift_eval::Task::MultimodalPassages,
+        CandidateArg::Images => sift_eval::Task::Images,
+        CandidateArg::Pairs => sift_eval::Task::Pairs,
+    };
+    // the reference's rule applies to queries without images too (a white image for CLIP)
+    let fuse = !a.image.is_empty() || a.query_fusion == QueryImages::Reference;
     let vectors = encode_queries(
         &models,
         &retriever,
+        task,
         std::slice::from_ref(&example),
-        (!a.image.is_empty()).then_some(a.query_fusion),
+        fuse.then_some(a.query_fusion),
         &query_images,
         // --query-instruction went into the model when it loaded
         &sift_retrieve::Instructions::Reference,
