@@ -9,6 +9,7 @@ use candle_core::DType;
 use crate::image::PreprocessError;
 use crate::models::decoder::{DecoderEmbedder, DecoderOptions};
 use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions};
+use crate::models::jina_clip::{JinaClipEmbedder, JinaClipOptions};
 use crate::models::nomic_pair::{NomicEmbedder, NomicOptions};
 use crate::models::text::{Role, TextEmbedder, TextEmbedderOptions};
 use crate::models::vision::{VisionArch, VisionEmbedder, VisionOptions};
@@ -32,6 +33,9 @@ pub enum Family {
     /// the text checkpoint beside it, one space. (A `nomic_bert` text checkpoint alone is
     /// [`Family::Text`].)
     Nomic,
+    /// Jina-CLIP v1 (`jina_clip`, `JinaCLIPModel`): a JinaBERT text tower and an EVA02 image
+    /// tower in one checkpoint, one space.
+    JinaClip,
 }
 
 impl Family {
@@ -44,6 +48,7 @@ impl Family {
             Family::Gme => "gme",
             Family::Decoder => "decoder",
             Family::Nomic => "nomic",
+            Family::JinaClip => "jina_clip",
         }
     }
 
@@ -58,6 +63,7 @@ impl Family {
             Some("nomic_bert") if value.as_ref().is_some_and(NomicEmbedder::is_vision_config) => {
                 Family::Nomic
             }
+            _ if value.as_ref().is_some_and(JinaClipEmbedder::is_config) => Family::JinaClip,
             Some("qwen2_vl") => Family::Gme,
             Some("clip") => Family::Clip,
             Some("siglip") => Family::Siglip,
@@ -206,6 +212,7 @@ enum Model {
     Gme(Box<GmeEmbedder>),
     Decoder(Box<DecoderEmbedder>),
     Nomic(Box<NomicEmbedder>),
+    JinaClip(Box<JinaClipEmbedder>),
 }
 
 /// Any supported embedding model behind one API (see the module docs).
@@ -285,6 +292,24 @@ impl Embedder {
                     },
                 )?))
             }
+            Family::JinaClip => {
+                if options.query_instruction.is_some() {
+                    return Err(Error::Unsupported {
+                        path: files.config.clone(),
+                        message: format!("{} takes no query instruction", files.name),
+                    });
+                }
+                let defaults = JinaClipOptions::default();
+                Model::JinaClip(Box::new(JinaClipEmbedder::load(
+                    files,
+                    &device,
+                    JinaClipOptions {
+                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
+                        dtype: options.dtype,
+                        ..defaults
+                    },
+                )?))
+            }
             Family::Decoder => {
                 let defaults = DecoderOptions::default();
                 Model::Decoder(Box::new(DecoderEmbedder::load(
@@ -326,6 +351,7 @@ impl Embedder {
             Model::Nomic(_) => ReferenceModel::Nomic,
             Model::Gme(_) => ReferenceModel::Gme,
             Model::Text(_) | Model::Decoder(_) => ReferenceModel::Other,
+            Model::JinaClip(_) => ReferenceModel::Other,
         };
         Embedder {
             model,
@@ -379,6 +405,7 @@ impl Embedder {
             Model::Gme(m) => m.name(),
             Model::Decoder(m) => m.name(),
             Model::Nomic(m) => m.name(),
+            Model::JinaClip(m) => m.name(),
         }
     }
 
@@ -390,6 +417,7 @@ impl Embedder {
             Model::Gme(m) => m.dim(),
             Model::Decoder(m) => m.dim(),
             Model::Nomic(m) => m.dim(),
+            Model::JinaClip(m) => m.dim(),
         }
     }
 
@@ -404,6 +432,7 @@ impl Embedder {
             Model::Gme(_) => Family::Gme,
             Model::Decoder(_) => Family::Decoder,
             Model::Nomic(_) => Family::Nomic,
+            Model::JinaClip(_) => Family::JinaClip,
         }
     }
 
@@ -423,6 +452,7 @@ impl Embedder {
             Model::Gme(m) => m.content_hash(),
             Model::Decoder(m) => m.content_hash(),
             Model::Nomic(m) => m.content_hash(),
+            Model::JinaClip(m) => m.content_hash(),
         }
     }
 
@@ -463,6 +493,8 @@ impl Embedder {
                 format!("{}|{}", m.text().fingerprint(role), m.content_hash())
             }
             (Model::Nomic(m), Input::Image) => m.fingerprint_images(),
+            (Model::JinaClip(m), Input::Text(_)) => m.fingerprint("text"),
+            (Model::JinaClip(m), Input::Image) => m.fingerprint("image"),
         }
     }
 
@@ -474,6 +506,7 @@ impl Embedder {
             Model::Gme(m) => m.max_length(),
             Model::Decoder(m) => m.max_seq_len(),
             Model::Nomic(m) => m.text().max_seq_len(),
+            Model::JinaClip(m) => m.max_seq_len(),
         }
     }
 
@@ -491,6 +524,7 @@ impl Embedder {
                 Prepared::Text(m.text().tokenize_with_prefix(texts, "")?)
             }
             Model::Nomic(m) => Prepared::Text(m.text().tokenize(texts, role)?),
+            Model::JinaClip(m) => Prepared::Text(m.tokenize(texts)?),
             Model::Vision(m) => Prepared::Vision(m.tokenize(texts)?),
             Model::Gme(_) => {
                 Prepared::Gme(texts.iter().map(|t| t.to_string()).collect(), role, None)
@@ -529,6 +563,7 @@ impl Embedder {
             Model::Decoder(m) => m.instruction_prefix("").is_some(),
             Model::Gme(_) => true,
             Model::Vision(_) => false,
+            Model::JinaClip(_) => false,
         }
     }
 
@@ -575,6 +610,7 @@ impl Embedder {
                 Some(instruction.to_string()),
             ),
             Model::Vision(_) => return Err(no()),
+            Model::JinaClip(_) => return Err(no()),
         }))
     }
 
@@ -592,6 +628,7 @@ impl Embedder {
         match (&self.model, &texts.0) {
             (Model::Text(m), Prepared::Text(ids)) => m.embed_tokens(ids),
             (Model::Nomic(m), Prepared::Text(ids)) => m.text().embed_tokens(ids),
+            (Model::JinaClip(m), Prepared::Text(ids)) => m.embed_tokens(ids),
             (Model::Decoder(m), Prepared::Decoder(ids, skip)) => m.embed_tokens_after(ids, *skip),
             (Model::Vision(m), Prepared::Vision(ids)) => m.embed_tokenized(ids),
             (Model::Gme(m), Prepared::Gme(t, role, instruction)) => {
@@ -627,6 +664,12 @@ impl Embedder {
             Model::Nomic(m) => m
                 .processor()
                 .prepare_all_with(images, self.alpha())
+                .into_iter()
+                .map(|r| r.map(PreparedImage::Pixels))
+                .collect(),
+            // encode_image's `convert('RGB')`: transparency dropped
+            Model::JinaClip(m) => m
+                .prepare(images)
                 .into_iter()
                 .map(|r| r.map(PreparedImage::Pixels))
                 .collect(),
@@ -697,6 +740,7 @@ impl Embedder {
         match &self.model {
             Model::Vision(m) => m.embed_prepared(&self.pixels(images)?),
             Model::Nomic(m) => m.embed_prepared(&self.pixels(images)?),
+            Model::JinaClip(m) => m.embed_prepared(&self.pixels(images)?),
             Model::Gme(m) => {
                 let patches = images
                     .iter()
@@ -844,6 +888,7 @@ impl Embedder {
         Ok(match &self.model {
             Model::Vision(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
             Model::Nomic(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
+            Model::JinaClip(m) => PreparedImage::Pixels(m.preprocess(&img)),
             Model::Gme(m) => {
                 let resized = m.processor().resize(img, None)?;
                 PreparedImage::Patches(m.processor().patchify(&resized))

@@ -51,6 +51,7 @@ pub use files::{ModelFiles, read_json};
 pub use image::PreprocessError;
 pub use models::decoder::{DECODER_MODEL_TYPES, DecoderEmbedder, DecoderOptions, DecoderPooling};
 pub use models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
+pub use models::jina_clip::{JinaClipEmbedder, JinaClipOptions};
 pub use models::nomic_pair::{NomicEmbedder, NomicOptions};
 pub use models::nomic_vision::{NomicVision, NomicVisionConfig};
 pub use models::text::{Role, TextEmbedder, TextEmbedderOptions};

@@ -1,0 +1,528 @@
+//! Jina-CLIP v1 (`jinaai/jina-clip-v1`, `model_type` jina_clip): one checkpoint with a JinaBERT
+//! text tower ([`JinaBert`]) and an EVA02 image tower ([`EvaVision`]) in one space, computed
+//! as the published `JinaCLIPModel.encode_text` / `encode_image` do:
+//!
+//! - texts: the tokenizer with `max_length=512, truncation=True` (no prefix or instruction),
+//!   JinaBERT, the mean of the states over tokens that are not padding (`pooler_type`
+//!   `mean_pooler`), `HFTextEncoder.proj` (identity when the widths agree), the optional
+//!   `text_projection`, L2;
+//! - images: `convert('RGB')`, `JinaCLIPImageProcessor` (torchvision: shortest edge resized to
+//!   `size` with PIL's bicubic, centre crop with Python's rounding, `x / 255`, normalised with
+//!   `mean`/`std`), the EVA tower (final norm, token 0, head), the optional
+//!   `visual_projection`, L2.
+use candle_core::{DType, Device, Tensor};
+use candle_nn::Linear;
+use serde::Deserialize;
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+use crate::files::{ModelFiles, read_json};
+use crate::image::{ImageProcessor, PreprocessError, Resample, Resize};
+use crate::models::eva::{EvaConfig, EvaVision};
+use crate::models::jina_bert::{JinaBert, JinaBertConfig};
+use crate::nn::ops::{self, l2_normalize};
+use crate::{Error, Result};
+
+/// `encode_text`'s default `max_length`.
+pub const JINA_CLIP_MAX_TOKENS: usize = 512;
+
+/// Settings of a [`JinaClipEmbedder`].
+#[derive(Debug, Clone)]
+pub struct JinaClipOptions {
+    /// Inputs per forward pass.
+    pub batch_size: usize,
+    /// Weights and activations dtype.
+    pub dtype: DType,
+    /// Tokens per text, special tokens included (`encode_text`'s `max_length`; 512 when
+    /// `None`).
+    pub max_seq_len: Option<usize>,
+}
+
+impl Default for JinaClipOptions {
+    fn default() -> Self {
+        JinaClipOptions {
+            batch_size: 32,
+            dtype: DType::F32,
+            max_seq_len: None,
+        }
+    }
+}
+
+/// `JinaCLIPTextConfig`.
+#[derive(Debug, Clone, Deserialize)]
+struct TextConfig {
+    #[serde(default = "default_embed_dim")]
+    embed_dim: usize,
+    #[serde(default)]
+    hf_model_name_or_path: Option<String>,
+    #[serde(default)]
+    hf_model_config_kwargs: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pooler_type: Option<String>,
+    #[serde(default)]
+    proj_type: Option<String>,
+    #[serde(default)]
+    proj_bias: bool,
+}
+
+fn default_embed_dim() -> usize {
+    768
+}
+
+/// `JinaCLIPConfig`.
+#[derive(Debug, Clone, Deserialize)]
+struct ClipConfig {
+    #[serde(default)]
+    add_projections: bool,
+    #[serde(default = "default_embed_dim")]
+    projection_dim: usize,
+    text_config: TextConfig,
+    vision_config: EvaConfig,
+    #[serde(default)]
+    truncate_dim: Option<usize>,
+}
+
+/// `JinaCLIPImageProcessor`'s transform (jina-clip-implementation's `transform.py`,
+/// inference branch).
+#[derive(Debug, Clone, PartialEq)]
+struct Transform {
+    /// Resizes (PIL filter, shortest edge or exact size); never crops.
+    resize: ImageProcessor,
+    /// Centre crop `(height, width)` after a shortest-edge resize.
+    crop: Option<(u32, u32)>,
+    mean: [f32; 3],
+    std: [f32; 3],
+}
+
+impl Transform {
+    /// From `preprocessor_config.json`: `size` (int or `[h, w]`), `mean`, `std` (lists or a
+    /// scalar), `resize_mode` (`shortest`, `squash`), `interpolation` (`bicubic`, `bilinear`,
+    /// `random` = bicubic); absent keys take `JinaCLIPImageProcessor`'s defaults.
+    fn from_config(v: &serde_json::Value) -> std::result::Result<Self, PreprocessError> {
+        let err = |key: &str, message: String| PreprocessError::Config {
+            key: key.into(),
+            message,
+        };
+        let obj = v
+            .as_object()
+            .ok_or_else(|| PreprocessError::Json("expected an object".into()))?;
+        let size = match obj.get("size") {
+            None => (224, 224),
+            Some(s) => match (s.as_u64(), s.as_array()) {
+                (Some(n), _) => (n as u32, n as u32),
+                (None, Some(a)) if a.len() == 2 && a.iter().all(|x| x.as_u64().is_some()) => (
+                    a[0].as_u64().expect("checked") as u32,
+                    a[1].as_u64().expect("checked") as u32,
+                ),
+                _ => {
+                    return Err(err(
+                        "size",
+                        format!("expected an integer or [h, w], got {s}"),
+                    ));
+                }
+            },
+        };
+        if size.0 == 0 || size.1 == 0 {
+            return Err(err("size", "must be positive".into()));
+        }
+        let channels =
+            |key: &str, default: [f32; 3]| -> std::result::Result<[f32; 3], PreprocessError> {
+                match obj.get(key) {
+                    None | Some(serde_json::Value::Null) => Ok(default),
+                    Some(x) => {
+                        if let Some(f) = x.as_f64() {
+                            return Ok([f as f32; 3]);
+                        }
+                        let a = x
+                            .as_array()
+                            .filter(|a| a.len() == 3 && a.iter().all(|y| y.as_f64().is_some()))
+                            .ok_or_else(|| err(key, format!("expected 3 numbers, got {x}")))?;
+                        Ok([0, 1, 2].map(|i| a[i].as_f64().expect("checked") as f32))
+                    }
+                }
+            };
+        let mean = channels("mean", crate::image::OPENAI_CLIP_MEAN)?;
+        let std = channels("std", crate::image::OPENAI_CLIP_STD)?;
+        if std.contains(&0.0) {
+            return Err(err("std", "a zero standard deviation".into()));
+        }
+        let text =
+            |key: &str, default: &'static str| -> std::result::Result<String, PreprocessError> {
+                match obj.get(key) {
+                    None | Some(serde_json::Value::Null) => Ok(default.to_string()),
+                    Some(serde_json::Value::String(s)) => Ok(s.clone()),
+                    Some(x) => Err(err(key, format!("expected a string, got {x}"))),
+                }
+            };
+        let resample = match text("interpolation", "bicubic")?.as_str() {
+            "bicubic" | "random" => Resample::Bicubic,
+            "bilinear" => Resample::Bilinear,
+            other => {
+                return Err(err(
+                    "interpolation",
+                    format!("{other:?} (bicubic, bilinear, random)"),
+                ));
+            }
+        };
+        let (resize, crop) = match text("resize_mode", "shortest")?.as_str() {
+            "shortest" if size.0 == size.1 => (Resize::ShortestEdge(size.0), Some(size)),
+            "shortest" => {
+                return Err(err(
+                    "size",
+                    "a non-square size with resize_mode shortest is not supported".into(),
+                ));
+            }
+            "squash" => (
+                Resize::Exact {
+                    height: size.0,
+                    width: size.1,
+                },
+                None,
+            ),
+            other => {
+                return Err(err(
+                    "resize_mode",
+                    format!("{other:?} is not supported (shortest, squash)"),
+                ));
+            }
+        };
+        let mut p = ImageProcessor::clip(size.0);
+        p.resize = resize;
+        p.resample = resample;
+        p.do_center_crop = false;
+        Ok(Transform {
+            resize: p,
+            crop,
+            mean,
+            std,
+        })
+    }
+
+    /// `(height, width)` of the pixels.
+    fn output_size(&self) -> (u32, u32) {
+        match (self.crop, self.resize.resize) {
+            (Some(c), _) => c,
+            (None, Resize::Exact { height, width }) => (height, width),
+            (None, Resize::ShortestEdge(s)) => (s, s),
+        }
+    }
+
+    /// Channels-first pixels `(3, h, w)`: resize, torchvision's centre crop
+    /// (`int(round((H - h) / 2))`, ties to even), `ToTensor` (`x / 255` in f32), `Normalize`.
+    fn preprocess(&self, img: &image::RgbImage) -> Vec<f32> {
+        let resized = self.resize.resize_and_crop(img);
+        let pixels = match self.crop {
+            Some((ch, cw)) if (resized.height(), resized.width()) != (ch, cw) => {
+                let off = |size: u32, crop: u32| {
+                    ((size as f64 - crop as f64) / 2.0)
+                        .round_ties_even()
+                        .max(0.0) as u32
+                };
+                let (top, left) = (off(resized.height(), ch), off(resized.width(), cw));
+                image::imageops::crop_imm(&resized, left, top, cw, ch).to_image()
+            }
+            _ => resized,
+        };
+        let mut lut = [[0f32; 256]; 3];
+        for (c, table) in lut.iter_mut().enumerate() {
+            for (v, out) in table.iter_mut().enumerate() {
+                *out = (v as f32 / 255.0 - self.mean[c]) / self.std[c];
+            }
+        }
+        let n = pixels.width() as usize * pixels.height() as usize;
+        let mut out = vec![0f32; 3 * n];
+        for (i, p) in pixels.pixels().enumerate() {
+            for c in 0..3 {
+                out[c * n + i] = lut[c][p[c] as usize];
+            }
+        }
+        out
+    }
+}
+
+/// Jina-CLIP v1's text and image towers in one space.
+pub struct JinaClipEmbedder {
+    name: String,
+    text: JinaBert,
+    /// `pooler_type` `cls_pooler` (or null, the default for a BERT config): token 0.
+    text_cls: bool,
+    /// `HFTextEncoder.proj`, when not the identity.
+    text_proj: Option<Linear>,
+    /// `text_projection` / `visual_projection` (`add_projections`).
+    projections: Option<(Linear, Linear)>,
+    vision: EvaVision,
+    tokenizer: Tokenizer,
+    max_seq_len: usize,
+    transform: Transform,
+    dim: usize,
+    options: JinaClipOptions,
+    content: String,
+    device: Device,
+}
+
+impl JinaClipEmbedder {
+    /// Whether `config.json` (parsed) is a Jina-CLIP checkpoint: `model_type` jina_clip or
+    /// `architectures` naming `JinaCLIPModel`.
+    pub fn is_config(value: &serde_json::Value) -> bool {
+        value.get("model_type").and_then(|t| t.as_str()) == Some("jina_clip")
+            || value
+                .get("architectures")
+                .and_then(|a| a.as_array())
+                .is_some_and(|a| a.iter().any(|x| x.as_str() == Some("JinaCLIPModel")))
+    }
+
+    /// Loads the checkpoint `files` onto `device`.
+    pub fn load(files: &ModelFiles, device: &Device, options: JinaClipOptions) -> Result<Self> {
+        let path = files.config.clone();
+        let unsupported = |message: String| Error::Unsupported {
+            path: path.clone(),
+            message,
+        };
+        let value: serde_json::Value = read_json(&files.config)?;
+        let cfg: ClipConfig = serde_json::from_value(value)
+            .map_err(|e| unsupported(format!("not a Jina-CLIP config: {e}")))?;
+        if cfg.truncate_dim.is_some() {
+            return Err(unsupported(
+                "truncate_dim (Matryoshka) is not supported".into(),
+            ));
+        }
+        let tc = &cfg.text_config;
+        if let Some(name) = &tc.hf_model_name_or_path
+            && !name.contains("jina-bert")
+        {
+            return Err(unsupported(format!(
+                "text_config.hf_model_name_or_path {name:?}: only JinaBERT text towers \
+                 (jina-clip-v1) are supported"
+            )));
+        }
+        let bert: JinaBertConfig =
+            serde_json::from_value(serde_json::Value::Object(tc.hf_model_config_kwargs.clone()))
+                .map_err(|e| unsupported(format!("text_config.hf_model_config_kwargs: {e}")))?;
+        bert.check()
+            .map_err(|m| unsupported(format!("text_config.hf_model_config_kwargs: {m}")))?;
+        let text_cls = match tc.pooler_type.as_deref() {
+            Some("mean_pooler") => false,
+            // HFTextEncoder's default for a BERT config
+            Some("cls_pooler") | None => true,
+            Some(other) => {
+                return Err(unsupported(format!(
+                    "text_config.pooler_type {other:?} (mean_pooler, cls_pooler)"
+                )));
+            }
+        };
+        cfg.vision_config
+            .check()
+            .map_err(|m| unsupported(format!("vision_config: {m}")))?;
+
+        let vb = files.var_builder(options.dtype, device)?;
+        let tvb = vb.pp("text_model");
+        let text = JinaBert::load(tvb.pp("transformer"), &bert)
+            .map_err(|e| unsupported(format!("weights do not match a JinaBERT text tower: {e}")))?;
+        let width = bert.hidden_size;
+        // HFTextEncoder: identity when the widths agree and proj_type is null
+        let text_proj = match tc.proj_type.as_deref() {
+            None if width == tc.embed_dim => None,
+            None | Some("linear") => Some(
+                ops::load_linear(&tvb.pp("proj"), width, tc.embed_dim, tc.proj_bias)
+                    .map_err(|e| unsupported(format!("text_model.proj: {e}")))?,
+            ),
+            Some(other) => {
+                return Err(unsupported(format!(
+                    "text_config.proj_type {other:?} (null, linear)"
+                )));
+            }
+        };
+        let vision = EvaVision::load(vb.pp("vision_model"), &cfg.vision_config)
+            .map_err(|e| unsupported(format!("weights do not match an EVA vision tower: {e}")))?;
+        let (tdim, vdim) = (tc.embed_dim, vision.dim());
+        let projections = if cfg.add_projections {
+            let load = |name: &str, inp: usize| {
+                ops::load_linear(&vb.pp(name), inp, cfg.projection_dim, false)
+                    .map_err(|e| unsupported(format!("{name}: {e}")))
+            };
+            Some((
+                load("text_projection", tdim)?,
+                load("visual_projection", vdim)?,
+            ))
+        } else {
+            if tdim != vdim {
+                return Err(unsupported(format!(
+                    "text embed_dim {tdim} != vision embed_dim {vdim} without add_projections"
+                )));
+            }
+            None
+        };
+        let dim = if cfg.add_projections {
+            cfg.projection_dim
+        } else {
+            tdim
+        };
+
+        let preprocessor = files
+            .preprocessor
+            .as_ref()
+            .ok_or_else(|| unsupported("no preprocessor_config.json beside the weights".into()))?;
+        let pv: serde_json::Value = read_json(preprocessor)?;
+        let transform = Transform::from_config(&pv).map_err(|e| Error::file(preprocessor, e))?;
+        let (h, w) = transform.output_size();
+        let side = vision.image_size() as u32;
+        if (h, w) != (side, side) {
+            return Err(unsupported(format!(
+                "the image processor makes {h}x{w} pixels, the vision tower takes {side}x{side}"
+            )));
+        }
+
+        let max_seq_len = options.max_seq_len.unwrap_or(JINA_CLIP_MAX_TOKENS);
+        if max_seq_len < 2 {
+            return Err(unsupported(format!("max_seq_len {max_seq_len}")));
+        }
+        let mut tokenizer = files.load_tokenizer()?;
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_seq_len,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        tokenizer.with_padding(None);
+        Ok(JinaClipEmbedder {
+            name: files.name.clone(),
+            text,
+            text_cls,
+            text_proj,
+            projections,
+            vision,
+            tokenizer,
+            max_seq_len,
+            transform,
+            dim,
+            options,
+            content: files.content_hash()?,
+            device: device.clone(),
+        })
+    }
+
+    /// Model name (hub id or directory name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Embedding dimension.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Maximum tokens per text, special tokens included.
+    pub fn max_seq_len(&self) -> usize {
+        self.max_seq_len
+    }
+
+    /// [`ModelFiles::content_hash`] of the checkpoint.
+    pub fn content_hash(&self) -> &str {
+        &self.content
+    }
+
+    /// Token ids of `texts` (no prefix: `encode_text` adds none for this model), truncated to
+    /// [`JinaClipEmbedder::max_seq_len`].
+    pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        let inputs: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
+        let enc = super::truncate::encode_truncated(&self.tokenizer, inputs, self.max_seq_len)?;
+        Ok(enc.into_iter().map(|e| e.get_ids().to_vec()).collect())
+    }
+
+    /// Unit vectors of texts, in order.
+    pub fn embed_texts(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        self.embed_tokens(&self.tokenize(texts)?)
+    }
+
+    /// Unit vectors of tokenised texts ([`JinaClipEmbedder::tokenize`]), in order; sorted by
+    /// length into batches internally.
+    pub fn embed_tokens(&self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
+        let mut out = vec![Vec::new(); ids.len()];
+        for chunk in order.chunks(self.options.batch_size.max(1)) {
+            let batch: Vec<&[u32]> = chunk
+                .iter()
+                .map(|&i| {
+                    if ids[i].is_empty() {
+                        &[0u32][..]
+                    } else {
+                        ids[i].as_slice()
+                    }
+                })
+                .collect();
+            let mut f = self.text.forward(&batch, self.text_cls)?;
+            if let Some(p) = &self.text_proj {
+                f = ops::linear(p, &f, None)?;
+            }
+            if let Some((t, _)) = &self.projections {
+                f = ops::linear(t, &f, None)?;
+            }
+            for (&i, v) in chunk.iter().zip(l2_normalize(&f)?.to_vec2::<f32>()?) {
+                out[i] = v;
+            }
+        }
+        crate::error::finite(self.name(), out)
+    }
+
+    /// The model input of a decoded image: channels-first pixels.
+    pub fn preprocess(&self, img: &image::RgbImage) -> Vec<f32> {
+        self.transform.preprocess(img)
+    }
+
+    /// Decodes (`convert('RGB')`: transparency dropped, as Pillow does) and preprocesses
+    /// encoded images in parallel.
+    pub fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Vec<f32>, PreprocessError>> {
+        use rayon::prelude::*;
+        images
+            .par_iter()
+            .map(|b| {
+                let img = crate::image::decode_rgb_with(b, crate::image::Alpha::Drop)?;
+                Ok(self.transform.preprocess(&img))
+            })
+            .collect()
+    }
+
+    /// Unit vectors of prepared images, in order.
+    pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
+        let side = self.vision.image_size();
+        let per = 3 * side * side;
+        let mut out = Vec::with_capacity(inputs.len());
+        for chunk in inputs.chunks(self.options.batch_size.max(1)) {
+            let mut flat = Vec::with_capacity(chunk.len() * per);
+            for x in chunk {
+                if x.len() != per {
+                    return Err(Error::Image(PreprocessError::Shape {
+                        got: x.len(),
+                        expected: per,
+                    }));
+                }
+                flat.extend_from_slice(x);
+            }
+            let pixels = Tensor::from_vec(flat, (chunk.len(), 3, side, side), &Device::Cpu)?
+                .to_device(&self.device)?
+                .to_dtype(self.options.dtype)?;
+            let mut f = self.vision.forward(&pixels)?.to_dtype(self.options.dtype)?;
+            if let Some((_, v)) = &self.projections {
+                f = ops::linear(v, &f, None)?;
+            }
+            out.extend(l2_normalize(&f)?.to_vec2::<f32>()?);
+        }
+        crate::error::finite(self.name(), out)
+    }
+
+    /// Everything besides the input that decides the vectors of `tower` (`text` or `image`):
+    /// a cache key.
+    pub fn fingerprint(&self, tower: &str) -> String {
+        format!(
+            "{}|jina-clip|{tower}|len={}|{:?}|{:?}|{}|{}",
+            self.name,
+            self.max_seq_len,
+            self.transform,
+            self.options.dtype,
+            crate::files::device_class(&self.device),
+            self.content
+        )
+    }
+}
