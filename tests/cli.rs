@@ -2097,7 +2097,7 @@ fn nomic_embed_indexes_and_evaluates_every_task() {
 }
 
 /// `--profile reference` end to end for every model the reference code treats in its own way
-/// (CLIP, Nomic, GME, BGE-VL): the index records the profile, `sift eval --profile
+/// (CLIP, Nomic, GME, BGE-VL, Jina-CLIP): the index records the profile, `sift eval --profile
 /// reference` runs all four tasks with the reference's query rules, and mixing profiles is
 /// refused (the rules themselves are tested in sift-embed's `reference_profile` and
 /// sift-retrieve's `query` tests).
@@ -2115,6 +2115,10 @@ fn reference_profile_indexes_and_evaluates_every_task_for_each_model() {
         ),
         ("models/fixtures/gme/tiny-gme", "tiny-gme"),
         ("models/fixtures/bge_vl/tiny-bge-vl", "tiny-bge-vl"),
+        (
+            "models/fixtures/jina_clip/tiny-jina-clip-v1",
+            "tiny-jina-clip-v1",
+        ),
     ] {
         let model = repo().join(model);
         let index = tmp.path().join(slug);
@@ -2210,4 +2214,63 @@ fn reference_profile_indexes_and_evaluates_every_task_for_each_model() {
         "reference",
     ]);
     assert!(err.contains("default profile"), "{err}");
+}
+
+/// BGE-VL and Jina-CLIP in the default profile: indexed with their image indexes and evaluated
+/// on all four tasks (BGE-VL's queries with images are its joint input).
+#[test]
+fn bge_vl_and_jina_clip_index_and_evaluate_every_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (model, slug) in [
+        ("models/fixtures/bge_vl/tiny-bge-vl", "tiny-bge-vl"),
+        (
+            "models/fixtures/jina_clip/tiny-jina-clip-v1",
+            "tiny-jina-clip-v1",
+        ),
+    ] {
+        let index = tmp.path().join(slug);
+        let built = json(&ok(&[
+            "index",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--dense",
+            s(&repo().join(model)),
+            "--json",
+            "-q",
+        ]));
+        let dense = &built["manifest"]["dense"][slug];
+        assert!(
+            dense["images"].is_object(),
+            "{slug}: no image index: {dense}"
+        );
+        assert!(dense.get("profile").is_none(), "{slug}: {dense}");
+        let retriever = format!("dense:{slug}");
+        let e = json(&ok(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--task",
+            "all",
+            "--retriever",
+            &retriever,
+            "--json",
+        ]));
+        let reports = e["reports"].as_array().unwrap();
+        for t in ["1", "2", "3", "4"] {
+            assert!(
+                reports
+                    .iter()
+                    .any(|r| r["task"].as_str().unwrap().starts_with(t)),
+                "{slug}: task {t} missing"
+            );
+        }
+        for r in reports {
+            let v = r["metrics"]["ndcg@10"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&v), "{slug}: {}", r["label"]);
+        }
+    }
 }

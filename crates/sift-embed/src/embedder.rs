@@ -351,7 +351,7 @@ impl Embedder {
             Model::Nomic(_) => ReferenceModel::Nomic,
             Model::Gme(_) => ReferenceModel::Gme,
             Model::Text(_) | Model::Decoder(_) => ReferenceModel::Other,
-            Model::JinaClip(_) => ReferenceModel::Other,
+            Model::JinaClip(_) => ReferenceModel::JinaClip,
         };
         Embedder {
             model,

@@ -52,6 +52,8 @@ pub enum ReferenceModel {
     BgeVl,
     /// GME (`retrieval_gme*`).
     Gme,
+    /// Jina-CLIP v1 (`retrieval_jina_clip*`).
+    JinaClip,
     /// Any other model: no rule of its own.
     Other,
 }

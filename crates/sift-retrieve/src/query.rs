@@ -201,6 +201,15 @@ pub fn reference_rule(model: ReferenceModel, task: Task) -> Option<ReferenceRule
         }
         (ReferenceModel::Gme, Task::Images) => rule(Joint, TextAlone, "task3_image.py:917-944"),
         (ReferenceModel::Gme, Task::Pairs) => rule(Joint, TextAlone, "task4_pair.py:993-1036"),
+        (ReferenceModel::JinaClip, Task::MultimodalPassages) => {
+            rule(UnitVectors, TextAlone, "task2_multimodal.py:281-333")
+        }
+        (ReferenceModel::JinaClip, Task::Images) => {
+            rule(UnitVectors, TextAlone, "task3_image.py:514-540")
+        }
+        (ReferenceModel::JinaClip, Task::Pairs) => {
+            rule(UnitVectors, WhiteImage, "task4_pair.py:563-588")
+        }
     }
 }
 
@@ -720,9 +729,38 @@ mod tests {
     }
 
     #[test]
+    fn jina_clip_queries_without_an_image_are_their_text_except_in_task_4() {
+        let jina = load("jina_clip/tiny-jina-clip-v1");
+        assert_eq!(jina.reference_model(), ReferenceModel::JinaClip);
+        let text = jina
+            .embed_texts(
+                &["why does the circuit oscillate", "a map projection"],
+                Role::Query,
+            )
+            .unwrap();
+        let shapes = jina
+            .prepare_images(&[&image("shapes_rgb_50x37.png")])
+            .pop()
+            .unwrap()
+            .unwrap();
+        let img = jina.embed_images(&[shapes]).unwrap().pop().unwrap();
+        for task in [Task::MultimodalPassages, Task::Images] {
+            let got = reference(&jina, task);
+            assert!(cosine(&got[0], &normalized_sum(&text[0], &img)) > 0.99999);
+            assert!(
+                cosine(&got[1], &text[1]) > 0.99999,
+                "{task:?}: a zero image"
+            );
+        }
+        let got = reference(&jina, Task::Pairs);
+        let white = normalized_sum(&text[1], &jina.blank_image_vector().unwrap());
+        assert!(cosine(&got[1], &white) > 0.99999, "Task 4: a white image");
+    }
+
+    #[test]
     fn every_rule_names_its_source() {
         use ReferenceModel::*;
-        for model in [Clip, Siglip, Nomic, BgeVl, Gme] {
+        for model in [Clip, Siglip, Nomic, BgeVl, Gme, JinaClip] {
             assert!(reference_rule(model, Task::Passages).is_none());
             for task in [Task::MultimodalPassages, Task::Images, Task::Pairs] {
                 let r = reference_rule(model, task).unwrap();
