@@ -30,6 +30,12 @@ the tiny vocabularies fit inside the full-size text embeddings):
                              max_image_tokens 1280, max_length 1800. Only built when named
                              ("all" is the four CLIP/SigLIP ones): about 4.4 GB.
 
+  bge-vl-large               BGE-VL-large: clip-vit-large-patch14's files (weights hard-linked)
+                             with BGE-VL's auto_map in config.json. Only built when named.
+  jina-clip-v1               Jina-CLIP v1: JinaBERT 768 wide, 12 layers, 12 heads, MLP 3072, vocab
+                             30528; EVA02-B/16 at 224 (768 wide, 12 layers, head 64, MLP 2048);
+                             built by the vendored code of models/fixtures/jina_clip/. Only built
+                             when named.
   nomic-embed-vision-v1.5    Nomic Embed Vision v1.5 (EVA02-B/16 style, 224 px, patch 16: n_embd
                              768, 12 layers, 12 heads, n_inner 2048, MAP pooling head) plus its
                              text partner nomic-embed-text-v1.5 (NomicBERT: n_embd 768, 12
@@ -85,6 +91,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -134,6 +141,16 @@ MODELS = {
     "nomic-embed-vision-v1.5": ("nomic", "tiny-nomic-embed-text-v1.5", 224, {
         "text": dict(n_embd=768, n_head=12, n_layer=12, n_inner=3072, vocab_size=30528),
         "vision": {}, "top": {},
+    }),
+    # CLIP ViT-L/14's config (clip-vit-large-patch14 above) with BGE-VL's auto_map
+    "bge-vl-large": ("bge-vl", "tiny-clip-quickgelu", 224, {}),
+    # jina-clip-v1's settings (models/fixtures/jina_clip/README.md), full sizes
+    "jina-clip-v1": ("jina", None, 224, {
+        "text": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12,
+                     intermediate_size=3072, vocab_size=30528),
+        "vision": dict(embed_dim=768, width=768, head_width=64, layers=12, image_size=224,
+                       patch_size=16),
+        "top": dict(projection_dim=768),
     }),
 }
 DEFAULT_MODELS = ["clip-vit-base-patch32", "siglip-base-patch16-224"]
@@ -339,6 +356,79 @@ def make_nomic_model(name: str, out: Path, seed: int, force: bool, spec=None) ->
         del t
 
 
+def make_bge_vl_model(name: str, out: Path, seed: int, force: bool) -> None:
+    """BGE-VL-large: the clip-vit-large-patch14 checkpoint (built if absent; its weights
+    hard-linked, not copied) with config.json's auto_map naming BGE-VL's remote code, as the
+    published config does; Sift then treats it as BGE-VL (joint input, transparency dropped)."""
+    make_model("clip-vit-large-patch14", out, seed, False)
+    src, d = out / "clip-vit-large-patch14", out / name
+    if (d / "config.json").is_file() and not force:
+        print(f"{d}: exists, kept (--force to rebuild)", file=sys.stderr)
+        return
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name == "model.safetensors":
+            os.link(f, d / f.name)
+        elif f.name != "config.json":
+            shutil.copyfile(f, d / f.name)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["auto_map"] = {"AutoModel": "modeling_MMRet_CLIP.CLIPModel"}
+    (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    print(f"{d}: clip-vit-large-patch14's weights with BGE-VL's auto_map", file=sys.stderr)
+
+
+def make_jina_model(name: str, out: Path, seed: int, force: bool) -> None:
+    """A full-size random Jina-CLIP v1 checkpoint (float32), built by the fixture's vendored
+    jina-clip-implementation code (models/fixtures/jina_clip/make_tiny_jina_clip.py's
+    config_dict / build_model, the real flags with these sizes) with the model's own
+    initialisers after torch.manual_seed(seed); tokenizer files from the tiny fixture (its ids
+    fit the 30528-row table)."""
+    import importlib.util
+    import torch
+    from safetensors.torch import save_file
+
+    d = out / name
+    if (d / "model.safetensors").is_file() and (d / "config.json").is_file() and not force:
+        print(f"{d}: exists, kept (--force to rebuild)", file=sys.stderr)
+        return
+    t0 = time.time()
+    fx_path = REPO / "models" / "fixtures" / "jina_clip" / "make_tiny_jina_clip.py"
+    spec = importlib.util.spec_from_file_location("make_tiny_jina_clip", fx_path)
+    fx = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fx)
+    _, _, size, ov = MODELS[name]
+    tiny = fx.CKPT
+    tok = json.loads((tiny / "tokenizer.json").read_text())
+    cfg = fx.config_dict(len(tok["model"]["vocab"]))
+    cfg.update(ov["top"])
+    cfg["text_config"]["embed_dim"] = ov["text"]["hidden_size"]
+    cfg["text_config"]["hf_model_config_kwargs"].update(ov["text"])
+    cfg["vision_config"].update(ov["vision"])
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    pre = fx.preprocessor_config()
+    pre["size"] = size
+    (d / "preprocessor_config.json").write_text(json.dumps(pre, indent=2) + "\n")
+    for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (tiny / f).is_file():
+            shutil.copyfile(tiny / f, d / f)
+    torch.manual_seed(seed)
+    model = fx.build_model(cfg)
+    sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
+    n = sum(v.numel() for v in sd.values())
+    with torch.no_grad():
+        e = model.get_image_features(torch.randn(1, 3, size, size))
+        assert e.shape == (1, 768) and torch.isfinite(e).all(), e.shape
+    print(f"{d}: {n / 1e6:.1f} M parameters, {len(sd)} tensors, "
+          f"{(d / 'model.safetensors').stat().st_size / 2**20:.0f} MiB, {time.time() - t0:.0f} s",
+          file=sys.stderr)
+
+
 def _shapes(d: Path) -> dict:
     from safetensors import safe_open
     with safe_open(str(d / "model.safetensors"), "pt") as f:
@@ -356,6 +446,12 @@ def make_model(name: str, out: Path, seed: int, force: bool) -> None:
         return
     if family == "nomic":
         make_nomic_model(name, out, seed, force)
+        return
+    if family == "bge-vl":
+        make_bge_vl_model(name, out, seed, force)
+        return
+    if family == "jina":
+        make_jina_model(name, out, seed, force)
         return
     d = out / name
     if (d / "model.safetensors").is_file() and (d / "config.json").is_file() and not force:
