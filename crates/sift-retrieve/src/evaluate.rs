@@ -12,8 +12,11 @@ use sift_eval::{
 use sift_index::{IndexDir, NoProgress, Progress};
 
 use crate::models::{ModelSet, safe_name};
-use crate::query::{Instructions, QueryImages, QueryVectors, encode_queries};
-use crate::searcher::{Candidates, DomainSearcher, SearchSettings};
+use crate::query::{
+    Instructions, QueryImages, QueryVectors, ReferencePairs, encode_queries,
+    reference_pair_stand_ins, reference_pairs,
+};
+use crate::searcher::{Candidates, DomainSearcher, PairStandIns, SearchSettings};
 use crate::spec::RetrieverSpec;
 use crate::{Error, Result};
 
@@ -202,6 +205,7 @@ pub fn evaluate(
         links: LinkReport::new(),
         warnings: Warnings::new(),
     };
+    out.notes.extend(reference_pair_notes(config, models));
     for domain in &domains {
         index.check_domain(domain, Some(corpus))?;
         evaluate_domain(
@@ -237,6 +241,38 @@ pub fn evaluate(
         ));
     }
     Ok(out)
+}
+
+/// Task 4 with the reference's query rule: the models whose candidate pairs Sift does not
+/// embed as the reference code does (it scores them as unit-vector pairs).
+fn reference_pair_notes(config: &EvalConfig, models: &ModelSet) -> Vec<String> {
+    if !config.tasks.contains(&Task::Pairs)
+        || !config.query_images.contains(&QueryImages::Reference)
+    {
+        return Vec::new();
+    }
+    let mut names: Vec<&str> = config
+        .retrievers
+        .iter()
+        .flat_map(|r| r.dense_names())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let e = models.get(name)?;
+            match reference_pairs(e.reference_model())? {
+                ReferencePairs::NotReproduced(how) => Some(format!(
+                    "task 4 [query images: reference]: dense:{name}'s candidate pairs are scored as \
+                     normalise(unit passage + unit image), a text-only pair as its passage; the \
+                     reference code embeds this model's pairs otherwise ({how}), which Sift does \
+                     not reproduce yet (docs/reference-profile.md)"
+                )),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// The jobs `config` makes (one per task, retriever and query-image mode that applies) and
@@ -379,14 +415,6 @@ fn evaluate_domain(
             }
             CandidateKind::Pairs => {}
         }
-        let candidates = match task.candidates() {
-            CandidateKind::Passages => Candidates::Passages,
-            CandidateKind::Images => Candidates::Images,
-            CandidateKind::Pairs => Candidates::Pairs {
-                pairs: &pairs,
-                images: &images,
-            },
-        };
         let exclusions = |qid: &str| -> Vec<String> {
             data.exclusions
                 .get(qid)
@@ -420,6 +448,22 @@ fn evaluate_domain(
                 )?);
             }
             let qv = &vectors[&mode];
+            // the reference's stand-in image of text-only pairs (Jina-CLIP's white one)
+            let stand_ins = match (task, mode) {
+                (Task::Pairs, Some(QueryImages::Reference)) => {
+                    reference_pair_stand_ins(models, &job.retriever)?
+                }
+                _ => PairStandIns::new(),
+            };
+            let candidates = match task.candidates() {
+                CandidateKind::Passages => Candidates::Passages,
+                CandidateKind::Images => Candidates::Images,
+                CandidateKind::Pairs => Candidates::Pairs {
+                    pairs: &pairs,
+                    images: &images,
+                    stand_ins: &stand_ins,
+                },
+            };
             progress.start(
                 &format!("{domain} t{task}"),
                 Some(data.queries.len() as u64),

@@ -51,8 +51,11 @@ pub use evaluate::{
 };
 pub use models::{ImageSide, ModelSet, PassageSide, Sides, safe_name, slug};
 pub use query::{
-    Instructions, MissingImage, QueryImages, QueryVectors, ReferenceFusion, ReferenceRule,
-    encode_queries, normalized_sum, reference_rule,
+    Instructions, MissingImage, QueryImages, QueryVectors, ReferenceFusion, ReferencePairs,
+    ReferenceRule, encode_queries, normalized_sum, reference_pair_stand_ins, reference_pairs,
+    reference_rule,
 };
-pub use searcher::{AUTO_EXACT_MAX, Ann, Candidates, DomainSearcher, Query, SearchSettings, fuse};
+pub use searcher::{
+    AUTO_EXACT_MAX, Ann, Candidates, DomainSearcher, PairStandIns, Query, SearchSettings, fuse,
+};
 pub use spec::{RRF_K, RankFusion, RetrieverSpec};

@@ -213,6 +213,59 @@ pub fn reference_rule(model: ReferenceModel, task: Task) -> Option<ReferenceRule
     }
 }
 
+/// How the reference code embeds a model's Task 4 candidate pairs, and whether Sift's pair
+/// scoring reproduces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReferencePairs {
+    /// normalise(unit passage + unit image), a text-only pair as its passage: Sift's own
+    /// pair scoring.
+    UnitVectors(&'static str),
+    /// The same, with a white image for text-only pairs ([`crate::PairStandIns`]).
+    UnitVectorsWhiteImage(&'static str),
+    /// Something Sift's pair scoring does not reproduce yet (raw features, a joint input).
+    NotReproduced(&'static str),
+}
+
+/// The reference code's Task 4 pair embedding for `model` (docs/reference-profile.md);
+/// `None` for models it has no multimodal rule for.
+pub fn reference_pairs(model: ReferenceModel) -> Option<ReferencePairs> {
+    use ReferencePairs::*;
+    Some(match model {
+        ReferenceModel::Nomic => UnitVectors("task4_pair.py:1090-1121"),
+        ReferenceModel::JinaClip => UnitVectorsWhiteImage("task4_pair.py:524-541"),
+        ReferenceModel::Clip => NotReproduced(
+            "raw text + image features, a white image for text-only pairs (task4_pair.py:268-285)",
+        ),
+        ReferenceModel::Siglip => NotReproduced(
+            "raw text + image features, a white image for text-only pairs (task4_pair.py:405-433)",
+        ),
+        ReferenceModel::BgeVl => NotReproduced(
+            "encode(images, text) per pair, the text alone for text-only pairs (task4_pair.py:708-741)",
+        ),
+        ReferenceModel::Gme => NotReproduced(
+            "one joint input per pair, the text alone for text-only pairs (task4_pair.py:930-957)",
+        ),
+        ReferenceModel::Other => return None,
+    })
+}
+
+/// The stand-in image vectors of text-only pairs for the dense indexes `retriever` uses, as
+/// the reference code embeds each model's pairs ([`reference_pairs`]).
+pub fn reference_pair_stand_ins(
+    models: &ModelSet,
+    retriever: &RetrieverSpec,
+) -> Result<crate::PairStandIns> {
+    let mut out = crate::PairStandIns::new();
+    for name in retriever.dense_names() {
+        let Some(e) = models.get(name) else { continue };
+        if let Some(ReferencePairs::UnitVectorsWhiteImage(_)) = reference_pairs(e.reference_model())
+        {
+            out.insert(name.to_string(), e.blank_image_vector()?);
+        }
+    }
+    Ok(out)
+}
+
 /// Query vectors by dense index name, one per query in query order.
 #[derive(Debug, Clone, Default)]
 pub struct QueryVectors {

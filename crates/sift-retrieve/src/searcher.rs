@@ -63,6 +63,10 @@ impl Default for SearchSettings {
     }
 }
 
+/// Image vectors standing in for the missing image of text-only Task 4 pairs, by dense
+/// index name ([`Candidates::Pairs`]).
+pub type PairStandIns = HashMap<String, Vec<f32>>;
+
 /// What a search ranks.
 #[derive(Debug, Clone, Copy)]
 pub enum Candidates<'p> {
@@ -75,6 +79,11 @@ pub enum Candidates<'p> {
     Pairs {
         /// The candidate pairs.
         pairs: &'p Pairs,
+        /// Unit vectors standing in for the missing image of text-only pairs, by the dense
+        /// index name of a retriever (MM-BRIGHT's reference code embeds Jina-CLIP's text-only
+        /// pairs with a white image: task4_pair.py:524-541); models not named score a
+        /// text-only pair as its passage.
+        stand_ins: &'p PairStandIns,
         /// Corpus image paths the pairs index into.
         images: &'p [String],
     },
@@ -241,9 +250,13 @@ impl DomainSearcher {
                 let exclude: HashSet<&str> = exclude.iter().map(String::as_str).collect();
                 self.rank_images(retriever, query, &exclude, settings)
             }
-            Candidates::Pairs { pairs, images } => {
+            Candidates::Pairs {
+                pairs,
+                images,
+                stand_ins,
+            } => {
                 let exclude: HashSet<&str> = exclude.iter().map(String::as_str).collect();
-                let geometry = self.pair_geometry(pairs, images)?;
+                let geometry = self.pair_geometry(pairs, images, stand_ins)?;
                 self.rank_pairs(
                     retriever, scratch, query, &exclude, settings, pairs, images, &geometry,
                 )
@@ -266,7 +279,11 @@ impl DomainSearcher {
         on_query: &(dyn Fn() + Sync),
     ) -> Result<Vec<(String, Vec<RunEntry>)>> {
         let geometry = match candidates {
-            Candidates::Pairs { pairs, images } => Some(self.pair_geometry(pairs, images)?),
+            Candidates::Pairs {
+                pairs,
+                images,
+                stand_ins,
+            } => Some(self.pair_geometry(pairs, images, stand_ins)?),
             _ => None,
         };
         (0..queries.len())
@@ -282,7 +299,7 @@ impl DomainSearcher {
                     };
                     let excluded = exclusions(&q.id);
                     let ranking = match (candidates, &geometry) {
-                        (Candidates::Pairs { pairs, images }, Some(g)) => {
+                        (Candidates::Pairs { pairs, images, .. }, Some(g)) => {
                             let exclude: HashSet<&str> =
                                 excluded.iter().map(String::as_str).collect();
                             self.rank_pairs(
@@ -398,9 +415,15 @@ impl DomainSearcher {
         })
     }
 
-    /// For every model with an image index: the image-index ordinal of each corpus image and
-    /// the cosine of each pair's passage and image vectors.
-    fn pair_geometry(&self, pairs: &Pairs, images: &[String]) -> Result<PairGeometry> {
+    /// For every model with an image index: the image-index ordinal of each corpus image,
+    /// the cosine of each pair's passage and image vectors, and (for models with a stand-in
+    /// image) the stand-in and its cosine with each passage.
+    fn pair_geometry(
+        &self,
+        pairs: &Pairs,
+        images: &[String],
+        stand_ins: &PairStandIns,
+    ) -> Result<PairGeometry> {
         let mut out = PairGeometry {
             image_index: images
                 .iter()
@@ -429,13 +452,28 @@ impl DomainSearcher {
                     None => 0.0,
                 })
                 .collect();
-            out.models.insert(name.clone(), (ords, cos));
+            let stand_in = stand_ins.get(name).map(|w| {
+                let cos: Vec<f32> = (0..dense.len() as u32)
+                    .into_par_iter()
+                    .map(|o| dot(dense.vector(o), w))
+                    .collect();
+                (w.clone(), cos)
+            });
+            out.models.insert(
+                name.clone(),
+                ModelGeometry {
+                    ords,
+                    cos,
+                    stand_in,
+                },
+            );
         }
         Ok(out)
     }
 
     /// Task 4: scores every candidate pair. A passage shown without an image scores as the
-    /// passage; with an image, a model that embeds images scores the pair's vector
+    /// passage (or, with a stand-in image for the model, as normalise(passage + stand-in));
+    /// with an image, a model that embeds images scores the pair's vector
     /// normalise(passage + image) (text and image weighted equally, as queries are fused);
     /// BM25 and text models see only the passage. Pairs whose image was not indexed
     /// (undecodable) cannot be scored and are left out.
@@ -475,11 +513,17 @@ impl DomainSearcher {
                 let qv = q.vector(name)?;
                 let sp: Vec<f32> = (0..n as u32).map(|o| dot(qv, dense.vector(o))).collect();
                 match (self.images.get(name), geometry.models.get(name)) {
-                    (Some(idx), Some((ords, cos))) => {
+                    (Some(idx), Some(g)) => {
+                        let (ords, cos) = (&g.ords, &g.cos);
+                        let stand_in = g.stand_in.as_ref().map(|(w, cw)| (dot(qv, w), cw));
                         for (i, &(p, img)) in pairs.pairs.iter().enumerate() {
-                            let s = match img {
-                                None => sp[p as usize],
-                                Some(im) => match ords[im as usize] {
+                            let s = match (img, stand_in) {
+                                (None, None) => sp[p as usize],
+                                (None, Some((sw, cw))) => {
+                                    (sp[p as usize] + sw)
+                                        / (2.0 + 2.0 * cw[p as usize]).max(1e-12).sqrt()
+                                }
+                                (Some(im), _) => match ords[im as usize] {
                                     Some(o) => {
                                         let si = dot(qv, idx.vector(o));
                                         (sp[p as usize] + si)
@@ -587,9 +631,19 @@ fn uses_bm25(retriever: &RetrieverSpec) -> bool {
 /// cosines.
 #[derive(Default)]
 struct PairGeometry {
-    models: HashMap<String, (Vec<Option<u32>>, Vec<f32>)>,
+    models: HashMap<String, ModelGeometry>,
     /// Corpus image path -> its index in the pairs' image list.
     image_index: HashMap<String, u32>,
+}
+
+/// One model's pair geometry.
+struct ModelGeometry {
+    /// Image-index ordinal of each corpus image of the pairs.
+    ords: Vec<Option<u32>>,
+    /// Cosine of each pair's passage and image vectors (0 for text-only pairs).
+    cos: Vec<f32>,
+    /// The stand-in image of text-only pairs and its cosine with each passage.
+    stand_in: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 /// Combines the rankings of a hybrid retriever's parts.

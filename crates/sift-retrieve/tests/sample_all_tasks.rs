@@ -78,3 +78,137 @@ fn all_four_tasks_with_bm25_and_clip() {
             .is_file()
     );
 }
+
+/// Task 4 in the reference profile: Jina-CLIP's text-only pairs score as normalise(passage +
+/// white image) (the reference code's stand-in), and the models whose pairs Sift does not
+/// embed as the reference does are named in the report's notes.
+#[test]
+fn reference_task4_pairs_use_jina_clips_white_image_and_note_the_rest() {
+    use sift_embed::{Profile, Role};
+    use sift_retrieve::{
+        Candidates, DomainSearcher, PairStandIns, Query, QueryVectors, SearchSettings,
+        reference_pair_stand_ins,
+    };
+    let corpus = Corpus::open(repo().join("corpora/sample")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let options = EmbedderOptions {
+        profile: Profile::Reference,
+        ..Default::default()
+    };
+    let dir = repo().join("models/fixtures/jina_clip/tiny-jina-clip-v1");
+    let jina = Embedder::load(dir.to_str().unwrap(), &options).unwrap();
+    let index = IndexDir::build(
+        tmp.path().join("index"),
+        &corpus,
+        &corpus.domains().unwrap(),
+        &BuildOptions {
+            threads: 2,
+            ..Default::default()
+        },
+        &[Sides::new(&jina, false).dense_build(slug(&jina), dir.display().to_string())],
+        &NoProgress,
+    )
+    .unwrap();
+    let dense: RetrieverSpec = "dense:tiny-jina-clip-v1".parse().unwrap();
+    let mut models = ModelSet::new();
+    models.load_for(&index, &dense, &options, None).unwrap();
+    let stand_ins = reference_pair_stand_ins(&models, &dense).unwrap();
+    let white = stand_ins["tiny-jina-clip-v1"].clone();
+
+    let domain = "gis";
+    let searcher = DomainSearcher::open(&index, domain, &dense, &models, true).unwrap();
+    let passages: Vec<sift_core::Passage> = corpus
+        .passages(domain)
+        .unwrap()
+        .collect::<sift_core::Result<_>>()
+        .unwrap();
+    let images: Vec<String> = corpus
+        .image_paths(domain)
+        .unwrap()
+        .map(|r| r.map(|r| r.path))
+        .collect::<sift_core::Result<_>>()
+        .unwrap();
+    let pairs = sift_eval::Pairs {
+        pairs: (0..passages.len() as u32).map(|p| (p, None)).collect(),
+    };
+    let q = jina
+        .embed_texts(&["map projection distortion"], Role::Query)
+        .unwrap()
+        .pop()
+        .unwrap();
+    let mut vectors = QueryVectors::default();
+    vectors.insert("tiny-jina-clip-v1", vec![q.clone()]);
+    let query = Query {
+        index: 0,
+        text: "map projection distortion",
+        vectors: &vectors,
+    };
+    let settings = SearchSettings::default();
+    let rank = |stand_ins: &PairStandIns| {
+        let candidates = Candidates::Pairs {
+            pairs: &pairs,
+            images: &images,
+            stand_ins,
+        };
+        let mut scratch = searcher.scratch();
+        searcher
+            .search(&dense, &candidates, &query, &[], &settings, &mut scratch)
+            .unwrap()
+    };
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    let with = rank(&stand_ins);
+    let without = rank(&PairStandIns::new());
+    assert_eq!(with.len(), passages.len());
+    for (entry, plain) in with.iter().zip(&without) {
+        let pid = entry.doc.split("|||").next().unwrap();
+        let p = passages.iter().find(|p| p.id == pid).unwrap();
+        let t = jina
+            .embed_texts(&[&p.text], Role::Passage)
+            .unwrap()
+            .pop()
+            .unwrap();
+        let pair: Vec<f32> = sift_retrieve::normalized_sum(&t, &white);
+        assert!(
+            (entry.score - dot(&q, &pair) as f64).abs() < 1e-4,
+            "{}",
+            entry.doc
+        );
+        let pp = passages
+            .iter()
+            .find(|x| x.id == plain.doc.split("|||").next().unwrap())
+            .unwrap();
+        let tp = jina.embed_texts(&[&pp.text], Role::Passage).unwrap();
+        assert!((plain.score - dot(&q, &tp[0]) as f64).abs() < 1e-4);
+    }
+
+    // CLIP's pairs are not reproduced: the report says so
+    let clip_dir = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+    let clip = Embedder::load(clip_dir.to_str().unwrap(), &options).unwrap();
+    let index = IndexDir::build(
+        tmp.path().join("clip"),
+        &corpus,
+        &corpus.domains().unwrap(),
+        &BuildOptions::default(),
+        &[Sides::new(&clip, false).dense_build(slug(&clip), clip_dir.display().to_string())],
+        &NoProgress,
+    )
+    .unwrap();
+    let dense: RetrieverSpec = "dense:tiny-clip-quickgelu".parse().unwrap();
+    let mut models = ModelSet::new();
+    models.load_for(&index, &dense, &options, None).unwrap();
+    let config = EvalConfig {
+        tasks: vec![Task::Pairs],
+        retrievers: vec![dense],
+        query_images: vec![QueryImages::Reference],
+        ..Default::default()
+    };
+    let report = evaluate(&corpus, &index, &models, &config, &NoProgress).unwrap();
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("dense:tiny-clip-quickgelu") && n.contains("not reproduce")),
+        "{:?}",
+        report.notes
+    );
+}

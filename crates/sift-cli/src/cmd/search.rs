@@ -204,12 +204,20 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         Pairs::default()
     };
+    // the reference's stand-in image of text-only pairs (Jina-CLIP's white one)
+    let stand_ins =
+        if a.candidates == CandidateArg::Pairs && a.query_fusion == QueryImages::Reference {
+            sift_retrieve::reference_pair_stand_ins(&models, &retriever)?
+        } else {
+            sift_retrieve::PairStandIns::new()
+        };
     let candidates = match a.candidates {
         CandidateArg::Passages => Candidates::Passages,
         CandidateArg::Images => Candidates::Images,
         CandidateArg::Pairs => Candidates::Pairs {
             pairs: &pairs,
             images: &pair_images,
+            stand_ins: &stand_ins,
         },
     };
     let settings = SearchSettings {
