@@ -12,6 +12,7 @@ use sift_eval::{
 use sift_index::{IndexDir, NoProgress, Progress};
 
 use crate::models::{ModelSet, safe_name};
+use crate::pairs::{PairVectors, embeds_pairs, reference_pair_vectors};
 use crate::query::{
     Instructions, QueryImages, QueryVectors, ReferencePairs, encode_queries,
     reference_pair_stand_ins, reference_pairs,
@@ -243,8 +244,8 @@ pub fn evaluate(
     Ok(out)
 }
 
-/// Task 4 with the reference's query rule: the models whose candidate pairs Sift does not
-/// embed as the reference code does (it scores them as unit-vector pairs).
+/// Task 4 with the reference's query rule: the models whose candidate pairs are embedded at
+/// evaluation time, as the reference code embeds them (raw features, joint inputs).
 fn reference_pair_notes(config: &EvalConfig, models: &ModelSet) -> Vec<String> {
     if !config.tasks.contains(&Task::Pairs)
         || !config.query_images.contains(&QueryImages::Reference)
@@ -263,11 +264,10 @@ fn reference_pair_notes(config: &EvalConfig, models: &ModelSet) -> Vec<String> {
         .filter_map(|name| {
             let e = models.get(name)?;
             match reference_pairs(e.reference_model())? {
-                ReferencePairs::NotReproduced(how) => Some(format!(
-                    "task 4 [query images: reference]: dense:{name}'s candidate pairs are scored as \
-                     normalise(unit passage + unit image), a text-only pair as its passage; the \
-                     reference code embeds this model's pairs otherwise ({how}), which Sift does \
-                     not reproduce yet (docs/reference-profile.md)"
+                ReferencePairs::Embedded(how) => Some(format!(
+                    "task 4 [query images: reference]: dense:{name}'s candidate pairs were embedded \
+                     at evaluation time as the reference code embeds them ({how}), not scored \
+                     from the index's unit vectors (docs/reference-profile.md)"
                 )),
                 _ => None,
             }
@@ -346,6 +346,8 @@ fn evaluate_domain(
         ));
     }
     let passages = searcher.passage_ids();
+    // passage texts by ordinal, read when reference-mode Task 4 embeds pairs
+    let mut passage_texts: Option<Vec<String>> = None;
     let images: Vec<String> = if needs_images {
         corpus
             .image_paths(domain)?
@@ -422,6 +424,8 @@ fn evaluate_domain(
                 .unwrap_or_default()
         };
         let mut vectors: BTreeMap<Option<QueryImages>, QueryVectors> = BTreeMap::new();
+        // the reference's pair vectors, per dense index, embedded once per domain
+        let mut pair_vectors = PairVectors::new();
         for (job, writers) in out
             .jobs
             .iter_mut()
@@ -455,6 +459,37 @@ fn evaluate_domain(
                 }
                 _ => PairStandIns::new(),
             };
+            let reference_pairs_mode = task == Task::Pairs && mode == Some(QueryImages::Reference);
+            if reference_pairs_mode {
+                for name in job.retriever.dense_names() {
+                    let Some(e) = models.get(name) else { continue };
+                    if !embeds_pairs(e.reference_model()) || pair_vectors.contains_key(name) {
+                        continue;
+                    }
+                    if passage_texts.is_none() {
+                        passage_texts =
+                            Some(crate::pairs::passage_texts(corpus, domain, passages)?);
+                    }
+                    let texts = passage_texts.as_ref().expect("set above");
+                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                    progress.start(
+                        &format!("{domain} t4 pairs dense:{name}"),
+                        Some(pairs.pairs.len() as u64),
+                    );
+                    let v = reference_pair_vectors(
+                        e,
+                        corpus,
+                        domain,
+                        &pairs,
+                        &refs,
+                        &images,
+                        &mut data.warnings,
+                    )?;
+                    progress.finish();
+                    pair_vectors.insert(name.to_string(), v);
+                }
+            }
+            let no_vectors = PairVectors::new();
             let candidates = match task.candidates() {
                 CandidateKind::Passages => Candidates::Passages,
                 CandidateKind::Images => Candidates::Images,
@@ -462,6 +497,11 @@ fn evaluate_domain(
                     pairs: &pairs,
                     images: &images,
                     stand_ins: &stand_ins,
+                    vectors: if reference_pairs_mode {
+                        &pair_vectors
+                    } else {
+                        &no_vectors
+                    },
                 },
             };
             progress.start(

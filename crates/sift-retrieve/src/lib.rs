@@ -40,6 +40,7 @@ mod error;
 mod evaluate;
 pub mod fusion;
 mod models;
+mod pairs;
 mod query;
 mod searcher;
 mod spec;
@@ -50,6 +51,7 @@ pub use evaluate::{
     evaluate_quietly, run_file_name,
 };
 pub use models::{ImageSide, ModelSet, PassageSide, Sides, safe_name, slug};
+pub use pairs::{PairVectors, embeds_pairs, passage_texts, reference_pair_vectors};
 pub use query::{
     Instructions, MissingImage, QueryImages, QueryVectors, ReferenceFusion, ReferencePairs,
     ReferenceRule, encode_queries, normalized_sum, reference_pair_stand_ins, reference_pairs,

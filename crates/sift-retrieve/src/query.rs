@@ -222,8 +222,9 @@ pub enum ReferencePairs {
     UnitVectors(&'static str),
     /// The same, with a white image for text-only pairs ([`crate::PairStandIns`]).
     UnitVectorsWhiteImage(&'static str),
-    /// Something Sift's pair scoring does not reproduce yet (raw features, a joint input).
-    NotReproduced(&'static str),
+    /// Raw features or a joint input, which do not follow from the index's unit vectors:
+    /// the pairs are embedded at evaluation time ([`crate::reference_pair_vectors`]).
+    Embedded(&'static str),
 }
 
 /// The reference code's Task 4 pair embedding for `model` (docs/reference-profile.md);
@@ -233,16 +234,16 @@ pub fn reference_pairs(model: ReferenceModel) -> Option<ReferencePairs> {
     Some(match model {
         ReferenceModel::Nomic => UnitVectors("task4_pair.py:1090-1121"),
         ReferenceModel::JinaClip => UnitVectorsWhiteImage("task4_pair.py:524-541"),
-        ReferenceModel::Clip => NotReproduced(
+        ReferenceModel::Clip => Embedded(
             "raw text + image features, a white image for text-only pairs (task4_pair.py:268-285)",
         ),
-        ReferenceModel::Siglip => NotReproduced(
+        ReferenceModel::Siglip => Embedded(
             "raw text + image features, a white image for text-only pairs (task4_pair.py:405-433)",
         ),
-        ReferenceModel::BgeVl => NotReproduced(
+        ReferenceModel::BgeVl => Embedded(
             "encode(images, text) per pair, the text alone for text-only pairs (task4_pair.py:708-741)",
         ),
-        ReferenceModel::Gme => NotReproduced(
+        ReferenceModel::Gme => Embedded(
             "one joint input per pair, the text alone for text-only pairs (task4_pair.py:930-957)",
         ),
         ReferenceModel::Other => return None,

@@ -84,6 +84,10 @@ pub enum Candidates<'p> {
         /// pairs with a white image: task4_pair.py:524-541); models not named score a
         /// text-only pair as its passage.
         stand_ins: &'p PairStandIns,
+        /// Pair vectors computed outside the index, by dense index name
+        /// ([`crate::reference_pair_vectors`]): a pair with one scores as its dot product
+        /// with the query vector.
+        vectors: &'p crate::PairVectors,
         /// Corpus image paths the pairs index into.
         images: &'p [String],
     },
@@ -254,9 +258,10 @@ impl DomainSearcher {
                 pairs,
                 images,
                 stand_ins,
+                vectors,
             } => {
                 let exclude: HashSet<&str> = exclude.iter().map(String::as_str).collect();
-                let geometry = self.pair_geometry(pairs, images, stand_ins)?;
+                let geometry = self.pair_geometry(pairs, images, stand_ins, vectors)?;
                 self.rank_pairs(
                     retriever, scratch, query, &exclude, settings, pairs, images, &geometry,
                 )
@@ -283,7 +288,8 @@ impl DomainSearcher {
                 pairs,
                 images,
                 stand_ins,
-            } => Some(self.pair_geometry(pairs, images, stand_ins)?),
+                vectors,
+            } => Some(self.pair_geometry(pairs, images, stand_ins, vectors)?),
             _ => None,
         };
         (0..queries.len())
@@ -418,18 +424,20 @@ impl DomainSearcher {
     /// For every model with an image index: the image-index ordinal of each corpus image,
     /// the cosine of each pair's passage and image vectors, and (for models with a stand-in
     /// image) the stand-in and its cosine with each passage.
-    fn pair_geometry(
+    fn pair_geometry<'v>(
         &self,
         pairs: &Pairs,
         images: &[String],
         stand_ins: &PairStandIns,
-    ) -> Result<PairGeometry> {
+        vectors: &'v crate::PairVectors,
+    ) -> Result<PairGeometry<'v>> {
         let mut out = PairGeometry {
             image_index: images
                 .iter()
                 .enumerate()
                 .map(|(i, p)| (p.clone(), i as u32))
                 .collect(),
+            overrides: Some(vectors),
             ..PairGeometry::default()
         };
         for (name, idx) in &self.images {
@@ -475,8 +483,9 @@ impl DomainSearcher {
     /// passage (or, with a stand-in image for the model, as normalise(passage + stand-in));
     /// with an image, a model that embeds images scores the pair's vector
     /// normalise(passage + image) (text and image weighted equally, as queries are fused);
-    /// BM25 and text models see only the passage. Pairs whose image was not indexed
-    /// (undecodable) cannot be scored and are left out.
+    /// BM25 and text models see only the passage. A pair with a vector of its own
+    /// ([`Candidates::Pairs`]'s `vectors`) scores as that vector. Other pairs whose image was
+    /// not indexed (undecodable) cannot be scored and are left out.
     #[allow(clippy::too_many_arguments)]
     fn rank_pairs(
         &self,
@@ -487,7 +496,7 @@ impl DomainSearcher {
         settings: &SearchSettings,
         pairs: &Pairs,
         images: &[String],
-        geometry: &PairGeometry,
+        geometry: &PairGeometry<'_>,
     ) -> Result<Vec<RunEntry>> {
         let passage_ids = self.passage_ids();
         let n = passage_ids.len();
@@ -512,6 +521,8 @@ impl DomainSearcher {
                 let dense = self.dense(name)?;
                 let qv = q.vector(name)?;
                 let sp: Vec<f32> = (0..n as u32).map(|o| dot(qv, dense.vector(o))).collect();
+                let overrides = geometry.overrides.and_then(|o| o.get(name));
+                let embedded = |i: usize| overrides.is_some_and(|pv| pv[i].is_some());
                 match (self.images.get(name), geometry.models.get(name)) {
                     (Some(idx), Some(g)) => {
                         let (ords, cos) = (&g.ords, &g.cos);
@@ -529,6 +540,8 @@ impl DomainSearcher {
                                         (sp[p as usize] + si)
                                             / (2.0 + 2.0 * cos[i]).max(1e-12).sqrt()
                                     }
+                                    // scored below from its own vector
+                                    None if embedded(i) => 0.0,
                                     None => continue,
                                 },
                             };
@@ -538,6 +551,14 @@ impl DomainSearcher {
                     _ => {
                         for (i, &(p, _)) in pairs.pairs.iter().enumerate() {
                             scored.push((sp[p as usize], i as u32));
+                        }
+                    }
+                }
+                // pairs embedded outside the index score as their own vectors
+                if let Some(pv) = overrides {
+                    for (s, i) in scored.iter_mut() {
+                        if let Some(v) = &pv[*i as usize] {
+                            *s = dot(qv, v);
                         }
                     }
                 }
@@ -630,8 +651,10 @@ fn uses_bm25(retriever: &RetrieverSpec) -> bool {
 /// Pair geometry per model with an image index: image ordinals of the corpus images, pair
 /// cosines.
 #[derive(Default)]
-struct PairGeometry {
+struct PairGeometry<'v> {
     models: HashMap<String, ModelGeometry>,
+    /// Pair vectors computed outside the index ([`Candidates::Pairs`]'s `vectors`).
+    overrides: Option<&'v crate::PairVectors>,
     /// Corpus image path -> its index in the pairs' image list.
     image_index: HashMap<String, u32>,
 }

@@ -211,6 +211,39 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             sift_retrieve::PairStandIns::new()
         };
+    // the reference's pair vectors of models whose pairs do not follow from unit vectors
+    let mut pair_vectors = sift_retrieve::PairVectors::new();
+    if a.candidates == CandidateArg::Pairs && a.query_fusion == QueryImages::Reference {
+        for name in retriever.dense_names() {
+            let Some(model) = models.get(name) else {
+                continue;
+            };
+            if !sift_retrieve::embeds_pairs(model.reference_model()) {
+                continue;
+            }
+            let Some(dir) = &a.corpus else {
+                bail!(
+                    "the reference code embeds dense:{name}'s pairs from their passage texts and \
+                     images: give --corpus"
+                );
+            };
+            let corpus = a.corpus_flags.open(dir)?;
+            let texts = sift_retrieve::passage_texts(&corpus, &domain, searcher.passage_ids())?;
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let mut w = Warnings::new();
+            let v = sift_retrieve::reference_pair_vectors(
+                model,
+                &corpus,
+                &domain,
+                &pairs,
+                &refs,
+                &pair_images,
+                &mut w,
+            )?;
+            report_warnings("pairs", &w);
+            pair_vectors.insert(name.to_string(), v);
+        }
+    }
     let candidates = match a.candidates {
         CandidateArg::Passages => Candidates::Passages,
         CandidateArg::Images => Candidates::Images,
@@ -218,6 +251,7 @@ pub fn run(a: Args) -> Result<()> {
             pairs: &pairs,
             images: &pair_images,
             stand_ins: &stand_ins,
+            vectors: &pair_vectors,
         },
     };
     let settings = SearchSettings {
