@@ -33,8 +33,8 @@ pub enum Family {
     /// the text checkpoint beside it, one space. (A `nomic_bert` text checkpoint alone is
     /// [`Family::Text`].)
     Nomic,
-    /// Jina-CLIP v1 (`jina_clip`, `JinaCLIPModel`): a JinaBERT text tower and an EVA02 image
-    /// tower in one checkpoint, one space.
+    /// Jina-CLIP v1 and v2 (`jina_clip`, `JinaCLIPModel`): a JinaBERT (v1) or XLM-RoBERTa
+    /// with task LoRA (v2) text tower and an EVA02 image tower in one checkpoint, one space.
     JinaClip,
 }
 
@@ -493,7 +493,7 @@ impl Embedder {
                 format!("{}|{}", m.text().fingerprint(role), m.content_hash())
             }
             (Model::Nomic(m), Input::Image) => m.fingerprint_images(),
-            (Model::JinaClip(m), Input::Text(_)) => m.fingerprint("text"),
+            (Model::JinaClip(m), Input::Text(role)) => m.text_fingerprint(role),
             (Model::JinaClip(m), Input::Image) => m.fingerprint("image"),
         }
     }
@@ -524,7 +524,8 @@ impl Embedder {
                 Prepared::Text(m.text().tokenize_with_prefix(texts, "")?)
             }
             Model::Nomic(m) => Prepared::Text(m.text().tokenize(texts, role)?),
-            Model::JinaClip(m) => Prepared::Text(m.tokenize(texts)?),
+            // v2: queries as encode_text(task="retrieval.query"), passages with no task
+            Model::JinaClip(m) => Prepared::Text(m.tokenize_role(texts, role)?),
             Model::Vision(m) => Prepared::Vision(m.tokenize(texts)?),
             Model::Gme(_) => {
                 Prepared::Gme(texts.iter().map(|t| t.to_string()).collect(), role, None)

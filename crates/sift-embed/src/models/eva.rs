@@ -1,4 +1,4 @@
-//! The EVA02 vision tower of Jina-CLIP v1 (`EVAVisionTransformer` of jina-clip-implementation's
+//! The EVA02 vision tower of Jina-CLIP v1 (EVA02-B/16 at 224 px) and v2 (EVA02-L/14 at 512 px) (`EVAVisionTransformer` of jina-clip-implementation's
 //! `eva_model.py`, as its `_build_vision_tower` configures it; weights under `vision_model.`):
 //! a conv patch embedding, a CLS token and learned positions; pre-norm blocks whose attention
 //! has separate q/k/v projections (biases on q and v only), 2-D rotary positions on the patch
@@ -96,8 +96,10 @@ impl EvaConfig {
         if self.rope_embeddings && !self.head_width.is_multiple_of(4) {
             return Err("a head width not a multiple of 4 with rotary positions".into());
         }
-        if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
-            return Err("image_size not a multiple of patch_size".into());
+        // the patch conv drops the last `image_size % patch_size` rows and columns (EVA02-L/14
+        // at 512 px: a 36 x 36 grid over 504 px)
+        if self.patch_size == 0 || self.image_size < self.patch_size {
+            return Err("image_size smaller than patch_size".into());
         }
         let grid = self.image_size / self.patch_size;
         if self.rope_embeddings && !self.intp_freq && grid != self.pt_hw_seq_len {
@@ -145,6 +147,8 @@ pub struct EvaVision {
     head_dim: usize,
     grid: usize,
     patch: usize,
+    /// Pixels per image side taken (`grid * patch` of them are read).
+    image_size: usize,
     /// Rotary tables of the tokens (CLS first, at angle 0), `(1 + grid * grid, head_dim / 2)`.
     rope: Option<(Tensor, Tensor)>,
     device: Device,
@@ -266,6 +270,7 @@ impl EvaVision {
             head_dim: d,
             grid,
             patch: p,
+            image_size: cfg.image_size,
             rope,
             device: dev,
         })
@@ -273,7 +278,7 @@ impl EvaVision {
 
     /// Pixels per image side the tower takes.
     pub fn image_size(&self) -> usize {
-        self.grid * self.patch
+        self.image_size
     }
 
     /// Output width.
@@ -313,15 +318,22 @@ impl EvaVision {
     /// Image features `(images, dim)` (not normalised) of pixels `(images, 3, size, size)`.
     pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
         let (n, c, sh, sw) = pixels.dims4()?;
-        let (g, p) = (self.grid, self.patch);
-        if c != 3 || sh != g * p || sw != g * p {
+        let (g, p, side) = (self.grid, self.patch, self.image_size);
+        if c != 3 || sh != side || sw != side {
             candle_core::bail!(
-                "pixels of shape {:?}, expected (n, 3, {}, {})",
+                "pixels of shape {:?}, expected (n, 3, {side}, {side})",
                 pixels.shape(),
-                g * p,
-                g * p
             )
         }
+        // the stride-p conv reads the top-left g * p pixels only
+        let pixels = if side == g * p {
+            pixels.clone()
+        } else {
+            pixels
+                .narrow(2, 0, g * p)?
+                .narrow(3, 0, g * p)?
+                .contiguous()?
+        };
         // (n, c, g, p, g, p) -> (n, g, g, c, p, p): each patch flattened as the conv kernel is
         let patches = pixels
             .reshape((n, c, g, p, g, p))?

@@ -1,15 +1,27 @@
 //! Jina-CLIP v1 (`jinaai/jina-clip-v1`, `model_type` jina_clip): one checkpoint with a JinaBERT
-//! text tower ([`JinaBert`]) and an EVA02 image tower ([`EvaVision`]) in one space, computed
-//! as the published `JinaCLIPModel.encode_text` / `encode_image` do:
+//! text tower ([`JinaBert`]) and an EVA02 image tower ([`EvaVision`]) in one space, and
+//! Jina-CLIP v2 (`jinaai/jina-clip-v2`: an XLM-RoBERTa flash text tower with task LoRA,
+//! [`XlmRoberta`], and EVA02-L/14 at 512 px), computed as the published
+//! `JinaCLIPModel.encode_text` / `encode_image` do:
 //!
-//! - texts: the tokenizer with `max_length=512, truncation=True` (no prefix or instruction),
-//!   JinaBERT, the mean of the states over tokens that are not padding (`pooler_type`
-//!   `mean_pooler`), `HFTextEncoder.proj` (identity when the widths agree), the optional
-//!   `text_projection`, L2;
+//! - texts: v2 only: the task instruction prefixed (below); the tokenizer with
+//!   `max_length=512, truncation=True`, the text tower (v2: with the adapter of
+//!   `text_config.default_lora_task` merged in, for queries and passages alike:
+//!   `encode_text` never passes its task to the adapters), the mean of the states over tokens
+//!   that are not padding (`pooler_type` `mean_pooler`), `HFTextEncoder.proj` (identity when
+//!   the widths agree), the optional `text_projection`, v2 only: `[:truncate_dim]`
+//!   (`config.truncate_dim`), L2;
+//! - roles (v2): `encode_text(task=...)` prefixes `task_instructions[task]`, and with no task
+//!   the instruction of `default_instruction_task` (jina-clip-v2: null, so none). sift maps
+//!   [`Role::Query`] to `task="retrieval.query"` (jina-clip-v2's documented query call,
+//!   `"Represent the query for retrieving evidence documents: "` in its config) and
+//!   [`Role::Passage`] to no task (its documented call for documents). v1 takes no
+//!   instruction: both roles embed the bare text;
 //! - images: `convert('RGB')`, `JinaCLIPImageProcessor` (torchvision: shortest edge resized to
 //!   `size` with PIL's bicubic, centre crop with Python's rounding, `x / 255`, normalised with
 //!   `mean`/`std`), the EVA tower (final norm, token 0, head), the optional
-//!   `visual_projection`, L2.
+//!   `visual_projection`, v2 only: `[:truncate_dim]`, L2. EVA02-L/14 at 512 px reads the top-left
+//!   504 x 504 pixels (its stride-14 conv drops the rest).
 use candle_core::{DType, Device, Tensor};
 use candle_nn::Linear;
 use serde::Deserialize;
@@ -19,8 +31,9 @@ use crate::files::{ModelFiles, read_json};
 use crate::image::{ImageProcessor, PreprocessError, Resample, Resize};
 use crate::models::eva::{EvaConfig, EvaVision};
 use crate::models::jina_bert::{JinaBert, JinaBertConfig};
+use crate::models::xlm_roberta::{XlmRoberta, XlmRobertaConfig};
 use crate::nn::ops::{self, l2_normalize};
-use crate::{Error, Result};
+use crate::{Error, Result, Role};
 
 /// `encode_text`'s default `max_length`.
 pub const JINA_CLIP_MAX_TOKENS: usize = 512;
@@ -62,6 +75,12 @@ struct TextConfig {
     proj_type: Option<String>,
     #[serde(default)]
     proj_bias: bool,
+    /// v2: the task whose instruction `encode_text` prefixes when given no task.
+    #[serde(default)]
+    default_instruction_task: Option<String>,
+    /// v2: the LoRA adapter the text tower always runs with.
+    #[serde(default)]
+    default_lora_task: Option<String>,
 }
 
 fn default_embed_dim() -> usize {
@@ -239,12 +258,28 @@ impl Transform {
     }
 }
 
-/// Jina-CLIP v1's text and image towers in one space.
+/// The text tower of a version.
+enum TextTower {
+    /// v1. `cls`: `pooler_type` `cls_pooler` (or null, the default for a BERT config): token 0.
+    JinaBert { model: JinaBert, cls: bool },
+    /// v2 (mean pooling).
+    XlmRoberta(XlmRoberta),
+}
+
+/// The `task` sift's v2 queries are embedded with (`encode_text(task="retrieval.query")`).
+pub const JINA_CLIP_V2_QUERY_TASK: &str = "retrieval.query";
+
+/// Jina-CLIP v1's or v2's text and image towers in one space.
 pub struct JinaClipEmbedder {
     name: String,
-    text: JinaBert,
-    /// `pooler_type` `cls_pooler` (or null, the default for a BERT config): token 0.
-    text_cls: bool,
+    text: TextTower,
+    /// Instruction prefixed to queries and to passages (v1: none).
+    query_prefix: String,
+    passage_prefix: String,
+    /// v2's LoRA task (`default_lora_task`), for the fingerprint.
+    lora_task: Option<String>,
+    /// `config.truncate_dim` (v2).
+    truncate_dim: Option<usize>,
     /// `HFTextEncoder.proj`, when not the identity.
     text_proj: Option<Linear>,
     /// `text_projection` / `visual_projection` (`add_projections`).
@@ -280,32 +315,27 @@ impl JinaClipEmbedder {
         let value: serde_json::Value = read_json(&files.config)?;
         let cfg: ClipConfig = serde_json::from_value(value)
             .map_err(|e| unsupported(format!("not a Jina-CLIP config: {e}")))?;
-        if cfg.truncate_dim.is_some() {
+        let tc = &cfg.text_config;
+        let v1 = tc
+            .hf_model_name_or_path
+            .as_deref()
+            .is_some_and(|n| n.contains("jina-bert"));
+        if v1 && cfg.truncate_dim.is_some() {
             return Err(unsupported(
-                "truncate_dim (Matryoshka) is not supported".into(),
+                "truncate_dim (Matryoshka) is not supported for a JinaBERT (v1) text tower".into(),
             ));
         }
-        let tc = &cfg.text_config;
-        if let Some(name) = &tc.hf_model_name_or_path
-            && !name.contains("jina-bert")
-        {
-            return Err(unsupported(format!(
-                "text_config.hf_model_name_or_path {name:?}: only JinaBERT text towers \
-                 (jina-clip-v1) are supported"
-            )));
-        }
-        let bert: JinaBertConfig =
-            serde_json::from_value(serde_json::Value::Object(tc.hf_model_config_kwargs.clone()))
-                .map_err(|e| unsupported(format!("text_config.hf_model_config_kwargs: {e}")))?;
-        bert.check()
-            .map_err(|m| unsupported(format!("text_config.hf_model_config_kwargs: {m}")))?;
+        // v1: the pooler of pooler_type (null: a BERT config's cls_pooler); v2: the current
+        // _build_text_tower builds XLMRobertaLoRA from XLMRobertaFlashConfig(**kwargs), whose
+        // HFTextEncoder default pooler is mean_pooler
         let text_cls = match tc.pooler_type.as_deref() {
             Some("mean_pooler") => false,
-            // HFTextEncoder's default for a BERT config
-            Some("cls_pooler") | None => true,
+            Some("cls_pooler") if v1 => true,
+            None => v1,
             Some(other) => {
                 return Err(unsupported(format!(
-                    "text_config.pooler_type {other:?} (mean_pooler, cls_pooler)"
+                    "text_config.pooler_type {other:?} (mean_pooler{})",
+                    if v1 { ", cls_pooler" } else { "" }
                 )));
             }
         };
@@ -315,9 +345,76 @@ impl JinaClipEmbedder {
 
         let vb = files.var_builder(options.dtype, device)?;
         let tvb = vb.pp("text_model");
-        let text = JinaBert::load(tvb.pp("transformer"), &bert)
-            .map_err(|e| unsupported(format!("weights do not match a JinaBERT text tower: {e}")))?;
-        let width = bert.hidden_size;
+        let kwargs = serde_json::Value::Object(tc.hf_model_config_kwargs.clone());
+        let (text, width, query_prefix, passage_prefix, lora_task) = if v1 {
+            let bert: JinaBertConfig = serde_json::from_value(kwargs)
+                .map_err(|e| unsupported(format!("text_config.hf_model_config_kwargs: {e}")))?;
+            bert.check()
+                .map_err(|m| unsupported(format!("text_config.hf_model_config_kwargs: {m}")))?;
+            let model = JinaBert::load(tvb.pp("transformer"), &bert).map_err(|e| {
+                unsupported(format!("weights do not match a JinaBERT text tower: {e}"))
+            })?;
+            let width = bert.hidden_size;
+            (
+                TextTower::JinaBert {
+                    model,
+                    cls: text_cls,
+                },
+                width,
+                String::new(),
+                String::new(),
+                None,
+            )
+        } else {
+            // the current _build_text_tower: XLMRobertaFlashConfig(**hf_model_config_kwargs)
+            let tower = format!(
+                "text_config.hf_model_config_kwargs (an XLM-RoBERTa text tower, as for \
+                 hf_model_name_or_path {:?})",
+                tc.hf_model_name_or_path.as_deref().unwrap_or("null")
+            );
+            let xc: XlmRobertaConfig =
+                serde_json::from_value(kwargs).map_err(|e| unsupported(format!("{tower}: {e}")))?;
+            xc.check()
+                .map_err(|m| unsupported(format!("{tower}: {m}")))?;
+            // HFTextEncoder.get_instruction_from_task: instructions only when the tower has
+            // some; an unknown task raises
+            let instructions = xc.task_instructions.clone().unwrap_or_default();
+            let instruction = |task: Option<&str>| -> Result<String> {
+                match task {
+                    _ if instructions.is_empty() => Ok(String::new()),
+                    None => Ok(String::new()),
+                    Some(t) => instructions.get(t).cloned().ok_or_else(|| {
+                        unsupported(format!(
+                            "task {t:?} is not in hf_model_config_kwargs.task_instructions"
+                        ))
+                    }),
+                }
+            };
+            let query_prefix = instruction(Some(JINA_CLIP_V2_QUERY_TASK))?;
+            let passage_prefix = instruction(tc.default_instruction_task.as_deref())?;
+            let lora = match tc.default_lora_task.as_deref() {
+                None => None,
+                Some(t) => Some(xc.lora_index(t).ok_or_else(|| {
+                    unsupported(format!(
+                        "text_config.default_lora_task {t:?} is not in lora_adaptations"
+                    ))
+                })?),
+            };
+            let model =
+                XlmRoberta::load(tvb.pp("transformer.roberta"), &xc, lora).map_err(|e| {
+                    unsupported(format!(
+                        "weights do not match an XLM-RoBERTa (LoRA) text tower: {e}"
+                    ))
+                })?;
+            let width = model.hidden();
+            (
+                TextTower::XlmRoberta(model),
+                width,
+                query_prefix,
+                passage_prefix,
+                tc.default_lora_task.clone(),
+            )
+        };
         // HFTextEncoder: identity when the widths agree and proj_type is null
         let text_proj = match tc.proj_type.as_deref() {
             None if width == tc.embed_dim => None,
@@ -351,11 +448,19 @@ impl JinaClipEmbedder {
             }
             None
         };
-        let dim = if cfg.add_projections {
+        let full = if cfg.add_projections {
             cfg.projection_dim
         } else {
             tdim
         };
+        if let Some(t) = cfg.truncate_dim
+            && (t == 0 || t > full)
+        {
+            return Err(unsupported(format!(
+                "truncate_dim {t} of {full}-dimensional embeddings"
+            )));
+        }
+        let dim = cfg.truncate_dim.unwrap_or(full);
 
         let preprocessor = files
             .preprocessor
@@ -388,7 +493,10 @@ impl JinaClipEmbedder {
         Ok(JinaClipEmbedder {
             name: files.name.clone(),
             text,
-            text_cls,
+            query_prefix,
+            passage_prefix,
+            lora_task,
+            truncate_dim: cfg.truncate_dim,
             text_proj,
             projections,
             vision,
@@ -422,17 +530,46 @@ impl JinaClipEmbedder {
         &self.content
     }
 
-    /// Token ids of `texts` (no prefix: `encode_text` adds none for this model), truncated to
-    /// [`JinaClipEmbedder::max_seq_len`].
+    /// Token ids of passages ([`JinaClipEmbedder::tokenize_role`] with [`Role::Passage`]).
     pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
-        let inputs: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
+        self.tokenize_role(texts, Role::Passage)
+    }
+
+    /// The instruction `encode_text` prefixes to texts of `role`: v2's
+    /// `task_instructions["retrieval.query"]` for queries, the `default_instruction_task`'s
+    /// (none for jina-clip-v2) for passages; v1: none.
+    pub fn instruction(&self, role: Role) -> &str {
+        match role {
+            Role::Query => &self.query_prefix,
+            Role::Passage => &self.passage_prefix,
+        }
+    }
+
+    /// Token ids of `texts` of `role` (the role's instruction prefixed), truncated to
+    /// [`JinaClipEmbedder::max_seq_len`].
+    pub fn tokenize_role(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<u32>>> {
+        let prefix = self.instruction(role);
+        let inputs: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}")).collect();
         let enc = super::truncate::encode_truncated(&self.tokenizer, inputs, self.max_seq_len)?;
         Ok(enc.into_iter().map(|e| e.get_ids().to_vec()).collect())
     }
 
-    /// Unit vectors of texts, in order.
+    /// Unit vectors of passages, in order.
     pub fn embed_texts(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         self.embed_tokens(&self.tokenize(texts)?)
+    }
+
+    /// Unit vectors of texts of `role`, in order.
+    pub fn embed_texts_role(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<f32>>> {
+        self.embed_tokens(&self.tokenize_role(texts, role)?)
+    }
+
+    /// `_truncate_embeddings` (before the L2).
+    fn truncate(&self, f: Tensor) -> Result<Tensor> {
+        match self.truncate_dim {
+            Some(t) => Ok(f.narrow(1, 0, t)?),
+            None => Ok(f),
+        }
     }
 
     /// Unit vectors of tokenised texts ([`JinaClipEmbedder::tokenize`]), in order; sorted by
@@ -452,13 +589,17 @@ impl JinaClipEmbedder {
                     }
                 })
                 .collect();
-            let mut f = self.text.forward(&batch, self.text_cls)?;
+            let mut f = match &self.text {
+                TextTower::JinaBert { model, cls } => model.forward(&batch, *cls)?,
+                TextTower::XlmRoberta(model) => model.forward(&batch)?,
+            };
             if let Some(p) = &self.text_proj {
                 f = ops::linear(p, &f, None)?;
             }
             if let Some((t, _)) = &self.projections {
                 f = ops::linear(t, &f, None)?;
             }
+            let f = self.truncate(f)?;
             for (&i, v) in chunk.iter().zip(l2_normalize(&f)?.to_vec2::<f32>()?) {
                 out[i] = v;
             }
@@ -507,6 +648,7 @@ impl JinaClipEmbedder {
             if let Some((_, v)) = &self.projections {
                 f = ops::linear(v, &f, None)?;
             }
+            let f = self.truncate(f)?;
             out.extend(l2_normalize(&f)?.to_vec2::<f32>()?);
         }
         crate::error::finite(self.name(), out)
@@ -515,8 +657,15 @@ impl JinaClipEmbedder {
     /// Everything besides the input that decides the vectors of `tower` (`text` or `image`):
     /// a cache key.
     pub fn fingerprint(&self, tower: &str) -> String {
+        let v2 = match &self.text {
+            TextTower::JinaBert { .. } => String::new(),
+            TextTower::XlmRoberta(_) => format!(
+                "|v2|lora={:?}|truncate={:?}",
+                self.lora_task, self.truncate_dim
+            ),
+        };
         format!(
-            "{}|jina-clip|{tower}|len={}|{:?}|{:?}|{}|{}",
+            "{}|jina-clip|{tower}|len={}|{:?}|{:?}|{}|{}{v2}",
             self.name,
             self.max_seq_len,
             self.transform,
@@ -524,5 +673,16 @@ impl JinaClipEmbedder {
             crate::files::device_class(&self.device),
             self.content
         )
+    }
+
+    /// [`JinaClipEmbedder::fingerprint`] of texts of `role`: v1's `text` (both roles embed
+    /// alike), v2's with the role's instruction.
+    pub fn text_fingerprint(&self, role: Role) -> String {
+        match &self.text {
+            TextTower::JinaBert { .. } => self.fingerprint("text"),
+            TextTower::XlmRoberta(_) => {
+                self.fingerprint(&format!("text|prefix={:?}", self.instruction(role)))
+            }
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! sentence encoders ([`text`] over [`bert`]), CLIP and SigLIP ([`vision`] over [`clip`] and
 //! [`siglip`]), GME ([`gme`] over [`qwen2vl`]), decoder LLMs ([`decoder`]), Nomic Embed
 //! ([`nomic_pair`] over [`nomic`] and [`nomic_vision`]), and Jina-CLIP v1 ([`jina_clip`] over
-//! [`jina_bert`] and [`eva`]).
+//! [`jina_bert`] and [`eva`]; v2 over [`xlm_roberta`] and [`eva`]).
 pub mod bert;
 pub mod clip;
 pub mod decoder;
@@ -18,3 +18,4 @@ pub mod siglip;
 pub mod text;
 pub mod truncate;
 pub mod vision;
+pub mod xlm_roberta;
