@@ -36,6 +36,11 @@ the tiny vocabularies fit inside the full-size text embeddings):
                              30528; EVA02-B/16 at 224 (768 wide, 12 layers, head 64, MLP 2048);
                              built by the vendored code of models/fixtures/jina_clip/. Only built
                              when named.
+  jina-clip-v2               Jina-CLIP v2: XLM-RoBERTa large (1024 wide, 24 layers, 16 heads, MLP
+                             4096, vocab 250002, rotary, its LoRA adapters) and EVA02-L/14 at 512
+                             (1024 wide, 24 layers, head 64); built by the fixture code of
+                             models/fixtures/jina_clip_v2/ (which needs the text tower's published
+                             files fetched, see its README). Only built when named.
   nomic-embed-vision-v1.5    Nomic Embed Vision v1.5 (EVA02-B/16 style, 224 px, patch 16: n_embd
                              768, 12 layers, 12 heads, n_inner 2048, MAP pooling head) plus its
                              text partner nomic-embed-text-v1.5 (NomicBERT: n_embd 768, 12
@@ -151,6 +156,14 @@ MODELS = {
         "vision": dict(embed_dim=768, width=768, head_width=64, layers=12, image_size=224,
                        patch_size=16),
         "top": dict(projection_dim=768),
+    }),
+    # jina-clip-v2: XLMRobertaFlashConfig's (XLM-R large) sizes; EVA02-L/14 at 512 px
+    "jina-clip-v2": ("jina", None, 512, {
+        "text": dict(hidden_size=1024, num_attention_heads=16, num_hidden_layers=24,
+                     intermediate_size=4096, vocab_size=250002),
+        "vision": dict(embed_dim=1024, width=1024, head_width=64, layers=24, image_size=512,
+                       patch_size=14),
+        "top": dict(projection_dim=1024, matryoshka_dimensions=[32, 64, 128, 256, 512, 768, 1024]),
     }),
 }
 DEFAULT_MODELS = ["clip-vit-base-patch32", "siglip-base-patch16-224"]
@@ -394,8 +407,10 @@ def make_jina_model(name: str, out: Path, seed: int, force: bool) -> None:
         print(f"{d}: exists, kept (--force to rebuild)", file=sys.stderr)
         return
     t0 = time.time()
-    fx_path = REPO / "models" / "fixtures" / "jina_clip" / "make_tiny_jina_clip.py"
-    spec = importlib.util.spec_from_file_location("make_tiny_jina_clip", fx_path)
+    fx_path = (REPO / "models" / "fixtures" / "jina_clip" / "make_tiny_jina_clip.py"
+               if name == "jina-clip-v1" else
+               REPO / "models" / "fixtures" / "jina_clip_v2" / "make_tiny_jina_clip_v2.py")
+    spec = importlib.util.spec_from_file_location(fx_path.stem, fx_path)
     fx = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fx)
     _, _, size, ov = MODELS[name]
@@ -423,7 +438,7 @@ def make_jina_model(name: str, out: Path, seed: int, force: bool) -> None:
     n = sum(v.numel() for v in sd.values())
     with torch.no_grad():
         e = model.get_image_features(torch.randn(1, 3, size, size))
-        assert e.shape == (1, 768) and torch.isfinite(e).all(), e.shape
+        assert e.shape == (1, ov["top"]["projection_dim"]) and torch.isfinite(e).all(), e.shape
     print(f"{d}: {n / 1e6:.1f} M parameters, {len(sd)} tensors, "
           f"{(d / 'model.safetensors').stat().st_size / 2**20:.0f} MiB, {time.time() - t0:.0f} s",
           file=sys.stderr)
@@ -436,11 +451,14 @@ def _shapes(d: Path) -> dict:
 
 
 def make_model(name: str, out: Path, seed: int, force: bool) -> None:
+    family, tok_fixture, size, ov = MODELS[name]
+    if family == "jina":  # before transformers 5's imports: jina-clip-v2's code needs 4.44
+        make_jina_model(name, out, seed, force)
+        return
     import torch
     from transformers import (CLIPConfig, CLIPImageProcessorPil, CLIPModel, SiglipConfig,
                               SiglipImageProcessorPil, SiglipModel)
 
-    family, tok_fixture, size, ov = MODELS[name]
     if family == "gme":
         make_gme_model(name, out, seed, force)
         return
@@ -449,9 +467,6 @@ def make_model(name: str, out: Path, seed: int, force: bool) -> None:
         return
     if family == "bge-vl":
         make_bge_vl_model(name, out, seed, force)
-        return
-    if family == "jina":
-        make_jina_model(name, out, seed, force)
         return
     d = out / name
     if (d / "model.safetensors").is_file() and (d / "config.json").is_file() and not force:

@@ -2119,6 +2119,10 @@ fn reference_profile_indexes_and_evaluates_every_task_for_each_model() {
             "models/fixtures/jina_clip/tiny-jina-clip-v1",
             "tiny-jina-clip-v1",
         ),
+        (
+            "models/fixtures/jina_clip_v2/tiny-jina-clip-v2",
+            "tiny-jina-clip-v2",
+        ),
     ] {
         let model = repo().join(model);
         let index = tmp.path().join(slug);
@@ -2216,7 +2220,7 @@ fn reference_profile_indexes_and_evaluates_every_task_for_each_model() {
     assert!(err.contains("default profile"), "{err}");
 }
 
-/// BGE-VL and Jina-CLIP in the default profile: indexed with their image indexes and evaluated
+/// BGE-VL and Jina-CLIP v1 and v2 in the default profile: indexed with their image indexes and evaluated
 /// on all four tasks (BGE-VL's queries with images are its joint input).
 #[test]
 fn bge_vl_and_jina_clip_index_and_evaluate_every_task() {
@@ -2226,6 +2230,10 @@ fn bge_vl_and_jina_clip_index_and_evaluate_every_task() {
         (
             "models/fixtures/jina_clip/tiny-jina-clip-v1",
             "tiny-jina-clip-v1",
+        ),
+        (
+            "models/fixtures/jina_clip_v2/tiny-jina-clip-v2",
+            "tiny-jina-clip-v2",
         ),
     ] {
         let index = tmp.path().join(slug);

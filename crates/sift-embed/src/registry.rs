@@ -152,5 +152,7 @@ mod tests {
             Some("Instruct: x\nQuery:")
         );
         assert_eq!(find("e5-mistral").unwrap().query_max_seq_len, None);
+        assert_eq!(find("BAAI/BGE-VL-large").unwrap().alias, "bge-vl-large");
+        assert_eq!(find("jina-clip-v2").unwrap().dim, 1024);
     }
 }
