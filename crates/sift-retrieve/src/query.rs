@@ -518,7 +518,18 @@ fn reference_vectors(
     warnings: &mut Warnings,
     source: &Path,
 ) -> Result<Vec<Vec<f32>>> {
-    let texts: Vec<&str> = queries.iter().map(|q| q.query.as_str()).collect();
+    // Nomic's Task 4 queries: the first 8,000 characters, then the prefix
+    // (task4_pair.py:1147)
+    let cut = embedder.reference_model() == ReferenceModel::Nomic && task == Task::Pairs;
+    let texts: Vec<&str> = queries
+        .iter()
+        .map(|q| match cut {
+            true => {
+                sift_embed::profile::first_chars(&q.query, sift_embed::profile::NOMIC_DOC_CHARS)
+            }
+            false => q.query.as_str(),
+        })
+        .collect();
     let Some(rule) = reference_rule(embedder.reference_model(), task) else {
         return Ok(embedder.embed_queries(&texts, instruction)?);
     };
@@ -722,6 +733,28 @@ mod tests {
                 "{task:?}: a zero image"
             );
         }
+        // Task 4 queries are cut to 8,000 characters before the prefix
+        let long = Example {
+            id: "long".into(),
+            query: "clustering ".repeat(800) + &" 9".repeat(300),
+            ..Example::default()
+        };
+        let mut w = Warnings::new();
+        let got = reference_vectors(
+            &nomic,
+            Task::Pairs,
+            std::slice::from_ref(&long),
+            &HashMap::new(),
+            None,
+            &mut w,
+            Path::new("t"),
+        )
+        .unwrap();
+        let cut: String = long.query.chars().take(8000).collect();
+        let want = nomic.embed_texts(&[&cut], Role::Query).unwrap();
+        assert!(cosine(&got[0], &want[0]) > 0.99999);
+        let whole = nomic.embed_texts(&[&long.query], Role::Query).unwrap();
+        assert!(cosine(&got[0], &whole[0]) < 0.9999);
         let got = reference(&nomic, Task::Images);
         let white = normalized_sum(&text[1], &nomic.blank_image_vector().unwrap());
         assert!(cosine(&got[1], &white) > 0.99999, "Task 3: a white image");
