@@ -450,26 +450,21 @@ fn fused_vectors(
         .collect())
 }
 
-/// Models that read text and images in one input (GME): each query's text and images in one
-/// prompt: every image with [`QueryImages::All`], the first with [`QueryImages::First`]; a
-/// query without images is its text alone. With several images each gets at most an equal
-/// share of the prompt length.
-fn joint_vectors(
+/// Each query's images prepared for `embedder` as one input holds them (all, or the first
+/// only); images that are missing or do not decode are skipped and counted in `warnings`.
+fn prepare_query_images(
     embedder: &Embedder,
     queries: &[Example],
-    mode: QueryImages,
+    first_only: bool,
     query_images: &HashMap<String, Vec<u8>>,
-    instruction: Option<&str>,
     warnings: &mut Warnings,
     source: &Path,
-) -> Result<Vec<Vec<f32>>> {
+) -> Vec<Vec<PreparedImage>> {
     let mut prepared: Vec<Vec<PreparedImage>> = Vec::with_capacity(queries.len());
     for q in queries {
-        let paths: &[String] = match mode {
-            QueryImages::All => &q.image_paths,
-            QueryImages::First | QueryImages::Reference => {
-                &q.image_paths[..q.image_paths.len().min(1)]
-            }
+        let paths: &[String] = match first_only {
+            false => &q.image_paths,
+            true => &q.image_paths[..q.image_paths.len().min(1)],
         };
         let mut imgs = Vec::new();
         for p in paths {
@@ -494,6 +489,24 @@ fn joint_vectors(
         }
         prepared.push(imgs);
     }
+    prepared
+}
+
+/// Models that read text and images in one input (GME): each query's text and images in one
+/// prompt: every image with [`QueryImages::All`], the first with [`QueryImages::First`]; a
+/// query without images is its text alone. With several images each gets at most an equal
+/// share of the prompt length.
+fn joint_vectors(
+    embedder: &Embedder,
+    queries: &[Example],
+    mode: QueryImages,
+    query_images: &HashMap<String, Vec<u8>>,
+    instruction: Option<&str>,
+    warnings: &mut Warnings,
+    source: &Path,
+) -> Result<Vec<Vec<f32>>> {
+    let first = mode != QueryImages::All;
+    let prepared = prepare_query_images(embedder, queries, first, query_images, warnings, source);
     let refs: Vec<Vec<&PreparedImage>> = prepared.iter().map(|v| v.iter().collect()).collect();
     let inputs: Vec<JointInput<'_>> = queries
         .iter()
@@ -533,35 +546,11 @@ fn reference_vectors(
     let Some(rule) = reference_rule(embedder.reference_model(), task) else {
         return Ok(embedder.embed_queries(&texts, instruction)?);
     };
-    let mut firsts: Vec<Option<PreparedImage>> = Vec::with_capacity(queries.len());
-    for q in queries {
-        let Some(p) = q.image_paths.first() else {
-            firsts.push(None);
-            continue;
-        };
-        let Some(bytes) = query_images.get(p) else {
-            warnings.push(
-                WarningKind::MissingImageBytes,
-                source,
-                q.id.clone(),
-                format!("query image {p:?} is not in examples_images: skipped"),
-            );
-            firsts.push(None);
-            continue;
-        };
-        match embedder.prepare_query_image(bytes, 1) {
-            Ok(img) => firsts.push(Some(img)),
-            Err(e) => {
-                warnings.push(
-                    WarningKind::UndecodableImage,
-                    source,
-                    q.id.clone(),
-                    format!("query image {p:?}: {e}: skipped"),
-                );
-                firsts.push(None);
-            }
-        }
-    }
+    let firsts: Vec<Option<PreparedImage>> =
+        prepare_query_images(embedder, queries, true, query_images, warnings, source)
+            .into_iter()
+            .map(|v| v.into_iter().next())
+            .collect();
     let blank = match rule.missing {
         MissingImage::WhiteImage => Some(embedder.blank_image()?),
         MissingImage::TextAlone => None,
