@@ -11,6 +11,7 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
+use crate::nn::encoder::{patchify, rotate_qk};
 use crate::nn::ops::{self, Act, Segment, load_layer_norm as layer_norm};
 
 /// Jina-CLIP's `vision_config` (`JinaCLIPVisionConfig`), with the published class's defaults
@@ -292,27 +293,10 @@ impl EvaVision {
     /// Rotates the queries and keys of the patch tokens (interleaved pairs, candle's `rope_i`
     /// kernel with each token its own batch row); CLS turns by zero.
     fn rotate(&self, qkv: &Tensor, images: usize) -> Result<Tensor> {
-        let Some((cos, sin)) = &self.rope else {
-            return Ok(qkv.clone());
-        };
-        let (h, d) = (self.heads * self.head_dim, self.head_dim);
-        let t = 1 + self.grid * self.grid;
-        let rows = images * t;
-        let table = |x: &Tensor| -> Result<Tensor> {
-            x.unsqueeze(0)?
-                .broadcast_as((images, t, d / 2))?
-                .contiguous()?
-                .reshape((rows, 1, d / 2))
-        };
-        let (cos, sin) = (table(cos)?, table(sin)?);
-        let turn = |i: usize| -> Result<Tensor> {
-            let x = qkv
-                .narrow(1, i * h, h)?
-                .contiguous()?
-                .reshape((rows, self.heads, 1, d))?;
-            candle_nn::rotary_emb::rope_i(&x, &cos, &sin)?.reshape((rows, h))
-        };
-        Tensor::cat(&[&turn(0)?, &turn(1)?, &qkv.narrow(1, 2 * h, h)?], 1)
+        match &self.rope {
+            Some((cos, sin)) => rotate_qk(qkv, images, self.heads, self.head_dim, cos, sin),
+            None => Ok(qkv.clone()),
+        }
     }
 
     /// Image features `(images, dim)` (not normalised) of pixels `(images, 3, size, size)`.
@@ -326,20 +310,7 @@ impl EvaVision {
             )
         }
         // the stride-p conv reads the top-left g * p pixels only
-        let pixels = if side == g * p {
-            pixels.clone()
-        } else {
-            pixels
-                .narrow(2, 0, g * p)?
-                .narrow(3, 0, g * p)?
-                .contiguous()?
-        };
-        // (n, c, g, p, g, p) -> (n, g, g, c, p, p): each patch flattened as the conv kernel is
-        let patches = pixels
-            .reshape((n, c, g, p, g, p))?
-            .permute((0, 2, 4, 1, 3, 5))?
-            .contiguous()?
-            .reshape((n * g * g, c * p * p))?;
+        let patches = patchify(pixels, p)?;
         let h = self.heads * self.head_dim;
         let t = 1 + g * g;
         let x = ops::linear(&self.proj, &patches, None)?.reshape((n, g * g, h))?;

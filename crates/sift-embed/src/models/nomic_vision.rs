@@ -10,6 +10,7 @@ use candle_core::{D, DType, Device, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
+use crate::nn::encoder::{patchify, rotate_qk};
 use crate::nn::ops::{self, Act, Segment, load_layer_norm as layer_norm};
 
 /// A Nomic vision `config.json` (GPT-2 key names; `n_inner` may be a float).
@@ -248,24 +249,7 @@ impl NomicVision {
     /// `rope_i` kernel: each token is its own batch row with its own angles); CLS turns by
     /// zero.
     fn rotate(&self, qkv: &Tensor, images: usize) -> Result<Tensor> {
-        let (h, d) = (self.heads * self.head_dim, self.head_dim);
-        let t = 1 + self.grid * self.grid;
-        let rows = images * t;
-        let table = |x: &Tensor| -> Result<Tensor> {
-            x.unsqueeze(0)?
-                .broadcast_as((images, t, d / 2))?
-                .contiguous()?
-                .reshape((rows, 1, d / 2))
-        };
-        let (cos, sin) = (table(&self.cos)?, table(&self.sin)?);
-        let turn = |i: usize| -> Result<Tensor> {
-            let x = qkv
-                .narrow(1, i * h, h)?
-                .contiguous()?
-                .reshape((rows, self.heads, 1, d))?;
-            candle_nn::rotary_emb::rope_i(&x, &cos, &sin)?.reshape((rows, h))
-        };
-        Tensor::cat(&[&turn(0)?, &turn(1)?, &qkv.narrow(1, 2 * h, h)?], 1)
+        rotate_qk(qkv, images, self.heads, self.head_dim, &self.cos, &self.sin)
     }
 
     /// Image vectors `(images, hidden)` (not normalised) of pixels `(images, channels,
@@ -282,12 +266,7 @@ impl NomicVision {
                 g * p
             )
         }
-        // (n, c, g, p, g, p) -> (n, g, g, c, p, p): each patch flattened in (c, py, px) order
-        let patches = pixels
-            .reshape((n, c, g, p, g, p))?
-            .permute((0, 2, 4, 1, 3, 5))?
-            .contiguous()?
-            .reshape((n * g * g, c * p * p))?;
+        let patches = patchify(pixels, p)?;
         let h = self.heads * self.head_dim;
         let t = 1 + g * g;
         let x = ops::linear(&self.proj, &patches, None)?.reshape((n, g * g, h))?;

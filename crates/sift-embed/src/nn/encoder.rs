@@ -206,6 +206,38 @@ pub fn patchify(pixels: &Tensor, patch: usize) -> Result<Tensor> {
         .reshape((b * gh * gw, c * patch * patch))
 }
 
+/// Rotates the queries and keys of a packed `(images * tokens, 3 * heads * head_dim)` QKV
+/// block by per-token 2-D rotary angles `cos` / `sin` `(tokens, head_dim / 2)` (interleaved
+/// pairs, candle's `rope_i` kernel with each token its own batch row); values pass through.
+/// The EVA02-style towers (Nomic Embed Vision, Jina-CLIP) give the CLS token zero angles.
+pub fn rotate_qk(
+    qkv: &Tensor,
+    images: usize,
+    heads: usize,
+    head_dim: usize,
+    cos: &Tensor,
+    sin: &Tensor,
+) -> Result<Tensor> {
+    let (h, d) = (heads * head_dim, head_dim);
+    let t = cos.dim(0)?;
+    let rows = images * t;
+    let table = |x: &Tensor| -> Result<Tensor> {
+        x.unsqueeze(0)?
+            .broadcast_as((images, t, d / 2))?
+            .contiguous()?
+            .reshape((rows, 1, d / 2))
+    };
+    let (cos, sin) = (table(cos)?, table(sin)?);
+    let turn = |i: usize| -> Result<Tensor> {
+        let x = qkv
+            .narrow(1, i * h, h)?
+            .contiguous()?
+            .reshape((rows, heads, 1, d))?;
+        candle_nn::rotary_emb::rope_i(&x, &cos, &sin)?.reshape((rows, h))
+    };
+    Tensor::cat(&[&turn(0)?, &turn(1)?, &qkv.narrow(1, 2 * h, h)?], 1)
+}
+
 /// A patch-embedding convolution's weight `(hidden, channels, patch, patch)` as a linear layer
 /// for [`patchify`]'s output.
 pub fn patch_linear(
