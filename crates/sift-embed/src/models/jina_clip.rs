@@ -628,21 +628,9 @@ impl JinaClipEmbedder {
     /// Unit vectors of prepared images, in order.
     pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
         let side = self.vision.image_size();
-        let per = 3 * side * side;
         let mut out = Vec::with_capacity(inputs.len());
         for chunk in inputs.chunks(self.options.batch_size.max(1)) {
-            let mut flat = Vec::with_capacity(chunk.len() * per);
-            for x in chunk {
-                if x.len() != per {
-                    return Err(Error::Image(PreprocessError::Shape {
-                        got: x.len(),
-                        expected: per,
-                    }));
-                }
-                flat.extend_from_slice(x);
-            }
-            let pixels = Tensor::from_vec(flat, (chunk.len(), 3, side, side), &Device::Cpu)?
-                .to_device(&self.device)?
+            let pixels = super::pixel_batch(chunk, side, side, &self.device)?
                 .to_dtype(self.options.dtype)?;
             let mut f = self.vision.forward(&pixels)?.to_dtype(self.options.dtype)?;
             if let Some((_, v)) = &self.projections {

@@ -5,7 +5,7 @@
 //! [`NomicOptions::text_model`] when given, else the directory beside it whose name has
 //! `text` for `vision` (`nomic-embed-vision-v1.5` -> `nomic-embed-text-v1.5`), else the
 //! registry's partner by hub id.
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 
 use crate::files::{ModelFiles, read_json};
 use crate::image::{ImageProcessor, PreprocessError};
@@ -179,20 +179,9 @@ impl NomicEmbedder {
     /// Unit vectors of prepared images, in order.
     pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
         let side = self.vision.image_size();
-        let per = 3 * side * side;
         let mut out = Vec::with_capacity(inputs.len());
         for chunk in inputs.chunks(self.options.batch_size.max(1)) {
-            let mut flat = Vec::with_capacity(chunk.len() * per);
-            for x in chunk {
-                if x.len() != per {
-                    return Err(Error::Image(PreprocessError::Shape {
-                        got: x.len(),
-                        expected: per,
-                    }));
-                }
-                flat.extend_from_slice(x);
-            }
-            let pixels = Tensor::from_vec(flat, (chunk.len(), 3, side, side), &self.device)?
+            let pixels = super::pixel_batch(chunk, side, side, &self.device)?
                 .to_dtype(self.options.dtype)?;
             let v = l2_normalize(&self.vision.forward(&pixels)?)?;
             out.extend(v.to_vec2::<f32>()?);

@@ -391,21 +391,9 @@ impl VisionEmbedder {
 
     fn image_rows(&self, inputs: &[Vec<f32>], unit: bool) -> Result<Vec<Vec<f32>>> {
         let (h, w) = self.processor.output_size();
-        let per = 3 * h as usize * w as usize;
         let mut out = Vec::with_capacity(inputs.len());
         for chunk in inputs.chunks(self.options.batch_size.max(1)) {
-            let mut flat = Vec::with_capacity(chunk.len() * per);
-            for x in chunk {
-                if x.len() != per {
-                    return Err(Error::Image(PreprocessError::Shape {
-                        got: x.len(),
-                        expected: per,
-                    }));
-                }
-                flat.extend_from_slice(x);
-            }
-            let pixels =
-                Tensor::from_vec(flat, (chunk.len(), 3, h as usize, w as usize), &Device::Cpu)?;
+            let pixels = super::pixel_batch(chunk, h as usize, w as usize, &Device::Cpu)?;
             let f = self.image_features(&pixels)?;
             let f = if unit {
                 l2_normalize(&f)?
