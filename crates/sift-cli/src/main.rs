@@ -38,6 +38,9 @@ enum Command {
     Embed(cmd::embed::Args),
     /// List, inspect and download embedding models.
     Models(cmd::models::Args),
+    /// Serve an index to search agents over HTTP (JSON API, Serper and OpenAI shapes) and
+    /// MCP.
+    Serve(cmd::serve::Args),
     /// Read a whole corpus and report counts and problems (duplicate ids, bad rows, images
     /// that do not decode, judgements naming unknown ids).
     Check(cmd::check::Args),
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Command::Embed(a) => cmd::embed::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Models(a) => cmd::models::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

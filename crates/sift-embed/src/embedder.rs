@@ -195,6 +195,17 @@ impl PreparedTexts {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Tokens the model will read, special tokens and prefixes included; `None` for GME,
+    /// which tokenises inside its forward pass.
+    pub fn token_count(&self) -> Option<usize> {
+        match &self.0 {
+            Prepared::Text(v) => Some(v.iter().map(Vec::len).sum()),
+            Prepared::Vision(v) => Some(v.iter().map(|(ids, _)| ids.len()).sum()),
+            Prepared::Gme(..) => None,
+            Prepared::Decoder(v, _) => Some(v.iter().map(Vec::len).sum()),
+        }
+    }
 }
 
 /// One input of a joint embedding (text and images together, [`Embedder::embed_joint`]).

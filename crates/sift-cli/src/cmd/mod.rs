@@ -5,6 +5,7 @@ pub mod eval;
 pub mod index;
 pub mod models;
 pub mod search;
+pub mod serve;
 
 use sift_core::Warnings;
 

@@ -1,0 +1,537 @@
+//! The JSON shapes of the service: requests, responses and errors, shared by the HTTP API,
+//! the Serper-compatible endpoints and the MCP tools. Every type derives a JSON Schema, from
+//! which the OpenAPI document and the MCP tool schemas are made.
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Results per search when a request names none.
+pub const DEFAULT_TOP_K: usize = 10;
+
+fn default_top_k() -> usize {
+    DEFAULT_TOP_K
+}
+
+/// What a search ranks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Candidates {
+    /// The domain's passages.
+    #[default]
+    Passages,
+    /// The domain's corpus images (retrievers whose models embed images).
+    Images,
+    /// Passage+image pairs of the same page (MM-BRIGHT Task 4); text-only pairs included.
+    Pairs,
+}
+
+/// How a query's text and images become one vector, for models that embed images.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Fusion {
+    /// The text vector plus the mean of the images' vectors, renormalised (GME: one prompt
+    /// with every image).
+    #[default]
+    All,
+    /// normalise(text + first image); a blank white image when the query has none.
+    First,
+}
+
+/// An image in a request: a corpus image by id, or the encoded bytes (PNG, JPEG, WebP, GIF,
+/// BMP) as base64 or a `data:image/...;base64,` URL. Exactly one of `image_id` and `data`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImageInput {
+    /// A corpus image id of the searched domain (as search results give them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    /// Encoded image bytes: base64, or a data URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// A region to keep, `[x1, y1, x2, y2]` on a 0-1000 scale of the image's width and
+    /// height (InterLV-Search's convention): the crop is what is searched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bbox: Option<[u32; 4]>,
+}
+
+/// A search over one domain.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    /// Query text (may be empty when images are given).
+    #[serde(default)]
+    pub query: String,
+    /// Query images (for retrievers whose models embed images).
+    #[serde(default)]
+    pub images: Vec<ImageInput>,
+    /// Retriever, one the service serves (`GET /v1/indexes`); default: the first served
+    /// that can rank the candidates asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retriever: Option<String>,
+    /// Domain; required when the index has several (`index_name` as pyserini calls it).
+    #[serde(default, alias = "index_name", skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// Number of results (1 to the service's limit; `k` as pyserini calls it).
+    #[serde(default = "default_top_k", alias = "k")]
+    pub top_k: usize,
+    /// What to rank.
+    #[serde(default)]
+    pub candidates: Candidates,
+    /// How query text and images combine.
+    #[serde(default)]
+    pub fusion: Fusion,
+    /// Cut each result's text to this many characters (default: the service's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_text_chars: Option<usize>,
+}
+
+/// One result.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Hit {
+    /// 1-based rank.
+    pub rank: usize,
+    /// Candidate id: a passage id, a corpus image id, or a pair id (`passage|image`).
+    pub id: String,
+    /// Retrieval score (higher is better).
+    pub score: f64,
+    /// The passage of a passage or pair result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub passage_id: Option<String>,
+    /// The image of an image or pair result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    /// Whether the result carries an image.
+    pub has_image: bool,
+    /// The passage text, cut to `max_text_chars` (when the service has the corpus).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Where the service serves the passage (path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub passage_url: Option<String>,
+    /// Where the service serves the image (path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<String>,
+}
+
+/// The results of a search.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SearchResponse {
+    /// Domain searched.
+    pub domain: String,
+    /// Retriever used.
+    pub retriever: String,
+    /// What was ranked.
+    pub candidates: Candidates,
+    /// Results, best first.
+    pub hits: Vec<Hit>,
+}
+
+/// A passage.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Document {
+    /// Passage id.
+    pub id: String,
+    /// Domain.
+    pub domain: String,
+    /// The passage text (title and text joined, as indexed).
+    pub contents: String,
+    /// Corpus images of the passage's page.
+    pub image_ids: Vec<String>,
+}
+
+/// A domain the service searches.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct DomainInfo {
+    /// Domain name.
+    pub name: String,
+    /// Passages indexed.
+    pub passages: usize,
+    /// Corpus images the service can return (0 without the corpus).
+    pub images: usize,
+}
+
+/// A retriever the service serves.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RetrieverInfo {
+    /// Spec, as requests name it.
+    pub name: String,
+    /// Whether it ranks corpus images and pairs (every part a model that embeds images).
+    pub ranks_images: bool,
+    /// Whether it takes query images.
+    pub takes_images: bool,
+}
+
+/// What the service serves.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct IndexInfo {
+    /// Service name and version.
+    pub service: String,
+    /// Index directory name.
+    pub index: String,
+    /// Domains.
+    pub domains: Vec<DomainInfo>,
+    /// Retrievers, the default first.
+    pub retrievers: Vec<RetrieverInfo>,
+    /// Embedding models (`/v1/embeddings`).
+    pub models: Vec<String>,
+    /// Whether passage texts and images are served (the corpus was given).
+    pub has_corpus: bool,
+    /// Largest `top_k`.
+    pub max_top_k: usize,
+}
+
+/// One scored id in a list to fuse.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScoredId {
+    /// Candidate id.
+    pub id: String,
+    /// Score (higher is better).
+    pub score: f64,
+}
+
+/// Rank fusion of several result lists.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FuseRequest {
+    /// The lists (two or more), each a ranking of scored ids.
+    pub lists: Vec<Vec<ScoredId>>,
+    /// `rrf` (reciprocal rank fusion, k = 60), `rrf:<k>`, or `weighted:<w1>,<w2>,...`
+    /// (min-max normalised scores, one weight per list).
+    #[serde(default = "default_fusion")]
+    pub method: String,
+    /// Number of fused results.
+    #[serde(default = "default_top_k")]
+    pub top_k: usize,
+}
+
+fn default_fusion() -> String {
+    "rrf".into()
+}
+
+/// A fused list.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct FuseResponse {
+    /// Fused results, best first.
+    pub hits: Vec<ScoredId>,
+}
+
+/// Scoring result lists against relevance judgements, as trec_eval scores them.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvalRequest {
+    /// Query id -> its results (any order; ranks follow from the scores).
+    pub run: BTreeMap<String, Vec<ScoredId>>,
+    /// Query id -> document id -> relevance grade (graded: 0 not relevant).
+    pub qrels: BTreeMap<String, BTreeMap<String, i32>>,
+}
+
+/// Metrics of a run.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct EvalResponse {
+    /// Mean of each metric over the judged queries (`ndcg@10`, `recall@100`, ...).
+    pub mean: BTreeMap<String, f64>,
+    /// Query id -> metrics.
+    pub per_query: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Queries scored (those with judgements).
+    pub queries: usize,
+}
+
+/// InterLV-Search's local knowledge-base tools' arguments (`local_text_search`,
+/// `local_text_to_image_search`; `local_image_search` takes `image`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSearchRequest {
+    /// Query text.
+    #[serde(default)]
+    pub query: String,
+    /// A query image (`local_image_search`): a corpus image id, base64 or a data URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Number of results.
+    #[serde(default = "default_local_top_k")]
+    pub top_k: usize,
+    /// Cut each text to this many characters.
+    #[serde(default = "default_local_chars")]
+    pub max_text_chars: usize,
+    /// Domain (required when the index has several).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// Retriever (default: the first served that fits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retriever: Option<String>,
+}
+
+fn default_local_top_k() -> usize {
+    5
+}
+
+fn default_local_chars() -> usize {
+    1200
+}
+
+/// One result of InterLV-Search's local tools.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct LocalResult {
+    /// 1-based rank.
+    pub rank: usize,
+    /// Passage or image id.
+    pub entity_id: String,
+    /// Score.
+    pub score: f64,
+    /// Whether an image goes with the result.
+    pub has_image: bool,
+    /// Text (cut to `max_text_chars`; an image result's page text when known).
+    pub text: String,
+}
+
+/// InterLV-Search's local tools' answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct LocalResponse {
+    /// Always `local_kb`.
+    pub source: String,
+    /// Results, best first.
+    pub results: Vec<LocalResult>,
+}
+
+/// Serper's `POST /search` and `POST /images` body.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SerperQuery {
+    /// Query text.
+    pub q: String,
+    /// Number of results (Serper's default 10).
+    #[serde(default = "default_top_k")]
+    pub num: usize,
+    /// Ignored (Serper's country, language, location and paging fields are accepted).
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, serde_json::Value>,
+}
+
+/// Serper's `POST /lens` body: an image URL, which here is a corpus image id, a data URL,
+/// or a link this service gave out (`.../v1/{domain}/image/{id}`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SerperLens {
+    /// The image.
+    pub url: String,
+    /// Number of results.
+    #[serde(default = "default_top_k")]
+    pub num: usize,
+    /// Ignored extra fields.
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, serde_json::Value>,
+}
+
+/// Serper's echo of the query.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SerperParameters {
+    /// The query (or image URL).
+    pub q: String,
+    /// Kind of search.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Results asked for.
+    pub num: usize,
+    /// Always `sift`.
+    pub engine: String,
+}
+
+/// A Serper organic (web) result.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SerperOrganic {
+    /// Passage id.
+    pub title: String,
+    /// The passage on this service.
+    pub link: String,
+    /// The passage text, cut.
+    pub snippet: String,
+    /// 1-based rank.
+    pub position: usize,
+}
+
+/// Serper's `/search` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SerperSearchResponse {
+    /// The query.
+    pub search_parameters: SerperParameters,
+    /// Results.
+    pub organic: Vec<SerperOrganic>,
+}
+
+/// A Serper image result.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SerperImage {
+    /// Image id.
+    pub title: String,
+    /// The image on this service.
+    pub image_url: String,
+    /// The same (Serper's thumbnail).
+    pub thumbnail_url: String,
+    /// The image's page: its first passage on this service, else the image.
+    pub link: String,
+    /// Always `sift`.
+    pub source: String,
+    /// 1-based rank.
+    pub position: usize,
+}
+
+/// Serper's `/images` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SerperImagesResponse {
+    /// The query.
+    pub search_parameters: SerperParameters,
+    /// Results.
+    pub images: Vec<SerperImage>,
+}
+
+/// A Serper lens (visual match) result.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SerperVisualMatch {
+    /// Image id.
+    pub title: String,
+    /// The image's page on this service.
+    pub link: String,
+    /// The image on this service.
+    pub image_url: String,
+    /// The same.
+    pub thumbnail_url: String,
+    /// Always `sift`.
+    pub source: String,
+    /// 1-based rank.
+    pub position: usize,
+}
+
+/// Serper's `/lens` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SerperLensResponse {
+    /// The query.
+    pub search_parameters: SerperParameters,
+    /// Similar corpus images.
+    pub visual_matches: Vec<SerperVisualMatch>,
+    /// Passages the image retrieves.
+    pub organic: Vec<SerperOrganic>,
+}
+
+/// OpenAI's `POST /v1/embeddings` body.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct EmbeddingsRequest {
+    /// Model id (`GET /v1/models`).
+    pub model: String,
+    /// A text or a list of texts; with a model that embeds images, an item may be an image
+    /// as a `data:image/...;base64,` URL.
+    pub input: EmbeddingInput,
+    /// `float` (default) or `base64` (little-endian float32, as OpenAI's clients ask).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding_format: Option<String>,
+    /// Must equal the model's dimension when given (vectors are not shortened).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dimensions: Option<usize>,
+    /// Sift's extension: `passage` (default, as `sift embed`) or `query` (the model's query
+    /// prefix or instruction format).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_type: Option<String>,
+    /// Ignored (OpenAI's end-user id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// Texts to embed.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum EmbeddingInput {
+    /// One text.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// One vector.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Embedding {
+    /// Always `embedding`.
+    pub object: String,
+    /// Position in the input.
+    pub index: usize,
+    /// The unit vector: floats, or a base64 string of little-endian float32.
+    pub embedding: serde_json::Value,
+}
+
+/// Token counts.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Usage {
+    /// Tokens read (0 where the model does not say: GME, images).
+    pub prompt_tokens: usize,
+    /// The same.
+    pub total_tokens: usize,
+}
+
+/// OpenAI's embeddings answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct EmbeddingsResponse {
+    /// Always `list`.
+    pub object: String,
+    /// Vectors, in input order.
+    pub data: Vec<Embedding>,
+    /// Model id.
+    pub model: String,
+    /// Token counts.
+    pub usage: Usage,
+}
+
+/// An OpenAI model entry.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ModelEntry {
+    /// Model id.
+    pub id: String,
+    /// Always `model`.
+    pub object: String,
+    /// Seconds since the epoch when the index was built.
+    pub created: u64,
+    /// Always `sift`.
+    pub owned_by: String,
+}
+
+/// OpenAI's `GET /v1/models` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ModelList {
+    /// Always `list`.
+    pub object: String,
+    /// Models.
+    pub data: Vec<ModelEntry>,
+}
+
+/// An error answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable kind: `invalid_request`, `not_found`, `payload_too_large`,
+    /// `overloaded`, `timeout`, `internal`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The request field at fault, as a path (`images[0].data`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// `GET /healthz` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Health {
+    /// `ok`.
+    pub status: String,
+    /// Requests running now.
+    pub in_flight: usize,
+}

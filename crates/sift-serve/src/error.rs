@@ -1,0 +1,155 @@
+//! Errors: [`Error`] for starting the service, [`ApiError`] for answering a request.
+use std::path::PathBuf;
+
+use crate::api::{ErrorBody, ErrorDetail};
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The index.
+    #[error(transparent)]
+    Index(#[from] sift_index::Error),
+    /// Retrieval (retriever specs, models, domains); boxed, it is large.
+    #[error(transparent)]
+    Retrieve(Box<sift_retrieve::Error>),
+    /// The corpus.
+    #[error(transparent)]
+    Corpus(#[from] sift_core::Error),
+    /// A retriever spec.
+    #[error(transparent)]
+    Spec(#[from] sift_retrieve::SpecError),
+    /// A setting that cannot be served.
+    #[error("{0}")]
+    Config(String),
+    /// The corpus does not hold what the index was built from.
+    #[error("{path}: {message}")]
+    CorpusMismatch {
+        /// The corpus directory.
+        path: PathBuf,
+        /// What does not match.
+        message: String,
+    },
+}
+
+impl From<sift_retrieve::Error> for Error {
+    fn from(e: sift_retrieve::Error) -> Error {
+        Error::Retrieve(Box::new(e))
+    }
+}
+
+/// What kind of failure an [`ApiError`] is; its HTTP status follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// 400: the request is wrong.
+    InvalidRequest,
+    /// 404: no such route, domain, passage or image.
+    NotFound,
+    /// 405: the route takes another method.
+    MethodNotAllowed,
+    /// 413: the body or an image is too large.
+    PayloadTooLarge,
+    /// 415: the body is not JSON.
+    UnsupportedMediaType,
+    /// 503: every worker is busy and the queue is full.
+    Overloaded,
+    /// 504: the request ran past the service's time limit.
+    Timeout,
+    /// 500: a fault of the service.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The HTTP status code.
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorKind::InvalidRequest => 400,
+            ErrorKind::NotFound => 404,
+            ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::PayloadTooLarge => 413,
+            ErrorKind::UnsupportedMediaType => 415,
+            ErrorKind::Overloaded => 503,
+            ErrorKind::Timeout => 504,
+            ErrorKind::Internal => 500,
+        }
+    }
+
+    /// The `type` of the JSON error.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::PayloadTooLarge => "payload_too_large",
+            ErrorKind::UnsupportedMediaType => "unsupported_media_type",
+            ErrorKind::Overloaded => "overloaded",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+/// A request that cannot be answered: a kind (the status), the field at fault and a message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}{message}", field.as_ref().map(|f| format!("{f}: ")).unwrap_or_default())]
+pub struct ApiError {
+    /// Kind (HTTP status).
+    pub kind: ErrorKind,
+    /// The request field at fault.
+    pub field: Option<String>,
+    /// Message.
+    pub message: String,
+}
+
+impl ApiError {
+    /// A bad value of `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            kind: ErrorKind::InvalidRequest,
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+
+    /// `field` names something the service does not have.
+    pub fn not_found(field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            kind: ErrorKind::NotFound,
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+
+    /// Any other kind.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ApiError {
+        ApiError {
+            kind,
+            field: None,
+            message: message.into(),
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                kind: self.kind.name().to_string(),
+                field: self.field.clone(),
+                message: self.message.clone(),
+            },
+        }
+    }
+}
+
+impl From<sift_retrieve::Error> for ApiError {
+    /// A retrieval failure while answering is the service's fault (requests are checked
+    /// before they reach the searcher).
+    fn from(e: sift_retrieve::Error) -> ApiError {
+        ApiError::new(ErrorKind::Internal, e.to_string())
+    }
+}
+
+impl From<sift_embed::Error> for ApiError {
+    fn from(e: sift_embed::Error) -> ApiError {
+        ApiError::new(ErrorKind::Internal, e.to_string())
+    }
+}

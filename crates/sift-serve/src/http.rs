@@ -1,0 +1,437 @@
+//! The HTTP service: the JSON API, the Serper-compatible and OpenAI-compatible endpoints,
+//! pyserini's REST shape, MCP over streamable HTTP, and the operational parts (limits,
+//! timeouts, access logs, health).
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
+
+use crate::api::{
+    EmbeddingsRequest, EvalRequest, FuseRequest, Health, LocalSearchRequest, SearchRequest,
+    SerperLens, SerperQuery,
+};
+use crate::error::{ApiError, ErrorKind};
+use crate::service::Service;
+use crate::shapes::{self, LocalTool};
+
+/// How requests are logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AccessLog {
+    /// Not at all.
+    Off,
+    /// One text line per request on standard error.
+    #[default]
+    Text,
+    /// One JSON object per line on standard error.
+    Json,
+}
+
+/// Operational settings.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Requests worked on at once (each on a blocking thread); the rest wait.
+    pub max_concurrency: usize,
+    /// Time limit of a request, waiting included.
+    pub timeout: Duration,
+    /// Largest request body, bytes.
+    pub max_body_bytes: usize,
+    /// Access logs.
+    pub access_log: AccessLog,
+    /// Serve MCP over streamable HTTP at `/mcp`.
+    pub mcp: bool,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            max_concurrency: std::thread::available_parallelism().map_or(4, |n| n.get()),
+            timeout: Duration::from_secs(60),
+            max_body_bytes: 32 << 20,
+            access_log: AccessLog::Text,
+            mcp: true,
+        }
+    }
+}
+
+/// The service with its worker permits, shared by every handler.
+pub struct Shared {
+    service: Arc<Service>,
+    permits: Arc<Semaphore>,
+    timeout: Duration,
+    in_flight: AtomicUsize,
+    access_log: AccessLog,
+}
+
+impl Shared {
+    /// Wraps `service` with `options`' concurrency limit and time limit.
+    pub fn new(service: Service, options: &HttpOptions) -> Arc<Shared> {
+        Arc::new(Shared {
+            service: Arc::new(service),
+            permits: Arc::new(Semaphore::new(options.max_concurrency.max(1))),
+            timeout: options.timeout,
+            in_flight: AtomicUsize::new(0),
+            access_log: options.access_log,
+        })
+    }
+
+    /// The service.
+    pub fn service(&self) -> &Service {
+        &self.service
+    }
+
+    /// Runs `f` on a blocking thread once a worker permit is free, within the time limit:
+    /// 503 when no permit frees in time, 504 when the work runs past it (the work then
+    /// finishes in the background, holding its permit, so overload stays bounded).
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    ErrorKind::Overloaded,
+                    format!(
+                        "every worker was busy for {:?}: try again later",
+                        self.timeout
+                    ),
+                )
+            })?
+            .map_err(|_| ApiError::new(ErrorKind::Overloaded, "the service is shutting down"))?;
+        let service = self.service.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f(&service)
+        });
+        match tokio::time::timeout_at(deadline, task).await {
+            Err(_) => Err(ApiError::new(
+                ErrorKind::Timeout,
+                format!("the request ran past the {:?} limit", self.timeout),
+            )),
+            Ok(Err(e)) => Err(ApiError::new(
+                ErrorKind::Internal,
+                format!("the request failed inside the service: {e}"),
+            )),
+            Ok(Ok(r)) => r,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(self.body())).into_response()
+    }
+}
+
+/// A JSON body whose faults are 4xx JSON errors naming the field (`images[0].data`).
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+            let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
+            let essence = ct.split(';').next().unwrap_or("").trim();
+            if !(essence == "application/json" || essence.ends_with("+json")) {
+                return Err(ApiError::new(
+                    ErrorKind::UnsupportedMediaType,
+                    format!("content type {essence:?}: send application/json"),
+                ));
+            }
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    ErrorKind::PayloadTooLarge,
+                    "the request body is larger than the service's limit",
+                )
+            } else {
+                ApiError::new(ErrorKind::InvalidRequest, format!("reading the body: {e}"))
+            }
+        })?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// Parses a JSON body, naming the field at fault.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError {
+            kind: ErrorKind::InvalidRequest,
+            field: (path != ".").then_some(path),
+            message: e.inner().to_string(),
+        }
+    })?;
+    de.end()
+        .map_err(|e| ApiError::new(ErrorKind::InvalidRequest, format!("after the JSON: {e}")))?;
+    Ok(value)
+}
+
+/// The router of every endpoint; `mcp`: the MCP service to mount at `/mcp`.
+pub fn router(
+    shared: Arc<Shared>,
+    max_body_bytes: usize,
+    mcp: Option<Router<Arc<Shared>>>,
+) -> Router {
+    let mut app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi))
+        .route("/v1/indexes", get(indexes))
+        .route("/v1/search", post(search))
+        .route("/v1/fuse", post(fuse))
+        .route("/v1/eval", post(eval))
+        .route("/v1/local_text_search", post(local_text))
+        .route("/v1/local_text_to_image_search", post(local_text_to_image))
+        .route("/v1/local_image_search", post(local_image))
+        .route("/v1/models", get(models))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/{domain}/search", get(rest_search))
+        .route("/v1/{domain}/doc/{*id}", get(document))
+        .route("/v1/{domain}/image/{*id}", get(image))
+        .route("/search", post(serper_search))
+        .route("/images", post(serper_images))
+        .route("/lens", post(serper_lens));
+    if let Some(mcp) = mcp {
+        app = app.merge(mcp);
+    }
+    app.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn_with_state(shared.clone(), access_log))
+        .with_state(shared)
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        ErrorKind::NotFound,
+        format!("no endpoint {} (see /openapi.json)", req.uri().path()),
+    )
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        ErrorKind::MethodNotAllowed,
+        format!("{} does not take {}", req.uri().path(), req.method()),
+    )
+}
+
+/// Counts requests in flight and writes one access-log line per request.
+async fn access_log(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    s.in_flight.fetch_add(1, Ordering::Relaxed);
+    let response = next.run(req).await;
+    s.in_flight.fetch_sub(1, Ordering::Relaxed);
+    let ms = start.elapsed().as_secs_f64() * 1000.0;
+    let status = response.status().as_u16();
+    let ts = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    match s.access_log {
+        AccessLog::Off => {}
+        AccessLog::Text => eprintln!("{ts:.3} {method} {path} {status} {ms:.1}ms"),
+        AccessLog::Json => eprintln!(
+            "{}",
+            serde_json::json!({
+                "ts": ts, "method": method.as_str(), "path": path, "status": status,
+                "ms": (ms * 1000.0).round() / 1000.0,
+            })
+        ),
+    }
+    response
+}
+
+async fn healthz(State(s): State<Arc<Shared>>) -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        in_flight: s.in_flight.load(Ordering::Relaxed),
+    })
+}
+
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::document().to_string(),
+    )
+        .into_response()
+}
+
+async fn indexes(State(s): State<Arc<Shared>>) -> Json<crate::api::IndexInfo> {
+    Json(s.service().info())
+}
+
+async fn search(
+    State(s): State<Arc<Shared>>,
+    JsonBody(req): JsonBody<SearchRequest>,
+) -> Result<Json<crate::api::SearchResponse>, ApiError> {
+    s.run(move |svc| svc.search(&req)).await.map(Json)
+}
+
+async fn fuse(
+    State(s): State<Arc<Shared>>,
+    JsonBody(req): JsonBody<FuseRequest>,
+) -> Result<Json<crate::api::FuseResponse>, ApiError> {
+    s.run(move |svc| svc.fuse(&req)).await.map(Json)
+}
+
+async fn eval(
+    State(s): State<Arc<Shared>>,
+    JsonBody(req): JsonBody<EvalRequest>,
+) -> Result<Json<crate::api::EvalResponse>, ApiError> {
+    s.run(move |svc| svc.eval(&req)).await.map(Json)
+}
+
+async fn local(
+    s: Arc<Shared>,
+    req: LocalSearchRequest,
+    tool: LocalTool,
+) -> Result<Json<crate::api::LocalResponse>, ApiError> {
+    s.run(move |svc| shapes::local(svc, &req, tool))
+        .await
+        .map(Json)
+}
+
+async fn local_text(
+    State(s): State<Arc<Shared>>,
+    JsonBody(req): JsonBody<LocalSearchRequest>,
+) -> Result<Json<crate::api::LocalResponse>, ApiError> {
+    local(s, req, LocalTool::Text).await
+}
+
+async fn local_text_to_image(
+    State(s): State<Arc<Shared>>,
+    JsonBody(req): JsonBody<LocalSearchRequest>,
+) -> Result<Json<crate::api::LocalResponse>, ApiError> {
+    local(s, req, LocalTool::TextToImage).await
+}
+
+async fn local_image(
+    State(s): State<Arc<Shared>>,
+    JsonBody(req): JsonBody<LocalSearchRequest>,
+) -> Result<Json<crate::api::LocalResponse>, ApiError> {
+    local(s, req, LocalTool::Image).await
+}
+
+async fn models(State(s): State<Arc<Shared>>) -> Json<crate::api::ModelList> {
+    Json(s.service().models())
+}
+
+async fn embeddings(
+    State(s): State<Arc<Shared>>,
+    JsonBody(req): JsonBody<EmbeddingsRequest>,
+) -> Result<Json<crate::api::EmbeddingsResponse>, ApiError> {
+    s.run(move |svc| svc.embed(&req)).await.map(Json)
+}
+
+/// pyserini's REST query: `?query=&hits=`.
+#[derive(Deserialize)]
+struct RestQuery {
+    query: Option<String>,
+    hits: Option<String>,
+    retriever: Option<String>,
+}
+
+async fn rest_search(
+    State(s): State<Arc<Shared>>,
+    Path(domain): Path<String>,
+    Query(q): Query<RestQuery>,
+) -> Result<Json<crate::api::SearchResponse>, ApiError> {
+    let hits = match q.hits.as_deref() {
+        None => crate::api::DEFAULT_TOP_K,
+        Some(h) => h
+            .parse()
+            .map_err(|_| ApiError::invalid("hits", format!("{h:?} is not a whole number")))?,
+    };
+    let req = SearchRequest {
+        query: q
+            .query
+            .ok_or_else(|| ApiError::invalid("query", "missing: give ?query="))?,
+        domain: Some(domain),
+        top_k: hits,
+        retriever: q.retriever,
+        ..SearchRequest::default()
+    };
+    s.run(move |svc| svc.search(&req)).await.map(Json)
+}
+
+async fn document(
+    State(s): State<Arc<Shared>>,
+    Path((domain, id)): Path<(String, String)>,
+) -> Result<Json<crate::api::Document>, ApiError> {
+    s.run(move |svc| svc.document(&domain, &id)).await.map(Json)
+}
+
+async fn image(
+    State(s): State<Arc<Shared>>,
+    Path((domain, id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let (ct, bytes) = s.run(move |svc| svc.image(&domain, &id)).await?;
+    Ok(Response::builder()
+        .header(header::CONTENT_TYPE, ct)
+        .header(header::CACHE_CONTROL, "public, max-age=86400")
+        .body(Body::from(Bytes::from_owner(bytes)))
+        .expect("a valid response"))
+}
+
+/// The base URL links point to: the request's `Host`, else the loopback.
+fn base_url(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        })
+        .unwrap_or("localhost");
+    format!("http://{host}")
+}
+
+async fn serper_search(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<SerperQuery>,
+) -> Result<Json<crate::api::SerperSearchResponse>, ApiError> {
+    let base = base_url(&headers);
+    s.run(move |svc| shapes::serper_search(svc, &req, &base))
+        .await
+        .map(Json)
+}
+
+async fn serper_images(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<SerperQuery>,
+) -> Result<Json<crate::api::SerperImagesResponse>, ApiError> {
+    let base = base_url(&headers);
+    s.run(move |svc| shapes::serper_images(svc, &req, &base))
+        .await
+        .map(Json)
+}
+
+async fn serper_lens(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<SerperLens>,
+) -> Result<Json<crate::api::SerperLensResponse>, ApiError> {
+    let base = base_url(&headers);
+    s.run(move |svc| shapes::serper_lens(svc, &req, &base))
+        .await
+        .map(Json)
+}

@@ -1,0 +1,156 @@
+//! The OpenAPI 3.1 document of the HTTP API (`GET /openapi.json`), its schemas generated
+//! from the request and response types ([`crate::api`]), so the two cannot drift apart.
+use std::sync::LazyLock;
+
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use serde_json::{Value, json};
+
+use crate::api::*;
+
+static DOCUMENT: LazyLock<Value> = LazyLock::new(build);
+
+/// The document.
+pub fn document() -> &'static Value {
+    &DOCUMENT
+}
+
+fn build() -> Value {
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.definitions_path = "/components/schemas".into();
+    let mut g: SchemaGenerator = settings.into_generator();
+    let r = |schema: schemars::Schema| serde_json::to_value(schema).expect("a schema");
+    let search_req = r(g.subschema_for::<SearchRequest>());
+    let search_res = r(g.subschema_for::<SearchResponse>());
+    let index_info = r(g.subschema_for::<IndexInfo>());
+    let fuse_req = r(g.subschema_for::<FuseRequest>());
+    let fuse_res = r(g.subschema_for::<FuseResponse>());
+    let eval_req = r(g.subschema_for::<EvalRequest>());
+    let eval_res = r(g.subschema_for::<EvalResponse>());
+    let local_req = r(g.subschema_for::<LocalSearchRequest>());
+    let local_res = r(g.subschema_for::<LocalResponse>());
+    let document = r(g.subschema_for::<Document>());
+    let serper_q = r(g.subschema_for::<SerperQuery>());
+    let serper_lens = r(g.subschema_for::<SerperLens>());
+    let serper_search = r(g.subschema_for::<SerperSearchResponse>());
+    let serper_images = r(g.subschema_for::<SerperImagesResponse>());
+    let serper_lens_res = r(g.subschema_for::<SerperLensResponse>());
+    let emb_req = r(g.subschema_for::<EmbeddingsRequest>());
+    let emb_res = r(g.subschema_for::<EmbeddingsResponse>());
+    let model_list = r(g.subschema_for::<ModelList>());
+    let health = r(g.subschema_for::<Health>());
+    let error = r(g.subschema_for::<ErrorBody>());
+    let schemas = Value::Object(g.take_definitions(true));
+
+    let errors = |codes: &[&str]| {
+        let mut m = serde_json::Map::new();
+        for c in codes {
+            m.insert(
+                (*c).to_string(),
+                json!({"description": describe(c), "content": {"application/json": {"schema": error}}}),
+            );
+        }
+        m
+    };
+    let post = |summary: &str, req: &Value, res: &Value| {
+        let mut responses = errors(&["400", "413", "415", "503", "504"]);
+        responses.insert(
+            "200".into(),
+            json!({"description": "OK", "content": {"application/json": {"schema": res}}}),
+        );
+        json!({"post": {
+            "summary": summary,
+            "requestBody": {"required": true, "content": {"application/json": {"schema": req}}},
+            "responses": responses,
+        }})
+    };
+    let get = |summary: &str, params: Value, res: Value, codes: &[&str]| {
+        let mut responses = errors(codes);
+        responses.insert("200".into(), json!({"description": "OK", "content": res}));
+        json!({"get": {"summary": summary, "parameters": params, "responses": responses}})
+    };
+    let path_param = |name: &str, what: &str| {
+        json!({"name": name, "in": "path", "required": true, "description": what,
+               "schema": {"type": "string"}})
+    };
+    let as_json = |s: &Value| json!({"application/json": {"schema": s}});
+
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Sift search service",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Offline multimodal retrieval over a Sift index: passages, corpus \
+                images and passage+image pairs, by text, images or both; Serper-compatible \
+                /search, /images and /lens; OpenAI-compatible /v1/embeddings; MCP at /mcp.",
+        },
+        "paths": {
+            "/healthz": get("Liveness and requests in flight", json!([]), as_json(&health), &[]),
+            "/v1/indexes": get("Domains, retrievers and models served", json!([]), as_json(&index_info), &[]),
+            "/v1/search": post("Search passages, images or pairs by text and/or images (reverse image and crop search: images without text, with bbox)", &search_req, &search_res),
+            "/v1/fuse": post("Fuse result lists (RRF or weighted)", &fuse_req, &fuse_res),
+            "/v1/eval": post("Score a run against qrels as trec_eval does", &eval_req, &eval_res),
+            "/v1/local_text_search": post("InterLV-Search local_text_search: text -> passages", &local_req, &local_res),
+            "/v1/local_text_to_image_search": post("InterLV-Search local_text_to_image_search: text -> images", &local_req, &local_res),
+            "/v1/local_image_search": post("InterLV-Search local_image_search: image -> images", &local_req, &local_res),
+            "/v1/models": get("OpenAI-compatible model list", json!([]), as_json(&model_list), &[]),
+            "/v1/embeddings": post("OpenAI-compatible embeddings (texts; images as data URLs)", &emb_req, &emb_res),
+            "/v1/{domain}/search": get(
+                "pyserini-style REST search",
+                json!([
+                    path_param("domain", "Domain"),
+                    {"name": "query", "in": "query", "required": true, "schema": {"type": "string"}},
+                    {"name": "hits", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1}},
+                    {"name": "retriever", "in": "query", "required": false, "schema": {"type": "string"}},
+                ]),
+                as_json(&search_res),
+                &["400", "404"],
+            ),
+            "/v1/{domain}/doc/{id}": get(
+                "A passage by id (ids may hold /)",
+                json!([path_param("domain", "Domain"), path_param("id", "Passage id")]),
+                as_json(&document),
+                &["404"],
+            ),
+            "/v1/{domain}/image/{id}": get(
+                "A corpus image's bytes",
+                json!([path_param("domain", "Domain"), path_param("id", "Image id")]),
+                json!({"image/*": {"schema": {"type": "string", "format": "binary"}}}),
+                &["404"],
+            ),
+            "/search": post("Serper-compatible web search over passages", &serper_q, &serper_search),
+            "/images": post("Serper-compatible image search", &serper_q, &serper_images),
+            "/lens": post("Serper-compatible reverse image search", &serper_lens, &serper_lens_res),
+        },
+        "components": {"schemas": schemas},
+    })
+}
+
+fn describe(code: &str) -> &'static str {
+    match code {
+        "400" => "Invalid request (the field at fault is named)",
+        "404" => "No such domain, passage or image",
+        "413" => "Body or image too large",
+        "415" => "Body not JSON",
+        "503" => "Every worker busy",
+        "504" => "Time limit passed",
+        _ => "Error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_reference_resolves() {
+        let doc = super::document();
+        let text = doc.to_string();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        for part in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+            let name = &part[..part.find('"').unwrap()];
+            assert!(
+                schemas.contains_key(name),
+                "{name} is referenced but not defined"
+            );
+        }
+        assert!(schemas.contains_key("SearchRequest"));
+    }
+}

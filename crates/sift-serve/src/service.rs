@@ -1,0 +1,1112 @@
+//! [`Service`]: an index, its models and (optionally) its corpus, loaded once and searched
+//! by every request. Everything here is synchronous and CPU-bound; the HTTP and MCP layers
+//! run it on blocking threads.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sift_core::{Corpus, Example, Warnings};
+use sift_embed::{EmbedderOptions, Role};
+use sift_eval::{Links, NO_IMAGE, PAIR_SEP, PairLink, Pairs, RunEntry, Task};
+use sift_index::IndexDir;
+use sift_retrieve::{
+    Candidates as Ranked, DomainSearcher, Instructions, ModelSet, PairStandIns, PairVectors, Query,
+    QueryImages, QueryVectors, RankFusion, RetrieverSpec, SearchSettings, encode_queries,
+};
+
+use crate::api::{
+    Candidates, Document, DomainInfo, EmbeddingInput, EmbeddingsRequest, EmbeddingsResponse,
+    EvalRequest, EvalResponse, FuseRequest, FuseResponse, Fusion, Hit, ImageInput, IndexInfo,
+    ModelEntry, ModelList, RetrieverInfo, ScoredId, SearchRequest, SearchResponse, Usage,
+};
+use crate::error::{ApiError, Error, ErrorKind};
+use crate::images::{self, ImageLimits};
+
+/// Request limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest `top_k`.
+    pub max_top_k: usize,
+    /// Text of each hit, characters, when a request does not say.
+    pub text_chars: usize,
+    /// Images in one request.
+    pub max_images: usize,
+    /// Inputs of one embeddings request.
+    pub max_inputs: usize,
+    /// Request images.
+    pub image: ImageLimits,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_top_k: 1000,
+            text_chars: 1200,
+            max_images: 8,
+            max_inputs: 256,
+            image: ImageLimits::default(),
+        }
+    }
+}
+
+/// What to serve.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Index directory.
+    pub index: PathBuf,
+    /// The corpus the index was built from: passage texts, images and page links come from
+    /// it (without it, hits carry ids and scores only).
+    pub corpus: Option<PathBuf>,
+    /// Retriever specs, the default first; empty: `bm25` and every dense index.
+    pub retrievers: Vec<String>,
+    /// Domains to serve; empty: every domain of the index.
+    pub domains: Vec<String>,
+    /// How models load (device, dtype, batch size).
+    pub model_options: EmbedderOptions,
+    /// BM25 parameters; `None`: the index's.
+    pub bm25: Option<sift_index::Bm25Params>,
+    /// Dense search mode (`bm25` above, `top_k` per request).
+    pub settings: SearchSettings,
+    /// Request limits.
+    pub limits: Limits,
+}
+
+impl ServeConfig {
+    /// Serving `index` with its defaults.
+    pub fn new(index: impl Into<PathBuf>) -> ServeConfig {
+        ServeConfig {
+            index: index.into(),
+            corpus: None,
+            retrievers: Vec::new(),
+            domains: Vec::new(),
+            model_options: EmbedderOptions::default(),
+            bm25: None,
+            settings: SearchSettings::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// A retriever the service serves.
+struct Served {
+    spec: RetrieverSpec,
+    name: String,
+    ranks_images: bool,
+    takes_images: bool,
+}
+
+/// Where a corpus image's bytes are.
+enum ImageSource {
+    /// Held in memory (images read from parquet).
+    Bytes(Arc<[u8]>),
+    /// An image file of the corpus folder (its path found by listing the corpus, never
+    /// made from a request).
+    File(PathBuf),
+}
+
+/// What the corpus gives one domain: passage texts, images, and which go together.
+struct DomainCorpus {
+    /// Passage texts by ordinal of the index's passage ids.
+    texts: Vec<String>,
+    image_ids: Vec<String>,
+    image_ord: HashMap<String, u32>,
+    images: Vec<ImageSource>,
+    /// Page links between passages and images (equal base keys, MM-BRIGHT's rule).
+    links: Links,
+}
+
+/// One domain, open for every served retriever.
+struct Domain {
+    name: String,
+    searchers: Vec<DomainSearcher>,
+    /// Task 4 pairs over the domain's passages and images (when a retriever ranks images).
+    pairs: Option<(Pairs, Vec<String>)>,
+    corpus: Option<DomainCorpus>,
+}
+
+/// The service: everything loaded once and shared by all requests.
+pub struct Service {
+    index_name: String,
+    created: u64,
+    domains: Vec<Domain>,
+    retrievers: Vec<Served>,
+    models: ModelSet,
+    model_ids: Vec<String>,
+    settings: SearchSettings,
+    limits: Limits,
+    has_corpus: bool,
+}
+
+static NO_STAND_INS: std::sync::LazyLock<PairStandIns> =
+    std::sync::LazyLock::new(PairStandIns::new);
+
+impl Service {
+    /// Opens the index, loads the models of every retriever, and reads the corpus (passage
+    /// texts into memory; images into memory from parquet, or listed from folders).
+    pub fn load(config: &ServeConfig) -> Result<Service, Error> {
+        let index = IndexDir::open(&config.index)?;
+        let manifest = index.manifest();
+        let bm25 = config.bm25.unwrap_or(manifest.bm25);
+        bm25.validate()?;
+        let specs: Vec<RetrieverSpec> = if config.retrievers.is_empty() {
+            std::iter::once(Ok(RetrieverSpec::Bm25))
+                .chain(
+                    manifest
+                        .dense
+                        .keys()
+                        .map(|slug| Ok(RetrieverSpec::Dense(slug.clone()))),
+                )
+                .collect::<Result<_, Error>>()?
+        } else {
+            config
+                .retrievers
+                .iter()
+                .map(|s| s.parse().map_err(Error::from))
+                .collect::<Result<_, Error>>()?
+        };
+        let mut models = ModelSet::new();
+        for spec in &specs {
+            models.load_for(&index, spec, &config.model_options, None)?;
+        }
+        let mut model_ids: Vec<String> = specs
+            .iter()
+            .flat_map(|s| s.dense_names())
+            .map(str::to_string)
+            .collect();
+        model_ids.sort();
+        model_ids.dedup();
+        let retrievers: Vec<Served> = specs
+            .into_iter()
+            .map(|spec| Served {
+                name: spec.to_string(),
+                ranks_images: models.ranks_images(&spec),
+                takes_images: models.sees_images(&spec),
+                spec,
+            })
+            .collect();
+        let names: Vec<String> = if config.domains.is_empty() {
+            manifest.domains.keys().cloned().collect()
+        } else {
+            for d in &config.domains {
+                if !manifest.domains.contains_key(d) {
+                    return Err(Error::Config(format!(
+                        "domain {d:?} is not in the index (it has {})",
+                        manifest
+                            .domains
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
+            config.domains.clone()
+        };
+        let corpus = match &config.corpus {
+            Some(dir) => Some(Corpus::open(dir)?),
+            None => None,
+        };
+        let any_images = retrievers.iter().any(|r| r.ranks_images);
+        let mut domains = Vec::new();
+        for name in names {
+            let searchers = retrievers
+                .iter()
+                .map(|r| {
+                    DomainSearcher::open(&index, &name, &r.spec, &models, r.ranks_images)
+                        .map_err(Error::from)
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            let passage_ids = searchers[0].passage_ids().to_vec();
+            let corpus = match &corpus {
+                Some(c) => Some(read_domain(c, &name, &passage_ids)?),
+                None => None,
+            };
+            let pairs = any_images.then(|| {
+                let images: Vec<String> = match &corpus {
+                    Some(c) => c.image_ids.clone(),
+                    None => retrievers
+                        .iter()
+                        .zip(&searchers)
+                        .filter(|(r, _)| r.ranks_images)
+                        .find_map(|(r, s)| r.spec.dense_names().iter().find_map(|n| s.image_ids(n)))
+                        .map(<[String]>::to_vec)
+                        .unwrap_or_default(),
+                };
+                let links = Links::new(PairLink::Regex, &name, &passage_ids, &images, &[]);
+                (Pairs::from_links(&links), images)
+            });
+            domains.push(Domain {
+                name,
+                searchers,
+                pairs,
+                corpus,
+            });
+        }
+        let index_name = config
+            .index
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| config.index.display().to_string());
+        Ok(Service {
+            index_name,
+            created: manifest.created_unix,
+            domains,
+            retrievers,
+            models,
+            model_ids,
+            settings: SearchSettings {
+                bm25,
+                ..config.settings.clone()
+            },
+            limits: config.limits,
+            has_corpus: corpus.is_some(),
+        })
+    }
+
+    /// The limits requests are held to.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// What the service serves.
+    pub fn info(&self) -> IndexInfo {
+        IndexInfo {
+            service: format!("sift {}", env!("CARGO_PKG_VERSION")),
+            index: self.index_name.clone(),
+            domains: self
+                .domains
+                .iter()
+                .map(|d| DomainInfo {
+                    name: d.name.clone(),
+                    passages: d.searchers[0].passage_ids().len(),
+                    images: d.corpus.as_ref().map_or(0, |c| c.image_ids.len()),
+                })
+                .collect(),
+            retrievers: self
+                .retrievers
+                .iter()
+                .map(|r| RetrieverInfo {
+                    name: r.name.clone(),
+                    ranks_images: r.ranks_images,
+                    takes_images: r.takes_images,
+                })
+                .collect(),
+            models: self.model_ids.clone(),
+            has_corpus: self.has_corpus,
+            max_top_k: self.limits.max_top_k,
+        }
+    }
+
+    fn domain(&self, field: &str, name: Option<&str>) -> Result<&Domain, ApiError> {
+        match name {
+            Some(n) => self.domains.iter().find(|d| d.name == n).ok_or_else(|| {
+                ApiError::not_found(
+                    field,
+                    format!("no domain {n:?} (served: {})", self.domain_names()),
+                )
+            }),
+            None if self.domains.len() == 1 => Ok(&self.domains[0]),
+            None => Err(ApiError::invalid(
+                field,
+                format!(
+                    "the index has several domains: name one ({})",
+                    self.domain_names()
+                ),
+            )),
+        }
+    }
+
+    /// The only domain, or an error naming them all.
+    pub fn only_domain(&self) -> Result<String, ApiError> {
+        self.domain("domain", None).map(|d| d.name.clone())
+    }
+
+    fn domain_names(&self) -> String {
+        let names: Vec<&str> = self.domains.iter().map(|d| d.name.as_str()).collect();
+        names.join(", ")
+    }
+
+    /// The served retriever a request names, or the first that fits.
+    fn retriever(
+        &self,
+        name: Option<&str>,
+        candidates: Candidates,
+        with_images: bool,
+    ) -> Result<usize, ApiError> {
+        let served = || {
+            let names: Vec<&str> = self.retrievers.iter().map(|r| r.name.as_str()).collect();
+            names.join(", ")
+        };
+        let i = match name {
+            Some(n) => {
+                let spec: RetrieverSpec = n.parse().map_err(|e: sift_retrieve::SpecError| {
+                    ApiError::invalid("retriever", e.to_string())
+                })?;
+                self.retrievers
+                    .iter()
+                    .position(|r| r.spec == spec || r.name == n)
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "retriever",
+                            format!("{n} is not served (served: {})", served()),
+                        )
+                    })?
+            }
+            None => self
+                .retrievers
+                .iter()
+                .position(|r| {
+                    (candidates == Candidates::Passages || r.ranks_images)
+                        && (!with_images || r.takes_images)
+                })
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "retriever",
+                        format!(
+                            "no served retriever {} (served: {})",
+                            if candidates == Candidates::Passages {
+                                "takes query images"
+                            } else {
+                                "ranks images"
+                            },
+                            served()
+                        ),
+                    )
+                })?,
+        };
+        let r = &self.retrievers[i];
+        if candidates != Candidates::Passages && !r.ranks_images {
+            return Err(ApiError::invalid(
+                "candidates",
+                format!(
+                    "{} cannot rank images or pairs: every part must be a model that embeds images",
+                    r.name
+                ),
+            ));
+        }
+        if with_images && !r.takes_images {
+            return Err(ApiError::invalid(
+                "images",
+                format!(
+                    "{} takes no query images (no model of it embeds images)",
+                    r.name
+                ),
+            ));
+        }
+        Ok(i)
+    }
+
+    /// The bytes of a request image: a corpus image of `domain`, or decoded data, cropped
+    /// to its box.
+    fn image_bytes(
+        &self,
+        domain: &Domain,
+        field: &str,
+        input: &ImageInput,
+    ) -> Result<Vec<u8>, ApiError> {
+        let bytes = match (&input.image_id, &input.data) {
+            (Some(id), None) => {
+                let bytes = self.corpus_image(domain, &format!("{field}.image_id"), id)?;
+                images::check(field, &bytes, &self.limits.image)?;
+                bytes.to_vec()
+            }
+            (None, Some(data)) => {
+                images::decode_data(&format!("{field}.data"), data, &self.limits.image)?
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    field,
+                    "give exactly one of image_id and data",
+                ));
+            }
+        };
+        match input.bbox {
+            Some(bbox) => images::crop(field, &bytes, bbox, &self.limits.image),
+            None => Ok(bytes),
+        }
+    }
+
+    fn corpus_image(&self, domain: &Domain, field: &str, id: &str) -> Result<Arc<[u8]>, ApiError> {
+        let corpus = domain.corpus.as_ref().ok_or_else(|| {
+            ApiError::not_found(field, "the service has no corpus (start it with --corpus)")
+        })?;
+        let ord = corpus.image_ord.get(id).ok_or_else(|| {
+            ApiError::not_found(field, format!("no image {id:?} in domain {}", domain.name))
+        })?;
+        match &corpus.images[*ord as usize] {
+            ImageSource::Bytes(b) => Ok(b.clone()),
+            ImageSource::File(path) => std::fs::read(path).map(Arc::from).map_err(|e| {
+                ApiError::new(
+                    ErrorKind::Internal,
+                    format!("reading image {id:?} ({}): {e}", path.display()),
+                )
+            }),
+        }
+    }
+
+    /// Searches one domain.
+    pub fn search(&self, req: &SearchRequest) -> Result<SearchResponse, ApiError> {
+        let domain = self.domain("domain", req.domain.as_deref())?;
+        if req.top_k == 0 || req.top_k > self.limits.max_top_k {
+            return Err(ApiError::invalid(
+                "top_k",
+                format!("{}: give 1 to {}", req.top_k, self.limits.max_top_k),
+            ));
+        }
+        if req.images.len() > self.limits.max_images {
+            return Err(ApiError::invalid(
+                "images",
+                format!(
+                    "{} images: at most {} per request",
+                    req.images.len(),
+                    self.limits.max_images
+                ),
+            ));
+        }
+        if req.query.trim().is_empty() && req.images.is_empty() {
+            return Err(ApiError::invalid(
+                "query",
+                "give a query text, images, or both",
+            ));
+        }
+        let ri = self.retriever(
+            req.retriever.as_deref(),
+            req.candidates,
+            !req.images.is_empty(),
+        )?;
+        let served = &self.retrievers[ri];
+        let searcher = &domain.searchers[ri];
+        let images: Vec<Vec<u8>> = req
+            .images
+            .iter()
+            .enumerate()
+            .map(|(i, input)| self.image_bytes(domain, &format!("images[{i}]"), input))
+            .collect::<Result<_, _>>()?;
+        let task = match req.candidates {
+            Candidates::Passages if images.is_empty() => Task::Passages,
+            Candidates::Passages => Task::MultimodalPassages,
+            Candidates::Images => Task::Images,
+            Candidates::Pairs => Task::Pairs,
+        };
+        let vectors =
+            self.query_vectors(served, &domain.name, task, &req.query, &images, req.fusion)?;
+        let empty_pairs;
+        let ranked = match req.candidates {
+            Candidates::Passages => Ranked::Passages,
+            Candidates::Images => Ranked::Images,
+            Candidates::Pairs => {
+                let (pairs, images) = match &domain.pairs {
+                    Some((p, i)) => (p, i.as_slice()),
+                    None => {
+                        empty_pairs = Pairs::default();
+                        (&empty_pairs, &[][..])
+                    }
+                };
+                Ranked::Pairs {
+                    pairs,
+                    images,
+                    stand_ins: &NO_STAND_INS,
+                    vectors: &NO_VECTORS,
+                }
+            }
+        };
+        let settings = SearchSettings {
+            top_k: req.top_k,
+            ..self.settings.clone()
+        };
+        let hits = searcher.search(
+            &served.spec,
+            &ranked,
+            &Query {
+                index: 0,
+                text: &req.query,
+                vectors: &vectors,
+            },
+            &[],
+            &settings,
+            &mut searcher.scratch(),
+        )?;
+        let chars = req.max_text_chars.unwrap_or(self.limits.text_chars);
+        Ok(SearchResponse {
+            domain: domain.name.clone(),
+            retriever: served.name.clone(),
+            candidates: req.candidates,
+            hits: hits
+                .iter()
+                .enumerate()
+                .map(|(i, h)| self.hit(domain, req.candidates, i + 1, h, chars))
+                .collect(),
+        })
+    }
+
+    fn hit(
+        &self,
+        domain: &Domain,
+        candidates: Candidates,
+        rank: usize,
+        h: &RunEntry,
+        chars: usize,
+    ) -> Hit {
+        let (passage, image) = match candidates {
+            Candidates::Passages => (Some(h.doc.clone()), None),
+            Candidates::Images => (None, Some(h.doc.clone())),
+            Candidates::Pairs => match h.doc.split_once(PAIR_SEP) {
+                Some((p, i)) if i == NO_IMAGE => (Some(p.to_string()), None),
+                Some((p, i)) => (Some(p.to_string()), Some(i.to_string())),
+                None => (Some(h.doc.clone()), None),
+            },
+        };
+        let corpus = domain.corpus.as_ref();
+        // an image's text: its page's first passage
+        let text_of = passage
+            .clone()
+            .or_else(|| page_of(domain, image.as_deref()?));
+        let text = match (corpus, &text_of) {
+            (Some(c), Some(pid)) => domain.searchers[0]
+                .passage_ord(pid)
+                .and_then(|o| c.texts.get(o as usize))
+                .map(|t| cut(t, chars)),
+            _ => None,
+        };
+        Hit {
+            rank,
+            id: h.doc.clone(),
+            score: h.score,
+            has_image: image.is_some(),
+            text,
+            passage_url: passage.as_ref().map(|p| document_path(&domain.name, p)),
+            image_url: image.as_ref().map(|i| image_path(&domain.name, i)),
+            passage_id: passage,
+            image_id: image,
+        }
+    }
+
+    /// Query vectors of every dense index `served` uses.
+    fn query_vectors(
+        &self,
+        served: &Served,
+        domain: &str,
+        task: Task,
+        text: &str,
+        images: &[Vec<u8>],
+        fusion: Fusion,
+    ) -> Result<QueryVectors, ApiError> {
+        let names = served.spec.dense_names();
+        if names.is_empty() {
+            return Ok(QueryVectors::default());
+        }
+        if text.trim().is_empty() {
+            // images alone: the mean of their unit vectors, renormalised
+            let mut out = QueryVectors::default();
+            for name in names {
+                let model = self.models.get(name).ok_or_else(|| {
+                    ApiError::new(ErrorKind::Internal, format!("{name} not loaded"))
+                })?;
+                let refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+                let prepared = model
+                    .prepare_images(&refs)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        r.map_err(|e| ApiError::invalid(format!("images[{i}]"), e.to_string()))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let vecs = model.embed_images(&prepared)?;
+                let mut mean = vec![0f32; model.dim()];
+                for v in &vecs {
+                    mean.iter_mut().zip(v).for_each(|(m, x)| *m += x);
+                }
+                let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                mean.iter_mut().for_each(|x| *x /= norm);
+                out.insert(name, vec![mean]);
+            }
+            return Ok(out);
+        }
+        let mut query_images = HashMap::new();
+        let mut image_paths = Vec::new();
+        for (i, bytes) in images.iter().enumerate() {
+            let id = format!("images[{i}]");
+            query_images.insert(id.clone(), bytes.clone());
+            image_paths.push(id);
+        }
+        let example = Example {
+            id: "query".into(),
+            query: text.to_string(),
+            image_paths,
+            ..Example::default()
+        };
+        let mode = match fusion {
+            Fusion::All => QueryImages::All,
+            Fusion::First => QueryImages::First,
+        };
+        let mut warnings = Warnings::new();
+        let vectors = encode_queries(
+            &self.models,
+            &served.spec,
+            task,
+            std::slice::from_ref(&example),
+            (!images.is_empty()).then_some(mode),
+            &query_images,
+            &Instructions::Reference,
+            domain,
+            &mut warnings,
+            Path::new("request"),
+        )?;
+        if let Some(w) = warnings.examples().first() {
+            return Err(ApiError::invalid("images", w.message.clone()));
+        }
+        Ok(vectors)
+    }
+
+    /// Whether `domain` (or the only one) has a corpus image `id`.
+    pub(crate) fn knows_image(&self, domain: Option<&str>, id: &str) -> bool {
+        self.domain("domain", domain)
+            .ok()
+            .and_then(|d| d.corpus.as_ref())
+            .is_some_and(|c| c.image_ord.contains_key(id))
+    }
+
+    /// The first passage of a corpus image's page.
+    pub(crate) fn image_page(&self, domain: &str, image: &str) -> Option<String> {
+        page_of(self.domain("domain", Some(domain)).ok()?, image)
+    }
+
+    /// Corpus images of a passage's page.
+    pub(crate) fn page_image_count(&self, domain: &str, passage: &str) -> usize {
+        let Ok(d) = self.domain("domain", Some(domain)) else {
+            return 0;
+        };
+        match (&d.corpus, d.searchers[0].passage_ord(passage)) {
+            (Some(c), Some(o)) => c.links.images_of(o).len(),
+            _ => 0,
+        }
+    }
+
+    /// A passage by id.
+    pub fn document(&self, domain: &str, id: &str) -> Result<Document, ApiError> {
+        let d = self.domain("domain", Some(domain))?;
+        let corpus = d.corpus.as_ref().ok_or_else(|| {
+            ApiError::not_found("id", "the service has no corpus (start it with --corpus)")
+        })?;
+        let ord = d.searchers[0].passage_ord(id).ok_or_else(|| {
+            ApiError::not_found("id", format!("no passage {id:?} in domain {domain}"))
+        })?;
+        Ok(Document {
+            id: id.to_string(),
+            domain: domain.to_string(),
+            contents: corpus.texts[ord as usize].clone(),
+            image_ids: corpus
+                .links
+                .images_of(ord)
+                .iter()
+                .map(|&i| corpus.image_ids[i as usize].clone())
+                .collect(),
+        })
+    }
+
+    /// A corpus image's bytes and content type.
+    pub fn image(&self, domain: &str, id: &str) -> Result<(&'static str, Arc<[u8]>), ApiError> {
+        let d = self.domain("domain", Some(domain))?;
+        let bytes = self.corpus_image(d, "id", id)?;
+        Ok((images::content_type(&bytes), bytes))
+    }
+
+    /// OpenAI's model list: the dense indexes' models.
+    pub fn models(&self) -> ModelList {
+        ModelList {
+            object: "list".into(),
+            data: self
+                .model_ids
+                .iter()
+                .map(|id| ModelEntry {
+                    id: id.clone(),
+                    object: "model".into(),
+                    created: self.created,
+                    owned_by: "sift".into(),
+                })
+                .collect(),
+        }
+    }
+
+    /// OpenAI-compatible embeddings.
+    pub fn embed(&self, req: &EmbeddingsRequest) -> Result<EmbeddingsResponse, ApiError> {
+        let model = self.models.get(&req.model).ok_or_else(|| {
+            ApiError::not_found(
+                "model",
+                format!(
+                    "no model {:?} (served: {})",
+                    req.model,
+                    self.model_ids.join(", ")
+                ),
+            )
+        })?;
+        let inputs: Vec<&str> = match &req.input {
+            EmbeddingInput::One(s) => vec![s.as_str()],
+            EmbeddingInput::Many(v) => v.iter().map(String::as_str).collect(),
+        };
+        if inputs.is_empty() {
+            return Err(ApiError::invalid("input", "no input to embed"));
+        }
+        if inputs.len() > self.limits.max_inputs {
+            return Err(ApiError::invalid(
+                "input",
+                format!(
+                    "{} inputs: at most {} per request",
+                    inputs.len(),
+                    self.limits.max_inputs
+                ),
+            ));
+        }
+        if let Some(d) = req.dimensions
+            && d != model.dim()
+        {
+            return Err(ApiError::invalid(
+                "dimensions",
+                format!(
+                    "{d}: {} gives {}-dimensional vectors only",
+                    req.model,
+                    model.dim()
+                ),
+            ));
+        }
+        let base64 = match req.encoding_format.as_deref() {
+            None | Some("float") => false,
+            Some("base64") => true,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "encoding_format",
+                    format!("{other:?}: give float or base64"),
+                ));
+            }
+        };
+        let role = match req.input_type.as_deref() {
+            None | Some("passage") | Some("document") => Role::Passage,
+            Some("query") => Role::Query,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "input_type",
+                    format!("{other:?}: give passage or query"),
+                ));
+            }
+        };
+        // texts and images (data URLs), each embedded in one batch
+        let mut text_at = Vec::new();
+        let mut texts = Vec::new();
+        let mut image_at = Vec::new();
+        let mut image_bytes = Vec::new();
+        for (i, s) in inputs.iter().enumerate() {
+            if s.starts_with("data:image/") {
+                if !model.capabilities().images {
+                    return Err(ApiError::invalid(
+                        format!("input[{i}]"),
+                        format!("{} is a text model: it embeds no images", req.model),
+                    ));
+                }
+                image_bytes.push(images::decode_data(
+                    &format!("input[{i}]"),
+                    s,
+                    &self.limits.image,
+                )?);
+                image_at.push(i);
+            } else {
+                texts.push(*s);
+                text_at.push(i);
+            }
+        }
+        let mut vectors: Vec<Vec<f32>> = vec![Vec::new(); inputs.len()];
+        let mut tokens = 0;
+        if !texts.is_empty() {
+            let prepared = model.prepare_texts(&texts, role)?;
+            tokens = prepared.token_count().unwrap_or(0);
+            for (i, v) in text_at
+                .into_iter()
+                .zip(model.embed_prepared_texts(&prepared)?)
+            {
+                vectors[i] = v;
+            }
+        }
+        if !image_bytes.is_empty() {
+            let refs: Vec<&[u8]> = image_bytes.iter().map(Vec::as_slice).collect();
+            let prepared = model
+                .prepare_images(&refs)
+                .into_iter()
+                .zip(&image_at)
+                .map(|(r, i)| {
+                    r.map_err(|e| ApiError::invalid(format!("input[{i}]"), e.to_string()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            for (i, v) in image_at.into_iter().zip(model.embed_images(&prepared)?) {
+                vectors[i] = v;
+            }
+        }
+        Ok(EmbeddingsResponse {
+            object: "list".into(),
+            data: vectors
+                .into_iter()
+                .enumerate()
+                .map(|(index, v)| crate::api::Embedding {
+                    object: "embedding".into(),
+                    index,
+                    embedding: if base64 {
+                        use base64::Engine;
+                        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                        base64::engine::general_purpose::STANDARD
+                            .encode(bytes)
+                            .into()
+                    } else {
+                        v.into()
+                    },
+                })
+                .collect(),
+            model: req.model.clone(),
+            usage: Usage {
+                prompt_tokens: tokens,
+                total_tokens: tokens,
+            },
+        })
+    }
+
+    /// Rank fusion of result lists.
+    pub fn fuse(&self, req: &FuseRequest) -> Result<FuseResponse, ApiError> {
+        if req.lists.is_empty() {
+            return Err(ApiError::invalid("lists", "no list to fuse"));
+        }
+        if req.top_k == 0 || req.top_k > self.limits.max_top_k {
+            return Err(ApiError::invalid(
+                "top_k",
+                format!("{}: give 1 to {}", req.top_k, self.limits.max_top_k),
+            ));
+        }
+        let fusion = parse_fusion(&req.method, req.lists.len())?;
+        let lists: Vec<Vec<RunEntry>> = req
+            .lists
+            .iter()
+            .enumerate()
+            .map(|(l, list)| {
+                list.iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        if s.score.is_finite() {
+                            Ok(RunEntry {
+                                doc: s.id.clone(),
+                                score: s.score,
+                            })
+                        } else {
+                            Err(ApiError::invalid(
+                                format!("lists[{l}][{i}].score"),
+                                "not a finite number",
+                            ))
+                        }
+                    })
+                    .collect()
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(FuseResponse {
+            hits: sift_retrieve::fuse(&lists, &fusion, req.top_k)
+                .into_iter()
+                .map(|e| ScoredId {
+                    id: e.doc,
+                    score: e.score,
+                })
+                .collect(),
+        })
+    }
+
+    /// Scores a run against judgements (trec_eval's measures).
+    pub fn eval(&self, req: &EvalRequest) -> Result<EvalResponse, ApiError> {
+        let mut run = sift_eval::Run::new();
+        for (qid, hits) in &req.run {
+            let mut entries = Vec::with_capacity(hits.len());
+            for (i, h) in hits.iter().enumerate() {
+                if !h.score.is_finite() {
+                    return Err(ApiError::invalid(
+                        format!("run.{qid}[{i}].score"),
+                        "not a finite number",
+                    ));
+                }
+                entries.push(RunEntry {
+                    doc: h.id.clone(),
+                    score: h.score,
+                });
+            }
+            run.insert(qid.clone(), entries);
+        }
+        let qrels: sift_core::Qrels = req.qrels.clone();
+        let e = sift_eval::evaluate(&run, &qrels, &Default::default(), false);
+        Ok(EvalResponse {
+            queries: e.per_query.len(),
+            mean: e.mean,
+            per_query: e.per_query,
+        })
+    }
+}
+
+/// The first passage of a corpus image's page.
+fn page_of(domain: &Domain, image: &str) -> Option<String> {
+    let c = domain.corpus.as_ref()?;
+    let i = *c.image_ord.get(image)?;
+    let p = *c.links.passages_of(i).first()?;
+    domain.searchers[0].passage_ids().get(p as usize).cloned()
+}
+
+static NO_VECTORS: std::sync::LazyLock<PairVectors> = std::sync::LazyLock::new(PairVectors::new);
+
+/// `rrf`, `rrf:<k>` or `weighted:<w1>,<w2>,...` over `lists` lists.
+fn parse_fusion(method: &str, lists: usize) -> Result<RankFusion, ApiError> {
+    let bad = |m: String| ApiError::invalid("method", m);
+    match method.split_once(':') {
+        None if method == "rrf" => Ok(RankFusion::Rrf {
+            k: sift_retrieve::RRF_K,
+        }),
+        Some(("rrf", k)) => match k.parse::<f64>() {
+            Ok(k) if k.is_finite() && k >= 0.0 => Ok(RankFusion::Rrf { k }),
+            _ => Err(bad(format!("{k:?}: rrf's k is a number >= 0"))),
+        },
+        Some(("weighted", w)) => {
+            let w: Vec<f64> = w
+                .split(',')
+                .map(|x| x.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
+                .collect::<Option<_>>()
+                .ok_or_else(|| bad(format!("{w:?}: weights are numbers, comma-separated")))?;
+            if w.len() != lists {
+                return Err(bad(format!(
+                    "{} weights for {lists} lists: give one per list",
+                    w.len()
+                )));
+            }
+            Ok(RankFusion::Weighted(w))
+        }
+        _ => Err(bad(format!(
+            "{method:?}: give rrf, rrf:<k> or weighted:<w1>,<w2>,..."
+        ))),
+    }
+}
+
+/// `text` cut to `chars` characters.
+fn cut(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((at, _)) => text[..at].to_string(),
+        None => text.to_string(),
+    }
+}
+
+/// Percent-encodes an id for a URL path, keeping `/` (ids hold it; the routes take the
+/// rest of the path).
+pub fn encode_path(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for b in id.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Where the service serves a passage.
+pub fn document_path(domain: &str, id: &str) -> String {
+    format!("/v1/{}/doc/{}", encode_path(domain), encode_path(id))
+}
+
+/// Where the service serves a corpus image.
+pub fn image_path(domain: &str, id: &str) -> String {
+    format!("/v1/{}/image/{}", encode_path(domain), encode_path(id))
+}
+
+/// Reads one domain of the corpus: the texts of the index's passages (a passage the
+/// corpus lacks is an error: the index was built from another corpus) and its images.
+fn read_domain(
+    corpus: &Corpus,
+    domain: &str,
+    passage_ids: &[String],
+) -> Result<DomainCorpus, Error> {
+    let ord: HashMap<&str, usize> = passage_ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), i))
+        .collect();
+    let mut texts: Vec<Option<String>> = vec![None; passage_ids.len()];
+    for p in corpus.passages(domain)? {
+        let p = p?;
+        if let Some(&i) = ord.get(p.id.as_str()) {
+            texts[i] = Some(p.text);
+        }
+    }
+    let missing = texts.iter().filter(|t| t.is_none()).count();
+    if missing > 0 {
+        let first = texts
+            .iter()
+            .position(Option::is_none)
+            .expect("one is missing");
+        return Err(Error::CorpusMismatch {
+            path: corpus.root().to_path_buf(),
+            message: format!(
+                "domain {domain}: {missing} indexed passages are not in the corpus (the first: \
+                 {:?}); give the corpus the index was built from",
+                passage_ids[first]
+            ),
+        });
+    }
+    let mut image_ids = Vec::new();
+    let mut images = Vec::new();
+    for r in corpus.images(domain)? {
+        let r = r?;
+        let from_parquet = r.file.extension().is_some_and(|e| e == "parquet");
+        images.push(if from_parquet {
+            ImageSource::Bytes(Arc::from(r.bytes))
+        } else {
+            ImageSource::File(r.file)
+        });
+        image_ids.push(r.path);
+    }
+    let links = Links::new(PairLink::Regex, domain, passage_ids, &image_ids, &[]);
+    Ok(DomainCorpus {
+        texts: texts.into_iter().map(Option::unwrap_or_default).collect(),
+        image_ord: image_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i as u32))
+            .collect(),
+        image_ids,
+        images,
+        links,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_encode_everything_but_unreserved_and_slash() {
+        assert_eq!(encode_path("bio/a b#?%.txt"), "bio/a%20b%23%3F%25.txt");
+        assert_eq!(
+            document_path("gis", "gis/k_1.txt"),
+            "/v1/gis/doc/gis/k_1.txt"
+        );
+    }
+
+    #[test]
+    fn texts_cut_at_characters_not_bytes() {
+        assert_eq!(cut("héllo", 2), "hé");
+        assert_eq!(cut("hi", 10), "hi");
+    }
+
+    #[test]
+    fn fusion_methods_parse_and_name_their_errors() {
+        assert_eq!(parse_fusion("rrf", 2).unwrap(), RankFusion::Rrf { k: 60.0 });
+        assert_eq!(
+            parse_fusion("rrf:10", 2).unwrap(),
+            RankFusion::Rrf { k: 10.0 }
+        );
+        assert_eq!(
+            parse_fusion("weighted:0.3,0.7", 2).unwrap(),
+            RankFusion::Weighted(vec![0.3, 0.7])
+        );
+        assert!(parse_fusion("weighted:1", 2).is_err());
+        let e = parse_fusion("borda", 2).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("method"));
+    }
+}
