@@ -281,6 +281,16 @@ fn serve_answers_the_json_api_serper_and_pyserini_shapes_as_sift_search_does() {
         assert_eq!(res["hits"][0]["image_id"], image_id.as_str());
         assert!((res["hits"][0]["score"].as_f64().unwrap() - 1.0).abs() < 1e-4);
     }
+    // ... and by the image file as the body
+    let mut r = agent()
+        .post(&server.url("/v1/reverse_image_search?domain=biology&top_k=2"))
+        .header("content-type", "image/png")
+        .send(&bytes[..])
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let res = json(&r.body_mut().read_to_string().unwrap());
+    assert_eq!(res["hits"][0]["image_id"], image_id.as_str(), "{res}");
+    assert_eq!(res["hits"].as_array().unwrap().len(), 2);
     // a crop searches with other pixels than the whole image
     let (status, crop) = post(
         &server.url("/v1/search"),
@@ -538,6 +548,16 @@ fn serve_refuses_bad_input_with_json_errors_naming_the_field() {
         assert!(ct.starts_with("application/json"), "{path}: {ct}");
         let text = String::from_utf8_lossy(&body);
         assert!(!text.contains("root:"), "{path}: {text}");
+    }
+    // query strings and paths that do not parse are JSON 400s too (schemathesis found the
+    // plain-text ones)
+    for path in [
+        "/v1/gis/search?hits=1&hits=2&query=x",
+        "/v1/gis/search?query=x&hits=many",
+    ] {
+        let (st, ct, body) = get(&server.url(path));
+        assert_eq!(st, 400, "{path}: {}", String::from_utf8_lossy(&body));
+        assert!(ct.starts_with("application/json"), "{path}: {ct}");
     }
     // unknown routes and methods
     let (st, b) = get_json(&server.url("/v2/search"));

@@ -53,6 +53,37 @@ pub struct ImageInput {
     /// height (InterLV-Search's convention): the crop is what is searched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bbox: Option<[u32; 4]>,
+    /// Encoded bytes uploaded as they are (`POST /v1/reverse_image_search`), not JSON.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub bytes: Option<Vec<u8>>,
+}
+
+/// `POST /v1/reverse_image_search`'s query string (the body is the image file).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UploadQuery {
+    /// Domain (required when the index has several).
+    #[serde(default)]
+    pub domain: Option<String>,
+    /// What to rank: images (default), passages or pairs.
+    #[serde(default)]
+    pub candidates: Option<Candidates>,
+    /// Number of results.
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Retriever.
+    #[serde(default)]
+    pub retriever: Option<String>,
+    /// Query text to search with the image.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// A region, `x1,y1,x2,y2` on the 0-1000 scale.
+    #[serde(default)]
+    pub bbox: Option<String>,
+    /// Cut each text to this many characters.
+    #[serde(default)]
+    pub max_text_chars: Option<usize>,
 }
 
 /// A search over one domain.
@@ -72,8 +103,10 @@ pub struct SearchRequest {
     /// Domain; required when the index has several (`index_name` as pyserini calls it).
     #[serde(default, alias = "index_name", skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
-    /// Number of results (1 to the service's limit; `k` as pyserini calls it).
+    /// Number of results (1 to the service's limit, 1000 unless it says otherwise; `k` as
+    /// pyserini calls it).
     #[serde(default = "default_top_k", alias = "k")]
+    #[schemars(range(min = 1, max = 1000))]
     pub top_k: usize,
     /// What to rank.
     #[serde(default)]
@@ -203,6 +236,7 @@ pub struct FuseRequest {
     pub method: String,
     /// Number of fused results.
     #[serde(default = "default_top_k")]
+    #[schemars(range(min = 1, max = 1000))]
     pub top_k: usize,
 }
 
@@ -251,6 +285,7 @@ pub struct LocalSearchRequest {
     pub image: Option<String>,
     /// Number of results.
     #[serde(default = "default_local_top_k")]
+    #[schemars(range(min = 1, max = 1000))]
     pub top_k: usize,
     /// Cut each text to this many characters.
     #[serde(default = "default_local_chars")]
@@ -302,6 +337,7 @@ pub struct SerperQuery {
     pub q: String,
     /// Number of results (Serper's default 10).
     #[serde(default = "default_top_k")]
+    #[schemars(range(min = 1, max = 1000))]
     pub num: usize,
     /// Ignored (Serper's country, language, location and paging fields are accepted).
     #[serde(flatten)]
@@ -316,6 +352,7 @@ pub struct SerperLens {
     pub url: String,
     /// Number of results.
     #[serde(default = "default_top_k")]
+    #[schemars(range(min = 1, max = 1000))]
     pub num: usize,
     /// Ignored extra fields.
     #[serde(flatten)]

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -194,6 +195,7 @@ pub fn router(
         .route("/openapi.json", get(openapi))
         .route("/v1/indexes", get(indexes))
         .route("/v1/search", post(search))
+        .route("/v1/reverse_image_search", post(upload_search))
         .route("/v1/fuse", post(fuse))
         .route("/v1/eval", post(eval))
         .route("/v1/local_text_search", post(local_text))
@@ -284,6 +286,65 @@ async fn search(
     s.run(move |svc| svc.search(&req)).await.map(Json)
 }
 
+/// An image file as the body (any image content type), the rest in the query string.
+async fn upload_search(
+    State(s): State<Arc<Shared>>,
+    query: Result<Query<crate::api::UploadQuery>, QueryRejection>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<crate::api::SearchResponse>, ApiError> {
+    let Query(q) = query.map_err(|e| {
+        ApiError::new(
+            ErrorKind::InvalidRequest,
+            format!("the query string: {}", e.body_text()),
+        )
+    })?;
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                ErrorKind::PayloadTooLarge,
+                "the request body is larger than the service's limit",
+            )
+        } else {
+            ApiError::new(ErrorKind::InvalidRequest, format!("reading the body: {e}"))
+        }
+    })?;
+    if body.is_empty() {
+        return Err(ApiError::invalid(
+            "body",
+            "send the image file as the request body",
+        ));
+    }
+    let bbox = match q.bbox.as_deref() {
+        None => None,
+        Some(b) => {
+            let v: Vec<u32> = b
+                .split(',')
+                .map(|x| x.trim().parse().ok())
+                .collect::<Option<_>>()
+                .ok_or_else(|| ApiError::invalid("bbox", format!("{b:?}: give x1,y1,x2,y2")))?;
+            let arr: [u32; 4] = v
+                .try_into()
+                .map_err(|_| ApiError::invalid("bbox", format!("{b:?}: give four numbers")))?;
+            Some(arr)
+        }
+    };
+    let req = SearchRequest {
+        query: q.query.unwrap_or_default(),
+        images: vec![crate::api::ImageInput {
+            bytes: Some(body.to_vec()),
+            bbox,
+            ..Default::default()
+        }],
+        retriever: q.retriever,
+        domain: q.domain,
+        top_k: q.top_k.unwrap_or(crate::api::DEFAULT_TOP_K),
+        candidates: q.candidates.unwrap_or(crate::api::Candidates::Images),
+        max_text_chars: q.max_text_chars,
+        ..SearchRequest::default()
+    };
+    s.run(move |svc| svc.search(&req)).await.map(Json)
+}
+
 async fn fuse(
     State(s): State<Arc<Shared>>,
     JsonBody(req): JsonBody<FuseRequest>,
@@ -348,11 +409,26 @@ struct RestQuery {
     retriever: Option<String>,
 }
 
+/// A path whose segments do not parse, as a JSON 400.
+fn bad_path(e: PathRejection) -> ApiError {
+    ApiError::new(
+        ErrorKind::InvalidRequest,
+        format!("the path: {}", e.body_text()),
+    )
+}
+
 async fn rest_search(
     State(s): State<Arc<Shared>>,
-    Path(domain): Path<String>,
-    Query(q): Query<RestQuery>,
+    domain: Result<Path<String>, PathRejection>,
+    query: Result<Query<RestQuery>, QueryRejection>,
 ) -> Result<Json<crate::api::SearchResponse>, ApiError> {
+    let Path(domain) = domain.map_err(bad_path)?;
+    let Query(q) = query.map_err(|e| {
+        ApiError::new(
+            ErrorKind::InvalidRequest,
+            format!("the query string: {}", e.body_text()),
+        )
+    })?;
     let hits = match q.hits.as_deref() {
         None => crate::api::DEFAULT_TOP_K,
         Some(h) => h
@@ -373,15 +449,17 @@ async fn rest_search(
 
 async fn document(
     State(s): State<Arc<Shared>>,
-    Path((domain, id)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<crate::api::Document>, ApiError> {
+    let Path((domain, id)) = path.map_err(bad_path)?;
     s.run(move |svc| svc.document(&domain, &id)).await.map(Json)
 }
 
 async fn image(
     State(s): State<Arc<Shared>>,
-    Path((domain, id)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path((domain, id)) = path.map_err(bad_path)?;
     let (ct, bytes) = s.run(move |svc| svc.image(&domain, &id)).await?;
     Ok(Response::builder()
         .header(header::CONTENT_TYPE, ct)

@@ -68,6 +68,14 @@ fn build() -> Value {
         responses.insert("200".into(), json!({"description": "OK", "content": res}));
         json!({"get": {"summary": summary, "parameters": params, "responses": responses}})
     };
+    let upload_responses = {
+        let mut r = errors(&["400", "404", "413", "503", "504"]);
+        r.insert(
+            "200".into(),
+            json!({"description": "OK", "content": {"application/json": {"schema": search_res}}}),
+        );
+        r
+    };
     let path_param = |name: &str, what: &str| {
         json!({"name": name, "in": "path", "required": true, "description": what,
                "schema": {"type": "string"}})
@@ -87,6 +95,27 @@ fn build() -> Value {
             "/healthz": get("Liveness and requests in flight", json!([]), as_json(&health), &[]),
             "/v1/indexes": get("Domains, retrievers and models served", json!([]), as_json(&index_info), &[]),
             "/v1/search": post("Search passages, images or pairs by text and/or images (reverse image and crop search: images without text, with bbox)", &search_req, &search_res),
+            "/v1/reverse_image_search": {"post": {
+                "summary": "Reverse image search with the image file as the body",
+                "parameters": [
+                    {"name": "domain", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "candidates", "in": "query", "required": false,
+                     "schema": {"type": "string", "enum": ["passages", "images", "pairs"]}},
+                    {"name": "top_k", "in": "query", "required": false,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                    {"name": "retriever", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "query", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "bbox", "in": "query", "required": false,
+                     "description": "x1,y1,x2,y2 on the 0-1000 scale", "schema": {"type": "string"}},
+                    {"name": "max_text_chars", "in": "query", "required": false,
+                     "schema": {"type": "integer", "minimum": 0}},
+                ],
+                "requestBody": {"required": true, "content": {
+                    "image/*": {"schema": {"type": "string", "format": "binary"}},
+                    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                }},
+                "responses": upload_responses,
+            }},
             "/v1/fuse": post("Fuse result lists (RRF or weighted)", &fuse_req, &fuse_res),
             "/v1/eval": post("Score a run against qrels as trec_eval does", &eval_req, &eval_res),
             "/v1/local_text_search": post("InterLV-Search local_text_search: text -> passages", &local_req, &local_res),

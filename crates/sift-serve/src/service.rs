@@ -405,6 +405,22 @@ impl Service {
         input: &ImageInput,
     ) -> Result<Vec<u8>, ApiError> {
         let bytes = match (&input.image_id, &input.data) {
+            _ if input.bytes.is_some() => {
+                let bytes = input.bytes.clone().unwrap_or_default();
+                if bytes.len() > self.limits.image.max_bytes {
+                    return Err(ApiError {
+                        kind: ErrorKind::PayloadTooLarge,
+                        field: Some(field.to_string()),
+                        message: format!(
+                            "image of {} bytes: the limit is {}",
+                            bytes.len(),
+                            self.limits.image.max_bytes
+                        ),
+                    });
+                }
+                images::check(field, &bytes, &self.limits.image)?;
+                bytes
+            }
             (Some(id), None) => {
                 let bytes = self.corpus_image(domain, &format!("{field}.image_id"), id)?;
                 images::check(field, &bytes, &self.limits.image)?;

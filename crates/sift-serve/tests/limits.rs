@@ -1,0 +1,84 @@
+//! The concurrency limit and the time limit of `Shared::run`: work past the deadline is a
+//! 504, a request that cannot get a worker before its deadline a 503, and neither blocks
+//! the async runtime.
+use std::time::{Duration, Instant};
+
+use sift_core::Corpus;
+use sift_index::{BuildOptions, IndexDir, NoProgress};
+use sift_serve::{ErrorKind, HttpOptions, ServeConfig, Service, Shared};
+
+fn service() -> (tempfile::TempDir, Service) {
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../../corpora/sample");
+    let corpus = Corpus::open(sample).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("index");
+    IndexDir::build(
+        &root,
+        &corpus,
+        &["gis".to_string()],
+        &BuildOptions::default(),
+        &[],
+        &NoProgress,
+    )
+    .unwrap();
+    let service = Service::load(&ServeConfig::new(&root)).unwrap();
+    (dir, service)
+}
+
+#[test]
+fn slow_work_times_out_and_a_full_house_is_overloaded() {
+    let (_dir, service) = service();
+    let options = HttpOptions {
+        max_concurrency: 1,
+        timeout: Duration::from_millis(300),
+        ..HttpOptions::default()
+    };
+    let shared = Shared::new(service, &options);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let slow = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                shared
+                    .run(|_| {
+                        std::thread::sleep(Duration::from_millis(1500));
+                        Ok(())
+                    })
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // the only worker is busy past this request's deadline
+        let start = Instant::now();
+        let queued = shared.run(|svc| Ok(svc.info().domains.len())).await;
+        assert_eq!(queued.unwrap_err().kind, ErrorKind::Overloaded);
+        assert!(start.elapsed() < Duration::from_millis(1000));
+        let slow = slow.await.unwrap();
+        assert_eq!(slow.unwrap_err().kind, ErrorKind::Timeout);
+        // once the slow work has finished, the worker serves again
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            shared
+                .run(|svc| Ok(svc.info().domains.len()))
+                .await
+                .unwrap(),
+            1
+        );
+        // a panic inside the work is a 500, not a dead service
+        let panicked = shared
+            .run(|_| -> Result<(), sift_serve::ApiError> { panic!("boom") })
+            .await;
+        assert_eq!(panicked.unwrap_err().kind, ErrorKind::Internal);
+        assert_eq!(
+            shared
+                .run(|svc| Ok(svc.info().domains.len()))
+                .await
+                .unwrap(),
+            1
+        );
+    });
+}
