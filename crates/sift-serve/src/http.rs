@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -154,18 +154,29 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ));
             }
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    ErrorKind::PayloadTooLarge,
-                    "the request body is larger than the service's limit",
-                )
-            } else {
-                ApiError::new(ErrorKind::InvalidRequest, format!("reading the body: {e}"))
-            }
-        })?;
+        let bytes = Bytes::from_request(req, state).await.map_err(bad_body)?;
         parse_json(&bytes).map(JsonBody)
     }
+}
+
+/// A body that could not be read (too large, or cut off), as a JSON error.
+fn bad_body(e: BytesRejection) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            ErrorKind::PayloadTooLarge,
+            "the request body is larger than the service's limit",
+        )
+    } else {
+        ApiError::new(ErrorKind::InvalidRequest, format!("reading the body: {e}"))
+    }
+}
+
+/// A query string that does not parse, as a JSON 400.
+fn bad_query(e: QueryRejection) -> ApiError {
+    ApiError::new(
+        ErrorKind::InvalidRequest,
+        format!("the query string: {}", e.body_text()),
+    )
 }
 
 /// Parses a JSON body, naming the field at fault.
@@ -290,24 +301,10 @@ async fn search(
 async fn upload_search(
     State(s): State<Arc<Shared>>,
     query: Result<Query<crate::api::UploadQuery>, QueryRejection>,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<crate::api::SearchResponse>, ApiError> {
-    let Query(q) = query.map_err(|e| {
-        ApiError::new(
-            ErrorKind::InvalidRequest,
-            format!("the query string: {}", e.body_text()),
-        )
-    })?;
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                ErrorKind::PayloadTooLarge,
-                "the request body is larger than the service's limit",
-            )
-        } else {
-            ApiError::new(ErrorKind::InvalidRequest, format!("reading the body: {e}"))
-        }
-    })?;
+    let Query(q) = query.map_err(bad_query)?;
+    let body = body.map_err(bad_body)?;
     if body.is_empty() {
         return Err(ApiError::invalid(
             "body",
@@ -423,12 +420,7 @@ async fn rest_search(
     query: Result<Query<RestQuery>, QueryRejection>,
 ) -> Result<Json<crate::api::SearchResponse>, ApiError> {
     let Path(domain) = domain.map_err(bad_path)?;
-    let Query(q) = query.map_err(|e| {
-        ApiError::new(
-            ErrorKind::InvalidRequest,
-            format!("the query string: {}", e.body_text()),
-        )
-    })?;
+    let Query(q) = query.map_err(bad_query)?;
     let hits = match q.hits.as_deref() {
         None => crate::api::DEFAULT_TOP_K,
         Some(h) => h

@@ -56,11 +56,17 @@ pub fn decode_data(field: &str, data: &str, limits: &ImageLimits) -> Result<Vec<
     let bytes = BASE64
         .decode(payload.as_bytes())
         .map_err(|e| ApiError::invalid(field, format!("not base64: {e}")))?;
+    check_encoded(field, &bytes, limits)?;
+    Ok(bytes)
+}
+
+/// Checks encoded image bytes of request field `field`: at most `limits.max_bytes`, and
+/// what [`check`] checks.
+pub fn check_encoded(field: &str, bytes: &[u8], limits: &ImageLimits) -> Result<(), ApiError> {
     if bytes.len() > limits.max_bytes {
         return Err(too_large(field, bytes.len(), limits.max_bytes));
     }
-    check(field, &bytes, limits)?;
-    Ok(bytes)
+    check(field, bytes, limits).map(|_| ())
 }
 
 fn too_large(field: &str, len: usize, max: usize) -> ApiError {

@@ -407,18 +407,7 @@ impl Service {
         let bytes = match (&input.image_id, &input.data) {
             _ if input.bytes.is_some() => {
                 let bytes = input.bytes.clone().unwrap_or_default();
-                if bytes.len() > self.limits.image.max_bytes {
-                    return Err(ApiError {
-                        kind: ErrorKind::PayloadTooLarge,
-                        field: Some(field.to_string()),
-                        message: format!(
-                            "image of {} bytes: the limit is {}",
-                            bytes.len(),
-                            self.limits.image.max_bytes
-                        ),
-                    });
-                }
-                images::check(field, &bytes, &self.limits.image)?;
+                images::check_encoded(field, &bytes, &self.limits.image)?;
                 bytes
             }
             (Some(id), None) => {
@@ -460,15 +449,20 @@ impl Service {
         }
     }
 
+    fn check_top_k(&self, top_k: usize) -> Result<(), ApiError> {
+        if top_k == 0 || top_k > self.limits.max_top_k {
+            return Err(ApiError::invalid(
+                "top_k",
+                format!("{top_k}: give 1 to {}", self.limits.max_top_k),
+            ));
+        }
+        Ok(())
+    }
+
     /// Searches one domain.
     pub fn search(&self, req: &SearchRequest) -> Result<SearchResponse, ApiError> {
         let domain = self.domain("domain", req.domain.as_deref())?;
-        if req.top_k == 0 || req.top_k > self.limits.max_top_k {
-            return Err(ApiError::invalid(
-                "top_k",
-                format!("{}: give 1 to {}", req.top_k, self.limits.max_top_k),
-            ));
-        }
+        self.check_top_k(req.top_k)?;
         if req.images.len() > self.limits.max_images {
             return Err(ApiError::invalid(
                 "images",
@@ -887,12 +881,7 @@ impl Service {
         if req.lists.is_empty() {
             return Err(ApiError::invalid("lists", "no list to fuse"));
         }
-        if req.top_k == 0 || req.top_k > self.limits.max_top_k {
-            return Err(ApiError::invalid(
-                "top_k",
-                format!("{}: give 1 to {}", req.top_k, self.limits.max_top_k),
-            ));
-        }
+        self.check_top_k(req.top_k)?;
         let fusion = parse_fusion(&req.method, req.lists.len())?;
         let lists: Vec<Vec<RunEntry>> = req
             .lists
