@@ -397,7 +397,7 @@ pub struct SerperSearchResponse {
     pub organic: Vec<SerperOrganic>,
 }
 
-/// A Serper image result.
+/// A Serper image result (of `/images`, and a visual match of `/lens`).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SerperImage {
@@ -425,32 +425,14 @@ pub struct SerperImagesResponse {
     pub images: Vec<SerperImage>,
 }
 
-/// A Serper lens (visual match) result.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SerperVisualMatch {
-    /// Image id.
-    pub title: String,
-    /// The image's page on this service.
-    pub link: String,
-    /// The image on this service.
-    pub image_url: String,
-    /// The same.
-    pub thumbnail_url: String,
-    /// Always `sift`.
-    pub source: String,
-    /// 1-based rank.
-    pub position: usize,
-}
-
 /// Serper's `/lens` answer.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SerperLensResponse {
     /// The query.
     pub search_parameters: SerperParameters,
-    /// Similar corpus images.
-    pub visual_matches: Vec<SerperVisualMatch>,
+    /// Similar corpus images (the shape of an image result).
+    pub visual_matches: Vec<SerperImage>,
     /// Passages the image retrieves.
     pub organic: Vec<SerperOrganic>,
 }

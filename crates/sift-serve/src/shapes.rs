@@ -3,7 +3,7 @@
 use crate::api::{
     Candidates, ImageInput, LocalResponse, LocalResult, LocalSearchRequest, SearchRequest,
     SerperImage, SerperImagesResponse, SerperLens, SerperLensResponse, SerperOrganic,
-    SerperParameters, SerperQuery, SerperSearchResponse, SerperVisualMatch,
+    SerperParameters, SerperQuery, SerperSearchResponse,
 };
 use crate::error::ApiError;
 use crate::service::Service;
@@ -145,28 +145,35 @@ pub fn serper_images(
         max_text_chars: Some(0),
         ..SearchRequest::default()
     })?;
-    let domain = res.domain.clone();
     Ok(SerperImagesResponse {
         search_parameters: parameters(&req.q, "images", req.num),
-        images: res
-            .hits
-            .into_iter()
-            .map(|h| {
-                let url = format!("{base}{}", h.image_url.unwrap_or_default());
-                let page = svc
-                    .image_page(&domain, &h.id)
-                    .map(|p| format!("{base}{}", crate::service::document_path(&domain, &p)));
-                SerperImage {
-                    title: h.id,
-                    link: page.unwrap_or_else(|| url.clone()),
-                    thumbnail_url: url.clone(),
-                    image_url: url,
-                    source: "sift".into(),
-                    position: h.rank,
-                }
-            })
-            .collect(),
+        images: image_results(svc, &res.domain, res.hits, base),
     })
+}
+
+/// Image hits as Serper's image results: the image on this service, linked to its page.
+fn image_results(
+    svc: &Service,
+    domain: &str,
+    hits: Vec<crate::api::Hit>,
+    base: &str,
+) -> Vec<SerperImage> {
+    hits.into_iter()
+        .map(|h| {
+            let url = format!("{base}{}", h.image_url.unwrap_or_default());
+            let page = svc
+                .image_page(domain, &h.id)
+                .map(|p| format!("{base}{}", crate::service::document_path(domain, &p)));
+            SerperImage {
+                title: h.id,
+                link: page.unwrap_or_else(|| url.clone()),
+                thumbnail_url: url.clone(),
+                image_url: url,
+                source: "sift".into(),
+                position: h.rank,
+            }
+        })
+        .collect()
 }
 
 /// Serper's `POST /lens`: corpus images like the given one, and the passages it retrieves.
@@ -191,27 +198,9 @@ pub fn serper_lens(
     };
     let images = search(Candidates::Images, 0)?;
     let passages = search(Candidates::Passages, SNIPPET_CHARS)?;
-    let d = images.domain.clone();
     Ok(SerperLensResponse {
         search_parameters: parameters(&req.url, "lens", req.num),
-        visual_matches: images
-            .hits
-            .into_iter()
-            .map(|h| {
-                let url = format!("{base}{}", h.image_url.unwrap_or_default());
-                let page = svc
-                    .image_page(&d, &h.id)
-                    .map(|p| format!("{base}{}", crate::service::document_path(&d, &p)));
-                SerperVisualMatch {
-                    title: h.id,
-                    link: page.unwrap_or_else(|| url.clone()),
-                    thumbnail_url: url.clone(),
-                    image_url: url,
-                    source: "sift".into(),
-                    position: h.rank,
-                }
-            })
-            .collect(),
+        visual_matches: image_results(svc, &images.domain, images.hits, base),
         organic: organic(passages.hits, base),
     })
 }
