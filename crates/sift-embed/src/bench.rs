@@ -61,6 +61,10 @@ pub struct BatchResult {
     pub model_seconds: f64,
     /// `prepare / (prepare + model)`.
     pub prepare_share: f64,
+    /// `model / wall time`: the share of the run the model was computing (preparation runs
+    /// one batch ahead on another thread, so this nears 1 unless preparation is the
+    /// bottleneck).
+    pub model_busy: f64,
     /// Median batch latency.
     pub batch_latency_ms_p50: f64,
     /// 99th-percentile batch latency.
@@ -96,6 +100,10 @@ pub struct EmbedBench {
     pub peak_rss_mb: Option<f64>,
     /// Peak used memory of the GPU (MB) while measuring, from `nvidia-smi`.
     pub gpu_memory_mb: Option<f64>,
+    /// Mean GPU utilisation (percent) while measuring, from `nvidia-smi`.
+    pub gpu_utilization_pct: Option<f64>,
+    /// The kernels that ran (`auto`, or `generic` under `SIFT_KERNELS=generic`).
+    pub kernels: &'static str,
     /// Hours MM-BRIGHT's ~2.5 million passages would take at the best rate (texts).
     pub mm_bright_passages_hours: Option<f64>,
 }
@@ -126,7 +134,7 @@ pub fn run(
 ) -> Result<EmbedBench> {
     let gpu = GpuMemory::start(&context.device);
     let results = measure(embedder, inputs, settings)?;
-    let gpu_memory_mb = gpu.finish();
+    let gpu = gpu.finish();
     let best = best(&results).expect("one result per batch size").clone();
     let mm_bright_passages_hours = matches!(inputs, BenchInputs::Texts(_))
         .then(|| MM_BRIGHT_PASSAGES / best.items_per_s / 3600.0);
@@ -143,7 +151,9 @@ pub fn run(
         results,
         best,
         peak_rss_mb: peak_rss_mb(),
-        gpu_memory_mb,
+        gpu_memory_mb: gpu.memory_mb,
+        gpu_utilization_pct: gpu.utilization_pct,
+        kernels: crate::Kernels::current().name(),
         mm_bright_passages_hours,
     })
 }
@@ -161,45 +171,20 @@ pub fn measure(
             message: "benchmark needs inputs, items and batch sizes above 0".into(),
         });
     }
-    // (preparation seconds, model seconds) of one batch of the items at `idx`
-    let run_batch = |idx: &[usize]| -> Result<(f64, f64)> {
-        let t0 = Instant::now();
-        match inputs {
-            BenchInputs::Texts(texts) => {
-                let batch: Vec<&str> = idx.iter().map(|&i| texts[i % pool].as_str()).collect();
-                let prepared = embedder.prepare_texts(&batch, Role::Passage)?;
-                let t1 = Instant::now();
-                embedder.embed_prepared_texts(&prepared)?;
-                Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
-            }
-            BenchInputs::Images(images) => {
-                let batch: Vec<&[u8]> = idx.iter().map(|&i| images[i % pool].as_slice()).collect();
-                let prepared = embedder
-                    .prepare_images(&batch)
-                    .into_iter()
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
-                let t1 = Instant::now();
-                embedder.embed_images(&prepared)?;
-                Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
-            }
-        }
-    };
     let mut results = Vec::new();
     for &b in &settings.batch_sizes {
         let warm: Vec<usize> = (0..settings.warmup).collect();
-        for chunk in warm.chunks(b) {
-            run_batch(chunk)?;
-        }
+        pipeline(embedder, inputs, &warm, b)?;
         let timed: Vec<usize> = (settings.warmup..settings.warmup + settings.items).collect();
-        let (mut prep, mut fwd, mut lat) = (0.0, 0.0, Vec::new());
         let start = Instant::now();
-        for chunk in timed.chunks(b) {
-            let (p, m) = run_batch(chunk)?;
-            prep += p;
-            fwd += m;
-            lat.push((p + m) * 1000.0);
-        }
+        let batches = pipeline(embedder, inputs, &timed, b)?;
         let seconds = start.elapsed().as_secs_f64();
+        let prep: f64 = batches.iter().map(|t| t.prepare).sum();
+        let fwd: f64 = batches.iter().map(|t| t.model).sum();
+        let mut lat: Vec<f64> = batches
+            .iter()
+            .map(|t| (t.prepare + t.model) * 1000.0)
+            .collect();
         lat.sort_by(f64::total_cmp);
         results.push(BatchResult {
             batch_size: b,
@@ -209,11 +194,85 @@ pub fn measure(
             prepare_seconds: prep,
             model_seconds: fwd,
             prepare_share: prep / (prep + fwd),
+            model_busy: (fwd / seconds).min(1.0),
             batch_latency_ms_p50: percentile(&lat, 0.5),
             batch_latency_ms_p99: percentile(&lat, 0.99),
         });
     }
     Ok(results)
+}
+
+/// Seconds one batch spent in preparation and in the model.
+struct BatchTimes {
+    prepare: f64,
+    model: f64,
+}
+
+/// A batch as the preparing thread hands it to the model.
+enum Ready {
+    Texts(crate::PreparedTexts),
+    Images(Vec<crate::PreparedImage>),
+}
+
+/// Embeds the items at `idx` (cycling through the inputs) in batches of `b` as indexing does:
+/// a thread tokenises, or decodes and preprocesses, batch i + 1 while the model runs on batch
+/// i, so a GPU does not wait for the CPU's part.
+fn pipeline(
+    embedder: &Embedder,
+    inputs: &BenchInputs,
+    idx: &[usize],
+    b: usize,
+) -> Result<Vec<BatchTimes>> {
+    let pool = inputs.len();
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(Ready, f64)>>(1);
+        scope.spawn(move || {
+            for chunk in idx.chunks(b) {
+                let t0 = Instant::now();
+                let ready = (|| -> Result<Ready> {
+                    Ok(match inputs {
+                        BenchInputs::Texts(texts) => {
+                            let batch: Vec<&str> =
+                                chunk.iter().map(|&i| texts[i % pool].as_str()).collect();
+                            Ready::Texts(embedder.prepare_texts(&batch, Role::Passage)?)
+                        }
+                        BenchInputs::Images(images) => {
+                            let batch: Vec<&[u8]> =
+                                chunk.iter().map(|&i| images[i % pool].as_slice()).collect();
+                            Ready::Images(
+                                embedder
+                                    .prepare_images(&batch)
+                                    .into_iter()
+                                    .collect::<std::result::Result<Vec<_>, _>>()?,
+                            )
+                        }
+                    })
+                })();
+                let failed = ready.is_err();
+                if tx
+                    .send(ready.map(|r| (r, t0.elapsed().as_secs_f64())))
+                    .is_err()
+                    || failed
+                {
+                    return;
+                }
+            }
+        });
+        let mut times = Vec::new();
+        for ready in rx {
+            let (ready, prepare) = ready?;
+            let t1 = Instant::now();
+            match &ready {
+                Ready::Texts(t) => drop(embedder.embed_prepared_texts(t)?),
+                Ready::Images(i) => drop(embedder.embed_images(i)?),
+            }
+            times.push(BatchTimes {
+                prepare,
+                model: t1.elapsed().as_secs_f64(),
+            });
+        }
+        Ok(times)
+    })
 }
 
 /// The fastest of `results`.
@@ -247,12 +306,22 @@ fn rss_mb(field: &str) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// Samples the used memory of an NVIDIA GPU with `nvidia-smi` while a benchmark runs, and
-/// keeps the largest value (MB of the whole device, this process's allocations included).
-/// Nothing is sampled for other devices or when `nvidia-smi` is not there.
+/// Samples an NVIDIA GPU with `nvidia-smi` every 250 ms while a benchmark runs: the largest
+/// used memory (MB of the whole device, this process's allocations included) and the mean
+/// utilisation (the share of time a kernel was running). Nothing is sampled for other
+/// devices or when `nvidia-smi` is not there.
 pub struct GpuMemory {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    handle: Option<std::thread::JoinHandle<Option<f64>>>,
+    handle: Option<std::thread::JoinHandle<GpuUsage>>,
+}
+
+/// What [`GpuMemory`] sampled.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GpuUsage {
+    /// Peak used memory (MB).
+    pub memory_mb: Option<f64>,
+    /// Mean utilisation (percent).
+    pub utilization_pct: Option<f64>,
 }
 
 impl GpuMemory {
@@ -262,11 +331,11 @@ impl GpuMemory {
         let handle = cuda_index(device).map(|index| {
             let stop = stop.clone();
             std::thread::spawn(move || {
-                let mut peak: Option<f64> = None;
+                let (mut peak, mut util, mut n) = (None::<f64>, 0.0, 0usize);
                 loop {
-                    let used = std::process::Command::new("nvidia-smi")
+                    let sample = std::process::Command::new("nvidia-smi")
                         .args([
-                            "--query-gpu=memory.used",
+                            "--query-gpu=memory.used,utilization.gpu",
                             "--format=csv,noheader,nounits",
                             &format!("--id={index}"),
                         ])
@@ -274,29 +343,39 @@ impl GpuMemory {
                         .ok()
                         .filter(|o| o.status.success())
                         .and_then(|o| {
-                            String::from_utf8_lossy(&o.stdout)
-                                .trim()
-                                .parse::<f64>()
-                                .ok()
+                            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+                            let mut f = text.trim().split(',').map(|v| v.trim().parse::<f64>());
+                            Some((f.next()?.ok()?, f.next()?.ok()?))
                         });
-                    match used {
-                        Some(u) => peak = Some(peak.map_or(u, |p: f64| p.max(u))),
-                        None => return peak,
+                    match sample {
+                        Some((used, busy)) => {
+                            peak = Some(peak.map_or(used, |p| p.max(used)));
+                            util += busy;
+                            n += 1;
+                        }
+                        None => break,
                     }
                     if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        return peak;
+                        break;
                     }
                     std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+                GpuUsage {
+                    memory_mb: peak,
+                    utilization_pct: (n > 0).then(|| util / n as f64),
                 }
             })
         });
         GpuMemory { stop, handle }
     }
 
-    /// Stops sampling: the peak in MB, if anything was sampled.
-    pub fn finish(mut self) -> Option<f64> {
+    /// Stops sampling: what was sampled.
+    pub fn finish(mut self) -> GpuUsage {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.handle.take().and_then(|h| h.join().ok().flatten())
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
     }
 }
 
@@ -387,6 +466,6 @@ mod tests {
         assert_eq!(cuda_index("cuda:x"), None);
         assert_eq!(cuda_index("cpu"), None);
         assert_eq!(cuda_index("metal"), None);
-        assert_eq!(GpuMemory::start("cpu").finish(), None);
+        assert_eq!(GpuMemory::start("cpu").finish().memory_mb, None);
     }
 }

@@ -59,6 +59,7 @@ pub use models::vision::{
     VisionArch, VisionEmbedder, VisionOptions, is_vision_model, siglip_canonicalize,
     siglip_canonicalize_with,
 };
+pub use nn::ops::Kernels;
 pub use profile::{Profile, ReferenceModel};
 pub use registry::{ModelInfo, Pooling};
 

@@ -8,6 +8,8 @@
 //!   positions; embedding the cases in one batch gives the same vectors as one by one.
 //! - Preprocessing: GME's two resizes give the processor's image exactly (pixel for pixel),
 //!   and the flattened patches its `pixel_values` (sums and whole rows).
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
@@ -47,6 +49,7 @@ fn load(positions: GmePositions) -> GmeEmbedder {
         GmeOptions {
             batch_size: 4,
             positions,
+            dtype: common::dtype(),
             ..Default::default()
         },
     )
@@ -175,7 +178,7 @@ fn check(positions: GmePositions) {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(
-            cos >= 0.9999 && diff <= 1e-4,
+            cos >= common::min_cosine(0.9999) && diff <= common::max_abs_diff(1e-4),
             "{} ({positions:?}): cosine {cos}, max diff {diff}",
             c.name
         );
@@ -189,7 +192,7 @@ fn check(positions: GmePositions) {
             GmePositions::Mrope => &c.mrope,
         };
         assert!(
-            cosine(got, want) >= 0.9999,
+            cosine(got, want) >= common::min_cosine(0.9999),
             "{} batched ({positions:?})",
             c.name
         );

@@ -6,6 +6,7 @@
 //! Every checkpoint directory there is tested, so other configurations can be dropped in.
 //! Criterion: per text / image, cosine >= 0.9999 and max abs diff <= 1e-4 against the
 //! unnormalised transformers features.
+mod common;
 use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
@@ -50,7 +51,7 @@ fn compare(what: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(
-            cos >= 0.9999 && diff <= 1e-4,
+            cos >= common::min_cosine(0.9999) && diff <= common::max_abs_diff(1e-4),
             "{what} {i}: cosine {cos}, max abs diff {diff}"
         );
     }
@@ -60,6 +61,7 @@ fn load(dir: &Path, mask: bool) -> VisionEmbedder {
     let files = ModelFiles::from_dir(dir).unwrap();
     let options = VisionOptions {
         siglip_text_mask: mask,
+        dtype: common::dtype(),
         ..VisionOptions::default()
     };
     VisionEmbedder::load(&files, &Device::Cpu, options).unwrap()
@@ -83,6 +85,8 @@ fn text_and_image_towers_match_transformers() {
         let got = model
             .text_features(&tokens)
             .unwrap()
+            .to_dtype(candle_core::DType::F32)
+            .unwrap()
             .to_vec2::<f32>()
             .unwrap();
         compare(&format!("{name} text"), &got, &r.text_embeds);
@@ -90,6 +94,8 @@ fn text_and_image_towers_match_transformers() {
             let model = load(&dir, true);
             let got = model
                 .text_features(&tokens)
+                .unwrap()
+                .to_dtype(candle_core::DType::F32)
                 .unwrap()
                 .to_vec2::<f32>()
                 .unwrap();
@@ -109,6 +115,8 @@ fn text_and_image_towers_match_transformers() {
         let pixels = Tensor::from_vec(flat, (n, 3, side, side), &Device::Cpu).unwrap();
         let got = model
             .image_features(&pixels)
+            .unwrap()
+            .to_dtype(candle_core::DType::F32)
             .unwrap()
             .to_vec2::<f32>()
             .unwrap();

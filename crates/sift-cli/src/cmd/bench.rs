@@ -305,16 +305,19 @@ fn embed(a: EmbedArgs) -> Result<()> {
         "{} ({}, {}, {}, {} threads), {} {} items per batch size\n",
         out.model, out.modality, out.device, out.dtype, out.threads, a.items, out.inputs
     );
-    println!("| batch | items/s | batch p50 (ms) | batch p99 (ms) | preparation share |");
-    println!("|---:|---:|---:|---:|---:|");
+    println!(
+        "| batch | items/s | batch p50 (ms) | batch p99 (ms) | preparation share | model busy |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
     for r in &out.results {
         println!(
-            "| {} | {:.1} | {:.1} | {:.1} | {:.1}% |",
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1}% | {:.1}% |",
             r.batch_size,
             r.items_per_s,
             r.batch_latency_ms_p50,
             r.batch_latency_ms_p99,
-            100.0 * r.prepare_share
+            100.0 * r.prepare_share,
+            100.0 * r.model_busy
         );
     }
     println!(
@@ -326,6 +329,9 @@ fn embed(a: EmbedArgs) -> Result<()> {
     }
     if let Some(mb) = out.gpu_memory_mb {
         println!("peak GPU memory: {mb:.0} MB");
+    }
+    if let Some(pct) = out.gpu_utilization_pct {
+        println!("mean GPU utilisation: {pct:.0}%");
     }
     if let Some(h) = out.mm_bright_passages_hours {
         println!("MM-BRIGHT's ~2.5M passages at this rate: {h:.1} h");

@@ -612,7 +612,7 @@ impl TextModel {
             cfg.head_dim(),
         );
         // bfloat16 on the CPU: packed linear layers, f32 for the rest
-        let packed = vb.device().is_cpu() && vb.dtype() == DType::BF16;
+        let packed = ops::fused_cpu(vb.device()) && vb.dtype() == DType::BF16;
         let small = |t: Tensor| -> Result<Tensor> {
             if packed {
                 t.to_dtype(DType::F32)

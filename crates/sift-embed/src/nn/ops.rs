@@ -2,11 +2,56 @@
 //! bias/residual additions, and attention over packed (unpadded) sequences.
 //!
 //! On the CPU with f32, the element-wise work runs in parallel custom ops (candle's own unary
-//! ops are single-threaded); elsewhere candle's ops are used, with the same arithmetic.
+//! ops are single-threaded); elsewhere candle's ops are used, with the same arithmetic: the
+//! generic path, the one CUDA and Metal run. `SIFT_KERNELS=generic` forces it on the CPU too
+//! ([`fused_cpu`]), so the test suites check its numerics on machines without a GPU.
+use std::sync::OnceLock;
+
 use candle_core::{
-    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Module, Result, Shape, Tensor,
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, Layout, Module, Result, Shape,
+    Tensor,
 };
 use candle_nn::{LayerNorm, Linear, VarBuilder};
+
+/// Which kernels the layers run: [`Kernels::Auto`] (the CPU's fused kernels on the CPU,
+/// candle's ops elsewhere) unless `SIFT_KERNELS=generic` asks for candle's ops everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// Fused custom kernels on the CPU (f32, packed bfloat16), candle's ops on GPUs.
+    Auto,
+    /// candle's ops on every device: on the CPU, the arithmetic a GPU runs.
+    Generic,
+}
+
+impl Kernels {
+    /// The kernels of this process, read once from `SIFT_KERNELS` (`auto`, the default, or
+    /// `generic`; anything else is reported on stderr and read as `auto`).
+    pub fn current() -> Kernels {
+        static KERNELS: OnceLock<Kernels> = OnceLock::new();
+        *KERNELS.get_or_init(|| match std::env::var("SIFT_KERNELS").as_deref() {
+            Err(_) | Ok("") | Ok("auto") => Kernels::Auto,
+            Ok("generic") => Kernels::Generic,
+            Ok(other) => {
+                eprintln!("SIFT_KERNELS={other:?}: expected auto or generic; using auto");
+                Kernels::Auto
+            }
+        })
+    }
+
+    /// `auto` or `generic`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernels::Auto => "auto",
+            Kernels::Generic => "generic",
+        }
+    }
+}
+
+/// Whether the CPU's fused kernels run for tensors on `device`: on the CPU, unless
+/// `SIFT_KERNELS=generic`.
+pub(crate) fn fused_cpu(device: &Device) -> bool {
+    device.is_cpu() && Kernels::current() == Kernels::Auto
+}
 
 /// Activation functions of Hugging Face configs (`hidden_act`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +234,7 @@ pub fn linear_act(
     residual: Option<&Tensor>,
     act: Option<Act>,
 ) -> Result<Tensor> {
-    let cpu_f32 = x.device().is_cpu() && x.dtype() == DType::F32 && x.rank() == 2;
+    let cpu_f32 = fused_cpu(x.device()) && x.dtype() == DType::F32 && x.rank() == 2;
     if cpu_f32 {
         let op = LinearOp {
             bias: l.bias().map(|b| b.to_vec1::<f32>()).transpose()?,
@@ -650,7 +695,7 @@ pub fn attention_windowed(
     if window == Some(0) {
         candle_core::bail!("attention: a sliding window of 0 tokens")
     }
-    if qkv.device().is_cpu() && qkv.dtype() == DType::F32 {
+    if fused_cpu(qkv.device()) && qkv.dtype() == DType::F32 {
         let op = AttentionOp {
             segments: segments.to_vec(),
             heads,
@@ -660,41 +705,252 @@ pub fn attention_windowed(
         };
         return qkv.contiguous()?.apply_op1_no_bwd(&op);
     }
+    #[cfg(feature = "flash-attn")]
+    if let Some(ctx) = flash::attention(qkv, segments, heads, head_dim, causal, window)? {
+        return Ok(ctx);
+    }
+    attention_padded(qkv, segments, heads, head_dim, causal, window)
+}
+
+/// Scores (batch x heads x queries x keys) one padded batch may hold: 2^27 values (256 MiB in
+/// bfloat16); longer buckets are split.
+const PADDED_SCORE_VALUES: usize = 1 << 27;
+
+/// Groups of segments (indices, shortest first) that attention runs as one padded batch:
+/// similar lengths, so padding adds at most a quarter to the sum of `len x keys`, and at most
+/// [`PADDED_SCORE_VALUES`] scores per group (a longer sequence gets a group of its own).
+fn buckets(segments: &[Segment], heads: usize) -> Vec<Vec<usize>> {
+    let keys = |s: &Segment| s.keys.clamp(1, s.len.max(1));
+    let mut order: Vec<usize> = (0..segments.len())
+        .filter(|&i| segments[i].len > 0)
+        .collect();
+    order.sort_by_key(|&i| (segments[i].len, keys(&segments[i])));
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let (mut cost, mut max_len, mut max_keys) = (0usize, 0usize, 0usize);
+    for i in order {
+        let s = &segments[i];
+        let (len, k) = (s.len, keys(s));
+        if let Some(g) = groups.last_mut() {
+            let (ml, mk) = (max_len.max(len), max_keys.max(k));
+            let padded = (g.len() + 1) * ml * mk;
+            let exact = cost + len * k;
+            if padded * 4 <= exact * 5 && padded * heads <= PADDED_SCORE_VALUES {
+                g.push(i);
+                (cost, max_len, max_keys) = (exact, ml, mk);
+                continue;
+            }
+        }
+        groups.push(vec![i]);
+        (cost, max_len, max_keys) = (len * k, len, k);
+    }
+    groups
+}
+
+/// The generic attention (candle's ops, any device and dtype): segments of similar lengths go
+/// together as one padded batch with a mask (see [`buckets`]), so a GPU runs a few large
+/// batched matrix products instead of a few small ones per sequence. A query that sees no key
+/// (possible only with masked keys and a sliding window) gets a zero context, as on the CPU.
+fn attention_padded(
+    qkv: &Tensor,
+    segments: &[Segment],
+    heads: usize,
+    head_dim: usize,
+    causal: bool,
+    window: Option<usize>,
+) -> Result<Tensor> {
+    let (dev, dtype) = (qkv.device(), qkv.dtype());
+    let tokens = qkv.dim(0)?;
     let h = heads * head_dim;
-    let attend = |seg: &Segment| -> Result<Tensor> {
-        let part = qkv.narrow(0, seg.start, seg.len)?;
-        let split = |i: usize, rows: usize| -> Result<Tensor> {
-            part.narrow(0, 0, rows)?
-                .narrow(1, i * h, h)?
-                .reshape((rows, heads, head_dim))?
-                .transpose(0, 1)?
+    if qkv.dim(1)? != 3 * h {
+        candle_core::bail!(
+            "attention: qkv of width {}, expected {}",
+            qkv.dim(1)?,
+            3 * h
+        )
+    }
+    // masked scores: finite (a fully masked row stays finite), twice still finite in f16
+    let masked = match dtype {
+        DType::F16 => -3e4f32,
+        _ => -1e30f32,
+    };
+    let w = window.unwrap_or(usize::MAX);
+    let index = |rows: Vec<u32>| {
+        let n = rows.len();
+        Tensor::from_vec(rows, n, dev)
+    };
+    // each bucket's context rows, concatenated; `place[r]` is packed row r's row in them
+    let mut parts: Vec<Tensor> = Vec::new();
+    let mut place: Vec<Option<u32>> = vec![None; tokens];
+    let mut done = 0u32;
+    for group in buckets(segments, heads) {
+        let segs: Vec<Segment> = group.iter().map(|&i| segments[i]).collect();
+        let b = segs.len();
+        let keys_of = |s: &Segment| s.keys.clamp(1, s.len);
+        let lq = segs.iter().map(|s| s.len).max().unwrap_or(1);
+        let lk = segs.iter().map(keys_of).max().unwrap_or(1);
+        // gather the rows into (b x lq) queries and (b x lk) keys; padding repeats a valid row
+        let mut q_rows = Vec::with_capacity(b * lq);
+        let mut k_rows = Vec::with_capacity(b * lk);
+        for s in &segs {
+            q_rows.extend((0..lq).map(|i| (s.start + i.min(s.len - 1)) as u32));
+            k_rows.extend((0..lk).map(|j| (s.start + j.min(keys_of(s) - 1)) as u32));
+        }
+        // masks: each sequence's keys (b, 1, 1, lk), and the causal window (1, 1, lq, lk)
+        let key_mask = if segs.iter().all(|s| keys_of(s) == lk) {
+            None
+        } else {
+            let m: Vec<f32> = segs
+                .iter()
+                .flat_map(|s| (0..lk).map(move |j| if j < keys_of(s) { 0.0 } else { masked }))
+                .collect();
+            Some(Tensor::from_vec(m, (b, 1, 1, lk), dev)?.to_dtype(dtype)?)
+        };
+        let causal_mask = if causal {
+            let m: Vec<f32> = (0..lq)
+                .flat_map(|i| (0..lk).map(move |j| if j <= i && i - j < w { 0.0 } else { masked }))
+                .collect();
+            Some(Tensor::from_vec(m, (1, 1, lq, lk), dev)?.to_dtype(dtype)?)
+        } else {
+            None
+        };
+        // queries that see no key (a window past the last visible key) get a zero context
+        let seen: Vec<f32> = segs
+            .iter()
+            .flat_map(|s| {
+                let keys = keys_of(s);
+                (0..lq).map(move |i| {
+                    let visible = !causal || i < keys || i - (keys - 1) < w;
+                    if visible { 1.0 } else { 0.0 }
+                })
+            })
+            .collect();
+        let empty_rows = seen.contains(&0.0);
+        let q_in = qkv.index_select(&index(q_rows)?, 0)?;
+        let kv_in = qkv.index_select(&index(k_rows)?, 0)?;
+        let split = |x: &Tensor, part: usize, rows: usize| -> Result<Tensor> {
+            x.narrow(1, part * h, h)?
+                .reshape((b, rows, heads, head_dim))?
+                .transpose(1, 2)?
                 .contiguous()
         };
-        let keys = seg.keys.min(seg.len).max(1);
-        let (q, k, v) = (split(0, seg.len)?, split(1, keys)?, split(2, keys)?);
-        let mut scores = q.matmul(&k.t()?)?; // (heads, len, keys)
-        if causal {
-            let w = window.unwrap_or(usize::MAX);
-            let mask: Vec<f32> = (0..seg.len)
-                .flat_map(|i| {
-                    (0..keys).map(move |j| {
-                        if j > i || i - j >= w {
-                            f32::NEG_INFINITY
-                        } else {
-                            0.0
-                        }
-                    })
-                })
-                .collect();
-            let mask =
-                Tensor::from_vec(mask, (seg.len, keys), qkv.device())?.to_dtype(qkv.dtype())?;
-            scores = scores.broadcast_add(&mask)?;
+        let (q, k, v) = (
+            split(&q_in, 0, lq)?,
+            split(&kv_in, 1, lk)?,
+            split(&kv_in, 2, lk)?,
+        );
+        let mut scores = q.matmul(&k.t()?)?; // (b, heads, lq, lk)
+        for m in [&key_mask, &causal_mask].into_iter().flatten() {
+            scores = scores.broadcast_add(m)?;
         }
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        probs.matmul(&v)?.transpose(0, 1)?.reshape((seg.len, h))
-    };
-    let ctx: Vec<Tensor> = segments.iter().map(attend).collect::<Result<_>>()?;
-    Tensor::cat(&ctx, 0)
+        let mut probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        if empty_rows {
+            let seen = Tensor::from_vec(seen, (b, 1, lq, 1), dev)?.to_dtype(dtype)?;
+            probs = probs.broadcast_mul(&seen)?;
+        }
+        let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * lq, h))?;
+        // keep the sequences' own rows
+        let mut keep = Vec::new();
+        for (bi, s) in segs.iter().enumerate() {
+            for i in 0..s.len {
+                keep.push((bi * lq + i) as u32);
+                place[s.start + i] = Some(done);
+                done += 1;
+            }
+        }
+        parts.push(ctx.index_select(&index(keep)?, 0)?);
+    }
+    // rows outside every segment get a zero context, as the CPU kernel leaves them
+    let zero = done;
+    parts.push(Tensor::zeros((1, h), dtype, dev)?);
+    let order: Vec<u32> = place.into_iter().map(|p| p.unwrap_or(zero)).collect();
+    Tensor::cat(&parts, 0)?.index_select(&index(order)?, 0)
+}
+
+/// Variable-length flash attention on CUDA (bfloat16 and float16) over the packed batch.
+#[cfg(feature = "flash-attn")]
+mod flash {
+    use super::Segment;
+    use candle_core::{DType, Result, Tensor};
+
+    /// The context, or `None` where flash attention does not apply (not CUDA, f32, a head
+    /// size it has no kernel for, or segments that leave rows between them): the caller
+    /// falls back to the padded path.
+    pub(super) fn attention(
+        qkv: &Tensor,
+        segments: &[Segment],
+        heads: usize,
+        head_dim: usize,
+        causal: bool,
+        window: Option<usize>,
+    ) -> Result<Option<Tensor>> {
+        let contiguous = segments
+            .iter()
+            .scan(0usize, |end, s| {
+                let ok = s.start == *end && s.len > 0;
+                *end = s.start + s.len;
+                Some(ok)
+            })
+            .all(|ok| ok);
+        let covered = segments.last().map(|s| s.start + s.len) == Some(qkv.dim(0)?);
+        if !qkv.device().is_cuda()
+            || !matches!(qkv.dtype(), DType::BF16 | DType::F16)
+            || head_dim % 8 != 0
+            || head_dim > 256
+            || !contiguous
+            || !covered
+        {
+            return Ok(None);
+        }
+        let dev = qkv.device();
+        let tokens = qkv.dim(0)?;
+        let h = heads * head_dim;
+        let part = |x: &Tensor, i: usize| -> Result<Tensor> {
+            x.narrow(1, i * h, h)?
+                .contiguous()?
+                .reshape((x.dim(0)?, heads, head_dim))
+        };
+        let q = part(qkv, 0)?;
+        let mut cu_q = vec![0u32];
+        let mut cu_k = vec![0u32];
+        for s in segments {
+            cu_q.push((s.start + s.len) as u32);
+            cu_k.push(cu_k.last().copied().unwrap_or(0) + s.keys.clamp(1, s.len) as u32);
+        }
+        let all_keys = segments.iter().all(|s| s.keys >= s.len);
+        // flash attention aligns a causal mask to the last key when a sequence has fewer keys
+        // than queries; Sift's masks align it to the first
+        if causal && !all_keys {
+            return Ok(None);
+        }
+        // sequences whose trailing keys are masked: their visible keys, packed
+        let kv = if all_keys {
+            qkv.clone()
+        } else {
+            let rows: Vec<u32> = segments
+                .iter()
+                .flat_map(|s| (s.start..s.start + s.keys.clamp(1, s.len)).map(|r| r as u32))
+                .collect();
+            qkv.index_select(&Tensor::from_vec(rows.clone(), rows.len(), dev)?, 0)?
+        };
+        let (k, v) = (part(&kv, 1)?, part(&kv, 2)?);
+        let max_q = segments.iter().map(|s| s.len).max().unwrap_or(1);
+        let max_k = segments
+            .iter()
+            .map(|s| s.keys.clamp(1, s.len))
+            .max()
+            .unwrap_or(1);
+        let n = cu_q.len();
+        let cu_q = Tensor::from_vec(cu_q, n, dev)?;
+        let cu_k = Tensor::from_vec(cu_k, n, dev)?;
+        // the queries are already scaled; key j is visible to query i when
+        // i - left <= j <= i + right
+        let left = window.map(|w| w - 1);
+        let right = causal.then_some(0);
+        let ctx = candle_flash_attn::flash_attn_varlen_windowed(
+            &q, &k, &v, &cu_q, &cu_k, max_q, max_k, 1.0, left, right,
+        )?;
+        Ok(Some(ctx.reshape((tokens, h))?))
+    }
 }
 
 /// Attention on the CPU in one op: every (sequence, head) pair in parallel, reading Q, K and
@@ -1003,6 +1259,84 @@ mod tests {
                 .unwrap();
             assert!(diff < 1e-5, "causal {causal}: {diff}");
         }
+    }
+
+    #[test]
+    fn padded_buckets_match_the_cpu_kernel_in_f32_and_bf16() {
+        // lengths from 1 to 90: several buckets; gaps between segments; masked keys
+        let dev = candle_core::Device::Cpu;
+        let (heads, d) = (2, 8);
+        let lens = [3usize, 90, 1, 17, 18, 40, 41, 5, 64, 2];
+        let mut segs = Vec::new();
+        let mut start = 2;
+        for (i, &len) in lens.iter().enumerate() {
+            let keys = if i % 3 == 0 { len.div_ceil(2) } else { len };
+            segs.push(Segment { start, len, keys });
+            start += len + i % 2;
+        }
+        let tokens = start + 3;
+        assert!(buckets(&segs, heads).len() > 2, "several buckets");
+        // scores of a few units, as with the models' scaled queries
+        let qkv = Tensor::randn(0f32, 0.6, (tokens, 3 * heads * d), &dev).unwrap();
+        for (causal, window) in [(false, None), (true, None), (true, Some(7))] {
+            let fast = attention_windowed(&qkv, &segs, heads, d, causal, window).unwrap();
+            let padded = attention_padded(&qkv, &segs, heads, d, causal, window).unwrap();
+            assert_eq!(padded.dims(), fast.dims());
+            let diff = |a: &Tensor| -> f32 {
+                (a.to_dtype(DType::F32).unwrap() - &fast)
+                    .unwrap()
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar()
+                    .unwrap()
+            };
+            assert!(
+                diff(&padded) < 1e-5,
+                "f32, causal {causal}: {}",
+                diff(&padded)
+            );
+            // bf16 against f32 on the same (rounded) inputs: what is left is bf16's rounding
+            // of scores, probabilities and products (8 bits of mantissa)
+            let rounded = qkv.to_dtype(DType::BF16).unwrap();
+            let want = attention_windowed(
+                &rounded.to_dtype(DType::F32).unwrap(),
+                &segs,
+                heads,
+                d,
+                causal,
+                window,
+            )
+            .unwrap();
+            let bf16 = attention_padded(&rounded, &segs, heads, d, causal, window).unwrap();
+            assert_eq!(bf16.dtype(), DType::BF16);
+            let err: f32 = (bf16.to_dtype(DType::F32).unwrap() - want)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar()
+                .unwrap();
+            assert!(err < 0.02, "bf16, causal {causal}: {err}");
+        }
+    }
+
+    #[test]
+    fn buckets_keep_padding_and_score_memory_bounded() {
+        let segs = Segment::packed([10, 11, 12, 100, 101, 1000]);
+        let groups = buckets(&segs, 4);
+        assert_eq!(groups, vec![vec![0, 1, 2], vec![3, 4], vec![5]]);
+        // a long sequence is never batched past the score budget
+        let long = Segment::packed([4000, 4000, 4000]);
+        let groups = buckets(&long, 16);
+        assert_eq!(groups, vec![vec![0], vec![1], vec![2]]);
+        // every segment lands in exactly one bucket; empty ones in none
+        let mixed = Segment::packed([0, 5, 0, 7]);
+        let mut all: Vec<usize> = buckets(&mixed, 1).concat();
+        all.sort();
+        assert_eq!(all, vec![1, 3]);
     }
 
     #[test]
