@@ -152,18 +152,19 @@ def fetch_image(image):
     return image.resize((w, h))
 
 
-def embed_gme(model, inputs, image_token_id):
+def embed_gme(model, inputs, image_token_id, dtype=None):
     """GME's forward on transformers 5 (`model.model.visual` / `model.model.language_model`): the
     merged image embeddings replace the image tokens' embeddings, the language model runs without
     position ids (0, 1, 2, ... on every M-RoPE axis, as GME's code gets from transformers < 4.52),
     the last real token is pooled and L2-normalised. Returns (embeddings, visual embeddings or
-    None). Call under torch.no_grad()."""
+    None). The pixels go to the vision tower in `dtype` (default float32). Call under
+    torch.no_grad()."""
     import torch
     lm = model.model.language_model
     emb = lm.embed_tokens(inputs["input_ids"])
     vis = None
     if "pixel_values" in inputs:
-        vis = model.model.visual(inputs["pixel_values"].to(torch.float32),
+        vis = model.model.visual(inputs["pixel_values"].to(dtype or torch.float32),
                                  grid_thw=inputs["image_grid_thw"]).pooler_output
         mask = inputs["input_ids"] == image_token_id
         if int(mask.sum()) != vis.shape[0]:
