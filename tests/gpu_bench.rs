@@ -42,6 +42,7 @@ fn gpu_benchmark_dry_run_measures_every_model_with_both_engines() {
         serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
     assert_eq!(results["meta"]["dry_run"], true);
     assert_eq!(results["meta"]["skipped"].as_array().unwrap().len(), 0);
+    assert_eq!(results["meta"]["failed"].as_array().unwrap().len(), 0);
     let models = results["models"].as_array().unwrap();
     let mut names: Vec<&str> = models
         .iter()

@@ -20,8 +20,9 @@
 #   SIFT_GPU_WORK    where checkpoints and images go (default /tmp/sift-gpu-bench)
 #   SIFT_GPU_MODELS  comma-separated subset of clip-vit-large-patch14, siglip-so400m-patch14-384,
 #                    gme-qwen2-vl-2b, mistral-7b (default: all four)
-#   SIFT_GPU_BUDGET_S  seconds the whole run may take (default 450); a model that would start
-#                    with less than a minute left is skipped and named in results.md
+#   SIFT_GPU_BUDGET_S  seconds the whole run may take (default 450); a model that would not
+#                    finish in what is left is skipped, and a run that fails or hangs is
+#                    stopped; both are named in results.md, the other models still reported
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo="$(pwd)"
@@ -118,17 +119,28 @@ make_model() { # name -> checkpoint directory on stdout
     echo "$dir"
 }
 
-skipped=()
+# seconds a model needs on the H200 (checkpoint + four runs), to skip what cannot finish
+need() {
+    case "$1" in
+        mistral-*) echo 300 ;; gme-*) echo 150 ;; *) echo 90 ;;
+    esac
+}
+skipped=() failed=()
 IFS=, read -ra names <<<"$models"
 for name in "${names[@]}"; do
-    if [ "$(date +%s)" -gt $((deadline - 60)) ]; then
-        log "SKIPPED $name: less than a minute of the budget left"
+    left=$((deadline - $(date +%s)))
+    if [ "$dry" = 0 ] && [ "$left" -lt "$(need "$name")" ]; then
+        log "SKIPPED $name: $left s of the budget left, it needs about $(need "$name") s"
         skipped+=("$name")
         continue
     fi
     fam="$(family "$name")"
     log "$name: checkpoint"
-    dir="$(make_model "$name")"
+    if ! dir="$(make_model "$name")"; then
+        log "FAILED $name: making the checkpoint (log.txt)"
+        failed+=("$name (checkpoint)")
+        continue
+    fi
     if [ "$fam" = decoder ]; then
         modality=text input="$work/texts.txt" b=$([ "$dry" = 1 ] && echo 4 || echo 16)
     else
@@ -147,20 +159,30 @@ for name in "${names[@]}"; do
         for engine in "${order[@]}"; do
             raw="$out/raw/$name.$engine.$round.json"
             log "$name: $engine, round $round"
+            # a run that fails or hangs costs that run only: the others are still reported
+            limit=$((deadline - $(date +%s)))
+            [ "$limit" -gt 30 ] || limit=30
             if [ "$engine" = sift ]; then
-                "$sift" bench embed --model "$dir" --modality "$modality" --input "$input" \
-                    --device "$device" --dtype bf16 --batch-size "$b" --items "$n" --warmup "$w" \
-                    --json >"$raw" 2>>"$out/log.txt"
+                cmd=("$sift" bench embed --model "$dir" --modality "$modality" --input "$input"
+                    --device "$device" --dtype bf16 --batch-size "$b" --items "$n"
+                    --warmup "$w" --json)
             else
-                python3 benches/gpu/peer.py --family "$fam" --model "$dir" --input "$input" \
-                    --device "$device" --dtype bf16 --batch-size "$b" --items "$n" --warmup "$w" \
-                    --workers "$workers" --json >"$raw" 2>>"$out/log.txt"
+                cmd=(python3 benches/gpu/peer.py --family "$fam" --model "$dir" --input "$input"
+                    --device "$device" --dtype bf16 --batch-size "$b" --items "$n"
+                    --warmup "$w" --workers "$workers" --json)
+            fi
+            if ! timeout "$limit" "${cmd[@]}" >"$raw" 2>>"$out/log.txt"; then
+                log "FAILED $name: $engine, round $round (log.txt)"
+                failed+=("$name ($engine, round $round)")
+                rm -f "$raw"
             fi
         done
     done
 done
 
 python3 benches/gpu/summarise.py --raw "$out/raw" --out "$out" --device "$device" \
-    --skipped "$(IFS=,; echo "${skipped[*]:-}")" --seconds "$(($(date +%s) - start))" \
+    --skipped "$(IFS=,; echo "${skipped[*]:-}")" --failed "$(IFS=,; echo "${failed[*]:-}")" \
+    --seconds "$(($(date +%s) - start))" \
     $([ "$dry" = 1 ] && echo --dry-run)
 log "done: $out/results.md"
+[ ${#failed[@]} -eq 0 ]

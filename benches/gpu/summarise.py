@@ -18,6 +18,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", required=True)
     ap.add_argument("--skipped", default="")
+    ap.add_argument("--failed", default="")
     ap.add_argument("--seconds", type=float, default=0)
     ap.add_argument("--dry-run", action="store_true",
                     help="the CPU dry run: tiny fixture checkpoints under the full-size names")
@@ -33,7 +34,7 @@ def main() -> int:
     for model, by in runs.items():
         sift, peer = by.get("sift", []), by.get("peer", [])
         if not sift or not peer:
-            raise SystemExit(f"{model}: runs of one engine are missing")
+            continue  # named in --failed
 
         def med(xs, key):
             vals = [x[key] for x in xs if x.get(key) is not None]
@@ -61,9 +62,12 @@ def main() -> int:
         row["ratio"] = row["sift_items_per_s"] / row["transformers_items_per_s"]
         rows.append(row)
     skipped = [s for s in a.skipped.split(",") if s]
+    failed = [s for s in a.failed.split(",") if s]
+    peers = [r for by in runs.values() for r in by.get("peer", [])]
     meta = {"dry_run": a.dry_run, "device": a.device, "seconds": a.seconds, "skipped": skipped,
-            "transformers": runs and next(iter(runs.values()))["peer"][0].get("version"),
-            "torch": runs and next(iter(runs.values()))["peer"][0].get("torch")}
+            "failed": failed,
+            "transformers": peers[0].get("version") if peers else None,
+            "torch": peers[0].get("torch") if peers else None}
     Path(a.out, "results.json").write_text(json.dumps({"meta": meta, "models": rows}, indent=2) + "\n")
 
     def f(x, fmt="{:.0f}"):
@@ -92,6 +96,8 @@ def main() -> int:
             f"| {100 * r['sift_model_busy']:.0f}% |")
     if skipped:
         lines += ["", "SKIPPED (time budget): " + ", ".join(skipped)]
+    if failed:
+        lines += ["", "FAILED (see log.txt): " + ", ".join(failed)]
     lines += ["", f"Whole run: {a.seconds:.0f} s."]
     Path(a.out, "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -393,7 +393,7 @@ impl VisionEmbedder {
         let (h, w) = self.processor.output_size();
         let mut out = Vec::with_capacity(inputs.len());
         for chunk in inputs.chunks(self.options.batch_size.max(1)) {
-            let pixels = super::pixel_batch(chunk, h as usize, w as usize, &Device::Cpu)?;
+            let pixels = super::pixel_batch(chunk, h as usize, w as usize, &self.device)?;
             let f = self.image_features(&pixels)?;
             let f = if unit {
                 l2_normalize(&f)?

@@ -895,7 +895,7 @@ mod flash {
         if !qkv.device().is_cuda()
             || !matches!(qkv.dtype(), DType::BF16 | DType::F16)
             || head_dim % 8 != 0
-            || head_dim > 256
+            || head_dim > 512
             || !contiguous
             || !covered
         {

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds `sift` with CUDA (and, with --flash-attn, flash attention) on a machine without a GPU
+# or a system CUDA: CUDA's compiler and libraries come from PyPI into a virtual environment.
+#
+#   scripts/build-cuda.sh               # --features cuda
+#   scripts/build-cuda.sh --flash-attn  # --features cuda,flash-attn (compiles ~50 large kernels)
+#
+# Result: target/cuda/sift-cuda (stripped: small enough to carry to a GPU machine). It needs,
+# where it runs, an NVIDIA driver (libcuda, loaded at run time) and CUDA 13's runtime, cuBLAS,
+# cuRAND and NVRTC libraries (a PyTorch CUDA 13 install has them: benches/gpu/run.sh points
+# LD_LIBRARY_PATH there).
+#
+# Settings (environment):
+#   CUDA_COMPUTE_CAP  the GPU generation the kernels are compiled for (default 90: Hopper, H100/H200)
+#   SIFT_CUDA_VENV    where the CUDA wheels go (default target/cuda/venv)
+#   CUDA_VERSION_PIN  the CUDA release of the wheels (default 13.0: the lent H200's driver runs
+#                     CUDA 13.0, and PTX from a newer nvcc does not load on an older driver;
+#                     candle's cudarc accepts 11.4 to 13.4)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+features=cuda
+if [ "${1:-}" = "--flash-attn" ]; then
+    features=cuda,flash-attn
+elif [ -n "${1:-}" ]; then
+    echo "usage: scripts/build-cuda.sh [--flash-attn]" >&2
+    exit 2
+fi
+
+pin="${CUDA_VERSION_PIN:-13.0}"
+venv="${SIFT_CUDA_VENV:-target/cuda/venv}"
+export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
+
+if [ ! -x "$venv/bin/python" ]; then
+    echo "== CUDA $pin toolkit from PyPI into $venv"
+    python3 -m venv "$venv"
+fi
+# nvcc (with its nvvm and crt), the runtime, cuBLAS, cuRAND, NVRTC and CCCL (libcu++ headers)
+# of one CUDA release
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "nvidia-cuda-nvcc==$pin.*" "nvidia-nvvm==$pin.*" "nvidia-cuda-crt==$pin.*" \
+    "nvidia-cuda-runtime==$pin.*" "nvidia-cuda-nvrtc==$pin.*" "nvidia-cublas==$pin.*" \
+    "nvidia-cuda-cccl==$pin.*" \
+    "nvidia-curand==10.4.0.*"
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+cuda_home="$site/nvidia/cu13"
+[ -x "$cuda_home/bin/nvcc" ] || { echo "no nvcc under $cuda_home" >&2; exit 1; }
+
+# The wheels ship only versioned libraries (libcudart.so.13); the linker wants libcudart.so.
+libdir="$(pwd)/target/cuda/lib"
+mkdir -p "$libdir"
+for lib in cudart cublas cublasLt curand nvrtc; do
+    real="$(ls "$cuda_home"/lib/lib$lib.so.* 2>/dev/null | head -1)"
+    [ -n "$real" ] || { echo "lib$lib not in the CUDA wheels ($cuda_home/lib)" >&2; exit 1; }
+    ln -sf "$real" "$libdir/lib$lib.so"
+done
+
+# A dependency's source folder, from cargo's metadata.
+pkg_dir() {
+    cargo metadata --format-version 1 --locked --features sift-embed/flash-attn \
+        --filter-platform "$(rustc -vV | sed -n "s/^host: //p")" 2>/dev/null | "$venv/bin/python" -c '
+import json, os, sys
+m = json.load(sys.stdin)
+print(os.path.dirname(next(p["manifest_path"] for p in m["packages"] if p["name"] == sys.argv[1])))' "$1"
+}
+
+# candle links the driver library (libcuda) at build time; it comes with the NVIDIA driver,
+# not with the toolkit's wheels. As the toolkit's own stubs/libcuda.so does, a stub with the
+# driver API's names (from cudarc's bindings) satisfies the linker; its soname is the
+# driver's, libcuda.so.1, so the program loads the real driver where it runs.
+if [ ! -f "$libdir/libcuda.so" ]; then
+    grep -ho "pub unsafe fn cu[A-Z][A-Za-z0-9_]*" "$(pkg_dir cudarc)/src/driver/sys/mod.rs" \
+        | awk '{print "void " $4 "(void) {}"}' | sort -u >"$libdir/libcuda-stub.c"
+    gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$libdir/libcuda.so" "$libdir/libcuda-stub.c"
+fi
+
+export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home"
+export PATH="$cuda_home/bin:$PATH"
+export LIBRARY_PATH="$libdir:$cuda_home/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$cuda_home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export RUSTFLAGS="${RUSTFLAGS:-} -L native=$libdir"
+nvcc --version | tail -2
+
+if [ "$features" = cuda,flash-attn ]; then
+    # candle-flash-attn's build fetches CUTLASS with git from GitHub at a fixed commit. Where
+    # GitHub cannot be reached, the same headers come from PyPI's nvidia-cutlass, placed where
+    # that build looks for its cached checkout (CUDAFORGE_HOME), marked with the commit it asks.
+    cutlass_commit="$(sed -n 's/^const CUTLASS_COMMIT: &str = "\([0-9a-f]*\)";/\1/p' \
+        "$(pkg_dir candle-flash-attn)/build.rs")"
+    export CUDAFORGE_HOME="$(pwd)/target/cuda/cudaforge"
+    checkout="$CUDAFORGE_HOME/git/checkouts/cutlass-${cutlass_commit:0:16}"
+    if [ ! -d "$checkout/include/cute" ]; then
+        echo "== CUTLASS headers (PyPI nvidia-cutlass ${SIFT_CUTLASS_VERSION:-3.5.1.0}) for commit $cutlass_commit"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+            "nvidia-cutlass==${SIFT_CUTLASS_VERSION:-3.5.1.0}"
+        src="$site/cutlass_library/source"
+        rm -rf "$checkout" && mkdir -p "$checkout/tools/util"
+        cp -r "$src/include" "$checkout/include"
+        cp -r "$src/tools/util/include" "$checkout/tools/util/include"
+        git -C "$checkout" init -q
+        echo "$cutlass_commit" >"$checkout/.git/HEAD"
+    fi
+    # compile the kernels on every core (the crate's default is half)
+    export CANDLE_FLASH_ATTN_BUILD_DIR="$(pwd)/target/cuda/flash-attn"
+    mkdir -p "$CANDLE_FLASH_ATTN_BUILD_DIR"
+fi
+
+echo "== cargo build --release --features $features (CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP)"
+start=$(date +%s)
+cargo build --release --locked -p sift-cli --features "$features" --target-dir target/cuda
+cp target/cuda/release/sift target/cuda/sift-cuda
+strip target/cuda/sift-cuda
+echo "== built in $(( $(date +%s) - start )) s: target/cuda/sift-cuda ($(du -m target/cuda/sift-cuda | cut -f1) MiB stripped)"
