@@ -173,7 +173,7 @@ for name in "${names[@]}"; do
             fi
             if ! timeout "$limit" "${cmd[@]}" >"$raw" 2>>"$out/log.txt"; then
                 log "FAILED $name: $engine, round $round (log.txt)"
-                failed+=("$name ($engine, round $round)")
+                failed+=("$name ($engine round $round)")
                 rm -f "$raw"
             fi
         done
