@@ -620,6 +620,11 @@ pub struct Segment {
 }
 
 impl Segment {
+    /// Keys every query sees: `keys`, at least 1 and at most `len` (1 for an empty segment).
+    pub fn visible_keys(&self) -> usize {
+        self.keys.clamp(1, self.len.max(1))
+    }
+
     /// Segments of sequences of the given lengths, packed one after the other, every token
     /// visible.
     pub fn packed(lens: impl IntoIterator<Item = usize>) -> Vec<Segment> {
@@ -720,16 +725,15 @@ const PADDED_SCORE_VALUES: usize = 1 << 27;
 /// similar lengths, so padding adds at most a quarter to the sum of `len x keys`, and at most
 /// [`PADDED_SCORE_VALUES`] scores per group (a longer sequence gets a group of its own).
 fn buckets(segments: &[Segment], heads: usize) -> Vec<Vec<usize>> {
-    let keys = |s: &Segment| s.keys.clamp(1, s.len.max(1));
     let mut order: Vec<usize> = (0..segments.len())
         .filter(|&i| segments[i].len > 0)
         .collect();
-    order.sort_by_key(|&i| (segments[i].len, keys(&segments[i])));
+    order.sort_by_key(|&i| (segments[i].len, segments[i].visible_keys()));
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let (mut cost, mut max_len, mut max_keys) = (0usize, 0usize, 0usize);
     for i in order {
         let s = &segments[i];
-        let (len, k) = (s.len, keys(s));
+        let (len, k) = (s.len, s.visible_keys());
         if let Some(g) = groups.last_mut() {
             let (ml, mk) = (max_len.max(len), max_keys.max(k));
             let padded = (g.len() + 1) * ml * mk;
@@ -785,23 +789,22 @@ fn attention_padded(
     for group in buckets(segments, heads) {
         let segs: Vec<Segment> = group.iter().map(|&i| segments[i]).collect();
         let b = segs.len();
-        let keys_of = |s: &Segment| s.keys.clamp(1, s.len);
         let lq = segs.iter().map(|s| s.len).max().unwrap_or(1);
-        let lk = segs.iter().map(keys_of).max().unwrap_or(1);
+        let lk = segs.iter().map(Segment::visible_keys).max().unwrap_or(1);
         // gather the rows into (b x lq) queries and (b x lk) keys; padding repeats a valid row
         let mut q_rows = Vec::with_capacity(b * lq);
         let mut k_rows = Vec::with_capacity(b * lk);
         for s in &segs {
             q_rows.extend((0..lq).map(|i| (s.start + i.min(s.len - 1)) as u32));
-            k_rows.extend((0..lk).map(|j| (s.start + j.min(keys_of(s) - 1)) as u32));
+            k_rows.extend((0..lk).map(|j| (s.start + j.min(s.visible_keys() - 1)) as u32));
         }
         // masks: each sequence's keys (b, 1, 1, lk), and the causal window (1, 1, lq, lk)
-        let key_mask = if segs.iter().all(|s| keys_of(s) == lk) {
+        let key_mask = if segs.iter().all(|s| s.visible_keys() == lk) {
             None
         } else {
             let m: Vec<f32> = segs
                 .iter()
-                .flat_map(|s| (0..lk).map(move |j| if j < keys_of(s) { 0.0 } else { masked }))
+                .flat_map(|s| (0..lk).map(move |j| if j < s.visible_keys() { 0.0 } else { masked }))
                 .collect();
             Some(Tensor::from_vec(m, (b, 1, 1, lk), dev)?.to_dtype(dtype)?)
         };
@@ -817,7 +820,7 @@ fn attention_padded(
         let seen: Vec<f32> = segs
             .iter()
             .flat_map(|s| {
-                let keys = keys_of(s);
+                let keys = s.visible_keys();
                 (0..lq).map(move |i| {
                     let visible = !causal || i < keys || i - (keys - 1) < w;
                     if visible { 1.0 } else { 0.0 }
@@ -914,7 +917,7 @@ mod flash {
         let mut cu_k = vec![0u32];
         for s in segments {
             cu_q.push((s.start + s.len) as u32);
-            cu_k.push(cu_k.last().copied().unwrap_or(0) + s.keys.clamp(1, s.len) as u32);
+            cu_k.push(cu_k.last().copied().unwrap_or(0) + s.visible_keys() as u32);
         }
         let all_keys = segments.iter().all(|s| s.keys >= s.len);
         // flash attention aligns a causal mask to the last key when a sequence has fewer keys
@@ -928,7 +931,7 @@ mod flash {
         } else {
             let rows: Vec<u32> = segments
                 .iter()
-                .flat_map(|s| (s.start..s.start + s.keys.clamp(1, s.len)).map(|r| r as u32))
+                .flat_map(|s| (s.start..s.start + s.visible_keys()).map(|r| r as u32))
                 .collect();
             qkv.index_select(&Tensor::from_vec(rows.clone(), rows.len(), dev)?, 0)?
         };
@@ -936,7 +939,7 @@ mod flash {
         let max_q = segments.iter().map(|s| s.len).max().unwrap_or(1);
         let max_k = segments
             .iter()
-            .map(|s| s.keys.clamp(1, s.len))
+            .map(Segment::visible_keys)
             .max()
             .unwrap_or(1);
         let n = cu_q.len();
@@ -1008,7 +1011,7 @@ impl CustomOp1 for AttentionOp {
             .par_iter()
             .for_each_init(Vec::new, |scores, &(si, hd)| {
                 let seg = self.segments[si];
-                let (len, keys) = (seg.len, seg.keys.clamp(1, seg.len.max(1)));
+                let (len, keys) = (seg.len, seg.visible_keys());
                 if len == 0 {
                     return;
                 }
