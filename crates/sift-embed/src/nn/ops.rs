@@ -693,7 +693,14 @@ pub fn attention_windowed(
     causal: bool,
     window: Option<usize>,
 ) -> Result<Tensor> {
-    check_segments(segments, qkv.dim(0)?)?;
+    let (tokens, width) = qkv.dims2()?;
+    check_segments(segments, tokens)?;
+    if width != 3 * heads * head_dim {
+        candle_core::bail!(
+            "attention: qkv of width {width}, expected {}",
+            3 * heads * head_dim
+        )
+    }
     if window.is_some() && !causal {
         candle_core::bail!("attention: a sliding window needs causal attention")
     }
@@ -765,13 +772,6 @@ fn attention_padded(
     let (dev, dtype) = (qkv.device(), qkv.dtype());
     let tokens = qkv.dim(0)?;
     let h = heads * head_dim;
-    if qkv.dim(1)? != 3 * h {
-        candle_core::bail!(
-            "attention: qkv of width {}, expected {}",
-            qkv.dim(1)?,
-            3 * h
-        )
-    }
     // masked scores: finite (a fully masked row stays finite), twice still finite in f16
     let masked = match dtype {
         DType::F16 => -3e4f32,
