@@ -9,11 +9,10 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_schema::DataType;
-use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::reader::RowIter;
+use parquet::record::{Field, Row};
+use parquet::schema::types::Type;
 
 use crate::paths::normalize_image_path;
 use crate::types::{Example, ImageLabels, Passage};
@@ -21,11 +20,17 @@ use crate::warnings::{WarningKind, Warnings};
 use crate::{Error, Result};
 
 /// A parquet file read batch by batch, with the wanted columns resolved by name.
+///
+/// Rows come from parquet's record reader (nested lists and structs assembled as
+/// [`Field`]s), which needs no Arrow: the Arrow crates would more than double what a first
+/// build compiles for these few columns.
 pub(crate) struct Table {
     pub(crate) path: PathBuf,
-    reader: ParquetRecordBatchReader,
-    /// Column name -> index in the projected batches (absent optional columns are missing).
+    rows: RowIter<'static>,
+    /// Column name -> index in the projected rows (absent optional columns are missing).
     columns: HashMap<String, usize>,
+    /// Rows per [`Table::next_batch`].
+    batch_size: usize,
     /// Row number (0-based, in the file) of the first row of the next batch.
     next_row: u64,
     /// Rows in the file, from the footer.
@@ -51,18 +56,18 @@ impl Table {
         batch_size: usize,
     ) -> Result<Table> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let builder =
-            ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| Error::parquet(path, e))?;
-        let schema = builder.schema().clone();
-        let num_rows = builder.metadata().file_metadata().num_rows().max(0) as u64;
+        let reader = SerializedFileReader::new(file).map_err(|e| Error::parquet(path, e))?;
+        let meta = reader.metadata().file_metadata();
+        let num_rows = meta.num_rows().max(0) as u64;
+        let schema = meta.schema();
+        let fields = schema.get_fields();
         let mut roots = Vec::new();
         for name in required.iter().chain(optional) {
-            match schema.index_of(name) {
-                Ok(i) => roots.push((i, name.to_string())),
-                Err(_) if optional.contains(name) => {}
-                Err(_) => {
-                    let have: Vec<&str> =
-                        schema.fields().iter().map(|f| f.name().as_str()).collect();
+            match fields.iter().position(|f| f.name() == *name) {
+                Some(i) => roots.push((i, name.to_string())),
+                None if optional.contains(name) => {}
+                None => {
+                    let have: Vec<&str> = fields.iter().map(|f| f.name()).collect();
                     return Err(Error::schema(
                         path,
                         format!(
@@ -74,49 +79,61 @@ impl Table {
             }
         }
         roots.sort();
-        let mask = ProjectionMask::roots(
-            builder.parquet_schema(),
-            roots.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-        );
+        let projection = Type::group_type_builder(schema.name())
+            .with_fields(roots.iter().map(|(i, _)| fields[*i].clone()).collect())
+            .build()
+            .map_err(|e| Error::parquet(path, e))?;
         let columns = roots
             .into_iter()
             .enumerate()
             .map(|(pos, (_, name))| (name, pos))
             .collect();
-        let reader = builder
-            .with_projection(mask)
-            .with_batch_size(batch_size)
-            .build()
-            .map_err(|e| Error::parquet(path, e))?;
+        let rows = RowIter::from_file_into(Box::new(reader))
+            .project(Some(projection))
+            .map_err(|e| Error::parquet(path, e))?
+            .with_batch_size(batch_size);
         Ok(Table {
             path: path.to_path_buf(),
-            reader,
+            rows,
             columns,
+            batch_size: batch_size.max(1),
             next_row: 0,
             num_rows,
         })
     }
 
-    /// Next batch and the file row number of its first row.
-    pub(crate) fn next_batch(&mut self) -> Result<Option<(u64, RecordBatch)>> {
-        let next = crate::catch_panics(|| self.reader.next())
-            .map_err(|what| reader_panicked(&self.path, &what))?;
-        match next {
-            None => Ok(None),
-            Some(Err(e)) => Err(Error::parquet(
-                &self.path,
-                format!("at rows from {}: {e}", self.next_row),
-            )),
-            Some(Ok(batch)) => {
-                let first = self.next_row;
-                self.next_row += batch.num_rows() as u64;
-                Ok(Some((first, batch)))
+    /// Next batch (empty at the end) and the file row number of its first row.
+    pub(crate) fn next_batch(&mut self) -> Result<Option<(u64, Vec<Row>)>> {
+        let first = self.next_row;
+        let (rows, batch_size) = (&mut self.rows, self.batch_size);
+        let batch = crate::catch_panics(|| {
+            let mut batch = Vec::with_capacity(batch_size.min(1024));
+            for row in rows.by_ref() {
+                batch.push(row.map_err(|e| (batch.len(), e))?);
+                if batch.len() == batch_size {
+                    break;
+                }
             }
+            Ok(batch)
+        })
+        .map_err(|what| reader_panicked(&self.path, &what))?
+        .map_err(|(at, e)| {
+            Error::parquet(&self.path, format!("at row {}: {e}", first + at as u64))
+        })?;
+        if batch.is_empty() {
+            return Ok(None);
         }
+        self.next_row += batch.len() as u64;
+        Ok(Some((first, batch)))
     }
 
-    pub(crate) fn column<'b>(&self, batch: &'b RecordBatch, name: &str) -> Option<&'b ArrayRef> {
-        self.columns.get(name).map(|&i| batch.column(i))
+    pub(crate) fn column<'b>(&self, row: &'b Row, name: &str) -> Option<&'b Field> {
+        let i = *self.columns.get(name)?;
+        row.get_column_iter().nth(i).map(|(_, field)| field)
+    }
+
+    fn column_missing(&self, name: &str) -> bool {
+        !self.columns.contains_key(name)
     }
 }
 
@@ -128,38 +145,58 @@ fn reader_panicked(path: &Path, what: &str) -> Error {
     )
 }
 
-/// The string at `row`, or `None` when null. Errors on a non-string column.
-pub(crate) fn string_at(col: &dyn Array, row: usize) -> std::result::Result<Option<&str>, String> {
-    if col.is_null(row) {
-        return Ok(None);
+/// What a cell holds, for error messages.
+fn kind(field: &Field) -> &'static str {
+    match field {
+        Field::Null => "null",
+        Field::Bool(_) => "a boolean",
+        Field::Byte(_)
+        | Field::Short(_)
+        | Field::Int(_)
+        | Field::Long(_)
+        | Field::UByte(_)
+        | Field::UShort(_)
+        | Field::UInt(_)
+        | Field::ULong(_) => "an integer",
+        Field::Float16(_) | Field::Float(_) | Field::Double(_) | Field::Decimal(_) => "a number",
+        Field::Str(_) => "a string",
+        Field::Bytes(_) => "binary data",
+        Field::Date(_)
+        | Field::TimeMillis(_)
+        | Field::TimeMicros(_)
+        | Field::TimestampMillis(_)
+        | Field::TimestampMicros(_) => "a date or time",
+        Field::Group(_) => "a struct",
+        Field::ListInternal(_) => "a list",
+        Field::MapInternal(_) => "a map",
     }
-    Ok(Some(match col.data_type() {
-        DataType::Utf8 => col.as_string::<i32>().value(row),
-        DataType::LargeUtf8 => col.as_string::<i64>().value(row),
-        DataType::Utf8View => col.as_string_view().value(row),
-        // dictionary-encoded strings (what pandas / polars categoricals write)
-        DataType::Dictionary(_, value) if is_string(value) => {
-            let dict = col.as_any_dictionary();
-            let key = dict.normalized_keys()[row];
-            return string_at(dict.values().as_ref(), key);
-        }
-        other => return Err(format!("expected a string, found {other}")),
-    }))
 }
 
-fn is_string(t: &DataType) -> bool {
-    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+/// The string in a cell, or `None` when null. Errors on a non-string value. (Dictionary
+/// encoded strings, what pandas / polars write for categoricals, read as plain strings.)
+pub(crate) fn string_at(field: &Field) -> std::result::Result<Option<&str>, String> {
+    match field {
+        Field::Null => Ok(None),
+        Field::Str(s) => Ok(Some(s)),
+        other => Err(format!("expected a string, found {}", kind(other))),
+    }
+}
+
+/// The field of a struct value named `name`.
+fn struct_field<'r>(row: &'r Row, name: &str) -> Option<&'r Field> {
+    row.get_column_iter()
+        .find(|(n, _)| n.as_str() == name)
+        .map(|(_, f)| f)
 }
 
 /// Required string cell: errors name the column.
 fn required_string<'a>(
     table: &Table,
-    col: &'a dyn Array,
+    field: &'a Field,
     name: &str,
-    row: usize,
     file_row: u64,
 ) -> Result<&'a str> {
-    match string_at(col, row) {
+    match string_at(field) {
         Ok(Some(s)) => Ok(s),
         Ok(None) => Err(Error::row(
             &table.path,
@@ -174,89 +211,61 @@ fn required_string<'a>(
     }
 }
 
-/// Strings of one element of a list value: plain strings, or structs whose `image_path`
+/// Strings of the elements of a list value: plain strings, or structs whose `image_path`
 /// (else `path`) field holds the string; null elements are left out and counted.
-fn strings_of(values: &dyn Array, nulls: &mut usize) -> std::result::Result<Vec<String>, String> {
-    let mut out = Vec::with_capacity(values.len());
-    match values.data_type() {
-        DataType::Struct(fields) => {
-            let strukt = values.as_struct();
-            let idx = ["image_path", "path"]
+fn strings_of(elements: &[Field], nulls: &mut usize) -> std::result::Result<Vec<String>, String> {
+    let mut out = Vec::with_capacity(elements.len());
+    for element in elements {
+        let value = match element {
+            Field::Group(strukt) => ["image_path", "path"]
                 .iter()
-                .find_map(|n| fields.iter().position(|f| f.name() == n))
+                .find_map(|n| struct_field(strukt, n))
                 .ok_or_else(|| {
                     format!(
                         "list of structs without an image_path field (fields: {})",
-                        fields
-                            .iter()
-                            .map(|f| f.name().as_str())
+                        strukt
+                            .get_column_iter()
+                            .map(|(n, _)| n.as_str())
                             .collect::<Vec<_>>()
                             .join(", ")
                     )
-                })?;
-            let inner = strukt.column(idx);
-            for i in 0..strukt.len() {
-                if strukt.is_null(i) {
-                    *nulls += 1;
-                    continue;
-                }
-                match string_at(inner.as_ref(), i)? {
-                    Some(s) => out.push(s.to_string()),
-                    None => *nulls += 1,
-                }
-            }
-        }
-        DataType::Null => *nulls += values.len(),
-        _ => {
-            for i in 0..values.len() {
-                match string_at(values, i)? {
-                    Some(s) => out.push(s.to_string()),
-                    None => *nulls += 1,
-                }
-            }
+                })?,
+            other => other,
+        };
+        match string_at(value)? {
+            Some(s) => out.push(s.to_string()),
+            None => *nulls += 1,
         }
     }
     Ok(out)
 }
 
-/// The list of strings at `row` (empty when null). Accepts `List`/`LargeList` of strings or
-/// of structs with `image_path`, and also a single string (taken as a one-element list).
-fn string_list_at(
-    col: &dyn Array,
-    row: usize,
-    nulls: &mut usize,
-) -> std::result::Result<Vec<String>, String> {
-    if col.is_null(row) {
-        return Ok(Vec::new());
-    }
-    match col.data_type() {
-        DataType::List(_) => strings_of(col.as_list::<i32>().value(row).as_ref(), nulls),
-        DataType::LargeList(_) => strings_of(col.as_list::<i64>().value(row).as_ref(), nulls),
-        t if is_string(t) || matches!(t, DataType::Dictionary(_, v) if is_string(v)) => {
-            Ok(string_at(col, row)?
-                .map(|s| vec![s.to_string()])
-                .unwrap_or_default())
-        }
-        other => Err(format!("expected a list of strings, found {other}")),
+/// The list of strings in a cell (empty when null). Accepts lists of strings or of structs
+/// with `image_path`, and also a single string (taken as a one-element list).
+fn string_list_at(field: &Field, nulls: &mut usize) -> std::result::Result<Vec<String>, String> {
+    match field {
+        Field::Null => Ok(Vec::new()),
+        Field::ListInternal(list) => strings_of(list.elements(), nulls),
+        Field::Str(s) => Ok(vec![s.clone()]),
+        other => Err(format!("expected a list of strings, found {}", kind(other))),
     }
 }
 
-/// The ids listed in column `name` at `row`: image paths (columns ending in `_images` or
+/// The ids listed in column `name` of `row`: image paths (columns ending in `_images` or
 /// `image_paths`) normalised, each id checked ([`crate::id_problem`]); null elements are
 /// skipped and counted in `warnings`.
 fn list_column(
     table: &Table,
-    batch: &RecordBatch,
+    row: &Row,
     name: &str,
-    row: usize,
     file_row: u64,
     warnings: &mut Warnings,
 ) -> Result<Vec<String>> {
-    let Some(col) = table.column(batch, name) else {
+    let Some(field) = table.column(row, name) else {
         return Ok(Vec::new());
     };
     let mut nulls = 0;
-    let mut ids = string_list_at(col.as_ref(), row, &mut nulls)
+    let mut ids = string_list_at(field, &mut nulls)
         .map_err(|e| Error::row(&table.path, file_row, format!("column {name:?}: {e}")))?;
     if name.ends_with("images") || name == "image_paths" {
         ids.iter_mut().for_each(|p| *p = normalize_image_path(p));
@@ -280,50 +289,40 @@ fn list_column(
     Ok(ids)
 }
 
-/// `(image path, source passage id)` of each element of the struct list in column `name` at
+/// `(image path, source passage id)` of each element of the struct list in column `name` of
 /// `row` that has both an `image_path` and a `source_passage_id` (image paths normalised, both
-/// ids checked); nothing when the column is not a list of structs with those fields.
+/// ids checked); nothing for elements that are not structs with those fields.
 fn source_column(
     table: &Table,
-    batch: &RecordBatch,
+    row: &Row,
     name: &str,
-    row: usize,
     file_row: u64,
 ) -> Result<Vec<(String, String)>> {
-    let Some(col) = table.column(batch, name) else {
+    let Some(Field::ListInternal(list)) = table.column(row, name) else {
         return Ok(Vec::new());
     };
-    if col.is_null(row) {
-        return Ok(Vec::new());
-    }
-    let values = match col.data_type() {
-        DataType::List(_) => col.as_list::<i32>().value(row),
-        DataType::LargeList(_) => col.as_list::<i64>().value(row),
-        _ => return Ok(Vec::new()),
-    };
-    let DataType::Struct(fields) = values.data_type() else {
-        return Ok(Vec::new());
-    };
-    let field = |n: &str| fields.iter().position(|f| f.name() == n);
-    let (Some(ip), Some(sp)) = (field("image_path"), field("source_passage_id")) else {
-        return Ok(Vec::new());
-    };
-    let strukt = values.as_struct();
     let mut out = Vec::new();
-    for i in 0..strukt.len() {
-        if strukt.is_null(i) {
+    for element in list.elements() {
+        let Field::Group(strukt) = element else {
             continue;
-        }
-        let get = |c: usize| {
-            string_at(strukt.column(c).as_ref(), i)
+        };
+        let (Some(img), Some(pid)) = (
+            struct_field(strukt, "image_path"),
+            struct_field(strukt, "source_passage_id"),
+        ) else {
+            continue;
+        };
+        let get = |f: &'_ Field| {
+            string_at(f)
+                .map(|s| s.map(str::to_string))
                 .map_err(|e| Error::row(&table.path, file_row, format!("column {name:?}: {e}")))
         };
-        if let (Some(img), Some(pid)) = (get(ip)?, get(sp)?) {
-            let img = normalize_image_path(img);
+        if let (Some(img), Some(pid)) = (get(img)?, get(pid)?) {
+            let img = normalize_image_path(&img);
             let loc = || format!("row {file_row}");
             Error::check_id(&table.path, loc, &format!("{name} image_path"), &img)?;
-            Error::check_id(&table.path, loc, &format!("{name} source_passage_id"), pid)?;
-            out.push((img, pid.to_string()));
+            Error::check_id(&table.path, loc, &format!("{name} source_passage_id"), &pid)?;
+            out.push((img, pid));
         }
     }
     Ok(out)
@@ -365,13 +364,13 @@ impl ParquetPassages {
                 self.table = None;
                 continue;
             };
-            let ids = table.column(&batch, "id").expect("projected");
-            let contents = table.column(&batch, "content").expect("projected");
-            for i in 0..batch.num_rows() {
+            for (i, cells) in batch.iter().enumerate() {
                 let row = first_row + i as u64;
-                let id = required_string(table, ids.as_ref(), "id", i, row)?;
+                let id = table.column(cells, "id").expect("projected");
+                let id = required_string(table, id, "id", row)?;
                 Error::check_id(&table.path, || format!("row {row}"), "passage id", id)?;
-                let text = match string_at(contents.as_ref(), i) {
+                let content = table.column(cells, "content").expect("projected");
+                let text = match string_at(content) {
                     Ok(t) => t.unwrap_or(""),
                     Err(e) => {
                         return Err(Error::row(
@@ -433,13 +432,12 @@ pub(crate) fn read_examples(
             return Err(Error::schema(file, "missing column \"gold_ids\""));
         }
         while let Some((first_row, batch)) = table.next_batch()? {
-            let ids = table.column(&batch, "id").expect("projected");
-            let queries = table.column(&batch, "query").expect("projected");
-            for i in 0..batch.num_rows() {
+            for (i, cells) in batch.iter().enumerate() {
                 let row = first_row + i as u64;
-                let id = required_string(&table, ids.as_ref(), "id", i, row)?.to_string();
+                let id = table.column(cells, "id").expect("projected");
+                let id = required_string(&table, id, "id", row)?.to_string();
                 Error::check_id(file, || format!("row {row}"), "query id", &id)?;
-                let query = string_at(queries.as_ref(), i)
+                let query = string_at(table.column(cells, "query").expect("projected"))
                     .map_err(|e| Error::row(file, row, format!("column \"query\": {e}")))?
                     .unwrap_or("")
                     .to_string();
@@ -464,11 +462,11 @@ pub(crate) fn read_examples(
                 let images = if multimodal {
                     let mut sources = Vec::new();
                     for name in ["positive_images", "negative_images"] {
-                        sources.extend(source_column(&table, &batch, name, i, row)?);
+                        sources.extend(source_column(&table, cells, name, row)?);
                     }
                     Some(ImageLabels {
-                        positive: list_column(&table, &batch, "positive_images", i, row, warnings)?,
-                        negative: list_column(&table, &batch, "negative_images", i, row, warnings)?,
+                        positive: list_column(&table, cells, "positive_images", row, warnings)?,
+                        negative: list_column(&table, cells, "negative_images", row, warnings)?,
                         sources,
                     })
                 } else {
@@ -477,9 +475,9 @@ pub(crate) fn read_examples(
                 out.push(Example {
                     id,
                     query,
-                    gold_ids: list_column(&table, &batch, "gold_ids", i, row, warnings)?,
-                    negative_ids: list_column(&table, &batch, "negative_ids", i, row, warnings)?,
-                    image_paths: list_column(&table, &batch, "image_paths", i, row, warnings)?,
+                    gold_ids: list_column(&table, cells, "gold_ids", row, warnings)?,
+                    negative_ids: list_column(&table, cells, "negative_ids", row, warnings)?,
+                    image_paths: list_column(&table, cells, "image_paths", row, warnings)?,
                     images,
                 });
             }
@@ -488,21 +486,14 @@ pub(crate) fn read_examples(
     Ok(out)
 }
 
-impl Table {
-    fn column_missing(&self, name: &str) -> bool {
-        !self.columns.contains_key(name)
+/// The bytes in a binary cell, `None` when null.
+pub(crate) fn binary_at(field: &Field) -> std::result::Result<Option<&[u8]>, String> {
+    match field {
+        Field::Null => Ok(None),
+        Field::Bytes(b) => Ok(Some(b.data())),
+        other => Err(format!(
+            "expected binary image bytes, found {}",
+            kind(other)
+        )),
     }
-}
-
-/// The bytes at `row` of a binary column, `None` when null.
-pub(crate) fn binary_at(col: &dyn Array, row: usize) -> std::result::Result<Option<&[u8]>, String> {
-    if col.is_null(row) {
-        return Ok(None);
-    }
-    Ok(Some(match col.data_type() {
-        DataType::Binary => col.as_binary::<i32>().value(row),
-        DataType::LargeBinary => col.as_binary::<i64>().value(row),
-        DataType::BinaryView => col.as_binary_view().value(row),
-        other => return Err(format!("expected binary image bytes, found {other}")),
-    }))
 }
