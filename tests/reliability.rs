@@ -1581,6 +1581,83 @@ fn dictionary_encoded_columns_are_read() {
     assert_eq!(ev["metrics"]["ndcg@10"], 1.0, "{ev}");
 }
 
+/// Cells of the wrong type are errors naming the file, the row and the column; lists of
+/// structs are read through their `image_path` field, their null elements counted.
+#[test]
+fn parquet_cells_of_the_wrong_type_name_their_row() {
+    use arrow_array::builder::{ListBuilder, StringBuilder, StructBuilder};
+    use arrow_array::{ArrayRef, Int64Array};
+    use arrow_schema::{DataType, Field};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mm");
+    let docs = |ids: ArrayRef| {
+        write_parquet(
+            &root.join("documents/chem.parquet"),
+            vec![
+                ("id", ids),
+                ("content", strings(&["acid base", "acid rain", "noble gas"])),
+            ],
+        )
+    };
+    docs(std::sync::Arc::new(Int64Array::from(vec![1, 2, 3])));
+    write_parquet(
+        &root.join("examples/chem.parquet"),
+        vec![
+            ("id", strings(&["q1"])),
+            ("query", strings(&["noble gas"])),
+            ("gold_ids", strings(&["chem/cd_0.txt"])),
+        ],
+    );
+    let err = fails(&["check", "--corpus", s(&root)]);
+    assert!(
+        err.contains("chem.parquet")
+            && err.contains("row 0")
+            && err.contains("\"id\"")
+            && err.contains("expected a string, found an integer"),
+        "{err}"
+    );
+    docs(strings(&[
+        "chem/ab_0.txt",
+        "chem/ab_1.txt",
+        "chem/cd_0.txt",
+    ]));
+    // gold ids as a list of {image_path} structs, one element null
+    let fields = vec![Field::new("image_path", DataType::Utf8, true)];
+    let mut gold = ListBuilder::new(StructBuilder::from_fields(fields, 2));
+    let strukt = gold.values();
+    strukt
+        .field_builder::<StringBuilder>(0)
+        .unwrap()
+        .append_value("chem/cd_0.txt");
+    strukt.append(true);
+    strukt
+        .field_builder::<StringBuilder>(0)
+        .unwrap()
+        .append_null();
+    strukt.append(false);
+    gold.append(true);
+    write_parquet(
+        &root.join("examples/chem.parquet"),
+        vec![
+            ("id", strings(&["q1"])),
+            ("query", strings(&["noble gas"])),
+            ("gold_ids", std::sync::Arc::new(gold.finish())),
+        ],
+    );
+    let index = tmp.path().join("idx");
+    let out = sift(&["index", "--corpus", s(&root), "--index", s(&index), "-q"]);
+    assert!(out.status.success(), "{out:?}");
+    let ev = sift(&["eval", "--corpus", s(&root), "--index", s(&index), "--json"]);
+    assert!(ev.status.success(), "{ev:?}");
+    let stderr = String::from_utf8_lossy(&ev.stderr);
+    assert!(
+        stderr.contains("1 null element(s) in \"gold_ids\""),
+        "{stderr}"
+    );
+    let ev = json(&String::from_utf8_lossy(&ev.stdout));
+    assert_eq!(ev["metrics"]["ndcg@10"], 1.0, "{ev}");
+}
+
 /// `--threads 1` builds reproduce the HNSW graph bit for bit.
 #[test]
 fn single_threaded_builds_are_reproducible() {
