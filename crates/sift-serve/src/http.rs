@@ -159,13 +159,59 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// Bodies declared larger than the limit are still read (and discarded) up to this size before
+/// the 413 is sent: a client that writes its whole body before reading the answer then gets
+/// the JSON error instead of a reset connection (hyper closes a connection whose body it
+/// did not read).
+const DRAIN_MAX_BYTES: u64 = 64 << 20;
+/// ... and for at most this long.
+const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);
+
+/// Requests whose declared body length is over `limit` are answered 413 before any handler
+/// runs (every endpoint, uploads and MCP included), their body drained first.
+async fn reject_oversized(State(limit): State<usize>, req: Request, next: Next) -> Response {
+    match content_length(req.headers()) {
+        Some(declared) if declared > limit as u64 => {
+            drain(req.into_body(), declared).await;
+            too_large().into_response()
+        }
+        _ => next.run(req).await,
+    }
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Reads and drops `body` when its declared length is within [`DRAIN_MAX_BYTES`].
+async fn drain(body: Body, declared: u64) {
+    use http_body_util::BodyExt;
+    if declared > DRAIN_MAX_BYTES {
+        return;
+    }
+    let mut body = body;
+    let _ = tokio::time::timeout(DRAIN_MAX_TIME, async {
+        while let Some(Ok(_)) = body.frame().await {}
+    })
+    .await;
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        ErrorKind::PayloadTooLarge,
+        "the request body is larger than the service's limit",
+    )
+}
+
 /// A body that could not be read (too large, or cut off), as a JSON error.
 fn bad_body(e: BytesRejection) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(
-            ErrorKind::PayloadTooLarge,
-            "the request body is larger than the service's limit",
-        )
+        too_large()
     } else {
         ApiError::new(ErrorKind::InvalidRequest, format!("reading the body: {e}"))
     }
@@ -226,6 +272,10 @@ pub fn router(
     app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            max_body_bytes,
+            reject_oversized,
+        ))
         .layer(middleware::from_fn_with_state(shared.clone(), access_log))
         .with_state(shared)
 }
