@@ -662,53 +662,44 @@ impl Images {
             };
             for (i, cells) in batch.iter().enumerate() {
                 let row = first_row + i as u64;
-                let path =
-                    match mmbright::string_at(table.column(cells, "path").expect("projected")) {
-                        Ok(Some(p)) if !p.trim().is_empty() => {
-                            let p = normalize_image_path(p);
-                            Error::check_id(
-                                &table.path,
-                                || format!("row {row}"),
-                                "image path",
-                                &p,
-                            )?;
-                            p
-                        }
-                        Ok(_) => {
-                            return Err(Error::row(
-                                &table.path,
-                                row,
-                                "image path is null or empty",
-                            ));
-                        }
-                        Err(e) => {
-                            return Err(Error::row(
-                                &table.path,
-                                row,
-                                format!("column \"path\": {e}"),
-                            ));
-                        }
-                    };
-                let data =
-                    match mmbright::binary_at(table.column(cells, "bytes").expect("projected")) {
-                        Ok(Some(b)) if !b.is_empty() => b,
-                        Ok(_) => {
-                            self.warnings.push(
-                                WarningKind::MissingImageBytes,
-                                &table.path,
-                                format!("row {row}"),
-                                format!("image {path:?} has no bytes: skipped"),
-                            );
-                            continue;
-                        }
-                        Err(e) => {
-                            return Err(Error::row(
-                                &table.path,
-                                row,
-                                format!("column \"bytes\": {e}"),
-                            ));
-                        }
-                    };
+                let path_cell = table.column(cells, "path").expect("projected");
+                let bytes_cell = table.column(cells, "bytes").expect("projected");
+                let path = match mmbright::string_at(path_cell) {
+                    Ok(Some(p)) if !p.trim().is_empty() => {
+                        let p = normalize_image_path(p);
+                        Error::check_id(&table.path, || format!("row {row}"), "image path", &p)?;
+                        p
+                    }
+                    Ok(_) => {
+                        return Err(Error::row(&table.path, row, "image path is null or empty"));
+                    }
+                    Err(e) => {
+                        return Err(Error::row(
+                            &table.path,
+                            row,
+                            format!("column \"path\": {e}"),
+                        ));
+                    }
+                };
+                let data = match mmbright::binary_at(bytes_cell) {
+                    Ok(Some(b)) if !b.is_empty() => b,
+                    Ok(_) => {
+                        self.warnings.push(
+                            WarningKind::MissingImageBytes,
+                            &table.path,
+                            format!("row {row}"),
+                            format!("image {path:?} has no bytes: skipped"),
+                        );
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(Error::row(
+                            &table.path,
+                            row,
+                            format!("column \"bytes\": {e}"),
+                        ));
+                    }
+                };
                 if !self.seen.insert(path.clone()) {
                     self.warnings.push(
                         WarningKind::DuplicateImage,
