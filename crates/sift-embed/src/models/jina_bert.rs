@@ -3,9 +3,9 @@
 //! BERT's post-norm layers without a position table, symmetric ALiBi attention biases
 //! (`-slope_h * |i - j|`), a fused `Wqkv` with biases, and a GEGLU MLP
 //! (`wo(gelu(x W_g^T) * (x W_u^T))`, the gate being the first half of `gated_layers`).
-//! Sequences run packed and unpadded: the linear layers over all tokens at once, attention per
-//! sequence.
-use candle_core::{D, DType, Device, Module, Result, Tensor};
+//! Sequences run packed and unpadded, the linear layers and attention over all tokens at once
+//! ([`ops::attention_biased`] with the ALiBi slopes).
+use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
@@ -199,34 +199,6 @@ impl JinaBert {
         self.heads * self.head_dim
     }
 
-    /// `-slope_h * |i - j|` for one sequence of `len` tokens, `(heads, len, len)`.
-    fn alibi(&self, len: usize, dtype: DType) -> Result<Tensor> {
-        let mut bias = Vec::with_capacity(self.heads * len * len);
-        for s in &self.slopes {
-            for i in 0..len {
-                bias.extend((0..len).map(|j| -s * (i as f32 - j as f32).abs()));
-            }
-        }
-        Tensor::from_vec(bias, (self.heads, len, len), &self.device)?.to_dtype(dtype)
-    }
-
-    /// Softmax attention of one sequence's rows of `qkv` `(len, 3 * hidden)`, queries
-    /// pre-scaled, with the ALiBi bias; `(len, hidden)`.
-    fn attend(&self, qkv: &Tensor, bias: &Tensor) -> Result<Tensor> {
-        let (len, _) = qkv.dims2()?;
-        let (heads, d) = (self.heads, self.head_dim);
-        let part = |i: usize| -> Result<Tensor> {
-            qkv.narrow(1, i * heads * d, heads * d)?
-                .reshape((len, heads, d))?
-                .transpose(0, 1)?
-                .contiguous()
-        };
-        let (q, k, v) = (part(0)?, part(1)?, part(2)?);
-        let scores = (q.matmul(&k.t()?)? + bias)?;
-        let probs = candle_nn::ops::softmax(&scores, D::Minus1)?;
-        probs.matmul(&v)?.transpose(0, 1)?.reshape((len, heads * d))
-    }
-
     /// Mean-pooled final states `(sequences, hidden)` of unpadded sequences (the published
     /// `MeanPooler` over the mask `ids != pad_token_id`), or the first token's with `cls`.
     pub fn forward(&self, seqs: &[&[u32]], cls: bool) -> Result<Tensor> {
@@ -235,32 +207,15 @@ impl JinaBert {
         let ids = Tensor::from_vec(ids, total, &self.device)?;
         let x = self.word.forward(&ids)?.broadcast_add(&self.type0)?;
         let mut x = self.emb_ln.forward(&x)?;
-        // keys holding the padding id are masked as the published encoder masks them
-        let biases = seqs
-            .iter()
-            .map(|s| {
-                let b = self.alibi(s.len(), x.dtype())?;
-                if !s.contains(&self.pad) {
-                    return Ok(b);
-                }
-                let mask: Vec<f32> = s
-                    .iter()
-                    .map(|&t| if t == self.pad { -10000.0 } else { 0.0 })
-                    .collect();
-                let mask =
-                    Tensor::from_vec(mask, (1, 1, s.len()), &self.device)?.to_dtype(x.dtype())?;
-                b.broadcast_add(&mask)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let keys = ops::padding_key_bias(seqs, self.pad);
+        let bias = ops::ScoreBias {
+            alibi: Some(&self.slopes),
+            keys: keys.as_deref(),
+        };
+        let segments = ops::Segment::packed(seqs.iter().map(|s| s.len()));
         for l in &self.layers {
             let qkv = ops::linear(&l.qkv, &x, None)?;
-            let mut ctx = Vec::with_capacity(seqs.len());
-            let mut start = 0;
-            for (s, bias) in seqs.iter().zip(&biases) {
-                ctx.push(self.attend(&qkv.narrow(0, start, s.len())?, bias)?);
-                start += s.len();
-            }
-            let ctx = Tensor::cat(&ctx, 0)?;
+            let ctx = ops::attention_biased(&qkv, &segments, self.heads, self.head_dim, bias)?;
             let a = l.norm1.forward(&ops::linear(&l.out, &ctx, Some(&x))?)?;
             let g = ops::linear_act(&l.gate, &a, None, Some(self.act))?;
             let u = ops::linear(&l.up, &a, None)?;

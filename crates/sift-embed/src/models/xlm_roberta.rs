@@ -13,7 +13,7 @@
 //! the original weights. The loader merges the chosen task's adapter into the weights once.
 use std::collections::BTreeMap;
 
-use candle_core::{D, DType, Device, Module, Result, Tensor};
+use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
@@ -301,36 +301,6 @@ impl XlmRoberta {
         ))
     }
 
-    /// Softmax attention of one sequence's rows of `qkv` `(len, 3 * hidden)`, queries
-    /// pre-scaled, rotary positions applied to q and k, `mask` added to the scores;
-    /// `(len, hidden)`.
-    fn attend(
-        &self,
-        qkv: &Tensor,
-        rot: &(Tensor, Tensor),
-        mask: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        let (len, _) = qkv.dims2()?;
-        let (heads, d) = (self.heads, self.head_dim);
-        let part = |i: usize| -> Result<Tensor> {
-            qkv.narrow(1, i * heads * d, heads * d)?
-                .reshape((len, heads, d))?
-                .transpose(0, 1)?
-                .contiguous()
-        };
-        let (cos, sin) = rot;
-        let turn = |x: Tensor| -> Result<Tensor> {
-            candle_nn::rotary_emb::rope(&x.unsqueeze(0)?, cos, sin)?.squeeze(0)
-        };
-        let (q, k, v) = (turn(part(0)?)?, turn(part(1)?)?, part(2)?);
-        let mut scores = q.matmul(&k.t()?)?;
-        if let Some(m) = mask {
-            scores = scores.broadcast_add(m)?;
-        }
-        let probs = candle_nn::ops::softmax(&scores, D::Minus1)?;
-        probs.matmul(&v)?.transpose(0, 1)?.reshape((len, heads * d))
-    }
-
     /// Mean-pooled final states `(sequences, hidden)` of unpadded sequences (`MeanPooler` over
     /// the mask `ids != pad_token_id`; keys holding the padding id are masked as the published
     /// encoder masks them).
@@ -342,40 +312,35 @@ impl XlmRoberta {
         let mut x = self.emb_ln.forward(&x)?;
         let dtype = x.dtype();
         let longest = seqs.iter().map(|s| s.len()).max().unwrap_or(0);
-        let (cos, sin) = self.rotary(longest, dtype)?;
-        let rots = seqs
-            .iter()
-            .map(|s| {
-                Ok((
-                    cos.narrow(0, 0, s.len())?.contiguous()?,
-                    sin.narrow(0, 0, s.len())?.contiguous()?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let masks = seqs
-            .iter()
-            .map(|s| {
-                if !s.contains(&self.pad) {
-                    return Ok(None);
-                }
-                let m: Vec<f32> = s
-                    .iter()
-                    .map(|&t| if t == self.pad { -10000.0 } else { 0.0 })
-                    .collect();
-                Ok(Some(
-                    Tensor::from_vec(m, (1, 1, s.len()), &self.device)?.to_dtype(dtype)?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        // each token's rotary angles, by its position within its sequence
+        let (cos, sin) = self.rotary(longest.max(1), dtype)?;
+        let positions: Vec<u32> = seqs.iter().flat_map(|s| 0..s.len() as u32).collect();
+        let positions = Tensor::from_vec(positions, total, &self.device)?;
+        let (cos, sin) = (
+            cos.index_select(&positions, 0)?,
+            sin.index_select(&positions, 0)?,
+        );
+        let keys = ops::padding_key_bias(seqs, self.pad);
+        let bias = ops::ScoreBias {
+            alibi: None,
+            keys: keys.as_deref(),
+        };
+        let segments = ops::Segment::packed(seqs.iter().map(|s| s.len()));
+        let h = self.heads * self.head_dim;
         for l in &self.layers {
             let qkv = ops::linear(&l.qkv, &x, None)?;
-            let mut ctx = Vec::with_capacity(seqs.len());
-            let mut start = 0;
-            for ((s, rot), mask) in seqs.iter().zip(&rots).zip(&masks) {
-                ctx.push(self.attend(&qkv.narrow(0, start, s.len())?, rot, mask.as_ref())?);
-                start += s.len();
-            }
-            let ctx = Tensor::cat(&ctx, 0)?;
+            // rotary positions on the packed queries and keys (rotate-half, as `rope`)
+            let turn = |i: usize| -> Result<Tensor> {
+                let part = qkv.narrow(1, i * h, h)?.contiguous()?.reshape((
+                    1,
+                    total,
+                    self.heads,
+                    self.head_dim,
+                ))?;
+                candle_nn::rotary_emb::rope_thd(&part, &cos, &sin)?.reshape((total, h))
+            };
+            let qkv = Tensor::cat(&[&turn(0)?, &turn(1)?, &qkv.narrow(1, 2 * h, h)?], 1)?;
+            let ctx = ops::attention_biased(&qkv, &segments, self.heads, self.head_dim, bias)?;
             let a = l.norm1.forward(&ops::linear(&l.out, &ctx, Some(&x))?)?;
             let m = ops::linear_act(&l.fc1, &a, None, Some(self.act))?;
             x = l.norm2.forward(&ops::linear(&l.fc2, &m, Some(&a))?)?;

@@ -693,7 +693,75 @@ pub fn attention_windowed(
     causal: bool,
     window: Option<usize>,
 ) -> Result<Tensor> {
+    attend(
+        qkv,
+        segments,
+        heads,
+        head_dim,
+        causal,
+        window,
+        ScoreBias::default(),
+    )
+}
+
+/// Additive biases on the attention scores, for encoders whose published code adds them to
+/// `Q K^T` before the softmax: JinaBERT's ALiBi, and the `-10000` that JinaBERT and
+/// XLM-RoBERTa add on keys holding the padding id.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScoreBias<'a> {
+    /// ALiBi slopes, one per head: query `i` and key `j` of a sequence (positions within it)
+    /// get `-slopes[h] * |i - j|` (symmetric, as JinaBERT's bidirectional ALiBi).
+    pub alibi: Option<&'a [f32]>,
+    /// One value per packed row, added to every score on that row as a key.
+    pub keys: Option<&'a [f32]>,
+}
+
+/// [`ScoreBias::keys`] for packed sequences whose published encoder masks keys holding the
+/// padding id (`(1 - mask) * -10000` on the scores, mask `ids != pad`), or `None` when no
+/// sequence holds it.
+pub fn padding_key_bias(seqs: &[&[u32]], pad: u32) -> Option<Vec<f32>> {
+    seqs.iter().any(|s| s.contains(&pad)).then(|| {
+        seqs.iter()
+            .flat_map(|s| s.iter().map(|&t| if t == pad { -10000.0 } else { 0.0 }))
+            .collect()
+    })
+}
+
+/// Bidirectional [`attention`] with additive score biases ([`ScoreBias`]). The same paths
+/// run as for [`attention`]: the fused kernel on the CPU in f32, flash attention on CUDA
+/// (ALiBi only: key biases that are not all zero take the padded path), the padded batches
+/// elsewhere.
+pub fn attention_biased(
+    qkv: &Tensor,
+    segments: &[Segment],
+    heads: usize,
+    head_dim: usize,
+    bias: ScoreBias,
+) -> Result<Tensor> {
+    attend(qkv, segments, heads, head_dim, false, None, bias)
+}
+
+/// Every attention entry's checks and dispatch.
+fn attend(
+    qkv: &Tensor,
+    segments: &[Segment],
+    heads: usize,
+    head_dim: usize,
+    causal: bool,
+    window: Option<usize>,
+    bias: ScoreBias,
+) -> Result<Tensor> {
     let (tokens, width) = qkv.dims2()?;
+    if let Some(a) = bias.alibi
+        && a.len() != heads
+    {
+        candle_core::bail!("attention: {} ALiBi slopes for {heads} heads", a.len())
+    }
+    if let Some(k) = bias.keys
+        && k.len() != tokens
+    {
+        candle_core::bail!("attention: {} key biases for {tokens} rows", k.len())
+    }
     check_segments(segments, tokens)?;
     if width != 3 * heads * head_dim {
         candle_core::bail!(
@@ -714,14 +782,16 @@ pub fn attention_windowed(
             head_dim,
             causal,
             window,
+            alibi: bias.alibi.map(<[f32]>::to_vec),
+            key_bias: bias.keys.map(<[f32]>::to_vec),
         };
         return qkv.contiguous()?.apply_op1_no_bwd(&op);
     }
     #[cfg(feature = "flash-attn")]
-    if let Some(ctx) = flash::attention(qkv, segments, heads, head_dim, causal, window)? {
+    if let Some(ctx) = flash::attention(qkv, segments, heads, head_dim, causal, window, bias)? {
         return Ok(ctx);
     }
-    attention_padded(qkv, segments, heads, head_dim, causal, window)
+    attention_padded(qkv, segments, heads, head_dim, causal, window, bias)
 }
 
 /// Scores (batch x heads x queries x keys) one padded batch may hold: 2^27 values (256 MiB in
@@ -768,6 +838,7 @@ fn attention_padded(
     head_dim: usize,
     causal: bool,
     window: Option<usize>,
+    bias: ScoreBias,
 ) -> Result<Tensor> {
     let (dev, dtype) = (qkv.device(), qkv.dtype());
     let tokens = qkv.dim(0)?;
@@ -798,15 +869,36 @@ fn attention_padded(
             q_rows.extend((0..lq).map(|i| (s.start + i.min(s.len - 1)) as u32));
             k_rows.extend((0..lk).map(|j| (s.start + j.min(s.visible_keys() - 1)) as u32));
         }
-        // masks: each sequence's keys (b, 1, 1, lk), and the causal window (1, 1, lq, lk)
-        let key_mask = if segs.iter().all(|s| s.visible_keys() == lk) {
+        // masks: each sequence's keys (b, 1, 1, lk) with their biases, ALiBi (1, heads, lq,
+        // lk), and the causal window (1, 1, lq, lk)
+        let key_mask = if bias.keys.is_none() && segs.iter().all(|s| s.visible_keys() == lk) {
             None
         } else {
             let m: Vec<f32> = segs
                 .iter()
-                .flat_map(|s| (0..lk).map(move |j| if j < s.visible_keys() { 0.0 } else { masked }))
+                .flat_map(|s| {
+                    (0..lk).map(move |j| match bias.keys {
+                        _ if j >= s.visible_keys() => masked,
+                        Some(k) => k[s.start + j],
+                        None => 0.0,
+                    })
+                })
                 .collect();
             Some(Tensor::from_vec(m, (b, 1, 1, lk), dev)?.to_dtype(dtype)?)
+        };
+        let alibi = match bias.alibi {
+            Some(slopes) => {
+                let m: Vec<f32> = slopes
+                    .iter()
+                    .flat_map(|&sl| {
+                        (0..lq).flat_map(move |i| {
+                            (0..lk).map(move |j| -sl * (i as f32 - j as f32).abs())
+                        })
+                    })
+                    .collect();
+                Some(Tensor::from_vec(m, (1, heads, lq, lk), dev)?.to_dtype(dtype)?)
+            }
+            None => None,
         };
         let causal_mask = if causal {
             let m: Vec<f32> = (0..lq)
@@ -842,7 +934,7 @@ fn attention_padded(
             split(&kv_in, 2, lk)?,
         );
         let mut scores = q.matmul(&k.t()?)?; // (b, heads, lq, lk)
-        for m in [&key_mask, &causal_mask].into_iter().flatten() {
+        for m in [&alibi, &key_mask, &causal_mask].into_iter().flatten() {
             scores = scores.broadcast_add(m)?;
         }
         let mut probs = candle_nn::ops::softmax_last_dim(&scores)?;
@@ -872,12 +964,12 @@ fn attention_padded(
 /// Variable-length flash attention on CUDA (bfloat16 and float16) over the packed batch.
 #[cfg(feature = "flash-attn")]
 mod flash {
-    use super::Segment;
+    use super::{ScoreBias, Segment};
     use candle_core::{DType, Result, Tensor};
 
     /// The context, or `None` where flash attention does not apply (not CUDA, f32, a head
-    /// size it has no kernel for, or segments that leave rows between them): the caller
-    /// falls back to the padded path.
+    /// size it has no kernel for, segments that leave rows between them, or key biases that
+    /// are not all zero): the caller falls back to the padded path.
     pub(super) fn attention(
         qkv: &Tensor,
         segments: &[Segment],
@@ -885,7 +977,11 @@ mod flash {
         head_dim: usize,
         causal: bool,
         window: Option<usize>,
+        bias: ScoreBias,
     ) -> Result<Option<Tensor>> {
+        if bias.keys.is_some_and(|k| k.iter().any(|&b| b != 0.0)) {
+            return Ok(None);
+        }
         let contiguous = segments
             .iter()
             .scan(0usize, |end, s| {
@@ -920,9 +1016,9 @@ mod flash {
             cu_k.push(cu_k.last().copied().unwrap_or(0) + s.visible_keys() as u32);
         }
         let all_keys = segments.iter().all(|s| s.keys >= s.len);
-        // flash attention aligns a causal mask to the last key when a sequence has fewer keys
-        // than queries; Sift's masks align it to the first
-        if causal && !all_keys {
+        // flash attention aligns a causal mask and ALiBi's distances to the last key when a
+        // sequence has fewer keys than queries; Sift's align them to the first
+        if (causal || bias.alibi.is_some()) && !all_keys {
             return Ok(None);
         }
         // sequences whose trailing keys are masked: their visible keys, packed
@@ -949,9 +1045,19 @@ mod flash {
         // i - left <= j <= i + right
         let left = window.map(|w| w - 1);
         let right = causal.then_some(0);
-        let ctx = candle_flash_attn::flash_attn_varlen_windowed(
-            &q, &k, &v, &cu_q, &cu_k, max_q, max_k, 1.0, left, right,
-        )?;
+        // flash attention's ALiBi is `-slope * |i + keys - queries - j|`: JinaBERT's
+        // symmetric `|i - j|` for the bidirectional, unmasked sequences that reach here
+        let ctx = match bias.alibi {
+            Some(slopes) => {
+                let slopes = Tensor::from_vec(slopes.to_vec(), slopes.len(), dev)?;
+                candle_flash_attn::flash_attn_varlen_alibi_windowed(
+                    &q, &k, &v, &slopes, &cu_q, &cu_k, max_q, max_k, 1.0, left, right,
+                )?
+            }
+            None => candle_flash_attn::flash_attn_varlen_windowed(
+                &q, &k, &v, &cu_q, &cu_k, max_q, max_k, 1.0, left, right,
+            )?,
+        };
         Ok(Some(ctx.reshape((tokens, h))?))
     }
 }
@@ -966,6 +1072,10 @@ struct AttentionOp {
     causal: bool,
     /// Causal sliding window (tokens seen, the query's own included).
     window: Option<usize>,
+    /// ALiBi slopes per head ([`ScoreBias::alibi`]).
+    alibi: Option<Vec<f32>>,
+    /// Score bias per key row ([`ScoreBias::keys`]).
+    key_bias: Option<Vec<f32>>,
 }
 
 /// Scores computed at once per (sequence, head) task: 128 Ki values (512 KiB), about a
@@ -1001,6 +1111,11 @@ impl CustomOp1 for AttentionOp {
             candle_core::bail!("attention: qkv of width {width}, expected {}", 3 * h)
         }
         check_segments(&self.segments, tokens)?;
+        if self.alibi.as_ref().is_some_and(|a| a.len() != heads)
+            || self.key_bias.as_ref().is_some_and(|k| k.len() != tokens)
+        {
+            candle_core::bail!("attention: score biases do not match {heads} heads, {tokens} rows")
+        }
         let mut out = vec![0f32; tokens * h];
         let out_ptr = OutPtr(out.as_mut_ptr());
         let tasks: Vec<(usize, usize)> = (0..self.segments.len())
@@ -1071,6 +1186,20 @@ impl CustomOp1 for AttentionOp {
                             .window
                             .map_or(0, |wn| (r0 + i + 1).saturating_sub(wn).min(visible));
                         row[..first].fill(0.0);
+                        let qi = r0 + i;
+                        if let Some(slopes) = &self.alibi {
+                            let sl = slopes[hd];
+                            for (j, x) in row[first..visible].iter_mut().enumerate() {
+                                *x -= sl * (qi as f32 - (first + j) as f32).abs();
+                            }
+                        }
+                        if let Some(kb) = &self.key_bias {
+                            let kb = &kb[seg.start + first..seg.start + visible];
+                            row[first..visible]
+                                .iter_mut()
+                                .zip(kb)
+                                .for_each(|(x, b)| *x += b);
+                        }
                         softmax_row(&mut row[first..], visible - first);
                     }
                     // SAFETY: this task alone writes rows start..start+len, columns
@@ -1283,7 +1412,9 @@ mod tests {
         let qkv = Tensor::randn(0f32, 0.6, (tokens, 3 * heads * d), &dev).unwrap();
         for (causal, window) in [(false, None), (true, None), (true, Some(7))] {
             let fast = attention_windowed(&qkv, &segs, heads, d, causal, window).unwrap();
-            let padded = attention_padded(&qkv, &segs, heads, d, causal, window).unwrap();
+            let padded =
+                attention_padded(&qkv, &segs, heads, d, causal, window, ScoreBias::default())
+                    .unwrap();
             assert_eq!(padded.dims(), fast.dims());
             let diff = |a: &Tensor| -> f32 {
                 (a.to_dtype(DType::F32).unwrap() - &fast)
@@ -1312,7 +1443,16 @@ mod tests {
                 window,
             )
             .unwrap();
-            let bf16 = attention_padded(&rounded, &segs, heads, d, causal, window).unwrap();
+            let bf16 = attention_padded(
+                &rounded,
+                &segs,
+                heads,
+                d,
+                causal,
+                window,
+                ScoreBias::default(),
+            )
+            .unwrap();
             assert_eq!(bf16.dtype(), DType::BF16);
             let err: f32 = (bf16.to_dtype(DType::F32).unwrap() - want)
                 .unwrap()
@@ -1324,6 +1464,112 @@ mod tests {
                 .unwrap();
             assert!(err < 0.02, "bf16, causal {causal}: {err}");
         }
+    }
+
+    #[test]
+    fn score_biases_match_a_plain_softmax_on_every_path() {
+        // ALiBi and per-key biases (-10000 on some keys, as on padding ids) over ragged
+        // sequences: the fused CPU kernel, the padded batches (f32 and bf16) and the portable
+        // path against softmax(q k^T + bias) v written out in f64
+        let dev = candle_core::Device::Cpu;
+        let (heads, d) = (3, 8);
+        let lens = [4usize, 1, 23, 9, 24];
+        let segs = Segment::packed(lens);
+        let tokens: usize = lens.iter().sum();
+        let slopes = [0.5f32, 0.25, 0.0625];
+        let keys: Vec<f32> = (0..tokens)
+            .map(|r| {
+                if r % 5 == 3 {
+                    -10000.0
+                } else {
+                    0.01 * r as f32
+                }
+            })
+            .collect();
+        let qkv = Tensor::randn(0f32, 0.6, (tokens, 3 * heads * d), &dev).unwrap();
+        let x: Vec<Vec<f32>> = qkv.to_vec2().unwrap();
+        let h = heads * d;
+        let mut want = vec![0f32; tokens * h];
+        for s in &segs {
+            for hd in 0..heads {
+                for i in 0..s.len {
+                    let q = &x[s.start + i][hd * d..(hd + 1) * d];
+                    let sc: Vec<f64> = (0..s.len)
+                        .map(|j| {
+                            let k = &x[s.start + j][h + hd * d..h + (hd + 1) * d];
+                            let dot: f64 = q.iter().zip(k).map(|(a, b)| (a * b) as f64).sum();
+                            dot - (slopes[hd] as f64) * (i as f64 - j as f64).abs()
+                                + keys[s.start + j] as f64
+                        })
+                        .collect();
+                    let max = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = sc.iter().map(|v| (v - max).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    for c in 0..d {
+                        let v: f64 = (0..s.len)
+                            .map(|j| e[j] / sum * x[s.start + j][2 * h + hd * d + c] as f64)
+                            .sum();
+                        want[(s.start + i) * h + hd * d + c] = v as f32;
+                    }
+                }
+            }
+        }
+        let want = Tensor::from_vec(want, (tokens, h), &dev).unwrap();
+        let bias = ScoreBias {
+            alibi: Some(&slopes),
+            keys: Some(&keys),
+        };
+        let err = |got: &Tensor| -> f32 {
+            (got.to_dtype(DType::F32).unwrap() - &want)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar()
+                .unwrap()
+        };
+        let fused = attention_biased(&qkv, &segs, heads, d, bias).unwrap();
+        assert!(err(&fused) < 1e-5, "fused: {}", err(&fused));
+        let padded = attention_padded(&qkv, &segs, heads, d, false, None, bias).unwrap();
+        assert!(err(&padded) < 1e-5, "padded: {}", err(&padded));
+        let portable =
+            attention_biased(&qkv.to_dtype(DType::F64).unwrap(), &segs, heads, d, bias).unwrap();
+        assert!(err(&portable) < 1e-5, "portable: {}", err(&portable));
+        let bf16 = attention_padded(
+            &qkv.to_dtype(DType::BF16).unwrap(),
+            &segs,
+            heads,
+            d,
+            false,
+            None,
+            bias,
+        )
+        .unwrap();
+        assert!(err(&bf16) < 0.03, "bf16: {}", err(&bf16));
+        // without biases the same entry is plain attention; mismatched biases are errors
+        let plain = attention_biased(&qkv, &segs, heads, d, ScoreBias::default()).unwrap();
+        assert!(
+            (plain - attention(&qkv, &segs, heads, d, false).unwrap())
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+                == 0.0
+        );
+        let short = ScoreBias {
+            alibi: Some(&slopes[..2]),
+            keys: None,
+        };
+        assert!(attention_biased(&qkv, &segs, heads, d, short).is_err());
+        let few_keys = ScoreBias {
+            alibi: None,
+            keys: Some(&keys[1..]),
+        };
+        assert!(attention_biased(&qkv, &segs, heads, d, few_keys).is_err());
     }
 
     #[test]
