@@ -5,7 +5,7 @@
 //! (`wo(gelu(x W_g^T) * (x W_u^T))`, the gate being the first half of `gated_layers`).
 //! Sequences run packed and unpadded, the linear layers and attention over all tokens at once
 //! ([`ops::attention_biased`] with the ALiBi slopes).
-use candle_core::{Device, Module, Result, Tensor};
+use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
@@ -221,6 +221,9 @@ impl JinaBert {
             let u = ops::linear(&l.up, &a, None)?;
             x = l.norm2.forward(&ops::linear(&l.wo, &(g * u)?, Some(&a))?)?;
         }
+        // pooled in f32: a bfloat16 mean over hundreds of tokens loses digits (PyTorch's
+        // reductions accumulate half types in f32 too)
+        let x = x.to_dtype(DType::F32)?;
         let mut pooled = Vec::with_capacity(seqs.len());
         let mut start = 0;
         for s in seqs {

@@ -400,7 +400,9 @@ impl TextEmbedder {
             .iter()
             .map(|s| if s.is_empty() { &[0u32][..] } else { s })
             .collect();
-        let hidden = self.model.forward(&batch)?; // (total tokens, dim), sequences packed
+        // (total tokens, dim), sequences packed; pooled in f32: a bfloat16 mean over hundreds
+        // of tokens loses digits (PyTorch's reductions accumulate half types in f32 too)
+        let hidden = self.model.forward(&batch)?.to_dtype(DType::F32)?;
         let mut pooled = Vec::with_capacity(batch.len());
         let mut start = 0;
         for s in &batch {
@@ -412,7 +414,7 @@ impl TextEmbedder {
             });
             start += s.len();
         }
-        let mut pooled = Tensor::stack(&pooled, 0)?.to_dtype(DType::F32)?;
+        let mut pooled = Tensor::stack(&pooled, 0)?;
         match self.model {
             // Nomic's model card: a weightless layer norm, then the Matryoshka cut
             Encoder::Nomic(_) => pooled = card_head(&pooled, Some(self.dim))?,

@@ -345,6 +345,9 @@ impl XlmRoberta {
             let m = ops::linear_act(&l.fc1, &a, None, Some(self.act))?;
             x = l.norm2.forward(&ops::linear(&l.fc2, &m, Some(&a))?)?;
         }
+        // pooled in f32: a bfloat16 mean over hundreds of tokens loses digits (PyTorch's
+        // reductions accumulate half types in f32 too)
+        let x = x.to_dtype(DType::F32)?;
         let mut pooled = Vec::with_capacity(seqs.len());
         let mut start = 0;
         for s in seqs {
