@@ -844,7 +844,15 @@ fn attention_padded(
     let tokens = qkv.dim(0)?;
     let h = heads * head_dim;
     // masked scores: finite (a fully masked row stays finite), twice still finite in f16
-    let masked = match dtype {
+    // Scores with ALiBi are biased and soft-maxed in f32, as the published code does them
+    // (PyTorch promotes bf16 scores plus an f32 bias to f32; flash attention adds ALiBi in
+    // f32): in bf16, a distance bias of -255 is rounded to a step of 1.
+    let score_dtype = if bias.alibi.is_some() {
+        DType::F32
+    } else {
+        dtype
+    };
+    let masked = match score_dtype {
         DType::F16 => -3e4f32,
         _ => -1e30f32,
     };
@@ -884,7 +892,7 @@ fn attention_padded(
                     })
                 })
                 .collect();
-            Some(Tensor::from_vec(m, (b, 1, 1, lk), dev)?.to_dtype(dtype)?)
+            Some(Tensor::from_vec(m, (b, 1, 1, lk), dev)?.to_dtype(score_dtype)?)
         };
         let alibi = match bias.alibi {
             Some(slopes) => {
@@ -896,7 +904,7 @@ fn attention_padded(
                         })
                     })
                     .collect();
-                Some(Tensor::from_vec(m, (1, heads, lq, lk), dev)?.to_dtype(dtype)?)
+                Some(Tensor::from_vec(m, (1, heads, lq, lk), dev)?.to_dtype(score_dtype)?)
             }
             None => None,
         };
@@ -904,7 +912,7 @@ fn attention_padded(
             let m: Vec<f32> = (0..lq)
                 .flat_map(|i| (0..lk).map(move |j| if j <= i && i - j < w { 0.0 } else { masked }))
                 .collect();
-            Some(Tensor::from_vec(m, (1, 1, lq, lk), dev)?.to_dtype(dtype)?)
+            Some(Tensor::from_vec(m, (1, 1, lq, lk), dev)?.to_dtype(score_dtype)?)
         } else {
             None
         };
@@ -933,11 +941,11 @@ fn attention_padded(
             split(&kv_in, 1, lk)?,
             split(&kv_in, 2, lk)?,
         );
-        let mut scores = q.matmul(&k.t()?)?; // (b, heads, lq, lk)
+        let mut scores = q.matmul(&k.t()?)?.to_dtype(score_dtype)?; // (b, heads, lq, lk)
         for m in [&alibi, &key_mask, &causal_mask].into_iter().flatten() {
             scores = scores.broadcast_add(m)?;
         }
-        let mut probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let mut probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(dtype)?;
         if empty_rows {
             let seen = Tensor::from_vec(seen, (b, 1, lq, 1), dev)?.to_dtype(dtype)?;
             probs = probs.broadcast_mul(&seen)?;
@@ -1257,6 +1265,26 @@ pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
 mod tests {
     use super::*;
 
+    /// Normal noise `(rows, cols)` with standard deviation `sd`, the same on every run (a
+    /// fixed splitmix64 stream through Box-Muller): bounds checked on it cannot flake.
+    fn noise(rows: usize, cols: usize, sd: f32, seed: u64) -> Tensor {
+        let mut state = seed;
+        let mut uniform = || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let values: Vec<f32> = (0..rows * cols)
+            .map(|_| {
+                let (u, v) = (uniform().max(1e-300), uniform());
+                ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32 * sd
+            })
+            .collect();
+        Tensor::from_vec(values, (rows, cols), &candle_core::Device::Cpu).unwrap()
+    }
+
     #[test]
     fn overlapping_unordered_or_overflowing_segments_are_refused() {
         let seg = |start, len| Segment {
@@ -1396,7 +1424,6 @@ mod tests {
     #[test]
     fn padded_buckets_match_the_cpu_kernel_in_f32_and_bf16() {
         // lengths from 1 to 90: several buckets; gaps between segments; masked keys
-        let dev = candle_core::Device::Cpu;
         let (heads, d) = (2, 8);
         let lens = [3usize, 90, 1, 17, 18, 40, 41, 5, 64, 2];
         let mut segs = Vec::new();
@@ -1409,7 +1436,7 @@ mod tests {
         let tokens = start + 3;
         assert!(buckets(&segs, heads).len() > 2, "several buckets");
         // scores of a few units, as with the models' scaled queries
-        let qkv = Tensor::randn(0f32, 0.6, (tokens, 3 * heads * d), &dev).unwrap();
+        let qkv = noise(tokens, 3 * heads * d, 0.6, 1);
         for (causal, window) in [(false, None), (true, None), (true, Some(7))] {
             let fast = attention_windowed(&qkv, &segs, heads, d, causal, window).unwrap();
             let padded =
@@ -1462,6 +1489,7 @@ mod tests {
                 .unwrap()
                 .to_scalar()
                 .unwrap();
+            eprintln!("bf16, causal {causal}: {err}");
             assert!(err < 0.02, "bf16, causal {causal}: {err}");
         }
     }
@@ -1486,7 +1514,7 @@ mod tests {
                 }
             })
             .collect();
-        let qkv = Tensor::randn(0f32, 0.6, (tokens, 3 * heads * d), &dev).unwrap();
+        let qkv = noise(tokens, 3 * heads * d, 0.6, 2);
         let x: Vec<Vec<f32>> = qkv.to_vec2().unwrap();
         let h = heads * d;
         let mut want = vec![0f32; tokens * h];
@@ -1546,6 +1574,7 @@ mod tests {
             bias,
         )
         .unwrap();
+        eprintln!("biased bf16: {}", err(&bf16));
         assert!(err(&bf16) < 0.03, "bf16: {}", err(&bf16));
         // without biases the same entry is plain attention; mismatched biases are errors
         let plain = attention_biased(&qkv, &segs, heads, d, ScoreBias::default()).unwrap();
