@@ -83,24 +83,31 @@ nvcc --version | tail -2
 
 if [ "$features" = cuda,flash-attn ]; then
     # candle-flash-attn's build fetches CUTLASS with git from GitHub at a fixed commit. Where
-    # GitHub cannot be reached, the same headers come from PyPI's nvidia-cutlass, placed where
-    # that build looks for its cached checkout (CUDAFORGE_HOME), marked with the commit it asks.
+    # GitHub cannot be reached, a CUTLASS release's headers come from PyPI's nvidia-cutlass,
+    # placed where that build looks for its cached checkout (CUDAFORGE_HOME), marked with the
+    # commit it asks. 4.2 by default: 3.5's headers do not compile with CUDA 13 (their
+    # cuda_host_adapter.hpp names PFN_cuTensorMapEncodeTiled, which CUDA 13 only has
+    # versioned); 4.2's compile the flash kernels with nvcc 13.0.
+    cutlass="${SIFT_CUTLASS_VERSION:-4.2.0.0}"
     cutlass_commit="$(sed -n 's/^const CUTLASS_COMMIT: &str = "\([0-9a-f]*\)";/\1/p' \
         "$(pkg_dir candle-flash-attn)/build.rs")"
     export CUDAFORGE_HOME="$(pwd)/target/cuda/cudaforge"
     checkout="$CUDAFORGE_HOME/git/checkouts/cutlass-${cutlass_commit:0:16}"
-    if [ ! -d "$checkout/include/cute" ]; then
-        echo "== CUTLASS headers (PyPI nvidia-cutlass ${SIFT_CUTLASS_VERSION:-3.5.1.0}) for commit $cutlass_commit"
+    if [ "$(cat "$checkout/.sift-cutlass-version" 2>/dev/null)" != "$cutlass" ]; then
+        echo "== CUTLASS headers (PyPI nvidia-cutlass $cutlass) for commit $cutlass_commit"
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-            "nvidia-cutlass==${SIFT_CUTLASS_VERSION:-3.5.1.0}"
+            "nvidia-cutlass==$cutlass"
         src="$site/cutlass_library/source"
         rm -rf "$checkout" && mkdir -p "$checkout/tools/util"
         cp -r "$src/include" "$checkout/include"
         cp -r "$src/tools/util/include" "$checkout/tools/util/include"
         git -C "$checkout" init -q
         echo "$cutlass_commit" >"$checkout/.git/HEAD"
+        echo "$cutlass" >"$checkout/.sift-cutlass-version"
     fi
-    # compile the kernels on every core (the crate's default is half)
+    # compile the kernels on every core (the crate's default is half), keeping them between
+    # builds
+    export CUDAFORGE_THREADS="${CUDAFORGE_THREADS:-$(nproc)}"
     export CANDLE_FLASH_ATTN_BUILD_DIR="$(pwd)/target/cuda/flash-attn"
     mkdir -p "$CANDLE_FLASH_ATTN_BUILD_DIR"
 fi
