@@ -4,7 +4,7 @@
 //! (`-slope_h * |i - j|`), a fused `Wqkv` with biases, and a GEGLU MLP
 //! (`wo(gelu(x W_g^T) * (x W_u^T))`, the gate being the first half of `gated_layers`).
 //! Sequences run packed and unpadded, the linear layers and attention over all tokens at once
-//! ([`ops::attention_biased`] with the ALiBi slopes).
+//! (`nn::ops::attention_biased` with the ALiBi slopes).
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
