@@ -894,17 +894,18 @@ fn attention_padded(
                 .collect();
             Some(Tensor::from_vec(m, (b, 1, 1, lk), dev)?.to_dtype(score_dtype)?)
         };
+        // ALiBi made on the device (distances times slopes): heads x lq x lk values are not
+        // built on the host and uploaded again at every layer
         let alibi = match bias.alibi {
             Some(slopes) => {
-                let m: Vec<f32> = slopes
-                    .iter()
-                    .flat_map(|&sl| {
-                        (0..lq).flat_map(move |i| {
-                            (0..lk).map(move |j| -sl * (i as f32 - j as f32).abs())
-                        })
-                    })
-                    .collect();
-                Some(Tensor::from_vec(m, (1, heads, lq, lk), dev)?.to_dtype(score_dtype)?)
+                let pos = |n: usize| Tensor::arange(0f32, n as f32, dev);
+                let dist = pos(lq)?
+                    .reshape((lq, 1))?
+                    .broadcast_sub(&pos(lk)?.reshape((1, lk))?)?
+                    .abs()?
+                    .reshape((1, 1, lq, lk))?;
+                let slopes = Tensor::from_slice(slopes, (1, heads, 1, 1), dev)?;
+                Some(dist.broadcast_mul(&slopes)?.neg()?.to_dtype(score_dtype)?)
             }
             None => None,
         };
