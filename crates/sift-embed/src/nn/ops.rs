@@ -1286,6 +1286,19 @@ mod tests {
         Tensor::from_vec(values, (rows, cols), &candle_core::Device::Cpu).unwrap()
     }
 
+    /// The largest absolute difference between two tensors of one shape, in f32.
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        let f32 = |x: &Tensor| x.to_dtype(DType::F32).unwrap();
+        (f32(a) - f32(b))
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap()
+    }
+
     #[test]
     fn overlapping_unordered_or_overflowing_segments_are_refused() {
         let seg = |start, len| Segment {
@@ -1372,18 +1385,6 @@ mod tests {
             .unwrap()
             .broadcast_add(&b)
             .unwrap();
-        let max_diff = |a: &Tensor, b: &Tensor| -> f32 {
-            (a - b)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar()
-                .unwrap()
-        };
         assert!(max_diff(&linear(&l, &x, None).unwrap(), &plain) < 1e-5);
         let with_res = (&plain + &r).unwrap();
         assert!(max_diff(&linear(&l, &x, Some(&r)).unwrap(), &with_res) < 1e-5);
@@ -1408,16 +1409,7 @@ mod tests {
                 .unwrap()
                 .to_dtype(DType::F32)
                 .unwrap();
-            let diff: f32 = (fast - slow)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let diff = max_diff(&fast, &slow);
             assert!(diff < 1e-5, "causal {causal}: {diff}");
         }
     }
@@ -1444,16 +1436,7 @@ mod tests {
                 attention_padded(&qkv, &segs, heads, d, causal, window, ScoreBias::default())
                     .unwrap();
             assert_eq!(padded.dims(), fast.dims());
-            let diff = |a: &Tensor| -> f32 {
-                (a.to_dtype(DType::F32).unwrap() - &fast)
-                    .unwrap()
-                    .abs()
-                    .unwrap()
-                    .max_all()
-                    .unwrap()
-                    .to_scalar()
-                    .unwrap()
-            };
+            let diff = |a: &Tensor| max_diff(a, &fast);
             assert!(
                 diff(&padded) < 1e-5,
                 "f32, causal {causal}: {}",
@@ -1482,14 +1465,7 @@ mod tests {
             )
             .unwrap();
             assert_eq!(bf16.dtype(), DType::BF16);
-            let err: f32 = (bf16.to_dtype(DType::F32).unwrap() - want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let err = max_diff(&bf16, &want);
             eprintln!("bf16, causal {causal}: {err}");
             assert!(err < 0.02, "bf16, causal {causal}: {err}");
         }
@@ -1548,16 +1524,7 @@ mod tests {
             alibi: Some(&slopes),
             keys: Some(&keys),
         };
-        let err = |got: &Tensor| -> f32 {
-            (got.to_dtype(DType::F32).unwrap() - &want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar()
-                .unwrap()
-        };
+        let err = |got: &Tensor| max_diff(got, &want);
         let fused = attention_biased(&qkv, &segs, heads, d, bias).unwrap();
         assert!(err(&fused) < 1e-5, "fused: {}", err(&fused));
         let padded = attention_padded(&qkv, &segs, heads, d, false, None, bias).unwrap();
@@ -1579,17 +1546,8 @@ mod tests {
         assert!(err(&bf16) < 0.03, "bf16: {}", err(&bf16));
         // without biases the same entry is plain attention; mismatched biases are errors
         let plain = attention_biased(&qkv, &segs, heads, d, ScoreBias::default()).unwrap();
-        assert!(
-            (plain - attention(&qkv, &segs, heads, d, false).unwrap())
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap()
-                == 0.0
-        );
+        let unbiased = attention(&qkv, &segs, heads, d, false).unwrap();
+        assert_eq!(max_diff(&plain, &unbiased), 0.0);
         let short = ScoreBias {
             alibi: Some(&slopes[..2]),
             keys: None,
