@@ -173,9 +173,10 @@ impl Bert {
         let x = (x + self.token_type.forward(&types)?)?;
         let mut x = self.emb_norm.forward(&x)?;
         let segments = Segment::packed(seqs.iter().map(|s| s.len()));
+        let attention = ops::Attention::new(&segments, self.heads, self.head_dim);
         for layer in &self.layers {
             let qkv = ops::linear(&layer.qkv, &x, None)?; // (T, 3h)
-            let ctx = ops::attention(&qkv, &segments, self.heads, self.head_dim, false)?;
+            let ctx = attention.run(&qkv)?;
             let a = layer
                 .attn_norm
                 .forward(&ops::linear(&layer.attn_out, &ctx, Some(&x))?)?;

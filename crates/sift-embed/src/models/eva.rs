@@ -319,10 +319,11 @@ impl EvaVision {
             .broadcast_add(&self.pos.unsqueeze(0)?)?;
         let mut x = x.reshape((n * t, h))?;
         let segments = Segment::packed(std::iter::repeat_n(t, n));
+        let attention = ops::Attention::new(&segments, self.heads, self.head_dim);
         for b in &self.blocks {
             let qkv = ops::linear(&b.qkv, &b.norm1.forward(&x)?, None)?;
             let qkv = self.rotate(&qkv, n)?;
-            let mut ctx = ops::attention(&qkv, &segments, self.heads, self.head_dim, false)?;
+            let mut ctx = attention.run(&qkv)?;
             if let Some(ln) = &b.inner_ln {
                 ctx = ln.forward(&ctx)?;
             }

@@ -4,7 +4,7 @@
 //! (`-slope_h * |i - j|`), a fused `Wqkv` with biases, and a GEGLU MLP
 //! (`wo(gelu(x W_g^T) * (x W_u^T))`, the gate being the first half of `gated_layers`).
 //! Sequences run packed and unpadded, the linear layers and attention over all tokens at once
-//! (`nn::ops::attention_biased` with the ALiBi slopes).
+//! (`nn::ops::Attention::biased` with the ALiBi slopes).
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
@@ -213,9 +213,10 @@ impl JinaBert {
             keys: keys.as_deref(),
         };
         let segments = ops::Segment::packed(seqs.iter().map(|s| s.len()));
+        let attention = ops::Attention::new(&segments, self.heads, self.head_dim).biased(bias);
         for l in &self.layers {
             let qkv = ops::linear(&l.qkv, &x, None)?;
-            let ctx = ops::attention_biased(&qkv, &segments, self.heads, self.head_dim, bias)?;
+            let ctx = attention.run(&qkv)?;
             let a = l.norm1.forward(&ops::linear(&l.out, &ctx, Some(&x))?)?;
             let g = ops::linear_act(&l.gate, &a, None, Some(self.act))?;
             let u = ops::linear(&l.up, &a, None)?;

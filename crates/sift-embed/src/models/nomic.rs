@@ -220,10 +220,11 @@ impl NomicBert {
         let (cos, sin) = tables(angles, total, half, &self.device, x.dtype())?;
         let segments = Segment::packed(seqs.iter().map(|s| s.len()));
         let (heads, d) = (self.heads, self.head_dim);
+        let attention = ops::Attention::new(&segments, heads, d);
         for l in &self.layers {
             let qkv = ops::linear(&l.qkv, &x, None)?;
             let qkv = rotate_qkv(&qkv, heads, heads, d, &cos, &sin)?;
-            let ctx = ops::attention(&qkv, &segments, heads, d, false)?;
+            let ctx = attention.run(&qkv)?;
             let a = l.norm1.forward(&ops::linear(&l.out, &ctx, Some(&x))?)?;
             let g = ops::linear_act(&l.fc12, &a, None, Some(Act::Silu))?;
             let u = ops::linear(&l.fc11, &a, None)?;

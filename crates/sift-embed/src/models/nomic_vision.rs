@@ -275,10 +275,11 @@ impl NomicVision {
             .broadcast_add(&self.pos.unsqueeze(0)?)?;
         let mut x = x.reshape((n * t, h))?;
         let segments = Segment::packed(std::iter::repeat_n(t, n));
+        let attention = ops::Attention::new(&segments, self.heads, self.head_dim);
         for b in &self.blocks {
             let qkv = ops::linear(&b.qkv, &b.norm1.forward(&x)?, None)?;
             let qkv = self.rotate(&qkv, n)?;
-            let ctx = ops::attention(&qkv, &segments, self.heads, self.head_dim, false)?;
+            let ctx = attention.run(&qkv)?;
             x = ops::linear(&b.out, &ctx, Some(&x))?;
             x = b.mlp.forward(&b.norm2.forward(&x)?, Some(&x))?;
         }

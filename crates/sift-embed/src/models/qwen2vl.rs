@@ -344,7 +344,7 @@ fn norm_heads(
 }
 
 /// Applies rotary tables to the query and key parts of a packed `(tokens, (hq + 2 hk) * d)`
-/// projection and returns `(tokens, 3 hq d)` for [`ops::attention`]: queries and keys
+/// projection and returns `(tokens, 3 hq d)` for [`ops::Attention`]: queries and keys
 /// rotated (`x cos + rotate_half(x) sin`, `cos`/`sin` `(tokens, d / 2)`), keys and values
 /// repeated to every query head of their group.
 pub(crate) fn rotate_qkv(
@@ -540,10 +540,11 @@ impl VisionTower {
                 .flat_map(|&[t, h, w]| std::iter::repeat_n(h * w, t)),
         );
         let mut x = ops::linear(&self.patch, patches, None)?;
+        let attention = ops::Attention::new(&segments, heads, d);
         for b in &self.blocks {
             let qkv = ops::linear(&b.qkv, &b.norm1.forward(&x)?, None)?;
             let qkv = rotate_qkv(&qkv, heads, heads, d, &cos, &sin)?;
-            let ctx = ops::attention(&qkv, &segments, heads, d, false)?;
+            let ctx = attention.run(&qkv)?;
             x = ops::linear(&b.proj, &ctx, Some(&x))?;
             let h = ops::linear_act(&b.fc1, &b.norm2.forward(&x)?, None, Some(self.act))?;
             x = ops::linear(&b.fc2, &h, Some(&x))?;
@@ -763,20 +764,17 @@ impl TextModel {
             x = x.to_dtype(DType::F32)?;
         }
         let (cos, sin) = self.rotary(positions, x.device(), x.dtype())?;
+        let attention = match self.cfg.attention_window.filter(|_| causal) {
+            Some(w) => ops::Attention::new(segments, hq, d).windowed(Some(w)),
+            None => ops::Attention::new(segments, hq, d).causal(causal),
+        };
         for l in &self.layers {
             let mut qkv = l.qkv.forward(&l.input_norm.forward(&x)?, None, None)?;
             if let Some((qn, kn)) = &l.qk_norm {
                 qkv = norm_heads(&qkv, hq, hk, d, qn, kn)?;
             }
             let qkv = rotate_qkv(&qkv, hq, hk, d, &cos, &sin)?;
-            let ctx = ops::attention_windowed(
-                &qkv,
-                segments,
-                hq,
-                d,
-                causal,
-                self.cfg.attention_window.filter(|_| causal),
-            )?;
+            let ctx = attention.run(&qkv)?;
             x = l.o.forward(&ctx, Some(&x), None)?;
             let h = l.post_norm.forward(&x)?;
             let g = l.gate.forward(&h, None, Some(self.act))?;

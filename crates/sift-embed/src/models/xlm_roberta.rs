@@ -327,6 +327,7 @@ impl XlmRoberta {
         };
         let segments = ops::Segment::packed(seqs.iter().map(|s| s.len()));
         let h = self.heads * self.head_dim;
+        let attention = ops::Attention::new(&segments, self.heads, self.head_dim).biased(bias);
         for l in &self.layers {
             let qkv = ops::linear(&l.qkv, &x, None)?;
             // rotary positions on the packed queries and keys (rotate-half, as `rope`)
@@ -340,7 +341,7 @@ impl XlmRoberta {
                 candle_nn::rotary_emb::rope_thd(&part, &cos, &sin)?.reshape((total, h))
             };
             let qkv = Tensor::cat(&[&turn(0)?, &turn(1)?, &qkv.narrow(1, 2 * h, h)?], 1)?;
-            let ctx = ops::attention_biased(&qkv, &segments, self.heads, self.head_dim, bias)?;
+            let ctx = attention.run(&qkv)?;
             let a = l.norm1.forward(&ops::linear(&l.out, &ctx, Some(&x))?)?;
             let m = ops::linear_act(&l.fc1, &a, None, Some(self.act))?;
             x = l.norm2.forward(&ops::linear(&l.fc2, &m, Some(&a))?)?;

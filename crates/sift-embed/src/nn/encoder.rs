@@ -3,7 +3,7 @@
 //! `mlp.fc2`, `layer_norm2`.
 //!
 //! Like the BERT encoder it runs on packed batches: all tokens in one `(tokens, hidden)`
-//! matrix, attention per sequence (see [`crate::nn::ops::attention`]).
+//! matrix, attention per sequence (see [`crate::nn::ops::Attention`]).
 use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 
@@ -86,9 +86,11 @@ impl Encoder {
 
     /// Runs every layer over the packed `(tokens, hidden)` matrix `x`.
     pub fn forward(&self, mut x: Tensor, segments: &[Segment], causal: bool) -> Result<Tensor> {
+        let attention =
+            ops::Attention::new(segments, self.sizes.heads, self.head_dim).causal(causal);
         for l in &self.layers {
             let qkv = ops::linear(&l.qkv, &l.norm1.forward(&x)?, None)?;
-            let ctx = ops::attention(&qkv, segments, self.sizes.heads, self.head_dim, causal)?;
+            let ctx = attention.run(&qkv)?;
             x = ops::linear(&l.out, &ctx, Some(&x))?;
             let m = ops::linear_act(&l.fc1, &l.norm2.forward(&x)?, None, Some(self.sizes.act))?;
             x = ops::linear(&l.fc2, &m, Some(&x))?;

@@ -665,27 +665,149 @@ fn check_segments(segments: &[Segment], tokens: usize) -> Result<()> {
     Ok(())
 }
 
-/// Multi-head self-attention over packed sequences.
+/// Multi-head self-attention over packed sequences, prepared once for a batch and run at
+/// every layer ([`Attention::run`]).
 ///
 /// `qkv` is `(tokens, 3 * heads * head_dim)`: queries (already scaled by 1/sqrt(head_dim)),
 /// keys, values. Each segment attends only within itself, to its first `keys` tokens, and,
-/// when `causal`, only to earlier positions. Returns the context `(tokens, heads * head_dim)`.
+/// when causal, only to earlier positions. The context is `(tokens, heads * head_dim)`.
 /// Segments run in parallel on the CPU; they must be sorted, disjoint and within the rows of
-/// `qkv` (checked).
-pub fn attention(
+/// `qkv` (checked at each run).
+///
+/// What the generic (GPU) path derives from the segments alone (its buckets, gather indices,
+/// masks, ALiBi distances and the order the rows come back in) is made on the first run and
+/// kept for the layers after it: a layer uploads nothing.
+pub struct Attention<'a> {
+    segments: &'a [Segment],
+    heads: usize,
+    head_dim: usize,
+    causal: bool,
+    window: Option<usize>,
+    bias: ScoreBias<'a>,
+    padded: std::cell::OnceCell<PaddedPlan>,
+}
+
+impl<'a> Attention<'a> {
+    /// Bidirectional attention over `segments`, `heads` heads of `head_dim`.
+    pub fn new(segments: &'a [Segment], heads: usize, head_dim: usize) -> Self {
+        Attention {
+            segments,
+            heads,
+            head_dim,
+            causal: false,
+            window: None,
+            bias: ScoreBias::default(),
+            padded: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Causal when `causal`: a token sees only earlier positions and itself.
+    pub fn causal(mut self, causal: bool) -> Self {
+        self.causal = causal;
+        self
+    }
+
+    /// Causal, and with `window` `W` a token sees only the `W` latest positions, itself
+    /// included (Mistral's sliding window: key `j` is visible to query `i` when
+    /// `i - W < j <= i`).
+    pub fn windowed(mut self, window: Option<usize>) -> Self {
+        self.causal = true;
+        self.window = window;
+        self
+    }
+
+    /// With additive biases on the scores ([`ScoreBias`]). The same paths run as without: the fused kernel on the CPU in f32, flash attention on CUDA (ALiBi only:
+    /// key biases that are not all zero take the padded path), the padded batches elsewhere.
+    pub fn biased(mut self, bias: ScoreBias<'a>) -> Self {
+        self.bias = bias;
+        self
+    }
+
+    /// The context of one layer's `qkv`.
+    pub fn run(&self, qkv: &Tensor) -> Result<Tensor> {
+        let (segments, heads, head_dim) = (self.segments, self.heads, self.head_dim);
+        let (causal, window, bias) = (self.causal, self.window, self.bias);
+        let (tokens, width) = qkv.dims2()?;
+        if let Some(a) = bias.alibi
+            && a.len() != heads
+        {
+            candle_core::bail!("attention: {} ALiBi slopes for {heads} heads", a.len())
+        }
+        if let Some(k) = bias.keys
+            && k.len() != tokens
+        {
+            candle_core::bail!("attention: {} key biases for {tokens} rows", k.len())
+        }
+        check_segments(segments, tokens)?;
+        if width != 3 * heads * head_dim {
+            candle_core::bail!(
+                "attention: qkv of width {width}, expected {}",
+                3 * heads * head_dim
+            )
+        }
+        if window.is_some() && !causal {
+            candle_core::bail!("attention: a sliding window needs causal attention")
+        }
+        if window == Some(0) {
+            candle_core::bail!("attention: a sliding window of 0 tokens")
+        }
+        if fused_cpu(qkv.device()) && qkv.dtype() == DType::F32 {
+            let op = AttentionOp {
+                segments: segments.to_vec(),
+                heads,
+                head_dim,
+                causal,
+                window,
+                alibi: bias.alibi.map(<[f32]>::to_vec),
+                key_bias: bias.keys.map(<[f32]>::to_vec),
+            };
+            return qkv.contiguous()?.apply_op1_no_bwd(&op);
+        }
+        #[cfg(feature = "flash-attn")]
+        if let Some(ctx) = flash::attention(qkv, segments, heads, head_dim, causal, window, bias)? {
+            return Ok(ctx);
+        }
+        let plan = match self.padded.get() {
+            Some(p) if p.fits(qkv) => p,
+            Some(_) => return self.plan(qkv)?.run(qkv, heads, head_dim),
+            None => {
+                let p = self.plan(qkv)?;
+                self.padded.get_or_init(|| p)
+            }
+        };
+        plan.run(qkv, heads, head_dim)
+    }
+
+    fn plan(&self, qkv: &Tensor) -> Result<PaddedPlan> {
+        PaddedPlan::new(
+            self.segments,
+            self.heads,
+            self.causal,
+            self.window,
+            self.bias,
+            qkv,
+        )
+    }
+}
+
+/// [`Attention`] run once: bidirectional, or causal when `causal` (the tests' entry).
+#[cfg(test)]
+fn attention(
     qkv: &Tensor,
     segments: &[Segment],
     heads: usize,
     head_dim: usize,
     causal: bool,
 ) -> Result<Tensor> {
-    attention_windowed(qkv, segments, heads, head_dim, causal, None)
+    Attention::new(segments, heads, head_dim)
+        .causal(causal)
+        .run(qkv)
 }
 
-/// [`attention`] where, with `window` `W` (causal only), a token sees only the `W` latest
-/// positions, itself included (Mistral's sliding window: key `j` is visible to query `i`
-/// when `i - W < j <= i`).
-pub fn attention_windowed(
+/// [`attention`] where, with `window` (causal only), a token sees only the latest positions
+/// ([`Attention::windowed`]).
+#[cfg(test)]
+fn attention_windowed(
     qkv: &Tensor,
     segments: &[Segment],
     heads: usize,
@@ -693,15 +815,9 @@ pub fn attention_windowed(
     causal: bool,
     window: Option<usize>,
 ) -> Result<Tensor> {
-    attend(
-        qkv,
-        segments,
-        heads,
-        head_dim,
-        causal,
-        window,
-        ScoreBias::default(),
-    )
+    let a = Attention::new(segments, heads, head_dim).causal(causal);
+    let a = Attention { window, ..a };
+    a.run(qkv)
 }
 
 /// Additive biases on the attention scores, for encoders whose published code adds them to
@@ -727,71 +843,18 @@ pub fn padding_key_bias(seqs: &[&[u32]], pad: u32) -> Option<Vec<f32>> {
     })
 }
 
-/// Bidirectional [`attention`] with additive score biases ([`ScoreBias`]). The same paths
-/// run as for [`attention`]: the fused kernel on the CPU in f32, flash attention on CUDA
-/// (ALiBi only: key biases that are not all zero take the padded path), the padded batches
-/// elsewhere.
-pub fn attention_biased(
+/// [`Attention::biased`] run once (the tests' entry).
+#[cfg(test)]
+fn attention_biased(
     qkv: &Tensor,
     segments: &[Segment],
     heads: usize,
     head_dim: usize,
     bias: ScoreBias,
 ) -> Result<Tensor> {
-    attend(qkv, segments, heads, head_dim, false, None, bias)
-}
-
-/// Every attention entry's checks and dispatch.
-fn attend(
-    qkv: &Tensor,
-    segments: &[Segment],
-    heads: usize,
-    head_dim: usize,
-    causal: bool,
-    window: Option<usize>,
-    bias: ScoreBias,
-) -> Result<Tensor> {
-    let (tokens, width) = qkv.dims2()?;
-    if let Some(a) = bias.alibi
-        && a.len() != heads
-    {
-        candle_core::bail!("attention: {} ALiBi slopes for {heads} heads", a.len())
-    }
-    if let Some(k) = bias.keys
-        && k.len() != tokens
-    {
-        candle_core::bail!("attention: {} key biases for {tokens} rows", k.len())
-    }
-    check_segments(segments, tokens)?;
-    if width != 3 * heads * head_dim {
-        candle_core::bail!(
-            "attention: qkv of width {width}, expected {}",
-            3 * heads * head_dim
-        )
-    }
-    if window.is_some() && !causal {
-        candle_core::bail!("attention: a sliding window needs causal attention")
-    }
-    if window == Some(0) {
-        candle_core::bail!("attention: a sliding window of 0 tokens")
-    }
-    if fused_cpu(qkv.device()) && qkv.dtype() == DType::F32 {
-        let op = AttentionOp {
-            segments: segments.to_vec(),
-            heads,
-            head_dim,
-            causal,
-            window,
-            alibi: bias.alibi.map(<[f32]>::to_vec),
-            key_bias: bias.keys.map(<[f32]>::to_vec),
-        };
-        return qkv.contiguous()?.apply_op1_no_bwd(&op);
-    }
-    #[cfg(feature = "flash-attn")]
-    if let Some(ctx) = flash::attention(qkv, segments, heads, head_dim, causal, window, bias)? {
-        return Ok(ctx);
-    }
-    attention_padded(qkv, segments, heads, head_dim, causal, window, bias)
+    Attention::new(segments, heads, head_dim)
+        .biased(bias)
+        .run(qkv)
 }
 
 /// Scores (batch x heads x queries x keys) one padded batch may hold: 2^27 values (256 MiB in
@@ -827,10 +890,252 @@ fn buckets(segments: &[Segment], heads: usize) -> Vec<Vec<usize>> {
     groups
 }
 
-/// The generic attention (candle's ops, any device and dtype): segments of similar lengths go
-/// together as one padded batch with a mask (see [`buckets`]), so a GPU runs a few large
-/// batched matrix products instead of a few small ones per sequence. A query that sees no key
-/// (possible only with masked keys and a sliding window) gets a zero context, as on the CPU.
+/// How one bucket's queries and keys are gathered from the packed rows.
+enum Gather {
+    /// Every sequence is `lq` long, sees all its keys, and follows the one before in the
+    /// packed matrix: the bucket is the `b x lq` rows from `start`, with no copy.
+    Rows { start: usize },
+    /// Row indices of the `(b x lq)` queries and `(b x lk)` keys (padding repeats a valid row).
+    Index { q: Tensor, k: Tensor },
+}
+
+/// One padded batch of [`PaddedPlan`].
+struct Bucket {
+    b: usize,
+    lq: usize,
+    lk: usize,
+    gather: Gather,
+    /// Score masks and biases, added in turn: ALiBi (1, heads, lq, lk), each sequence's keys
+    /// (b, 1, 1, lk) with their biases, the causal window (1, 1, lq, lk).
+    masks: Vec<Tensor>,
+    /// (b, 1, lq, 1): 0 on queries that see no key (their context is zero), when any does.
+    seen: Option<Tensor>,
+    /// The sequences' own rows of the `b x lq` context, when padding is among them.
+    keep: Option<Tensor>,
+}
+
+/// The generic attention (candle's ops, any device and dtype), prepared from the segments:
+/// segments of similar lengths go together as one padded batch with a mask (see
+/// [`buckets`]), so a GPU runs a few large batched matrix products instead of a few small
+/// ones per sequence. A query that sees no key (possible only with masked keys and a sliding
+/// window) gets a zero context, as on the CPU.
+struct PaddedPlan {
+    location: candle_core::DeviceLocation,
+    dtype: DType,
+    tokens: usize,
+    /// The dtype scores are biased and soft-maxed in.
+    score_dtype: DType,
+    buckets: Vec<Bucket>,
+    /// Each packed row's row in the buckets' contexts concatenated (the last, zero, row for
+    /// rows outside every segment); `None` when they already are the packed rows in order.
+    order: Option<Tensor>,
+}
+
+impl PaddedPlan {
+    fn new(
+        segments: &[Segment],
+        heads: usize,
+        causal: bool,
+        window: Option<usize>,
+        bias: ScoreBias,
+        qkv: &Tensor,
+    ) -> Result<PaddedPlan> {
+        let (dev, dtype) = (qkv.device(), qkv.dtype());
+        let tokens = qkv.dim(0)?;
+        // Scores with ALiBi are biased and soft-maxed in f32, as the published code does them
+        // (PyTorch promotes bf16 scores plus an f32 bias to f32; flash attention adds ALiBi in
+        // f32): in bf16, a distance bias of -255 is rounded to a step of 1.
+        let score_dtype = if bias.alibi.is_some() {
+            DType::F32
+        } else {
+            dtype
+        };
+        // masked scores: finite (a fully masked row stays finite), twice still finite in f16
+        let masked = match score_dtype {
+            DType::F16 => -3e4f32,
+            _ => -1e30f32,
+        };
+        let w = window.unwrap_or(usize::MAX);
+        let index = |rows: Vec<u32>| {
+            let n = rows.len();
+            Tensor::from_vec(rows, n, dev)
+        };
+        let mut planned = Vec::new();
+        let mut place: Vec<Option<u32>> = vec![None; tokens];
+        let mut done = 0u32;
+        for group in buckets(segments, heads) {
+            let segs: Vec<Segment> = group.iter().map(|&i| segments[i]).collect();
+            let b = segs.len();
+            let lq = segs.iter().map(|s| s.len).max().unwrap_or(1);
+            let lk = segs.iter().map(Segment::visible_keys).max().unwrap_or(1);
+            let full = segs.iter().all(|s| s.len == lq);
+            let gather = if full
+                && lk == lq
+                && segs.iter().all(|s| s.visible_keys() == lq)
+                && segs.windows(2).all(|p| p[1].start == p[0].start + lq)
+            {
+                Gather::Rows {
+                    start: segs[0].start,
+                }
+            } else {
+                let mut q = Vec::with_capacity(b * lq);
+                let mut k = Vec::with_capacity(b * lk);
+                for s in &segs {
+                    q.extend((0..lq).map(|i| (s.start + i.min(s.len - 1)) as u32));
+                    k.extend((0..lk).map(|j| (s.start + j.min(s.visible_keys() - 1)) as u32));
+                }
+                Gather::Index {
+                    q: index(q)?,
+                    k: index(k)?,
+                }
+            };
+            let mut masks = Vec::new();
+            // ALiBi made on the device (distances times slopes)
+            if let Some(slopes) = bias.alibi {
+                let pos = |n: usize| Tensor::arange(0f32, n as f32, dev);
+                let dist = pos(lq)?
+                    .reshape((lq, 1))?
+                    .broadcast_sub(&pos(lk)?.reshape((1, lk))?)?
+                    .abs()?
+                    .reshape((1, 1, lq, lk))?;
+                let slopes = Tensor::from_slice(slopes, (1, heads, 1, 1), dev)?;
+                masks.push(dist.broadcast_mul(&slopes)?.neg()?.to_dtype(score_dtype)?);
+            }
+            if bias.keys.is_some() || segs.iter().any(|s| s.visible_keys() != lk) {
+                let m: Vec<f32> = segs
+                    .iter()
+                    .flat_map(|s| {
+                        (0..lk).map(move |j| match bias.keys {
+                            _ if j >= s.visible_keys() => masked,
+                            Some(k) => k[s.start + j],
+                            None => 0.0,
+                        })
+                    })
+                    .collect();
+                masks.push(Tensor::from_vec(m, (b, 1, 1, lk), dev)?.to_dtype(score_dtype)?);
+            }
+            if causal {
+                let m: Vec<f32> = (0..lq)
+                    .flat_map(|i| {
+                        (0..lk).map(move |j| if j <= i && i - j < w { 0.0 } else { masked })
+                    })
+                    .collect();
+                masks.push(Tensor::from_vec(m, (1, 1, lq, lk), dev)?.to_dtype(score_dtype)?);
+            }
+            // queries that see no key (a window past the last visible key) get a zero context
+            let seen: Vec<f32> = segs
+                .iter()
+                .flat_map(|s| {
+                    let keys = s.visible_keys();
+                    (0..lq).map(move |i| {
+                        let visible = !causal || i < keys || i - (keys - 1) < w;
+                        if visible { 1.0 } else { 0.0 }
+                    })
+                })
+                .collect();
+            let seen = if seen.contains(&0.0) {
+                Some(Tensor::from_vec(seen, (b, 1, lq, 1), dev)?.to_dtype(dtype)?)
+            } else {
+                None
+            };
+            // keep the sequences' own rows
+            let mut keep = Vec::new();
+            for (bi, s) in segs.iter().enumerate() {
+                for i in 0..s.len {
+                    keep.push((bi * lq + i) as u32);
+                    place[s.start + i] = Some(done);
+                    done += 1;
+                }
+            }
+            let keep = if full { None } else { Some(index(keep)?) };
+            planned.push(Bucket {
+                b,
+                lq,
+                lk,
+                gather,
+                masks,
+                seen,
+                keep,
+            });
+        }
+        let in_order = place.iter().enumerate().all(|(r, p)| *p == Some(r as u32));
+        // rows outside every segment get a zero context (the row after the buckets'), as the
+        // CPU kernel leaves them
+        let order = if in_order {
+            None
+        } else {
+            Some(index(
+                place.into_iter().map(|p| p.unwrap_or(done)).collect(),
+            )?)
+        };
+        Ok(PaddedPlan {
+            location: dev.location(),
+            dtype,
+            tokens,
+            score_dtype,
+            buckets: planned,
+            order,
+        })
+    }
+
+    /// Whether this plan was made for a `qkv` of this device, dtype and length.
+    fn fits(&self, qkv: &Tensor) -> bool {
+        qkv.device().location() == self.location
+            && qkv.dtype() == self.dtype
+            && qkv.dim(0).ok() == Some(self.tokens)
+    }
+
+    fn run(&self, qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+        let h = heads * head_dim;
+        let mut parts: Vec<Tensor> = Vec::with_capacity(self.buckets.len() + 1);
+        for bk in &self.buckets {
+            let (b, lq, lk) = (bk.b, bk.lq, bk.lk);
+            let (q_in, kv_in) = match &bk.gather {
+                Gather::Rows { start } => {
+                    let rows = qkv.narrow(0, *start, b * lq)?;
+                    (rows.clone(), rows)
+                }
+                Gather::Index { q, k } => (qkv.index_select(q, 0)?, qkv.index_select(k, 0)?),
+            };
+            let split = |x: &Tensor, part: usize, rows: usize| -> Result<Tensor> {
+                x.narrow(1, part * h, h)?
+                    .reshape((b, rows, heads, head_dim))?
+                    .transpose(1, 2)?
+                    .contiguous()
+            };
+            let (q, k, v) = (
+                split(&q_in, 0, lq)?,
+                split(&kv_in, 1, lk)?,
+                split(&kv_in, 2, lk)?,
+            );
+            let mut scores = q.matmul(&k.t()?)?.to_dtype(self.score_dtype)?; // (b, heads, lq, lk)
+            for m in &bk.masks {
+                scores = scores.broadcast_add(m)?;
+            }
+            let mut probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
+            if let Some(seen) = &bk.seen {
+                probs = probs.broadcast_mul(seen)?;
+            }
+            let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * lq, h))?;
+            parts.push(match &bk.keep {
+                Some(keep) => ctx.index_select(keep, 0)?,
+                None => ctx,
+            });
+        }
+        match &self.order {
+            None if parts.is_empty() => Tensor::zeros((0, h), self.dtype, qkv.device()),
+            None if parts.len() == 1 => Ok(parts.remove(0)),
+            None => Tensor::cat(&parts, 0),
+            Some(order) => {
+                parts.push(Tensor::zeros((1, h), self.dtype, qkv.device())?);
+                Tensor::cat(&parts, 0)?.index_select(order, 0)
+            }
+        }
+    }
+}
+
+/// The padded path run once (tests compare it with the other paths).
+#[cfg(test)]
 fn attention_padded(
     qkv: &Tensor,
     segments: &[Segment],
@@ -840,134 +1145,8 @@ fn attention_padded(
     window: Option<usize>,
     bias: ScoreBias,
 ) -> Result<Tensor> {
-    let (dev, dtype) = (qkv.device(), qkv.dtype());
-    let tokens = qkv.dim(0)?;
-    let h = heads * head_dim;
-    // masked scores: finite (a fully masked row stays finite), twice still finite in f16
-    // Scores with ALiBi are biased and soft-maxed in f32, as the published code does them
-    // (PyTorch promotes bf16 scores plus an f32 bias to f32; flash attention adds ALiBi in
-    // f32): in bf16, a distance bias of -255 is rounded to a step of 1.
-    let score_dtype = if bias.alibi.is_some() {
-        DType::F32
-    } else {
-        dtype
-    };
-    let masked = match score_dtype {
-        DType::F16 => -3e4f32,
-        _ => -1e30f32,
-    };
-    let w = window.unwrap_or(usize::MAX);
-    let index = |rows: Vec<u32>| {
-        let n = rows.len();
-        Tensor::from_vec(rows, n, dev)
-    };
-    // each bucket's context rows, concatenated; `place[r]` is packed row r's row in them
-    let mut parts: Vec<Tensor> = Vec::new();
-    let mut place: Vec<Option<u32>> = vec![None; tokens];
-    let mut done = 0u32;
-    for group in buckets(segments, heads) {
-        let segs: Vec<Segment> = group.iter().map(|&i| segments[i]).collect();
-        let b = segs.len();
-        let lq = segs.iter().map(|s| s.len).max().unwrap_or(1);
-        let lk = segs.iter().map(Segment::visible_keys).max().unwrap_or(1);
-        // gather the rows into (b x lq) queries and (b x lk) keys; padding repeats a valid row
-        let mut q_rows = Vec::with_capacity(b * lq);
-        let mut k_rows = Vec::with_capacity(b * lk);
-        for s in &segs {
-            q_rows.extend((0..lq).map(|i| (s.start + i.min(s.len - 1)) as u32));
-            k_rows.extend((0..lk).map(|j| (s.start + j.min(s.visible_keys() - 1)) as u32));
-        }
-        // masks: each sequence's keys (b, 1, 1, lk) with their biases, ALiBi (1, heads, lq,
-        // lk), and the causal window (1, 1, lq, lk)
-        let key_mask = if bias.keys.is_none() && segs.iter().all(|s| s.visible_keys() == lk) {
-            None
-        } else {
-            let m: Vec<f32> = segs
-                .iter()
-                .flat_map(|s| {
-                    (0..lk).map(move |j| match bias.keys {
-                        _ if j >= s.visible_keys() => masked,
-                        Some(k) => k[s.start + j],
-                        None => 0.0,
-                    })
-                })
-                .collect();
-            Some(Tensor::from_vec(m, (b, 1, 1, lk), dev)?.to_dtype(score_dtype)?)
-        };
-        // ALiBi made on the device (distances times slopes): heads x lq x lk values are not
-        // built on the host and uploaded again at every layer
-        let alibi = match bias.alibi {
-            Some(slopes) => {
-                let pos = |n: usize| Tensor::arange(0f32, n as f32, dev);
-                let dist = pos(lq)?
-                    .reshape((lq, 1))?
-                    .broadcast_sub(&pos(lk)?.reshape((1, lk))?)?
-                    .abs()?
-                    .reshape((1, 1, lq, lk))?;
-                let slopes = Tensor::from_slice(slopes, (1, heads, 1, 1), dev)?;
-                Some(dist.broadcast_mul(&slopes)?.neg()?.to_dtype(score_dtype)?)
-            }
-            None => None,
-        };
-        let causal_mask = if causal {
-            let m: Vec<f32> = (0..lq)
-                .flat_map(|i| (0..lk).map(move |j| if j <= i && i - j < w { 0.0 } else { masked }))
-                .collect();
-            Some(Tensor::from_vec(m, (1, 1, lq, lk), dev)?.to_dtype(score_dtype)?)
-        } else {
-            None
-        };
-        // queries that see no key (a window past the last visible key) get a zero context
-        let seen: Vec<f32> = segs
-            .iter()
-            .flat_map(|s| {
-                let keys = s.visible_keys();
-                (0..lq).map(move |i| {
-                    let visible = !causal || i < keys || i - (keys - 1) < w;
-                    if visible { 1.0 } else { 0.0 }
-                })
-            })
-            .collect();
-        let empty_rows = seen.contains(&0.0);
-        let q_in = qkv.index_select(&index(q_rows)?, 0)?;
-        let kv_in = qkv.index_select(&index(k_rows)?, 0)?;
-        let split = |x: &Tensor, part: usize, rows: usize| -> Result<Tensor> {
-            x.narrow(1, part * h, h)?
-                .reshape((b, rows, heads, head_dim))?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let (q, k, v) = (
-            split(&q_in, 0, lq)?,
-            split(&kv_in, 1, lk)?,
-            split(&kv_in, 2, lk)?,
-        );
-        let mut scores = q.matmul(&k.t()?)?.to_dtype(score_dtype)?; // (b, heads, lq, lk)
-        for m in [&alibi, &key_mask, &causal_mask].into_iter().flatten() {
-            scores = scores.broadcast_add(m)?;
-        }
-        let mut probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(dtype)?;
-        if empty_rows {
-            let seen = Tensor::from_vec(seen, (b, 1, lq, 1), dev)?.to_dtype(dtype)?;
-            probs = probs.broadcast_mul(&seen)?;
-        }
-        let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * lq, h))?;
-        // keep the sequences' own rows
-        let mut keep = Vec::new();
-        for (bi, s) in segs.iter().enumerate() {
-            for i in 0..s.len {
-                keep.push((bi * lq + i) as u32);
-                place[s.start + i] = Some(done);
-                done += 1;
-            }
-        }
-        parts.push(ctx.index_select(&index(keep)?, 0)?);
-    }
-    // rows outside every segment get a zero context, as the CPU kernel leaves them
-    let zero = done;
-    parts.push(Tensor::zeros((1, h), dtype, dev)?);
-    let order: Vec<u32> = place.into_iter().map(|p| p.unwrap_or(zero)).collect();
-    Tensor::cat(&parts, 0)?.index_select(&index(order)?, 0)
+    check_segments(segments, qkv.dim(0)?)?;
+    PaddedPlan::new(segments, heads, causal, window, bias, qkv)?.run(qkv, heads, head_dim)
 }
 
 /// Variable-length flash attention on CUDA (bfloat16 and float16) over the packed batch.
@@ -1558,6 +1737,101 @@ mod tests {
             keys: Some(&keys[1..]),
         };
         assert!(attention_biased(&qkv, &segs, heads, d, few_keys).is_err());
+    }
+
+    #[test]
+    fn equal_sequences_run_in_place_and_others_are_gathered() {
+        // images' patches: sequences of one length, one after the other: the padded path takes
+        // their rows as they lie (no gathers, no reordering) and gives the fused kernel's context
+        let (heads, d) = (4, 8);
+        let qkv = noise(5 * 9, 3 * heads * d, 0.6, 3);
+        let segs = Segment::packed([9; 5]);
+        let plan = PaddedPlan::new(&segs, heads, false, None, ScoreBias::default(), &qkv).unwrap();
+        assert_eq!(plan.buckets.len(), 1);
+        assert!(matches!(plan.buckets[0].gather, Gather::Rows { start: 0 }));
+        assert!(plan.buckets[0].keep.is_none() && plan.buckets[0].masks.is_empty());
+        assert!(plan.order.is_none());
+        let want = attention(&qkv, &segs, heads, d, false).unwrap();
+        let got = plan.run(&qkv, heads, d).unwrap();
+        assert!(max_diff(&got, &want) < 1e-5, "{}", max_diff(&got, &want));
+        // the same lengths with a row between two of them, or a masked key: gathered
+        let mut gap = Segment::packed([9; 5]);
+        for s in &mut gap[3..] {
+            s.start += 1;
+        }
+        let wide = noise(5 * 9 + 1, 3 * heads * d, 0.6, 4);
+        let mut masked = segs.clone();
+        masked[2].keys = 4;
+        for (segs, qkv) in [(&gap, &wide), (&masked, &qkv)] {
+            let plan =
+                PaddedPlan::new(segs, heads, false, None, ScoreBias::default(), qkv).unwrap();
+            assert!(matches!(plan.buckets[0].gather, Gather::Index { .. }));
+            let want = attention(qkv, segs, heads, d, false).unwrap();
+            let got = plan.run(qkv, heads, d).unwrap();
+            assert!(max_diff(&got, &want) < 1e-5, "{}", max_diff(&got, &want));
+        }
+        // a row outside every segment gets a zero context
+        let gap_row = Tensor::zeros((1, heads * d), DType::F32, &candle_core::Device::Cpu).unwrap();
+        let got =
+            attention_padded(&wide, &gap, heads, d, false, None, ScoreBias::default()).unwrap();
+        assert_eq!(max_diff(&got.narrow(0, 27, 1).unwrap(), &gap_row), 0.0);
+        // no tokens at all
+        let empty =
+            Tensor::zeros((0, 3 * heads * d), DType::F32, &candle_core::Device::Cpu).unwrap();
+        let got = attention_padded(&empty, &[], heads, d, false, None, ScoreBias::default());
+        assert_eq!(got.unwrap().dims(), &[0, heads * d]);
+    }
+
+    #[test]
+    fn one_plan_serves_every_layer() {
+        // the padded path's preparation, made on the first run, gives every later layer (other
+        // inputs, same segments) what a fresh run gives it; another dtype gets its own
+        let (heads, d) = (2, 8);
+        let mut segs = Segment::packed([7, 30, 2, 31, 12]);
+        segs[1].keys = 20;
+        for s in &mut segs[3..] {
+            s.start += 2;
+        }
+        let tokens = segs[4].start + segs[4].len + 1;
+        let slopes = [0.5f32, 0.125];
+        let keys: Vec<f32> = (0..tokens)
+            .map(|r| if r % 7 == 1 { -10000.0 } else { 0.0 })
+            .collect();
+        let bias = ScoreBias {
+            alibi: Some(&slopes),
+            keys: Some(&keys),
+        };
+        let windowed = Attention::new(&segs, heads, d).windowed(Some(5));
+        let biased = Attention::new(&segs, heads, d).biased(bias);
+        for (layer, dtype) in [
+            (0, DType::BF16),
+            (1, DType::BF16),
+            (2, DType::F64),
+            (3, DType::BF16),
+        ] {
+            let qkv = noise(tokens, 3 * heads * d, 0.6, 10 + layer)
+                .to_dtype(dtype)
+                .unwrap();
+            let fresh =
+                attention_padded(&qkv, &segs, heads, d, true, Some(5), ScoreBias::default())
+                    .unwrap();
+            assert_eq!(
+                max_diff(&windowed.run(&qkv).unwrap(), &fresh),
+                0.0,
+                "layer {layer}"
+            );
+            let fresh = attention_padded(&qkv, &segs, heads, d, false, None, bias).unwrap();
+            assert_eq!(
+                max_diff(&biased.run(&qkv).unwrap(), &fresh),
+                0.0,
+                "layer {layer}"
+            );
+        }
+        // a run with the wrong number of rows is refused, not served from the plan
+        let short = noise(tokens - 2, 3 * heads * d, 0.6, 20)
+            .to_dtype(DType::BF16)
+            .unwrap();
+        assert!(windowed.run(&short).is_err());
     }
 
     #[test]
