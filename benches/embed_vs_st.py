@@ -6,6 +6,13 @@ Usage:
         --texts /work/shared/data/cranfield/corpus.jsonl \
         --items 512 --batch-size 32 --threads 2 --warmup 64 --rounds 3 \
         --out eval/results/embed_minilm_cpu        # after cargo build --release -p sift-cli
+    python3 benches/embed_vs_st.py --peer jina-clip --model target/bench-models/jina-clip-v1 \
+        --texts /work/shared/data/cranfield/corpus.jsonl --items 64 ... \
+        --out eval/results/embed_jina_clip_v1_text_cpu   # benches/make_random_vision.py's checkpoint
+
+--peer jina-clip runs eval/peers/jina_clip_peer.py --modality text in place of the
+sentence-transformers peer: the published jina-clip-implementation encode_text of a Jina-CLIP v1
+checkpoint (torchvision and einops importable: models/fixtures/jina_clip/requirements.txt).
 
 Each round runs, in a fresh process each, `sift bench embed` with this driver's settings
 (threads through RAYON_NUM_THREADS; `--sift-bench CMD` runs another command as given instead)
@@ -41,6 +48,10 @@ from bm25_vs_bm25s import write_report, fmt, last_json_object, run_cmd  # noqa: 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "st_embed_peer.py")
 PEER = "sentence-transformers"
+# --peer jina-clip: a Jina-CLIP v1 checkpoint's text tower through the published
+# jina-clip-implementation encode_text (eval/peers/jina_clip_peer.py), which runs on transformers
+JINA_PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "jina_clip_peer.py")
+JINA_PEER = "transformers"
 
 KEYS = ["engine", "version", "model", "items", "batch_size", "threads", "seconds",
         "items_per_s", "peak_rss_mb"]
@@ -107,7 +118,9 @@ def repo_path(path: str) -> str:
 
 
 def peer_cmd(args) -> list:
-    cmd = [sys.executable, PEER_SCRIPT, "--model", repo_path(args.model),
+    script = JINA_PEER_SCRIPT if getattr(args, "peer", None) == "jina-clip" else PEER_SCRIPT
+    cmd = [sys.executable, script, "--model", repo_path(args.model),
+           *(["--modality", "text"] if script == JINA_PEER_SCRIPT else []),
            "--texts", repo_path(args.texts), "--batch-size", str(args.batch_size),
            "--threads", str(args.threads), "--warmup", str(args.warmup), "--json"]
     if args.items is not None:
@@ -249,8 +262,16 @@ def main() -> int:
                     help="shell command printing one Sift result JSON object, run as given "
                          "(default: `sift bench embed` with this driver's settings)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--peer", choices=["sentence-transformers", "jina-clip"],
+                    default="sentence-transformers",
+                    help="the peer: sentence-transformers (eval/peers/st_embed_peer.py), or "
+                         "jina-clip for a Jina-CLIP v1 checkpoint's text tower through the published "
+                         "encode_text (eval/peers/jina_clip_peer.py)")
     ap.add_argument("--out", required=True, help="output prefix: writes <out>.json and <out>.md")
     args = ap.parse_args()
+    peer = JINA_PEER if args.peer == "jina-clip" else PEER
+    peer_label = ("jina-clip-implementation encode_text (transformers)" if args.peer == "jina-clip"
+                  else "sentence-transformers")
     if args.rounds < 1 or args.threads < 1 or args.batch_size < 1 or args.warmup < 0:
         ap.error("--rounds, --threads and --batch-size must be >= 1, --warmup >= 0")
     if args.items is not None and args.items < 1:
@@ -275,11 +296,11 @@ def main() -> int:
         adapt = lambda label, res: bench_embed_result(label, res, args.warmup)  # noqa: E731
     else:
         adapt = None
-    raw = run_rounds(args.rounds, args.sift_bench, pcmd, PEER, check_keys, "texts/s",
+    raw = run_rounds(args.rounds, args.sift_bench, pcmd, peer, check_keys, "texts/s",
                      adapt_sift=adapt)
-    medians, ratios, warnings = summarise(raw, PEER, METRICS, SAME,
+    medians, ratios, warnings = summarise(raw, peer, METRICS, SAME,
                                           ("warmup", "max_seq_length", "torch", "device"))
-    s, p = medians["sift"], medians[PEER]
+    s, p = medians["sift"], medians[peer]
 
     report = {
         "benchmark": "embed_vs_st",
@@ -299,24 +320,28 @@ def main() -> int:
         "warnings": warnings,
     }
 
-    table = markdown(report)
+    table = markdown(report, peer)
     mach_line = f"{mach['cpu']}, {mach['nproc']} CPUs; `{mach['uname']}`"
     pk = env["packages"]
     model_name = os.path.basename(os.path.normpath(args.model))
     md = "\n".join([
-        f"# Text embedding: Sift vs sentence-transformers, {model_name}",
+        f"# Text embedding: Sift vs {peer_label}, {model_name}",
         "",
         table,
         "",
-        f"- Sift {s['version']}; sentence-transformers {p['version']} (torch {p.get('torch') or pk.get('torch')}, "
+        f"- Sift {s['version']}; {peer_label} {p['version']} (torch {p.get('torch') or pk.get('torch')}, "
         f"transformers {pk.get('transformers')}, tokenizers {pk.get('tokenizers')}, CPU).",
         f"- {p['items']} texts from `{os.path.basename(args.texts)}` (first N in file order), "
         f"batch {p['batch_size']}, threads {p['threads']}, warm-up {p.get('warmup', args.warmup)} texts"
         + (f", max_seq_length {p['max_seq_length']}" if "max_seq_length" in p else "") + "; "
         "timed: tokenise + forward + pool + L2-normalise, one run per process after one untimed warm-up.",
-        "- Peak RSS is the whole process's peak (`ru_maxrss`). For sentence-transformers it includes "
+        f"- Peak RSS is the whole process's peak (`ru_maxrss`). For {peer_label} it includes "
         "the Python interpreter, torch and its libraries, the model weights and the texts, not just "
         "the encode call.",
+        *(["- The peer's text tower is the JinaBERT reconstruction of models/fixtures/jina_clip/ "
+            "(its README: jina-bert-flash-implementation is not published code here), inside the "
+            "published JinaCLIPModel.encode_text; random weights, full-size config."]
+          if args.peer == "jina-clip" else []),
         f"- Machine: {mach_line}",
         f"- Date (UTC): {started}",
         f"- Reproduce: `{command_line}`",

@@ -206,8 +206,9 @@ def main() -> int:
         + (", uncommitted changes" if src["git_dirty"] else "") + f", image crate {src['image_crate']}); "
         f"transformers {p['version']} (torch {p.get('torch') or pk.get('torch')}, Pillow {pk.get('pillow')}, "
         f"{p.get('processor', '?')}, attention {p.get('attn_implementation', '?')}, float32).",
-        f"- Model: `{model_name}`, random weights (full-size config), input {s.get('input_size')}, "
-        f"output dim {s.get('dim')}.",
+        f"- Model: `{model_name}`, random weights (full-size config), input "
+        f"{s.get('input_size') or p.get('input_size')}, output dim {s.get('dim') or p.get('dim')}"
+        + ("" if s.get("dim") else " (the peer's: Sift's result does not report them)") + ".",
         f"- {p['items']} images from `{repo_path(args.images)}` ({p.get('image_files', '?')} files, sorted by "
         f"name, cycled), batch {p['batch_size']}, threads {p['threads']}, warm-up {p.get('warmup')} images; "
         "files are read into memory before timing. One run per process after one untimed warm-up; "
@@ -217,7 +218,8 @@ def main() -> int:
         f"{p['threads']} rayon threads, then runs the tower; transformers: per batch "
         "`Image.open(...).convert(\"RGB\")`, the image processor, `get_image_features` under "
         "`torch.no_grad()` (Nomic: the model card's `last_hidden_state[:, 0]` through the published "
-        "code), normalise). Decode+preprocess = Sift's `prepare_seconds` inside that "
+        "code; Jina-CLIP v1: the published `encode_image`, eval/peers/jina_clip_peer.py), normalise). "
+        "Decode+preprocess = Sift's `prepare_seconds` inside that "
         "pipeline vs PIL + the image processor timed alone (single-threaded, in batches). "
         "Forward+normalise is estimated per round as items / (embed time - decode+preprocess time).",
         "- Peak RSS is the whole process's peak (Sift `VmHWM`, Python `ru_maxrss`); both load both towers "

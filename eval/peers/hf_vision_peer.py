@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """transformers peer runner: CPU image embedding throughput of a local CLIP / SigLIP model
-(or Nomic Embed Vision v1.5, through its vendored published code).
+(or Nomic Embed Vision v1.5, through its vendored published code; or Jina-CLIP v1, through
+eval/peers/jina_clip_peer.py).
 
 Usage:
     python3 eval/peers/hf_vision_peer.py --model target/bench-models/clip-vit-base-patch32 \
@@ -217,6 +218,11 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
     timed, warm = data[:items], data[:warmup]
 
     cfg = read_config(model)
+    if "JinaCLIPModel" in (cfg.get("architectures") or []):
+        # Jina-CLIP v1: the published encode_image (eval/peers/jina_clip_peer.py)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from jina_clip_peer import run_images
+        return run_images(model, images, items, batch_size, threads, warmup)
     nomic = is_nomic_vision(cfg)
     proc = AutoImageProcessor.from_pretrained(model)
     if nomic:
