@@ -110,6 +110,26 @@ if [ "$features" = cuda,flash-attn ]; then
     export CUDAFORGE_THREADS="${CUDAFORGE_THREADS:-$(nproc)}"
     export CANDLE_FLASH_ATTN_BUILD_DIR="$(pwd)/target/cuda/flash-attn"
     mkdir -p "$CANDLE_FLASH_ATTN_BUILD_DIR"
+    # The crate's build records its kernels as done only once all 53 have compiled: a build
+    # stopped part way (they take hours on a few cores) starts again from nothing. Where
+    # ccache is installed, every nvcc call goes through it (cudaforge runs $NVCC), so each
+    # kernel compiled is kept, keyed by its flags, its source and every header it includes,
+    # and a build run again picks up where the last one stopped.
+    if command -v ccache >/dev/null; then
+        export CCACHE_DIR="${CCACHE_DIR:-$(pwd)/target/cuda/ccache}"
+        export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+        # (cudaforge finds the toolkit's include and lib folders beside $NVCC's bin folder)
+        wrap="$(pwd)/target/cuda/nvcc-ccache"
+        mkdir -p "$wrap/bin"
+        ln -sfn "$cuda_home/include" "$wrap/include"
+        ln -sfn "$cuda_home/lib" "$wrap/lib64"
+        printf '#!/bin/sh\nexec ccache "%s" "$@"\n' "$cuda_home/bin/nvcc" >"$wrap/bin/nvcc"
+        chmod +x "$wrap/bin/nvcc"
+        export NVCC="$wrap/bin/nvcc"
+        echo "== nvcc through ccache ($CCACHE_DIR): kernels compiled before are reused"
+    else
+        echo "== no ccache: a build stopped before all kernels compile starts again from nothing"
+    fi
 fi
 
 echo "== cargo build --release --features $features (CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP)"
@@ -118,3 +138,4 @@ cargo build --release --locked -p sift-cli --features "$features" --target-dir t
 cp target/cuda/release/sift target/cuda/sift-cuda
 strip target/cuda/sift-cuda
 echo "== built in $(( $(date +%s) - start )) s: target/cuda/sift-cuda ($(du -m target/cuda/sift-cuda | cut -f1) MiB stripped)"
+if [ -n "${NVCC:-}" ]; then ccache --show-stats | sed -n '/Hits:/,/Misses:/p' | head -2; fi
