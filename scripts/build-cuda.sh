@@ -55,21 +55,12 @@ for lib in cudart cublas cublasLt curand nvrtc; do
     ln -sf "$real" "$libdir/lib$lib.so"
 done
 
-# A dependency's source folder, from cargo's metadata.
-pkg_dir() {
-    cargo metadata --format-version 1 --locked --features sift-embed/flash-attn \
-        --filter-platform "$(rustc -vV | sed -n "s/^host: //p")" 2>/dev/null | "$venv/bin/python" -c '
-import json, os, sys
-m = json.load(sys.stdin)
-print(os.path.dirname(next(p["manifest_path"] for p in m["packages"] if p["name"] == sys.argv[1])))' "$1"
-}
-
 # candle links the driver library (libcuda) at build time; it comes with the NVIDIA driver,
 # not with the toolkit's wheels. As the toolkit's own stubs/libcuda.so does, a stub with the
 # driver API's names (from cudarc's bindings) satisfies the linker; its soname is the
 # driver's, libcuda.so.1, so the program loads the real driver where it runs.
 if [ ! -f "$libdir/libcuda.so" ]; then
-    grep -ho "pub unsafe fn cu[A-Z][A-Za-z0-9_]*" "$(pkg_dir cudarc)/src/driver/sys/mod.rs" \
+    grep -ho "pub unsafe fn cu[A-Z][A-Za-z0-9_]*" "$(scripts/crate-dir cudarc)/src/driver/sys/mod.rs" \
         | awk '{print "void " $4 "(void) {}"}' | sort -u >"$libdir/libcuda-stub.c"
     gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$libdir/libcuda.so" "$libdir/libcuda-stub.c"
 fi
@@ -90,7 +81,7 @@ if [ "$features" = cuda,flash-attn ]; then
     # versioned); 4.2's compile the flash kernels with nvcc 13.0.
     cutlass="${SIFT_CUTLASS_VERSION:-4.2.0.0}"
     cutlass_commit="$(sed -n 's/^const CUTLASS_COMMIT: &str = "\([0-9a-f]*\)";/\1/p' \
-        "$(pkg_dir candle-flash-attn)/build.rs")"
+        "$(scripts/crate-dir candle-flash-attn)/build.rs")"
     export CUDAFORGE_HOME="$(pwd)/target/cuda/cudaforge"
     checkout="$CUDAFORGE_HOME/git/checkouts/cutlass-${cutlass_commit:0:16}"
     if [ "$(cat "$checkout/.sift-cutlass-version" 2>/dev/null)" != "$cutlass" ]; then
