@@ -674,9 +674,11 @@ fn check_segments(segments: &[Segment], tokens: usize) -> Result<()> {
 /// Segments run in parallel on the CPU; they must be sorted, disjoint and within the rows of
 /// `qkv` (checked at each run).
 ///
-/// What the generic (GPU) path derives from the segments alone (its buckets, gather indices,
-/// masks, ALiBi distances and the order the rows come back in) is made on the first run and
-/// kept for the layers after it: a layer uploads nothing.
+/// What the padded path (the generic one, without flash attention) derives from the segments
+/// alone (its buckets, gather indices, masks, ALiBi distances and the order the rows come
+/// back in) is made on the first run and kept for the layers after it: its later layers
+/// upload nothing. (Flash attention's few small inputs, sequence offsets and ALiBi slopes, are
+/// still uploaded at each layer.)
 pub struct Attention<'a> {
     segments: &'a [Segment],
     heads: usize,
