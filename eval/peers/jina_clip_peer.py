@@ -40,7 +40,6 @@ import importlib.util
 import io
 import json
 import os
-import resource
 import sys
 import time
 
@@ -83,16 +82,9 @@ def load(model: str):
 
 
 def _rss() -> tuple:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    end = float("nan")
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    end = int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return round(peak, 1), round(end, 1)
+    """(peak RSS of this whole process, VmRSS now), MB, rounded."""
+    from gme_peer import rss_mb
+    return tuple(round(x, 1) for x in rss_mb())
 
 
 def _common(model, items, batch_size, threads, warmup, seconds) -> dict:
