@@ -69,7 +69,7 @@ def bench_embed_result(label: str, obj: dict, warmup: int) -> dict:
     return {"engine": obj["engine"], "version": obj["version"], "model": obj["model"],
             "items": b["items"], "batch_size": b["batch_size"], "threads": obj["threads"],
             "warmup": warmup,  # not in the output: what the command was given
-            "device": obj.get("device"), "dtype": obj.get("dtype"),
+            "device": obj.get("device"), "dtype": obj.get("dtype"), "dim": obj.get("dim"),
             "load_seconds": obj.get("load_seconds"),
             "seconds": b["seconds"], "items_per_s": b["items_per_s"],
             "prep_seconds": b["prepare_seconds"], "model_seconds": b["model_seconds"],

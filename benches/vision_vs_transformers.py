@@ -207,8 +207,9 @@ def main() -> int:
         f"transformers {p['version']} (torch {p.get('torch') or pk.get('torch')}, Pillow {pk.get('pillow')}, "
         f"{p.get('processor', '?')}, attention {p.get('attn_implementation', '?')}, float32).",
         f"- Model: `{model_name}`, random weights (full-size config), input "
-        f"{s.get('input_size') or p.get('input_size')}, output dim {s.get('dim') or p.get('dim')}"
-        + ("" if s.get("dim") else " (the peer's: Sift's result does not report them)") + ".",
+        f"{s.get('input_size') or p.get('input_size')}"
+        + ("" if s.get("input_size") else " (the peer's: Sift's result does not report it)")
+        + f", output dim {s.get('dim') or p.get('dim')}.",
         f"- {p['items']} images from `{repo_path(args.images)}` ({p.get('image_files', '?')} files, sorted by "
         f"name, cycled), batch {p['batch_size']}, threads {p['threads']}, warm-up {p.get('warmup')} images; "
         "files are read into memory before timing. One run per process after one untimed warm-up; "

@@ -1334,6 +1334,8 @@ fn bench_embed_prints_valid_json() {
             );
         }
         assert_eq!(out["modality"], modality);
+        // the fixture's projection_dim, both towers
+        assert_eq!(out["dim"], 24, "{modality}");
         assert!(out["best"]["batch_size"].as_u64().is_some());
     }
 }

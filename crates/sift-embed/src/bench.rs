@@ -82,6 +82,8 @@ pub struct EmbedBench {
     pub model: String,
     /// `text` or `image`.
     pub modality: &'static str,
+    /// Dimension of the vectors.
+    pub dim: usize,
     /// The device asked for.
     pub device: String,
     /// `f32`, `f16` or `bf16`.
@@ -143,6 +145,7 @@ pub fn run(
         version: env!("CARGO_PKG_VERSION"),
         model: embedder.name().to_string(),
         modality: inputs.modality(),
+        dim: embedder.dim(),
         device: context.device.clone(),
         dtype: context.precision.name(),
         threads: candle_core::utils::get_num_threads(),
