@@ -54,10 +54,12 @@ import io
 import json
 import math
 import os
-import resource
 import sys
 import time
 from typing import List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure import result, set_threads  # noqa: E402
 
 IMAGE_EXT = ("png", "jpg", "jpeg", "webp", "gif", "bmp")  # what `sift embed` takes from a folder
 DEFAULT_INSTRUCTION = "You are a helpful assistant."
@@ -234,30 +236,15 @@ class GmeImageEmbedder:
         return embed_gme(self.model, inputs, self.image_token_id)[0]
 
 
-def rss_mb() -> tuple[float, float]:
-    """(peak RSS of this whole process, VmRSS now), MB."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    now = float("nan")
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    now = int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return peak, now
-
-
 def run(model: str, images, items: int = 8, batch_size: int = 2, threads: int = 1,
         warmup: int = 2) -> dict:
     """`images`: a folder or list file (see image_files) or a list of paths."""
     if items < 1 or batch_size < 1 or threads < 1 or warmup < 0:
         raise ValueError("items, batch_size and threads must be >= 1, warmup >= 0")
-    os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+    set_threads(threads)
     import torch
     import transformers
 
-    torch.set_num_threads(threads)
     paths = list(images) if isinstance(images, (list, tuple)) else image_files(images)
     files = []
     for p in paths:
@@ -292,17 +279,9 @@ def run(model: str, images, items: int = 8, batch_size: int = 2, threads: int = 
     emb = embed_all(timed, record=True)
     seconds = time.perf_counter() - t0
     assert emb.shape[0] == items, emb.shape
-    peak_rss_mb, end_rss_mb = rss_mb()
-
-    return {
-        "engine": "transformers",
-        "version": transformers.__version__,
-        "torch": torch.__version__,
-        "model": model,
-        "items": items,
-        "batch_size": batch_size,
-        "threads": threads,
-        "warmup": warmup,
+    out = result("transformers", transformers.__version__, model, items, batch_size, threads,
+                 warmup, seconds, digits=4)
+    out.update({
         "image_files": len(files),
         "dim": int(emb.shape[1]),
         "image_tokens": round(stats["image_tokens"] / items, 3),
@@ -313,15 +292,12 @@ def run(model: str, images, items: int = 8, batch_size: int = 2, threads: int = 
         "processor": type(gme.proc.image_processor).__name__,
         "attn_implementation": gme.model.config._attn_implementation,
         "dtype": "f32",
-        "seconds": round(seconds, 6),
-        "items_per_s": round(items / seconds, 4),
         "prep_seconds": round(stats["prep"], 6),
         "prep_items_per_s": round(items / stats["prep"], 4),
         "model_seconds": round(stats["model"], 6),
         "forward_items_per_s": round(items / stats["model"], 4),
-        "peak_rss_mb": round(peak_rss_mb, 1),
-        "end_rss_mb": round(end_rss_mb, 1),
-    }
+    })
+    return out
 
 
 def main(argv=None) -> int:

@@ -24,7 +24,8 @@ full path on the first --warmup images):
 The model is AutoModel.from_pretrained(dir, dtype=float32) with its default attention
 implementation (sdpa), in eval mode; the processor is AutoImageProcessor.from_pretrained(dir)
 (the PIL backend when torchvision is absent). torch.set_num_threads(T). Not timed: importing
-torch, loading the model, reading the files.
+torch, loading the model, reading the files. The shared measuring code is eval/peers/measure.py;
+each model's path is an ImageEmbedder (prep, embed_all), which Jina-CLIP v1's peer supplies too.
 
 Nomic Embed Vision v1.5 (config.json "architectures" has "NomicVisionModel"): transformers
 has no class for it, so it runs the published remote code, vendored under
@@ -56,10 +57,13 @@ import importlib
 import io
 import json
 import os
-import resource
 import sys
 import time
-from typing import List
+from dataclasses import dataclass
+from typing import Callable, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure import result, set_threads, timed_run  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOMIC_VENDOR = os.path.join(REPO, "models", "fixtures", "nomic", "vendor")
@@ -204,34 +208,33 @@ def nomic_image_embed(m, pixel_values):
     return torch.nn.functional.normalize(m(pixel_values=pixel_values).last_hidden_state[:, 0], p=2, dim=1)
 
 
-def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads: int = 1,
-        warmup: int = 32) -> dict:
+@dataclass
+class ImageEmbedder:
+    """One model's image path, as the timed regions run it."""
+    model: str                     # the "model" key
+    processor: str                 # the "processor" key
+    attn_implementation: str
+    prep: Callable                 # image bytes of one batch -> pixel_values (decode + processor)
+    embed_all: Callable            # image bytes -> [N, dim] L2-normalised embeddings
+    held: object = None            # kept alive while timing (Nomic's text tower)
+
+
+def transformers_embedder(model: str, cfg: dict, batch_size: int) -> ImageEmbedder:
+    """CLIP / SigLIP through AutoModel.get_image_features, or Nomic vision (vendored code)."""
     import torch
-    import transformers
     from PIL import Image
     from transformers import AutoImageProcessor, AutoModel
 
-    torch.set_num_threads(threads)
-    if items < 1:
-        raise ValueError("--items must be >= 1")
-    data, n_files = load_images(images, max(items, warmup))
-    timed, warm = data[:items], data[:warmup]
-
-    cfg = read_config(model)
-    if "JinaCLIPModel" in (cfg.get("architectures") or []):
-        # Jina-CLIP v1: the published encode_image (eval/peers/jina_clip_peer.py)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from jina_clip_peer import run_images
-        return run_images(model, images, items, batch_size, threads, warmup)
     nomic = is_nomic_vision(cfg)
     proc = AutoImageProcessor.from_pretrained(model)
+    held = None
     if nomic:
         if not type(proc).__name__.startswith("CLIPImageProcessor"):
             raise ValueError(f"{model}: expected a CLIPImageProcessor, got {type(proc).__name__}")
         m, pkg, attn = load_nomic(model, cfg)
         attn_implementation = f"{attn} (vendor/{pkg})"
         text_dir = nomic_text_partner(model)
-        _text_tower = load_nomic(text_dir)[0] if text_dir else None  # held, not run (see above)
+        held = load_nomic(text_dir)[0] if text_dir else None  # held, not run (see above)
         model_name = os.path.basename(os.path.normpath(model))
     else:
         m = AutoModel.from_pretrained(model, dtype=torch.float32).eval()
@@ -241,9 +244,6 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
     def prep(chunk):
         imgs = [Image.open(io.BytesIO(b)).convert("RGB") for b in chunk]
         return proc(images=imgs, return_tensors="pt")["pixel_values"]
-
-    def prepare_all(xs):
-        return [prep(xs[i:i + batch_size]) for i in range(0, len(xs), batch_size)]
 
     def embed_all(xs):
         out = []
@@ -259,52 +259,48 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
                 out.append(torch.nn.functional.normalize(f, dim=-1))
         return torch.cat(out)
 
+    return ImageEmbedder(model_name, type(proc).__name__, attn_implementation, prep, embed_all, held)
+
+
+def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads: int = 1,
+        warmup: int = 32) -> dict:
+    import transformers
+
+    set_threads(threads)
+    if items < 1:
+        raise ValueError("--items must be >= 1")
+    data, n_files = load_images(images, max(items, warmup))
+    timed, warm = data[:items], data[:max(warmup, 0)]
+
+    cfg = read_config(model)
+    if "JinaCLIPModel" in (cfg.get("architectures") or []):
+        # Jina-CLIP v1: the published encode_image (eval/peers/jina_clip_peer.py)
+        from jina_clip_peer import image_embedder
+        e = image_embedder(model, batch_size)
+    else:
+        e = transformers_embedder(model, cfg, batch_size)
+
     if warm:
-        embed_all(warm)
+        e.embed_all(warm)
     t0 = time.perf_counter()
-    pixels = prepare_all(timed)
+    pixels = [e.prep(timed[i:i + batch_size]) for i in range(0, items, batch_size)]
     prep_seconds = time.perf_counter() - t0
     input_size = list(pixels[0].shape[-2:])
     del pixels
 
-    t0 = time.perf_counter()
-    emb = embed_all(timed)
-    seconds = time.perf_counter() - t0
-    assert emb.shape[0] == items, emb.shape
-
-    # Peak resident set size of this whole process (Linux reports KiB): it includes the
-    # Python interpreter, torch and its libraries, the model weights and the images.
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    end_rss_mb = float("nan")
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    end_rss_mb = int(line.split()[1]) / 1024
-    except OSError:
-        pass
-
-    return {
-        "engine": "transformers",
-        "version": transformers.__version__,
-        "torch": torch.__version__,
-        "model": model_name,
-        "items": items,
-        "batch_size": batch_size,
-        "threads": threads,
-        "warmup": warmup,
+    emb, seconds = timed_run(e.embed_all, timed, [])
+    out = result("transformers", transformers.__version__, e.model, items, batch_size, threads,
+                 warmup, seconds)
+    out.update({
         "image_files": n_files,
         "input_size": input_size,
         "dim": int(emb.shape[1]),
-        "processor": type(proc).__name__,
-        "attn_implementation": attn_implementation,
-        "seconds": round(seconds, 6),
-        "items_per_s": round(items / seconds, 3),
+        "processor": e.processor,
+        "attn_implementation": e.attn_implementation,
         "prep_seconds": round(prep_seconds, 6),
         "prep_items_per_s": round(items / prep_seconds, 3),
-        "peak_rss_mb": round(peak_rss_mb, 1),
-        "end_rss_mb": round(end_rss_mb, 1),
-    }
+    })
+    return out
 
 
 def main(argv=None) -> int:

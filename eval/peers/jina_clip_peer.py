@@ -23,13 +23,14 @@ same path on the first --warmup inputs), with torch.set_num_threads(T):
          convert_to_tensor=True) on images decoded from bytes read before timing
          (Image.open(BytesIO(b)).convert("RGB"), inside the timed region) -> seconds; and,
          separately, decode + model.preprocess of each batch alone -> prep_seconds.
-         Keys as eval/peers/hf_vision_peer.py's (benches/vision_vs_transformers.py runs this
-         through it for a Jina-CLIP checkpoint).
+         eval/peers/hf_vision_peer.py's run times it (image_embedder here is the model's
+         path); keys as its (benches/vision_vs_transformers.py runs it for a Jina-CLIP
+         checkpoint).
   text:  the published JinaCLIPModel.encode_text(texts, batch_size=B, convert_to_tensor=True)
          (sorted by length, padded per batch, truncated at 512 tokens, mean pooling,
          projection, L2) -> seconds. Texts as eval/peers/st_embed_peer.py reads them (a BEIR
          corpus.jsonl record is title + " " + text); keys as its (benches/embed_vs_st.py
-         --peer jina-clip).
+         --peer jina-clip). The shared measuring code is eval/peers/measure.py.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import io
 import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -81,102 +81,40 @@ def load(model: str):
     return m
 
 
-def _rss() -> tuple:
-    """(peak RSS of this whole process, VmRSS now), MB, rounded."""
-    from gme_peer import rss_mb
-    return tuple(round(x, 1) for x in rss_mb())
-
-
-def _common(model, items, batch_size, threads, warmup, seconds) -> dict:
-    import torch
-    import transformers
-    return {
-        "engine": "transformers",
-        "version": transformers.__version__,
-        "torch": torch.__version__,
-        "model": model,
-        "items": items,
-        "batch_size": batch_size,
-        "threads": threads,
-        "warmup": warmup,
-        "seconds": round(seconds, 6),
-        "items_per_s": round(items / seconds, 3),
-    }
-
-
-def run_images(model: str, images: str, items: int = 128, batch_size: int = 32, threads: int = 1,
-               warmup: int = 32) -> dict:
-    import torch
+def image_embedder(model: str, batch_size: int):
+    """hf_vision_peer.ImageEmbedder of the published encode_image (hf_vision_peer.run times it)."""
     from PIL import Image
-    from hf_vision_peer import load_images
+    from hf_vision_peer import ImageEmbedder
 
-    torch.set_num_threads(threads)
-    if items < 1:
-        raise ValueError("--items must be >= 1")
-    data, n_files = load_images(images, max(items, warmup))
-    timed, warm = data[:items], data[:warmup]
     m = load(model)
 
     def decode(xs):
         return [Image.open(io.BytesIO(b)).convert("RGB") for b in xs]
 
-    def embed(xs):
-        return m.encode_image(decode(xs), batch_size=batch_size, convert_to_tensor=True)
-
-    if warm:
-        embed(warm)
-    t0 = time.perf_counter()
-    pixels = [m.preprocess(decode(timed[i:i + batch_size])) for i in range(0, items, batch_size)]
-    prep_seconds = time.perf_counter() - t0
-    input_size = list(pixels[0]["pixel_values"].shape[-2:])
-    del pixels
-    t0 = time.perf_counter()
-    emb = embed(timed)
-    seconds = time.perf_counter() - t0
-    assert emb.shape[0] == items, emb.shape
-    peak, end = _rss()
-    out = _common(os.path.basename(os.path.normpath(model)), items, batch_size, threads, warmup,
-                  seconds)
-    out.update({
-        "image_files": n_files,
-        "input_size": input_size,
-        "dim": int(emb.shape[1]),
-        "processor": type(m.preprocess).__name__,
-        "attn_implementation": "eager (vendored jina-clip-implementation encode_image)",
-        "prep_seconds": round(prep_seconds, 6),
-        "prep_items_per_s": round(items / prep_seconds, 3),
-        "peak_rss_mb": peak,
-        "end_rss_mb": end,
-    })
-    return out
+    return ImageEmbedder(
+        model=os.path.basename(os.path.normpath(model)),
+        processor=type(m.preprocess).__name__,
+        attn_implementation="eager (vendored jina-clip-implementation encode_image)",
+        prep=lambda chunk: m.preprocess(decode(chunk))["pixel_values"],
+        embed_all=lambda xs: m.encode_image(decode(xs), batch_size=batch_size, convert_to_tensor=True),
+        held=m,
+    )
 
 
 def run_texts(model: str, texts: str, batch_size: int = 32, threads: int = 1,
               items: int | None = None, warmup: int = 64) -> dict:
-    os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    import torch
-    from st_embed_peer import load_texts
+    import transformers
+    from measure import result, set_threads, text_inputs, timed_run
 
-    torch.set_num_threads(threads)
-    all_texts = load_texts(texts)
-    n = len(all_texts) if items is None else items
-    if n < 1 or n > len(all_texts):
-        raise ValueError(f"--items {n}: {texts} has {len(all_texts)} texts")
+    set_threads(threads)
+    all_texts, n = text_inputs(texts, items)
     m = load(model)
-
-    def embed(xs):
-        return m.encode_text(xs, batch_size=batch_size, convert_to_tensor=True)
-
-    if warmup > 0:
-        embed(all_texts[:warmup])
-    t0 = time.perf_counter()
-    emb = embed(all_texts[:n])
-    seconds = time.perf_counter() - t0
-    assert emb.shape[0] == n, emb.shape
-    peak, end = _rss()
-    out = _common(model, n, batch_size, threads, warmup, seconds)
-    out.update({"max_seq_length": 512, "dim": int(emb.shape[1]), "peak_rss_mb": peak})
+    emb, seconds = timed_run(
+        lambda xs: m.encode_text(xs, batch_size=batch_size, convert_to_tensor=True),
+        all_texts[:n], all_texts[:max(warmup, 0)])
+    out = result("transformers", transformers.__version__, model, n, batch_size, threads, warmup,
+                 seconds)
+    out.update({"max_seq_length": 512, "dim": int(emb.shape[1])})
     return out
 
 
@@ -197,8 +135,9 @@ def main(argv=None) -> int:
     if args.modality == "image":
         if not args.images:
             ap.error("--modality image needs --images")
-        res = run_images(args.model, args.images, args.items or 128, args.batch_size,
-                         args.threads, 32 if args.warmup is None else args.warmup)
+        from hf_vision_peer import run
+        res = run(args.model, args.images, args.items or 128, args.batch_size, args.threads,
+                  32 if args.warmup is None else args.warmup)
     else:
         if not args.texts:
             ap.error("--modality text needs --texts")

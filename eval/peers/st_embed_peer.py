@@ -11,7 +11,7 @@ a "text" field. Texts are used in file order; --items N takes the first N (defau
 
 With --json, stdout carries exactly one line: a JSON object with the keys
     engine, version, torch, model, items, batch_size, threads, warmup, max_seq_length,
-    seconds, items_per_s, peak_rss_mb
+    seconds, items_per_s, peak_rss_mb (the whole process's peak), end_rss_mb
 
 Timed region (time.perf_counter wall time, one run):
     model.encode(texts[:N], batch_size=B, normalize_embeddings=True, convert_to_numpy=True)
@@ -19,7 +19,8 @@ i.e. tokenisation (truncated at the model's max_seq_length, padded per batch), t
 transformer forward pass, pooling and L2 normalisation, on the CPU with
 torch.set_num_threads(T). Before it, one untimed warm-up encode of texts[:warmup] with the
 same settings. Not timed: importing torch, loading the model, reading the file.
-RAYON_NUM_THREADS (the `tokenizers` thread pool) is set to T unless already set.
+RAYON_NUM_THREADS (the `tokenizers` thread pool) is set to T unless already set. The shared
+measuring code is eval/peers/measure.py.
 
 `run(...)` is importable so a driver can call it in a fresh subprocess.
 """
@@ -29,76 +30,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
-import time
-from typing import List
 
-
-def load_texts(path: str) -> List[str]:
-    texts: List[str] = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            d = json.loads(line)
-            if "_id" in d or "title" in d:
-                texts.append((d.get("title") or "") + " " + (d.get("text") or ""))
-            elif isinstance(d.get("text"), str):
-                texts.append(d["text"])
-            else:
-                raise ValueError(f"{path}:{n}: no \"text\" field")
-    return texts
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure import result, set_threads, text_inputs, timed_run  # noqa: E402
 
 
 def run(model: str, texts: str, batch_size: int = 32, threads: int = 1,
         items: int | None = None, warmup: int = 64) -> dict:
-    os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-
+    set_threads(threads)
     import sentence_transformers
-    import torch
     from sentence_transformers import SentenceTransformer
 
-    torch.set_num_threads(threads)
-    all_texts = load_texts(texts)
-    n = len(all_texts) if items is None else items
-    if n < 1 or n > len(all_texts):
-        raise ValueError(f"--items {n}: {texts} has {len(all_texts)} texts")
-    batch = all_texts[:n]
-
+    all_texts, n = text_inputs(texts, items)
     st = SentenceTransformer(model, device="cpu")
 
     def encode(xs):
         return st.encode(xs, batch_size=batch_size, normalize_embeddings=True,
                          convert_to_numpy=True, show_progress_bar=False)
 
-    if warmup > 0:
-        encode(all_texts[:warmup])
-    t0 = time.perf_counter()
-    emb = encode(batch)
-    seconds = time.perf_counter() - t0
-    assert emb.shape[0] == n, emb.shape
-
-    # Peak resident set size of this whole process (Linux reports KiB): it includes the
-    # Python interpreter, torch and its libraries, the model weights and the texts, not
-    # just the encode call.
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-    return {
-        "engine": "sentence-transformers",
-        "version": sentence_transformers.__version__,
-        "torch": torch.__version__,
-        "model": model,
-        "items": n,
-        "batch_size": batch_size,
-        "threads": threads,
-        "warmup": warmup,
-        "max_seq_length": int(st.max_seq_length),
-        "seconds": round(seconds, 6),
-        "items_per_s": round(n / seconds, 3),
-        "peak_rss_mb": round(peak_rss_mb, 1),
-    }
+    _, seconds = timed_run(encode, all_texts[:n], all_texts[:max(warmup, 0)])
+    out = result("sentence-transformers", sentence_transformers.__version__, model, n,
+                 batch_size, threads, warmup, seconds)
+    out["max_seq_length"] = int(st.max_seq_length)
+    return out
 
 
 def main(argv=None) -> int:
