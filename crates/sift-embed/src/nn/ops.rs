@@ -665,6 +665,14 @@ fn check_segments(segments: &[Segment], tokens: usize) -> Result<()> {
     Ok(())
 }
 
+/// A flash plan (or that flash attention does not apply) with the device, dtype and rows it
+/// was decided for.
+#[cfg(feature = "flash-attn")]
+type FlashCache = (
+    (candle_core::DeviceLocation, DType, usize),
+    Option<flash::Plan>,
+);
+
 /// Multi-head self-attention over packed sequences, prepared once for a batch and run at
 /// every layer ([`Attention::run`]).
 ///
@@ -674,11 +682,10 @@ fn check_segments(segments: &[Segment], tokens: usize) -> Result<()> {
 /// Segments run in parallel on the CPU; they must be sorted, disjoint and within the rows of
 /// `qkv` (checked at each run).
 ///
-/// What the padded path (the generic one, without flash attention) derives from the segments
-/// alone (its buckets, gather indices, masks, ALiBi distances and the order the rows come
-/// back in) is made on the first run and kept for the layers after it: its later layers
-/// upload nothing. (Flash attention's few small inputs, sequence offsets and ALiBi slopes, are
-/// still uploaded at each layer.)
+/// What the GPU paths derive from the segments alone is made on the first run and kept for
+/// the layers after it, so later layers upload nothing: flash attention's sequence offsets,
+/// key rows and ALiBi slopes, and the padded path's buckets, gather indices,
+/// masks, ALiBi distances and the order the rows come back in.
 pub struct Attention<'a> {
     segments: &'a [Segment],
     heads: usize,
@@ -687,6 +694,8 @@ pub struct Attention<'a> {
     window: Option<usize>,
     bias: ScoreBias<'a>,
     padded: std::cell::OnceCell<PaddedPlan>,
+    #[cfg(feature = "flash-attn")]
+    flash: std::cell::OnceCell<FlashCache>,
 }
 
 impl<'a> Attention<'a> {
@@ -700,6 +709,8 @@ impl<'a> Attention<'a> {
             window: None,
             bias: ScoreBias::default(),
             padded: std::cell::OnceCell::new(),
+            #[cfg(feature = "flash-attn")]
+            flash: std::cell::OnceCell::new(),
         }
     }
 
@@ -766,8 +777,25 @@ impl<'a> Attention<'a> {
             return qkv.contiguous()?.apply_op1_no_bwd(&op);
         }
         #[cfg(feature = "flash-attn")]
-        if let Some(ctx) = flash::attention(qkv, segments, heads, head_dim, causal, window, bias)? {
-            return Ok(ctx);
+        {
+            // the plan, or that there is none, holds for the device, dtype and rows it was
+            // made for
+            let key = (qkv.device().location(), qkv.dtype(), tokens);
+            let fresh;
+            let plan = match self.flash.get() {
+                Some((k, p)) if *k == key => p.as_ref(),
+                Some(_) => {
+                    fresh = self.flash_plan(qkv)?;
+                    fresh.as_ref()
+                }
+                None => {
+                    let p = self.flash_plan(qkv)?;
+                    self.flash.get_or_init(|| (key, p)).1.as_ref()
+                }
+            };
+            if let Some(plan) = plan {
+                return plan.run(qkv, heads, head_dim);
+            }
         }
         let plan = match self.padded.get() {
             Some(p) if p.fits(qkv) => p,
@@ -778,6 +806,18 @@ impl<'a> Attention<'a> {
             }
         };
         plan.run(qkv, heads, head_dim)
+    }
+
+    #[cfg(feature = "flash-attn")]
+    fn flash_plan(&self, qkv: &Tensor) -> Result<Option<flash::Plan>> {
+        flash::Plan::new(
+            qkv,
+            self.segments,
+            self.head_dim,
+            self.causal,
+            self.window,
+            self.bias,
+        )
     }
 
     fn plan(&self, qkv: &Tensor) -> Result<PaddedPlan> {
@@ -1151,26 +1191,45 @@ fn attention_padded(
     PaddedPlan::new(segments, heads, causal, window, bias, qkv)?.run(qkv, heads, head_dim)
 }
 
-/// Variable-length flash attention on CUDA (bfloat16 and float16) over the packed batch.
-#[cfg(feature = "flash-attn")]
-mod flash {
-    use super::{ScoreBias, Segment};
-    use candle_core::{DType, Result, Tensor};
+/// How variable-length flash attention runs a batch of segments, worked out on the host from
+/// the segments alone: the cumulative query and key offsets of the packed sequences, the rows
+/// of the visible keys where some sequence masks its trailing keys, and the window. `None`
+/// where flash attention cannot give Sift's result: segments that leave rows between or after
+/// them or hold no row, key biases that are not all zero, a head size it has no kernel for, or
+/// a causal or ALiBi sequence with masked keys (flash attention aligns a causal mask and
+/// ALiBi's distances to the last key when a sequence has fewer keys than queries; Sift aligns
+/// them to the first).
+///
+/// Semantics relied on (flash-attn's `mha_varlen_fwd`, as candle-flash-attn calls it): query
+/// `i` of a sequence with `lq` queries and `lk` keys sees key `j` when
+/// `i + lk - lq - left <= j <= i + lk - lq + right` (no bound where one is `None`), and ALiBi
+/// adds `-slope * |i + lk - lq - j|`. The tests run a CPU model of exactly that on this layout
+/// against the padded path.
+#[cfg(any(test, feature = "flash-attn"))]
+#[derive(Debug, Clone, PartialEq)]
+struct FlashLayout {
+    cu_q: Vec<u32>,
+    cu_k: Vec<u32>,
+    /// The packed rows of the visible keys; `None` when every key is visible.
+    kv_rows: Option<Vec<u32>>,
+    max_q: usize,
+    max_k: usize,
+    left: Option<usize>,
+    right: Option<usize>,
+}
 
-    /// The context, or `None` where flash attention does not apply (not CUDA, f32, a head
-    /// size it has no kernel for, segments that leave rows between them, or key biases that
-    /// are not all zero): the caller falls back to the padded path.
-    pub(super) fn attention(
-        qkv: &Tensor,
+#[cfg(any(test, feature = "flash-attn"))]
+impl FlashLayout {
+    fn new(
         segments: &[Segment],
-        heads: usize,
+        tokens: usize,
         head_dim: usize,
         causal: bool,
         window: Option<usize>,
         bias: ScoreBias,
-    ) -> Result<Option<Tensor>> {
+    ) -> Option<FlashLayout> {
         if bias.keys.is_some_and(|k| k.iter().any(|&b| b != 0.0)) {
-            return Ok(None);
+            return None;
         }
         let contiguous = segments
             .iter()
@@ -1180,75 +1239,123 @@ mod flash {
                 Some(ok)
             })
             .all(|ok| ok);
-        let covered = segments.last().map(|s| s.start + s.len) == Some(qkv.dim(0)?);
-        if !qkv.device().is_cuda()
-            || !matches!(qkv.dtype(), DType::BF16 | DType::F16)
-            || head_dim % 8 != 0
-            || head_dim > 512
-            || !contiguous
-            || !covered
-        {
-            return Ok(None);
+        let covered = segments.last().map(|s| s.start + s.len) == Some(tokens);
+        if !head_dim.is_multiple_of(8) || head_dim > 512 || !contiguous || !covered {
+            return None;
         }
-        let dev = qkv.device();
-        let tokens = qkv.dim(0)?;
-        let h = heads * head_dim;
-        let part = |x: &Tensor, i: usize| -> Result<Tensor> {
-            x.narrow(1, i * h, h)?
-                .contiguous()?
-                .reshape((x.dim(0)?, heads, head_dim))
-        };
-        let q = part(qkv, 0)?;
+        let all_keys = segments.iter().all(|s| s.keys >= s.len);
+        if (causal || bias.alibi.is_some()) && !all_keys {
+            return None;
+        }
         let mut cu_q = vec![0u32];
         let mut cu_k = vec![0u32];
         for s in segments {
             cu_q.push((s.start + s.len) as u32);
             cu_k.push(cu_k.last().copied().unwrap_or(0) + s.visible_keys() as u32);
         }
-        let all_keys = segments.iter().all(|s| s.keys >= s.len);
-        // flash attention aligns a causal mask and ALiBi's distances to the last key when a
-        // sequence has fewer keys than queries; Sift's align them to the first
-        if (causal || bias.alibi.is_some()) && !all_keys {
-            return Ok(None);
-        }
-        // sequences whose trailing keys are masked: their visible keys, packed
-        let kv = if all_keys {
-            qkv.clone()
-        } else {
-            let rows: Vec<u32> = segments
+        let kv_rows = (!all_keys).then(|| {
+            segments
                 .iter()
                 .flat_map(|s| (s.start..s.start + s.visible_keys()).map(|r| r as u32))
-                .collect();
-            qkv.index_select(&Tensor::from_vec(rows.clone(), rows.len(), dev)?, 0)?
-        };
-        let (k, v) = (part(&kv, 1)?, part(&kv, 2)?);
-        let max_q = segments.iter().map(|s| s.len).max().unwrap_or(1);
-        let max_k = segments
-            .iter()
-            .map(Segment::visible_keys)
-            .max()
-            .unwrap_or(1);
-        let n = cu_q.len();
-        let cu_q = Tensor::from_vec(cu_q, n, dev)?;
-        let cu_k = Tensor::from_vec(cu_k, n, dev)?;
-        // the queries are already scaled; key j is visible to query i when
-        // i - left <= j <= i + right
-        let left = window.map(|w| w - 1);
-        let right = causal.then_some(0);
-        // flash attention's ALiBi is `-slope * |i + keys - queries - j|`: JinaBERT's
-        // symmetric `|i - j|` for the bidirectional, unmasked sequences that reach here
-        let ctx = match bias.alibi {
-            Some(slopes) => {
-                let slopes = Tensor::from_vec(slopes.to_vec(), slopes.len(), dev)?;
-                candle_flash_attn::flash_attn_varlen_alibi_windowed(
-                    &q, &k, &v, &slopes, &cu_q, &cu_k, max_q, max_k, 1.0, left, right,
-                )?
+                .collect()
+        });
+        Some(FlashLayout {
+            cu_q,
+            cu_k,
+            kv_rows,
+            max_q: segments.iter().map(|s| s.len).max().unwrap_or(1),
+            max_k: segments
+                .iter()
+                .map(Segment::visible_keys)
+                .max()
+                .unwrap_or(1),
+            // key j is visible to query i when i - left <= j <= i + right
+            left: window.map(|w| w - 1),
+            right: causal.then_some(0),
+        })
+    }
+}
+
+/// Variable-length flash attention on CUDA (bfloat16 and float16) over the packed batch.
+#[cfg(feature = "flash-attn")]
+mod flash {
+    use super::{FlashLayout, ScoreBias, Segment};
+    use candle_core::{DType, Result, Tensor};
+
+    /// A [`FlashLayout`] with its small inputs (offsets, key rows, ALiBi slopes) on the
+    /// device, made once per batch and run at every layer.
+    pub(super) struct Plan {
+        tokens: usize,
+        layout: FlashLayout,
+        cu_q: Tensor,
+        cu_k: Tensor,
+        kv_rows: Option<Tensor>,
+        slopes: Option<Tensor>,
+    }
+
+    impl Plan {
+        /// The plan, or `None` where flash attention does not apply (not CUDA, f32, or
+        /// [`FlashLayout::new`]'s cases): the caller falls back to the padded path.
+        pub(super) fn new(
+            qkv: &Tensor,
+            segments: &[Segment],
+            head_dim: usize,
+            causal: bool,
+            window: Option<usize>,
+            bias: ScoreBias,
+        ) -> Result<Option<Plan>> {
+            let dev = qkv.device();
+            if !dev.is_cuda() || !matches!(qkv.dtype(), DType::BF16 | DType::F16) {
+                return Ok(None);
             }
-            None => candle_flash_attn::flash_attn_varlen_windowed(
-                &q, &k, &v, &cu_q, &cu_k, max_q, max_k, 1.0, left, right,
-            )?,
-        };
-        Ok(Some(ctx.reshape((tokens, h))?))
+            let tokens = qkv.dim(0)?;
+            let Some(layout) = FlashLayout::new(segments, tokens, head_dim, causal, window, bias)
+            else {
+                return Ok(None);
+            };
+            let upload = |v: &[u32]| Tensor::from_vec(v.to_vec(), v.len(), dev);
+            Ok(Some(Plan {
+                tokens,
+                cu_q: upload(&layout.cu_q)?,
+                cu_k: upload(&layout.cu_k)?,
+                kv_rows: layout.kv_rows.as_deref().map(upload).transpose()?,
+                slopes: bias
+                    .alibi
+                    .map(|s| Tensor::from_vec(s.to_vec(), s.len(), dev))
+                    .transpose()?,
+                layout,
+            }))
+        }
+
+        pub(super) fn run(&self, qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+            let h = heads * head_dim;
+            let part = |x: &Tensor, i: usize| -> Result<Tensor> {
+                x.narrow(1, i * h, h)?
+                    .contiguous()?
+                    .reshape((x.dim(0)?, heads, head_dim))
+            };
+            let q = part(qkv, 0)?;
+            // sequences whose trailing keys are masked: their visible keys, packed
+            let kv = match &self.kv_rows {
+                Some(rows) => qkv.index_select(rows, 0)?,
+                None => qkv.clone(),
+            };
+            let (k, v) = (part(&kv, 1)?, part(&kv, 2)?);
+            let l = &self.layout;
+            // the queries are already scaled
+            let ctx = match &self.slopes {
+                // flash attention's ALiBi is `-slope * |i + keys - queries - j|`: JinaBERT's
+                // symmetric `|i - j|` for the bidirectional, unmasked sequences that reach here
+                Some(slopes) => candle_flash_attn::flash_attn_varlen_alibi_windowed(
+                    &q, &k, &v, slopes, &self.cu_q, &self.cu_k, l.max_q, l.max_k, 1.0, l.left,
+                    l.right,
+                )?,
+                None => candle_flash_attn::flash_attn_varlen_windowed(
+                    &q, &k, &v, &self.cu_q, &self.cu_k, l.max_q, l.max_k, 1.0, l.left, l.right,
+                )?,
+            };
+            ctx.reshape((self.tokens, h))
+        }
     }
 }
 
@@ -1782,6 +1889,148 @@ mod tests {
             Tensor::zeros((0, 3 * heads * d), DType::F32, &candle_core::Device::Cpu).unwrap();
         let got = attention_padded(&empty, &[], heads, d, false, None, ScoreBias::default());
         assert_eq!(got.unwrap().dims(), &[0, heads * d]);
+    }
+
+    /// flash-attn's variable-length forward as its documentation states it ([`FlashLayout`]'s
+    /// "semantics relied on"), in f64 on the CPU: sequence `b` has the query rows
+    /// `cu_q[b]..cu_q[b + 1]` of `qkv` and the key / value rows `cu_k[b]..cu_k[b + 1]` of the
+    /// packed keys (`kv_rows` of `qkv`, or all of it); softmax scale 1.
+    fn flash_varlen_model(
+        qkv: &Tensor,
+        l: &FlashLayout,
+        heads: usize,
+        d: usize,
+        slopes: Option<&[f32]>,
+    ) -> Tensor {
+        let rows: Vec<Vec<f32>> = qkv.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
+        let kv: Vec<&Vec<f32>> = match &l.kv_rows {
+            Some(r) => r.iter().map(|&r| &rows[r as usize]).collect(),
+            None => rows.iter().collect(),
+        };
+        let h = heads * d;
+        let mut out = vec![vec![0f32; h]; rows.len()];
+        for b in 0..l.cu_q.len() - 1 {
+            let (q0, q1) = (l.cu_q[b] as usize, l.cu_q[b + 1] as usize);
+            let (k0, k1) = (l.cu_k[b] as usize, l.cu_k[b + 1] as usize);
+            let (lq, lk) = ((q1 - q0) as i64, (k1 - k0) as i64);
+            for i in 0..lq {
+                let shift = i + lk - lq;
+                let visible = |j: i64| {
+                    l.left.is_none_or(|w| j >= shift - w as i64)
+                        && l.right.is_none_or(|w| j <= shift + w as i64)
+                };
+                for hd in 0..heads {
+                    let q = &rows[q0 + i as usize][hd * d..(hd + 1) * d];
+                    let scores: Vec<(usize, f64)> = (0..lk)
+                        .filter(|&j| visible(j))
+                        .map(|j| {
+                            let k = &kv[k0 + j as usize][h + hd * d..h + (hd + 1) * d];
+                            let dot: f64 =
+                                q.iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum();
+                            let alibi =
+                                slopes.map_or(0.0, |s| -(s[hd] as f64) * (shift - j).abs() as f64);
+                            (j as usize, dot + alibi)
+                        })
+                        .collect();
+                    let top = scores.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
+                    let total: f64 = scores.iter().map(|s| (s.1 - top).exp()).sum();
+                    for (j, sc) in &scores {
+                        let w = (sc - top).exp() / total;
+                        let v = &kv[k0 + j][2 * h + hd * d..2 * h + (hd + 1) * d];
+                        for (o, x) in out[q0 + i as usize][hd * d..(hd + 1) * d].iter_mut().zip(v) {
+                            *o += (w * *x as f64) as f32;
+                        }
+                    }
+                }
+            }
+        }
+        Tensor::new(out, &candle_core::Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn flash_layout_gives_the_padded_paths_context() {
+        // what the flash path hands flash attention (offsets, key rows, window), run through
+        // a model of flash attention's documented masking and ALiBi, gives the context of the
+        // padded path, the one checked against the published models
+        let (heads, d) = (2, 8);
+        let lens = [5, 9, 1, 12, 3];
+        let tokens: usize = lens.iter().sum();
+        let packed = Segment::packed(lens);
+        let mut masked = packed.clone();
+        masked[1].keys = 4;
+        masked[3].keys = 7;
+        let slopes = [0.5f32, 0.125];
+        let alibi = ScoreBias {
+            alibi: Some(&slopes),
+            keys: None,
+        };
+        let zeros = vec![0f32; tokens];
+        let alibi_zero_keys = ScoreBias {
+            alibi: Some(&slopes),
+            keys: Some(&zeros),
+        };
+        let none = ScoreBias::default();
+        let qkv = noise(tokens, 3 * heads * d, 0.7, 31);
+        for (name, segs, causal, window, bias) in [
+            ("bidirectional", &packed, false, None, none),
+            ("masked keys", &masked, false, None, none),
+            ("causal", &packed, true, None, none),
+            ("sliding window", &packed, true, Some(3), none),
+            ("ALiBi", &packed, false, None, alibi),
+            (
+                "ALiBi, zero key biases",
+                &packed,
+                false,
+                None,
+                alibi_zero_keys,
+            ),
+        ] {
+            let layout = FlashLayout::new(segs, tokens, d, causal, window, bias)
+                .unwrap_or_else(|| panic!("{name}: no flash layout"));
+            let got = flash_varlen_model(&qkv, &layout, heads, d, bias.alibi);
+            let want = attention_padded(&qkv, segs, heads, d, causal, window, bias).unwrap();
+            let diff = max_diff(&got, &want);
+            assert!(diff < 1e-5, "{name}: max diff {diff}");
+        }
+        // the layout itself, for the sequences with masked keys
+        let l = FlashLayout::new(&masked, tokens, d, false, None, none).unwrap();
+        assert_eq!(l.cu_q, [0, 5, 14, 15, 27, 30]);
+        assert_eq!(l.cu_k, [0, 5, 9, 10, 17, 20]);
+        let rows: Vec<u32> = [0..5, 5..9, 14..15, 15..22, 27..30]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(l.kv_rows.as_deref(), Some(&rows[..]));
+        assert_eq!((l.max_q, l.max_k, l.left, l.right), (12, 7, None, None));
+        // where flash attention cannot give Sift's result, the padded path runs instead
+        let mut gap = packed.clone();
+        for s in &mut gap[2..] {
+            s.start += 1;
+        }
+        let mut empty = Segment::packed([5, 0, 9]);
+        empty[1].keys = 0;
+        let key_bias: Vec<f32> = (0..tokens)
+            .map(|r| if r == 3 { -10000.0 } else { 0.0 })
+            .collect();
+        let keyed = ScoreBias {
+            alibi: None,
+            keys: Some(&key_bias),
+        };
+        for (name, segs, tokens, d, causal, bias) in [
+            ("a row between sequences", &gap, tokens + 1, d, false, none),
+            ("a row after the last", &packed, tokens + 1, d, false, none),
+            ("an empty sequence", &empty, 14, d, false, none),
+            ("key biases", &packed, tokens, d, false, keyed),
+            ("causal with masked keys", &masked, tokens, d, true, none),
+            ("ALiBi with masked keys", &masked, tokens, d, false, alibi),
+            ("a head size of 12", &packed, tokens, 12, false, none),
+            ("a head size of 520", &packed, tokens, 520, false, none),
+        ] {
+            assert!(
+                FlashLayout::new(segs, tokens, d, causal, None, bias).is_none(),
+                "{name}"
+            );
+        }
     }
 
     #[test]
