@@ -1,8 +1,8 @@
 //! `benches/gpu/run.sh --dry-run`: the one-shot GPU benchmark end to end on the CPU, with the
 //! tiny fixture checkpoints, this build's `sift` and transformers, so the script a lent GPU
 //! machine runs cannot rot. It needs Python with torch, transformers, Pillow and numpy
-//! (`scripts/test` installs Pillow and numpy: benches/gpu/requirements.txt); without them it
-//! says SKIPPED and fails nothing.
+//! (`scripts/test` installs them where they are missing: benches/gpu/requirements.txt);
+//! without them it says SKIPPED and fails nothing.
 use std::path::Path;
 use std::process::Command;
 
