@@ -5,7 +5,9 @@
 #   scripts/build-cuda.sh               # --features cuda
 #   scripts/build-cuda.sh --flash-attn  # --features cuda,flash-attn (compiles ~50 large kernels)
 #
-# Result: target/cuda/sift-cuda (stripped: small enough to carry to a GPU machine). It needs,
+# Result: target/cuda/sift-cuda, stripped. A build with flash-attn carries 53 kernels' device
+# code uncompressed (a few hundred MiB): it is also written xz-compressed, target/cuda/sift-cuda.xz,
+# small enough to carry to a GPU machine (benches/gpu/run.sh decompresses it). The binary needs,
 # where it runs, an NVIDIA driver (libcuda, loaded at run time) and CUDA 13's runtime, cuBLAS,
 # cuRAND and NVRTC libraries (a PyTorch CUDA 13 install has them: benches/gpu/run.sh points
 # LD_LIBRARY_PATH there).
@@ -129,4 +131,11 @@ cargo build --release --locked -p sift-cli --features "$features" --target-dir t
 cp target/cuda/release/sift target/cuda/sift-cuda
 strip target/cuda/sift-cuda
 echo "== built in $(( $(date +%s) - start )) s: target/cuda/sift-cuda ($(du -m target/cuda/sift-cuda | cut -f1) MiB stripped)"
+rm -f target/cuda/sift-cuda.xz
+if [ "$(du -m target/cuda/sift-cuda | cut -f1)" -gt 60 ]; then
+    # too large to carry as it is (64 MiB for everything carried): the device code of the
+    # kernels compresses about eightfold
+    xz -T0 -6 -k target/cuda/sift-cuda
+    echo "== target/cuda/sift-cuda.xz ($(du -m target/cuda/sift-cuda.xz | cut -f1) MiB) to carry"
+fi
 if [ -n "${NVCC:-}" ]; then ccache --show-stats | sed -n '/Hits:/,/Misses:/p' | head -2; fi

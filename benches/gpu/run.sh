@@ -16,7 +16,10 @@
 #
 # Settings (environment):
 #   OUT              results folder (default target/gpu-bench)
-#   SIFT_BIN         the sift binary (default target/cuda/sift-cuda; the dry run: target/debug/sift)
+#   SIFT_BIN         the sift binary (default target/cuda/sift-cuda, or target/cuda/sift-cuda.xz where
+#                    only that is there; the dry run: target/debug/sift); one ending in .xz (a
+#                    flash-attn build is too large to carry as it is) is decompressed into
+#                    SIFT_GPU_WORK first
 #   SIFT_GPU_WORK    where checkpoints and images go (default /tmp/sift-gpu-bench)
 #   SIFT_GPU_MODELS  comma-separated subset of clip-vit-large-patch14, siglip-so400m-patch14-384,
 #                    gme-qwen2-vl-2b, mistral-7b (default: all four)
@@ -48,6 +51,9 @@ if [ "$dry" = 1 ]; then
     items=8 batch=4 warmup=4 workers=0
 else
     sift="${SIFT_BIN:-target/cuda/sift-cuda}"
+    if [ -z "${SIFT_BIN:-}" ] && [ ! -e "$sift" ] && [ -e "$sift.xz" ]; then
+        sift="$sift.xz"
+    fi
     device=cuda:0
     items=1024 batch=64 warmup=64 workers=8
     # CUDA 13's runtime, cuBLAS, cuRAND and NVRTC from PyTorch's wheels (libcuda is the driver's)
@@ -67,6 +73,17 @@ EOF
 )"
     export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
+fi
+if [[ "$sift" == *.xz ]] && [ -f "$sift" ]; then
+    log "decompressing $sift"
+    python3 - "$sift" "$work/sift" <<'EOF'
+import lzma, os, shutil, sys
+with lzma.open(sys.argv[1]) as src, open(sys.argv[2] + ".part", "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+os.chmod(sys.argv[2] + ".part", 0o755)
+os.replace(sys.argv[2] + ".part", sys.argv[2])
+EOF
+    sift="$work/sift"
 fi
 [ -x "$sift" ] || { echo "no sift binary at $sift (set SIFT_BIN)" >&2; exit 1; }
 sift="$(cd "$(dirname "$sift")" && pwd)/$(basename "$sift")"
