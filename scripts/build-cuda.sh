@@ -6,7 +6,7 @@
 #   scripts/build-cuda.sh --flash-attn  # --features cuda,flash-attn (compiles ~50 large kernels)
 #
 # Result: target/cuda/sift-cuda, stripped. A build with flash-attn carries 53 kernels' device
-# code uncompressed (a few hundred MiB): it is also written xz-compressed, target/cuda/sift-cuda.xz,
+# code uncompressed (280 MiB here): it is also written xz-compressed, target/cuda/sift-cuda.xz,
 # small enough to carry to a GPU machine (benches/gpu/run.sh decompresses it). The binary needs,
 # where it runs, an NVIDIA driver (libcuda, loaded at run time) and CUDA 13's runtime, cuBLAS,
 # cuRAND and NVRTC libraries (a PyTorch CUDA 13 install has them: benches/gpu/run.sh points
@@ -130,9 +130,10 @@ start=$(date +%s)
 cargo build --release --locked -p sift-cli --features "$features" --target-dir target/cuda
 cp target/cuda/release/sift target/cuda/sift-cuda
 strip target/cuda/sift-cuda
-echo "== built in $(( $(date +%s) - start )) s: target/cuda/sift-cuda ($(du -m target/cuda/sift-cuda | cut -f1) MiB stripped)"
+mib="$(du -m target/cuda/sift-cuda | cut -f1)"
+echo "== built in $(( $(date +%s) - start )) s: target/cuda/sift-cuda ($mib MiB stripped)"
 rm -f target/cuda/sift-cuda.xz
-if [ "$(du -m target/cuda/sift-cuda | cut -f1)" -gt 60 ]; then
+if [ "$mib" -gt 60 ]; then
     # too large to carry as it is (64 MiB for everything carried): the device code of the
     # kernels compresses about eightfold
     xz -T0 -6 -k target/cuda/sift-cuda
