@@ -82,6 +82,7 @@ impl IndexDir {
         for d in dense {
             d.hnsw.validate()?;
         }
+        check_names(domains, dense)?;
         let root = root.as_ref();
         in_pool(options.threads, || {
             let lock = lock_index(root)?;
@@ -127,6 +128,7 @@ impl IndexDir {
         for d in dense {
             d.hnsw.validate()?;
         }
+        check_names(&[], dense)?;
         let root = root.as_ref();
         in_pool(threads, || {
             let lock = lock_index(root)?;
@@ -185,6 +187,21 @@ impl IndexDir {
             )
         })
     }
+}
+
+/// Domains and dense slugs become directory names of the generation: each must be one plain
+/// name ([`sift_core::domain_problem`]), never `..` or a path.
+fn check_names(domains: &[String], dense: &[DenseBuild<'_>]) -> Result<()> {
+    let names = (domains.iter().map(|d| ("domain", d)))
+        .chain(dense.iter().map(|d| ("dense index", &d.slug)));
+    for (what, name) in names {
+        if let Some(problem) = sift_core::domain_problem(name) {
+            return Err(Error::InvalidParameter(format!(
+                "{what} {name:?} {problem}: it names a directory of the index"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `f` on a thread pool of `threads` threads (the current one when it has that many).
@@ -314,6 +331,10 @@ fn write_generation(
             return Err(e);
         }
     };
+    if let Err(e) = umask_modes(&gen_dir) {
+        let _ = fs::remove_dir_all(&gen_dir);
+        return Err(e);
+    }
     sync_dir(&gen_dir)?;
     let manifest = Manifest {
         format_version: FORMAT_VERSION,
@@ -389,6 +410,49 @@ fn link_kept_dense(
         }
         dense.insert(slug.clone(), info);
     }
+    Ok(())
+}
+
+/// Gives every file and directory of the generation the mode the process's umask gives a
+/// new one (the lease file's and the generation directory's, created with
+/// `File::create` / `create_dir`): tantivy writes its `meta.json` and `.managed.json`
+/// through temporary files of mode 0600, which another user (a service account, a shared
+/// lab directory) could not read.
+#[cfg(unix)]
+fn umask_modes(gen_dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode_of = |p: &Path| {
+        fs::metadata(p)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .map_err(|e| Error::io(p, e))
+    };
+    let lease = paths::lease(gen_dir);
+    let (file_mode, dir_mode) = (mode_of(&lease)?, mode_of(gen_dir)?);
+    let mut stack = vec![gen_dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+            let entry = entry.map_err(|e| Error::io(&dir, e))?;
+            let path = entry.path();
+            let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
+            let want = if kind.is_dir() {
+                stack.push(path.clone());
+                dir_mode
+            } else if kind.is_file() {
+                file_mode
+            } else {
+                continue;
+            };
+            if mode_of(&path)? != want {
+                fs::set_permissions(&path, fs::Permissions::from_mode(want))
+                    .map_err(|e| Error::io(&path, e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn umask_modes(_gen_dir: &Path) -> Result<()> {
     Ok(())
 }
 
