@@ -188,6 +188,13 @@ impl Corpus {
                 continue;
             };
             let (domain, shard) = parse_shard(stem);
+            if let Some(problem) = crate::paths::domain_problem(domain) {
+                return Err(Error::BadDomain {
+                    domain: domain.to_string(),
+                    path,
+                    problem,
+                });
+            }
             out.entry(domain.to_string())
                 .or_default()
                 .push(ShardFile { path, shard });

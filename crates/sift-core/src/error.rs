@@ -105,6 +105,34 @@ pub enum Error {
         /// What is missing or inconsistent.
         problem: String,
     },
+    /// A file names a domain that cannot be one (`..`, a path separator, ...).
+    #[error("{path}: domain {domain:?} {problem}: a domain must be one plain directory name")]
+    BadDomain {
+        /// File whose name (or content) gives the domain.
+        path: PathBuf,
+        /// The domain name.
+        domain: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// A path that must name a regular file names something else.
+    #[error("{path}: is {kind}, not a regular file")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is (a FIFO, a character device, a directory, ...).
+        kind: &'static str,
+    },
+    /// A file is larger than the limit for its kind.
+    #[error("{path}: {size} bytes, over the limit of {limit} bytes")]
+    FileTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size (or the bytes read before stopping).
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// A domain has no passages at all.
     #[error("{path}: the corpus has no passages")]
     EmptyCorpus {

@@ -34,6 +34,7 @@ mod beir;
 pub use beir::{UTF8_BOM, is_qrels_header, parse_grade, passage_text};
 mod corpus;
 mod error;
+mod files;
 mod guard;
 mod mmbright;
 mod paths;
@@ -42,7 +43,10 @@ mod warnings;
 
 pub use corpus::{Corpus, ImageRecord, Images, Layout, Passages};
 pub use error::{Error, Result};
+pub use files::{open_regular_file, read_regular_file};
 pub use guard::catch_panics;
-pub use paths::{id_problem, image_base_key, normalize_image_path, passage_base_key};
+pub use paths::{
+    domain_problem, id_problem, image_base_key, normalize_image_path, passage_base_key,
+};
 pub use types::{Example, ImageLabels, Passage, Qrels};
 pub use warnings::{Warning, WarningKind, Warnings};

@@ -28,6 +28,24 @@ pub fn id_problem(id: &str) -> Option<&'static str> {
     }
 }
 
+/// What makes `name` unusable as a domain name, if anything. A domain names directories of
+/// an index (`bm25/<domain>/`) and of a corpus (`document_images/<domain>/`), so it must be
+/// one plain path component: not empty, not `.` or `..`, without `/` or `\\`, and without
+/// control characters. Every reader of domain names (corpus files, manifests) checks it.
+pub fn domain_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("is empty")
+    } else if name == "." || name == ".." {
+        Some("is a relative directory name")
+    } else if name.contains(['/', '\\']) {
+        Some("contains a path separator")
+    } else if name.chars().any(char::is_control) {
+        Some("contains a control character")
+    } else {
+        None
+    }
+}
+
 static PASSAGE_KEY: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"/([0-9a-f]+)_\d+\.txt$").expect("valid regex"));
 
@@ -71,6 +89,16 @@ pub fn image_base_key<'a>(domain: &str, image_path: &'a str) -> Option<&'a str> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn domain_names_are_one_plain_path_component() {
+        for good in ["biology", "earth_science", "...", "a.b", "Ünïcode"] {
+            assert_eq!(domain_problem(good), None, "{good:?}");
+        }
+        for bad in ["", ".", "..", "a/b", "a\\b", "/abs", "x\0y", "tab\there"] {
+            assert!(domain_problem(bad).is_some(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn normalises_backslashes_and_dot_prefix() {

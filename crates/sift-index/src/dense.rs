@@ -123,6 +123,22 @@ pub fn write(
             vectors.len()
         )));
     }
+    // nothing non-finite reaches a generation (f16 holds magnitudes up to 65504)
+    let limit = match dtype {
+        VectorDtype::F32 => f32::MAX,
+        VectorDtype::F16 => 65504.0,
+    };
+    if let Some(at) = vectors
+        .iter()
+        .position(|x| !x.is_finite() || x.abs() > limit)
+    {
+        return Err(Error::InvalidParameter(format!(
+            "{model}: the vector of {:?} holds {} (value {} of {dim}), which {dtype:?} vectors cannot hold",
+            ids[at / dim],
+            vectors[at],
+            at % dim
+        )));
+    }
     let ids_path = dir.join(crate::paths::IDS_FILE);
     fs::write(
         &ids_path,

@@ -309,6 +309,7 @@ pub(crate) fn build_dense(
         hnsw: build.hnsw,
         embedded,
         cached,
+        cache_rejected: cache.rejected(),
         images: None,
     })
 }
@@ -342,6 +343,7 @@ pub(crate) fn build_images(
     let mut cache = EmbedCache::open(&paths::image_cache(root, &build.slug), &fingerprint, dim)?;
     let mut info = ImageIndexInfo {
         fingerprint: fingerprint.clone(),
+        cache_rejected: cache.rejected(),
         ..ImageIndexInfo::default()
     };
     const CHUNK: usize = 64;

@@ -69,6 +69,10 @@ pub struct DenseInfo {
     pub embedded: u64,
     /// Passages taken from the embedding cache.
     pub cached: u64,
+    /// Embedding-cache records found damaged (checksum mismatch, non-finite values) and
+    /// embedded again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_rejected: u64,
     /// The image index of a vision-language model, when one was built.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<ImageIndexInfo>,
@@ -89,6 +93,9 @@ pub struct ImageIndexInfo {
     pub embedded: u64,
     /// Images taken from the embedding cache.
     pub cached: u64,
+    /// Embedding-cache records found damaged and embedded again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_rejected: u64,
     /// Reader warnings (missing bytes, repeated paths) by kind.
     pub warnings: BTreeMap<String, u64>,
 }
@@ -149,6 +156,17 @@ impl Manifest {
                 ),
             });
         }
+        // domains and dense slugs name directories of the generation: one plain name each
+        let names = (manifest.domains.keys().map(|d| ("domain", d)))
+            .chain(manifest.dense.keys().map(|d| ("dense index", d)));
+        for (what, name) in names {
+            if let Some(problem) = sift_core::domain_problem(name) {
+                return Err(Error::Manifest {
+                    path,
+                    message: format!("corrupt manifest: {what} {name:?} {problem}"),
+                });
+            }
+        }
         Ok(manifest)
     }
 
@@ -166,6 +184,10 @@ impl Manifest {
         fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
         sync_dir(dir)
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Makes a rename in `dir` durable.
