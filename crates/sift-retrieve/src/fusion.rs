@@ -31,6 +31,8 @@ pub fn rrf(rankings: &[Vec<RunEntry>], k: f64, top_k: usize) -> Vec<RunEntry> {
 
 /// Weighted score fusion: each ranking's scores are min-max normalised to [0, 1] per query,
 /// multiplied by its weight and summed; a document missing from a ranking gets 0 there.
+/// Finite scores of any size normalise without overflow; the fused scores are finite when
+/// the weights' absolute values sum to a finite number.
 pub fn weighted(rankings: &[Vec<RunEntry>], weights: &[f64], top_k: usize) -> Vec<RunEntry> {
     let mut scores: HashMap<&str, f64> = HashMap::new();
     for (ranking, &w) in rankings.iter().zip(weights) {
@@ -39,10 +41,12 @@ pub fn weighted(rankings: &[Vec<RunEntry>], weights: &[f64], top_k: usize) -> Ve
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), e| {
                 (lo.min(e.score), hi.max(e.score))
             });
-        let span = hi - lo;
+        // halves: the span of two finite scores (say -1e308 and 1e308) overflows, their
+        // halves' does not, and the ratio is the same
+        let span = hi / 2.0 - lo / 2.0;
         for e in ranking {
             let norm = if span > 0.0 {
-                (e.score - lo) / span
+                ((e.score / 2.0 - lo / 2.0) / span).clamp(0.0, 1.0)
             } else {
                 1.0
             };
@@ -93,5 +97,15 @@ mod tests {
         assert!((fused[0].score - 0.75).abs() < 1e-12);
         let fused = weighted(&[a, b], &[0.75, 0.25], 10);
         assert_eq!(fused[0].doc, "x");
+    }
+
+    #[test]
+    fn weighted_normalises_extreme_finite_scores_without_overflow() {
+        let a = list(&[("x", f64::MAX), ("y", 0.0), ("z", -f64::MAX)]);
+        let b = list(&[("z", 1e-300), ("y", -1e-300)]);
+        let fused = weighted(&[a, b], &[1.0, 1.0], 10);
+        let score = |d: &str| fused.iter().find(|e| e.doc == d).unwrap().score;
+        assert!(fused.iter().all(|e| e.score.is_finite()), "{fused:?}");
+        assert_eq!((score("x"), score("y"), score("z")), (1.0, 0.5, 1.0));
     }
 }

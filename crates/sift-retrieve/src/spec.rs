@@ -144,10 +144,11 @@ impl FromStr for RetrieverSpec {
                 Some(w)
                     if w.len() != parts.len()
                         || w.iter().any(|x| !x.is_finite() || *x < 0.0)
-                        || w.iter().all(|x| *x == 0.0) =>
+                        || w.iter().all(|x| *x == 0.0)
+                        || !w.iter().sum::<f64>().is_finite() =>
                 {
                     return Err(bad(format!(
-                        "hybrid weights: give one non-negative weight per part ({} parts), not all zero",
+                        "hybrid weights: give one non-negative weight per part ({} parts), not all zero, summing to a finite number",
                         parts.len()
                     )));
                 }

@@ -255,10 +255,66 @@ pub struct FuseResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EvalRequest {
-    /// Query id -> its results (any order; ranks follow from the scores).
-    pub run: BTreeMap<String, Vec<ScoredId>>,
-    /// Query id -> document id -> relevance grade (graded: 0 not relevant).
-    pub qrels: BTreeMap<String, BTreeMap<String, i32>>,
+    /// Query id -> its results (any order; ranks follow from the scores). A query id given
+    /// twice, or a document listed twice for a query, is an error (as in a TREC run file).
+    #[schemars(with = "BTreeMap<String, Vec<ScoredId>>")]
+    pub run: KeyedEntries<Vec<ScoredId>>,
+    /// Query id -> document id -> relevance grade (graded: 0 not relevant). A judgement given
+    /// twice keeps its last grade and is counted in the answer's `warnings` (as in a qrels
+    /// file).
+    #[schemars(with = "BTreeMap<String, BTreeMap<String, i32>>")]
+    pub qrels: KeyedEntries<KeyedEntries<i32>>,
+}
+
+/// A JSON object read with every member kept in order, repeated keys included, so that a
+/// request that names a key twice is told so instead of one value silently winning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyedEntries<V>(pub Vec<(String, V)>);
+
+impl<V> Default for KeyedEntries<V> {
+    fn default() -> Self {
+        KeyedEntries(Vec::new())
+    }
+}
+
+impl<V, K: Into<String>> FromIterator<(K, V)> for KeyedEntries<V> {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        KeyedEntries(iter.into_iter().map(|(k, v)| (k.into(), v)).collect())
+    }
+}
+
+impl<V: Serialize> Serialize for KeyedEntries<V> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for KeyedEntries<V> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> serde::de::Visitor<'de> for Visit<V> {
+            type Value = KeyedEntries<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0).min(4096));
+                while let Some((k, v)) = map.next_entry::<String, V>()? {
+                    out.push((k, v));
+                }
+                Ok(KeyedEntries(out))
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
 }
 
 /// Metrics of a run.
@@ -270,6 +326,11 @@ pub struct EvalResponse {
     pub per_query: BTreeMap<String, BTreeMap<String, f64>>,
     /// Queries scored (those with judgements).
     pub queries: usize,
+    /// Recoverable problems, counted by kind (`duplicate_qrel`, `unjudged_query`:
+    /// queries of the run without judgements, left out of the means), as `sift eval` counts
+    /// them; absent when there were none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub warnings: BTreeMap<String, u64>,
 }
 
 /// InterLV-Search's local knowledge-base tools' arguments (`local_text_search`,

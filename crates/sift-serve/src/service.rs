@@ -1,7 +1,7 @@
 //! [`Service`]: an index, its models and (optionally) its corpus, loaded once and searched
 //! by every request. Everything here is synchronous and CPU-bound; the HTTP and MCP layers
 //! run it on blocking threads.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -126,6 +126,9 @@ struct Domain {
 
 /// The service: everything loaded once and shared by all requests.
 pub struct Service {
+    /// The index, held open for the service's life: its lease keeps a rebuild of the same
+    /// directory from removing the generation being served.
+    _index: IndexDir,
     index_name: String,
     created: u64,
     domains: Vec<Domain>,
@@ -209,6 +212,10 @@ impl Service {
         let any_images = retrievers.iter().any(|r| r.ranks_images);
         let mut domains = Vec::new();
         for name in names {
+            // the corpus must be the one indexed: its texts are what the hits return
+            if let Some(c) = &corpus {
+                index.check_domain(&name, Some(c))?;
+            }
             let searchers = retrievers
                 .iter()
                 .map(|r| {
@@ -260,6 +267,7 @@ impl Service {
             },
             limits: config.limits,
             has_corpus: corpus.is_some(),
+            _index: index,
         })
     }
 
@@ -919,31 +927,95 @@ impl Service {
 
     /// Scores a run against judgements (trec_eval's measures).
     pub fn eval(&self, req: &EvalRequest) -> Result<EvalResponse, ApiError> {
-        let mut run = sift_eval::Run::new();
-        for (qid, hits) in &req.run {
-            let mut entries = Vec::with_capacity(hits.len());
-            for (i, h) in hits.iter().enumerate() {
-                if !h.score.is_finite() {
-                    return Err(ApiError::invalid(
-                        format!("run.{qid}[{i}].score"),
-                        "not a finite number",
-                    ));
-                }
-                entries.push(RunEntry {
-                    doc: h.id.clone(),
-                    score: h.score,
-                });
-            }
-            run.insert(qid.clone(), entries);
-        }
-        let qrels: sift_core::Qrels = req.qrels.clone();
-        let e = sift_eval::evaluate(&run, &qrels, &Default::default(), false);
-        Ok(EvalResponse {
-            queries: e.per_query.len(),
-            mean: e.mean,
-            per_query: e.per_query,
-        })
+        score_hits(req)
     }
+}
+
+/// Scores `req` by the rules `sift eval --run --qrels` applies to files: a query listed twice
+/// in the run, a document listed twice for a query, non-finite scores and ids a TREC file
+/// cannot hold are errors naming the member; a judgement given twice keeps its last grade
+/// and is counted; a run none of whose queries is judged is an error, not an empty answer.
+pub fn score_hits(req: &EvalRequest) -> Result<EvalResponse, ApiError> {
+    let id_check = |field: String, id: &str| match sift_core::id_problem(id) {
+        Some(problem) => Err(ApiError::invalid(field, format!("{id:?} {problem}"))),
+        None => Ok(()),
+    };
+    let mut run = sift_eval::Run::new();
+    for (qid, hits) in &req.run.0 {
+        id_check(format!("run.{qid}"), qid)?;
+        if run.contains_key(qid) {
+            return Err(ApiError::invalid(
+                format!("run.{qid}"),
+                "the query is listed twice: give each query's hits once",
+            ));
+        }
+        let mut entries = Vec::with_capacity(hits.len());
+        let mut seen: HashMap<&str, usize> = HashMap::with_capacity(hits.len());
+        for (i, h) in hits.iter().enumerate() {
+            if !h.score.is_finite() {
+                return Err(ApiError::invalid(
+                    format!("run.{qid}[{i}].score"),
+                    "not a finite number",
+                ));
+            }
+            id_check(format!("run.{qid}[{i}].id"), &h.id)?;
+            if let Some(first) = seen.insert(&h.id, i) {
+                return Err(ApiError::invalid(
+                    format!("run.{qid}[{i}].id"),
+                    format!(
+                        "{:?} is listed twice for this query (first at [{first}])",
+                        h.id
+                    ),
+                ));
+            }
+            entries.push(RunEntry {
+                doc: h.id.clone(),
+                score: h.score,
+            });
+        }
+        run.insert(qid.clone(), entries);
+    }
+    if run.is_empty() {
+        return Err(ApiError::invalid(
+            "run",
+            "the run is empty: nothing to score",
+        ));
+    }
+    let mut warnings: BTreeMap<String, u64> = BTreeMap::new();
+    let mut qrels = sift_core::Qrels::new();
+    for (qid, judged) in &req.qrels.0 {
+        id_check(format!("qrels.{qid}"), qid)?;
+        let grades = qrels.entry(qid.clone()).or_default();
+        for (doc, grade) in &judged.0 {
+            id_check(format!("qrels.{qid}.{doc}"), doc)?;
+            if grades.insert(doc.clone(), *grade).is_some() {
+                *warnings
+                    .entry(sift_core::WarningKind::DuplicateQrel.name().to_string())
+                    .or_default() += 1;
+            }
+        }
+    }
+    let e = sift_eval::evaluate(&run, &qrels, &Default::default(), false);
+    if e.per_query.is_empty() {
+        return Err(ApiError::invalid(
+            "qrels",
+            format!(
+                "nothing to score: none of the run's {} queries is judged ({} judged queries)",
+                run.len(),
+                qrels.values().filter(|j| !j.is_empty()).count()
+            ),
+        ));
+    }
+    let unjudged = run.len() - e.per_query.len();
+    if unjudged > 0 {
+        warnings.insert("unjudged_query".into(), unjudged as u64);
+    }
+    Ok(EvalResponse {
+        queries: e.per_query.len(),
+        mean: e.mean,
+        per_query: e.per_query,
+        warnings,
+    })
 }
 
 /// The first passage of a corpus image's page.
@@ -973,6 +1045,11 @@ fn parse_fusion(method: &str, lists: usize) -> Result<RankFusion, ApiError> {
                 .map(|x| x.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
                 .collect::<Option<_>>()
                 .ok_or_else(|| bad(format!("{w:?}: weights are numbers, comma-separated")))?;
+            if !w.iter().map(|x| x.abs()).sum::<f64>().is_finite() {
+                return Err(bad(format!(
+                    "{w:?}: the weights' sum overflows; give smaller weights"
+                )));
+            }
             if w.len() != lists {
                 return Err(bad(format!(
                     "{} weights for {lists} lists: give one per list",
