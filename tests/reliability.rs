@@ -1685,3 +1685,445 @@ fn single_threaded_builds_are_reproducible() {
     };
     assert_eq!(graph("a"), graph("b"));
 }
+
+/// Runs sift as the unprivileged user `nobody` (through `setpriv`), when the tests run as
+/// root; `None` otherwise (a non-root user cannot switch users).
+fn sift_as_nobody(args: &[&str]) -> Option<std::process::Output> {
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    Some(
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_sift"))
+            .args(args)
+            .output()
+            .expect("setpriv runs"),
+    )
+}
+
+/// An index built by one user (under umask 022) is readable by every other: no file of it is
+/// left with tantivy's temporary-file mode 0600, and another user searches it as built
+/// (no chmod), with BM25 and a dense index.
+#[test]
+fn an_index_is_readable_by_other_users() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let index = tmp.path().join("idx");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sift"));
+    cmd.args([
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ])
+    .args(["--dense", s(&tiny_clip())]);
+    // SAFETY: umask is async-signal-safe and touches only the child's own state
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::umask(0o022);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut stack = vec![index.clone()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let mode = fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            if p.is_dir() {
+                assert_eq!(mode, 0o755, "{}", p.display());
+                stack.push(p);
+            } else {
+                assert_eq!(mode, 0o644, "{}", p.display());
+            }
+        }
+    }
+    let searches = [
+        vec![
+            "search",
+            "--index",
+            s(&index),
+            "--domain",
+            "gis",
+            "--query",
+            "map projection",
+        ],
+        vec![
+            "search",
+            "--index",
+            s(&index),
+            "--domain",
+            "gis",
+            "--query",
+            "map projection",
+            "--retriever",
+            "dense:tiny-clip-quickgelu",
+        ],
+    ];
+    for a in &searches {
+        let mut a = a.clone();
+        a.push("--json");
+        match sift_as_nobody(&a) {
+            Some(out) => assert!(
+                out.status.success(),
+                "as nobody: sift {a:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            None => eprintln!("SKIPPED (not root): searching as another user"),
+        }
+    }
+}
+
+/// A domain named `..` (or `.`, or holding a separator) is refused where it is read: a
+/// parquet file `...parquet` (domain `..`) stops `sift check` and `sift index` naming the
+/// file, and a manifest naming such a domain or dense index is a corrupt manifest; nothing is
+/// written outside the index's own folders.
+#[test]
+fn domain_names_cannot_escape_their_folders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    copy_dir(&sample(), &corpus);
+    for bad in ["...parquet", "..parquet", "-00000-of-00001.parquet"] {
+        let file = corpus.join("documents").join(bad);
+        fs::copy(corpus.join("documents/gis.parquet"), &file).unwrap();
+        let index = tmp.path().join("idx");
+        for args in [
+            vec!["check", "--corpus", s(&corpus)],
+            vec!["index", "--corpus", s(&corpus), "--index", s(&index)],
+        ] {
+            let err = fails(&args);
+            assert!(
+                err.contains(bad) && err.contains("a domain must be one plain directory name"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(!index.join("manifest.json").exists());
+        fs::remove_file(&file).unwrap();
+    }
+    let index = tmp.path().join("idx");
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    let good = fs::read_to_string(index.join("manifest.json")).unwrap();
+    for (from, to) in [("\"gis\": {", "\"..\": {"), ("\"gis\": {", "\"a/b\": {")] {
+        assert!(good.contains(from));
+        fs::write(index.join("manifest.json"), good.replacen(from, to, 1)).unwrap();
+        let err = fails(&[
+            "search",
+            "--index",
+            s(&index),
+            "--query",
+            "map",
+            "--domain",
+            "biology",
+        ]);
+        assert!(
+            err.contains("corrupt manifest") && err.contains("domain"),
+            "{err}"
+        );
+    }
+}
+
+/// A damaged embedding cache never becomes a live index: records whose bits were flipped
+/// (a vector value turned huge) or whose values are NaN fail their checksum, are counted,
+/// embedded again and dropped from the cache file; the rebuilt index scores as the first.
+#[test]
+fn a_damaged_embedding_cache_is_re_embedded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    let build = || {
+        let out = sift(&[
+            "index",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--dense",
+            s(&tiny_clip()),
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let m = json(&String::from_utf8(out.stdout).unwrap())["manifest"]["dense"]
+            ["tiny-clip-quickgelu"]
+            .clone();
+        (m, stderr)
+    };
+    let evaluate = || {
+        json(&ok(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--task",
+            "all",
+            "--retriever",
+            "dense:tiny-clip-quickgelu",
+            "--json",
+        ]))["metrics"]
+            .clone()
+    };
+    let (first, _) = build();
+    let want = evaluate();
+    let cache = index.join("embed-cache");
+    let mut damaged = 0;
+    for name in ["tiny-clip-quickgelu.bin", "tiny-clip-quickgelu.images.bin"] {
+        let path = cache.join(name);
+        let mut bytes = fs::read(&path).unwrap();
+        let dim = first["dim"].as_u64().unwrap() as usize;
+        let record = 16 + 4 * dim + 8;
+        let n = (bytes.len() - 12) / record;
+        assert!(n >= 10, "{name}: {n} records");
+        for r in (0..n).step_by(3) {
+            let at = 12 + r * record + 16 + 4 * (r % dim);
+            if r % 2 == 0 {
+                bytes[at + 3] ^= 0x40; // exponent bit: 0.05 becomes about 1e37
+            } else {
+                bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+            }
+            damaged += 1;
+        }
+        fs::write(&path, bytes).unwrap();
+    }
+    let (again, stderr) = build();
+    let rejected = again["cache_rejected"].as_u64().unwrap_or(0)
+        + again["images"]["cache_rejected"].as_u64().unwrap_or(0);
+    assert_eq!(rejected, damaged, "{again}");
+    assert!(
+        stderr.contains("damaged embedding-cache records"),
+        "{stderr}"
+    );
+    assert_eq!(
+        again["embedded"].as_u64().unwrap() + again["images"]["embedded"].as_u64().unwrap(),
+        damaged
+    );
+    assert_eq!(evaluate(), want);
+    // the cache file was mended: a third build takes everything from it
+    let (third, _) = build();
+    assert_eq!(
+        (third["embedded"].clone(), third.get("cache_rejected")),
+        (0.into(), None)
+    );
+}
+
+/// `--threads` past any machine's size is a usage error, not a hang (99999999999 threads) or
+/// an abort.
+#[test]
+fn absurd_thread_counts_are_usage_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    for n in ["99999999999", "18446744073709551615", "1025", "0"] {
+        let out = sift_within(
+            &[
+                "index",
+                "--corpus",
+                s(&sample()),
+                "--index",
+                s(&index),
+                "--threads",
+                n,
+            ],
+            60,
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--threads {n}: {stderr}");
+        assert!(stderr.contains("--threads"), "{stderr}");
+    }
+    assert!(!index.exists());
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--threads",
+        "1024",
+        "-q",
+    ]);
+}
+
+/// Image files named on the command line or in a list are read within limits: a device
+/// (`/dev/zero`, which never ends), a FIFO or a file over `--max-image-bytes` / an image over
+/// `--max-image-pixels` is refused before it is read or decoded (search: an error; embed: a
+/// counted warning); a FIFO as `sift embed --input` is an error instead of a wait.
+#[test]
+fn cli_image_reads_are_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&tiny_clip()),
+        "-q",
+    ]);
+    let fifo = tmp.path().join("fifo.png");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: a NUL-terminated path
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let image = repo().join("models/fixtures/vision/images/gradient_rgb_64x64.png");
+    let search = |img: &str, extra: &[&str]| {
+        let mut args = vec![
+            "search",
+            "--index",
+            s(&index),
+            "--domain",
+            "gis",
+            "--query",
+            "map",
+            "--retriever",
+            "dense:tiny-clip-quickgelu",
+            "--image",
+            img,
+        ];
+        args.extend_from_slice(extra);
+        sift_within(&args, 60)
+    };
+    for (img, extra, want) in [
+        ("/dev/zero", &[][..], "a character device"),
+        (s(&fifo), &[][..], "a FIFO"),
+        (
+            s(&image),
+            &["--max-image-bytes", "100"][..],
+            "over the limit of 100 bytes",
+        ),
+        (
+            s(&image),
+            &["--max-image-pixels", "4000"][..],
+            "64x64 image (4096 pixels)",
+        ),
+    ] {
+        let out = search(img, extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{img} {extra:?}: {stderr}");
+        assert!(stderr.contains(want), "{img}: {stderr}");
+    }
+    assert!(search(s(&image), &[]).status.success());
+
+    // embed: the list's refused entries are skipped and counted, the rest embedded
+    let list = tmp.path().join("list.txt");
+    fs::write(&list, format!("{}\n/dev/zero\n{}\n", s(&image), s(&fifo))).unwrap();
+    let out_file = tmp.path().join("v.jsonl");
+    let out = sift_within(
+        &[
+            "embed",
+            "--model",
+            s(&tiny_clip()),
+            "--image",
+            "--input",
+            s(&list),
+            "--out",
+            s(&out_file),
+            "-q",
+        ],
+        60,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("2 undecodable or refused image(s) skipped"),
+        "{stderr}"
+    );
+    assert_eq!(fs::read_to_string(&out_file).unwrap().lines().count(), 1);
+    // a FIFO as the input itself
+    let clip = tiny_clip();
+    for extra in [&["--image"][..], &[][..]] {
+        let mut args = vec![
+            "embed",
+            "--model",
+            s(&clip),
+            "--input",
+            s(&fifo),
+            "--out",
+            s(&out_file),
+        ];
+        args.extend_from_slice(extra);
+        let out = sift_within(&args, 60);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("a FIFO, not a regular file"), "{stderr}");
+    }
+}
+
+/// `sift embed` names what it would otherwise drop or repeat: an id given twice in the
+/// input is an error naming both lines, a path listed twice too, and a folder's subfolders
+/// and other files are counted in a warning.
+#[test]
+fn embed_refuses_duplicate_ids_and_names_skipped_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_file = tmp.path().join("v.jsonl");
+    let input = tmp.path().join("in.jsonl");
+    fs::write(&input, "{\"id\": \"a\", \"text\": \"x\"}\n{\"id\": \"b\", \"text\": \"y\"}\n{\"id\": \"a\", \"text\": \"z\"}\n").unwrap();
+    let err = fails(&[
+        "embed",
+        "--model",
+        s(&tiny_clip()),
+        "--input",
+        s(&input),
+        "--out",
+        s(&out_file),
+    ]);
+    assert!(
+        err.contains("in.jsonl:3") && err.contains("repeats line 1"),
+        "{err}"
+    );
+    let images = repo().join("models/fixtures/vision/images");
+    let list = tmp.path().join("list.txt");
+    let one = images.join("gradient_rgb_64x64.png");
+    fs::write(&list, format!("{}\n{}\n", s(&one), s(&one))).unwrap();
+    let err = fails(&[
+        "embed",
+        "--model",
+        s(&tiny_clip()),
+        "--image",
+        "--input",
+        s(&list),
+        "--out",
+        s(&out_file),
+    ]);
+    assert!(
+        err.contains("list.txt:2") && err.contains("repeats line 1"),
+        "{err}"
+    );
+    let folder = tmp.path().join("folder");
+    copy_dir(&images, &folder);
+    fs::create_dir_all(folder.join("sub")).unwrap();
+    fs::write(folder.join("notes.txt"), "x").unwrap();
+    let out = sift(&[
+        "embed",
+        "--model",
+        s(&tiny_clip()),
+        "--image",
+        "--input",
+        s(&folder),
+        "--out",
+        s(&out_file),
+        "-q",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 subfolder(s) not read") && stderr.contains("sub"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 other entries not read") && stderr.contains("notes.txt"),
+        "{stderr}"
+    );
+}

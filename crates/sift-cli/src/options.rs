@@ -107,6 +107,65 @@ impl CorpusFlags {
     }
 }
 
+/// Limits on image files read from the command line or from a list (`sift search --image`,
+/// `sift embed --image`), as `sift serve` limits request images.
+#[derive(Args, Debug, Clone)]
+pub struct ImageLimitFlags {
+    /// Largest image file to read (bytes); larger files, and anything that is not a regular
+    /// file (a FIFO, a device), are refused before they are read.
+    #[arg(long, default_value_t = 64 << 20, value_parser = positive_u64)]
+    pub max_image_bytes: u64,
+    /// Largest image (pixels, width x height from its header, before decoding); the default
+    /// is the size at which Pillow refuses an image as a decompression bomb.
+    #[arg(long, default_value_t = 178_956_970, value_parser = positive_u64)]
+    pub max_image_pixels: u64,
+}
+
+impl ImageLimitFlags {
+    /// Reads the image file `path` within the limits.
+    pub fn read(&self, path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+        let bytes = sift_core::read_regular_file(path, self.max_image_bytes)?;
+        let reader = image::ImageReader::new(std::io::Cursor::new(&bytes))
+            .with_guessed_format()
+            .map_err(|e| anyhow::anyhow!("{}: cannot read the image: {e}", path.display()))?;
+        // formats the header reader does not know are left to the decoder, which names them
+        if reader.format().is_some()
+            && let Ok((w, h)) = reader.into_dimensions()
+        {
+            let pixels = u64::from(w) * u64::from(h);
+            if pixels > self.max_image_pixels {
+                anyhow::bail!(
+                    "{}: a {w}x{h} image ({pixels} pixels), over the limit of {} pixels (--max-image-pixels)",
+                    path.display(),
+                    self.max_image_pixels
+                );
+            }
+        }
+        Ok(bytes)
+    }
+}
+
+/// Parses a number that must be at least 1 (byte and pixel limits).
+pub fn positive_u64(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The most threads `--threads` takes: more than any machine's cores by far, few enough that
+/// starting them cannot exhaust the process's resources.
+pub const MAX_THREADS: usize = 1024;
+
+/// Parses `--threads`: 1 to [`MAX_THREADS`].
+pub fn threads(s: &str) -> Result<usize, String> {
+    match positive(s)? {
+        n if n > MAX_THREADS => Err(format!("at most {MAX_THREADS} threads")),
+        n => Ok(n),
+    }
+}
+
 /// Parses a count that must be at least 1 (`--top-k`, `--ef-search`, ...).
 pub fn positive(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {

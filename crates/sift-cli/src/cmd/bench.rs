@@ -45,7 +45,7 @@ struct IndexArgs {
     #[arg(long)]
     domains: Option<String>,
     /// Indexing threads [default: number of cores].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::threads)]
     threads: Option<usize>,
     /// An index holding the dense vectors to rebuild HNSW graphs from.
     #[arg(long, requires = "dense")]

@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
@@ -42,14 +43,17 @@ pub struct Args {
     image: bool,
     #[command(flatten)]
     model_flags: ModelFlags,
+    #[command(flatten)]
+    image_limits: crate::options::ImageLimitFlags,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
 }
 
 pub(crate) fn read_inputs(path: &PathBuf) -> Result<Vec<(String, String)>> {
-    let reader = BufReader::new(File::open(path).with_context(|| format!("{}", path.display()))?);
+    let reader = BufReader::new(sift_core::open_regular_file(path)?);
     let mut out = Vec::new();
+    let mut lines: HashMap<String, usize> = HashMap::new();
     for (i, line) in reader.split(b'\n').enumerate() {
         let n = i + 1;
         let mut line = line.with_context(|| format!("{}", path.display()))?;
@@ -88,8 +92,20 @@ pub(crate) fn read_inputs(path: &PathBuf) -> Result<Vec<(String, String)>> {
             if let Some(problem) = sift_core::id_problem(&id) {
                 bail!("{}:{n}: id {id:?} {problem}", path.display());
             }
+            if let Some(first) = lines.insert(id.clone(), n) {
+                bail!(
+                    "{}:{n}: id {id:?} repeats line {first}: every vector needs its own id",
+                    path.display()
+                );
+            }
             out.push((id, body));
         } else {
+            if let Some(first) = lines.insert(n.to_string(), n) {
+                bail!(
+                    "{}:{n}: id {n:?} (the line number) is already the id of line {first}",
+                    path.display()
+                );
+            }
             out.push((n.to_string(), text.to_string()));
         }
     }
@@ -117,39 +133,78 @@ fn write_npy(path: &PathBuf, rows: &[Vec<f32>], dim: usize) -> std::io::Result<(
     w.flush()
 }
 
-/// Image files to embed: (id, path).
+/// Image files to embed: (id, path). A folder's image files (by extension; subfolders and
+/// other entries are counted and named in a warning), or the lines of a list file (a path
+/// given twice is an error: ids must be unique).
 pub(crate) fn image_inputs(input: &PathBuf) -> Result<Vec<(String, PathBuf)>> {
     const EXT: [&str; 6] = ["png", "jpg", "jpeg", "webp", "gif", "bmp"];
     if input.is_dir() {
-        let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(input)
-            .with_context(|| format!("{}", input.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.is_file()
-                    && p.extension()
-                        .and_then(|e| e.to_str())
-                        .is_some_and(|e| EXT.contains(&e.to_ascii_lowercase().as_str()))
-            })
-            .map(|p| {
+        let (mut out, mut folders, mut others) = (Vec::new(), Vec::new(), Vec::new());
+        for entry in std::fs::read_dir(input).with_context(|| format!("{}", input.display()))? {
+            let p = entry
+                .with_context(|| format!("{}", input.display()))?
+                .path();
+            let image_name = p
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| EXT.contains(&e.to_ascii_lowercase().as_str()));
+            if p.is_dir() {
+                folders.push(p);
+            } else if p.is_file() && image_name {
                 let id = p
                     .file_name()
                     .unwrap_or_default()
                     .to_string_lossy()
                     .into_owned();
-                (id, p)
-            })
-            .collect();
+                out.push((id, p));
+            } else {
+                others.push(p);
+            }
+        }
+        for (what, list) in [("subfolder(s)", &folders), ("other entries", &others)] {
+            if !list.is_empty() {
+                let mut names: Vec<String> = list.iter().map(|p| p.display().to_string()).collect();
+                names.sort();
+                eprintln!(
+                    "warning: {}: {} {what} not read (only the folder's own {} files are; list \
+                     other images in a file): {}{}",
+                    input.display(),
+                    list.len(),
+                    EXT.join("/"),
+                    names[..names.len().min(3)].join(", "),
+                    if names.len() > 3 { ", ..." } else { "" }
+                );
+            }
+        }
         out.sort();
         return Ok(out);
     }
     let base = input.parent().map(PathBuf::from).unwrap_or_default();
-    let text = std::fs::read_to_string(input).with_context(|| format!("{}", input.display()))?;
-    Ok(text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(|l| (l.to_string(), base.join(l)))
-        .collect())
+    let bytes = sift_core::read_regular_file(input, 1 << 30)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: invalid UTF-8 at byte {}",
+            input.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    let mut out = Vec::new();
+    let mut lines: HashMap<String, usize> = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.is_empty() {
+            continue;
+        }
+        if let Some(first) = lines.insert(l.to_string(), i + 1) {
+            bail!(
+                "{}:{}: {l:?} repeats line {first}: every image is listed once (its path is its id)",
+                input.display(),
+                i + 1
+            );
+        }
+        out.push((l.to_string(), base.join(l)));
+    }
+    Ok(out)
 }
 
 fn embed_images(a: &Args, model: &sift_embed::Embedder) -> Result<(Vec<String>, Vec<Vec<f32>>)> {
@@ -160,15 +215,26 @@ fn embed_images(a: &Args, model: &sift_embed::Embedder) -> Result<(Vec<String>, 
     let bar = Bars::new(a.quiet).bar("embed", inputs.len() as u64);
     let (mut ids, mut vectors, mut skipped) = (Vec::new(), Vec::new(), 0usize);
     for chunk in inputs.chunks(256) {
-        let bytes: Vec<Vec<u8>> = chunk
-            .iter()
-            .map(|(_, p)| {
-                std::fs::read(p).with_context(|| format!("reading image {}", p.display()))
-            })
-            .collect::<Result<_>>()?;
+        // files that cannot be read within the limits are skipped and counted like
+        // undecodable ones; a file that is missing or unreadable stops the run
+        let mut readable = Vec::with_capacity(chunk.len());
+        let mut bytes: Vec<Vec<u8>> = Vec::with_capacity(chunk.len());
+        for (id, p) in chunk {
+            match a.image_limits.read(p) {
+                Ok(b) => {
+                    readable.push((id.clone(), p.clone()));
+                    bytes.push(b);
+                }
+                Err(e) if refusal(&e) => {
+                    skipped += 1;
+                    eprintln!("warning: {e:#}: skipped");
+                }
+                Err(e) => return Err(e.context(format!("reading image {}", p.display()))),
+            }
+        }
         let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
         let mut ok = Vec::new();
-        for ((id, path), r) in chunk.iter().zip(model.prepare_images(&refs)) {
+        for ((id, path), r) in readable.iter().zip(model.prepare_images(&refs)) {
             match r {
                 Ok(x) => {
                     ids.push(id.clone());
@@ -188,9 +254,20 @@ fn embed_images(a: &Args, model: &sift_embed::Embedder) -> Result<(Vec<String>, 
     }
     bar.finish_and_clear();
     if skipped > 0 {
-        eprintln!("warning: {skipped} undecodable image(s) skipped");
+        eprintln!("warning: {skipped} undecodable or refused image(s) skipped");
     }
     Ok((ids, vectors))
+}
+
+/// Whether `e` is a refusal of the file (not a regular file, over a limit) rather than a
+/// failure to read it.
+fn refusal(e: &anyhow::Error) -> bool {
+    match e.downcast_ref::<sift_core::Error>() {
+        Some(sift_core::Error::NotAFile { .. } | sift_core::Error::FileTooLarge { .. }) => true,
+        Some(_) => false,
+        // the pixel limit and unreadable headers
+        None => true,
+    }
 }
 
 pub fn run(a: Args) -> Result<()> {

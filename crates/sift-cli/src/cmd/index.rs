@@ -55,7 +55,7 @@ pub struct Args {
     /// Threads for indexing, embedding and the HNSW graphs [default: number of cores]. With
     /// 1, HNSW graphs are reproducible bit for bit; with more, concurrent insertion makes
     /// them differ slightly from build to build (recall does not change).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::threads)]
     threads: Option<usize>,
     /// Replace an existing index even if the new one lacks some of its domains or dense
     /// indexes, or its manifest is unreadable. Without it, domains left out of --domains are
@@ -181,6 +181,14 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     for (slug, d) in &m.dense {
+        let images = d.images.as_ref().map_or(0, |i| i.cache_rejected);
+        if d.cache_rejected + images > 0 {
+            eprintln!(
+                "warning: dense:{slug}: {} damaged embedding-cache records ({} passages, {images} images) rejected and embedded again",
+                d.cache_rejected + images,
+                d.cache_rejected
+            );
+        }
         if let Some(i) = &d.images {
             for (kind, n) in &i.warnings {
                 eprintln!("warning: dense:{slug} images: {n} x {kind}");

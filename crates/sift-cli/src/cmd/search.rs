@@ -74,6 +74,8 @@ pub struct Args {
     #[command(flatten)]
     model_flags: ModelFlags,
     #[command(flatten)]
+    image_limits: crate::options::ImageLimitFlags,
+    #[command(flatten)]
     bm25: Bm25Flags,
     #[command(flatten)]
     analyzer: AnalyzerFlags,
@@ -128,7 +130,10 @@ pub fn run(a: Args) -> Result<()> {
     let mut query_images = HashMap::new();
     let mut image_paths = Vec::new();
     for path in &a.image {
-        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let bytes = a
+            .image_limits
+            .read(path)
+            .with_context(|| format!("reading the query image {}", path.display()))?;
         let id = path.display().to_string();
         query_images.insert(id.clone(), bytes);
         image_paths.push(id);
