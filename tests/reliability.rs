@@ -2127,3 +2127,112 @@ fn embed_refuses_duplicate_ids_and_names_skipped_entries() {
         "{stderr}"
     );
 }
+
+/// The smaller silent answers of the reliability round, each now said: a gold id that is also
+/// a negative id and negative ids naming no passage are counted (check and eval), an edited
+/// analyzer in the manifest is detected, `--domains ''` is a usage error.
+#[test]
+fn odd_judgements_edited_analyzers_and_empty_domain_lists_are_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mm = tmp.path().join("mm");
+    copy_dir(&sample(), &mm);
+    let list = |items: &[&[&str]]| {
+        let mut b =
+            arrow_array::builder::ListBuilder::new(arrow_array::builder::StringBuilder::new());
+        for row in items {
+            for v in *row {
+                b.values().append_value(v);
+            }
+            b.append(true);
+        }
+        std::sync::Arc::new(b.finish()) as arrow_array::ArrayRef
+    };
+    write_parquet(
+        &mm.join("examples/gis.parquet"),
+        vec![
+            ("id", strings(&["gis_a", "gis_b"])),
+            ("query", strings(&["map projection", "raster data"])),
+            (
+                "gold_ids",
+                list(&[&["gis/1f3a9c2e_0.txt"], &["gis/1f3a9c2e_0.txt"]]),
+            ),
+            (
+                "negative_ids",
+                list(&[&["gis/1f3a9c2e_0.txt", "gis/not-a-passage.txt"], &[]]),
+            ),
+        ],
+    );
+    let checked = json(&ok(&[
+        "check",
+        "--corpus",
+        s(&mm),
+        "--domains",
+        "gis",
+        "--json",
+    ]));
+    assert_eq!(checked["warnings"]["gold_also_negative"], 1, "{checked}");
+    assert_eq!(checked["warnings"]["unknown_negative_id"], 1, "{checked}");
+    let index = tmp.path().join("idx");
+    ok(&["index", "--corpus", s(&mm), "--index", s(&index), "-q"]);
+    let ev = json(&ok(&[
+        "eval",
+        "--corpus",
+        s(&mm),
+        "--index",
+        s(&index),
+        "--domains",
+        "gis",
+        "--json",
+    ]));
+    assert_eq!(ev["warnings"]["gold_also_negative"], 1, "{ev}");
+    assert_eq!(ev["warnings"]["unknown_negative_id"], 1, "{ev}");
+
+    // the manifest's analyzer edited by hand: the BM25 domains record their own
+    let manifest = index.join("manifest.json");
+    let text = fs::read_to_string(&manifest).unwrap();
+    let mut m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let stemmer = m["analyzer"]["stemmer"].clone();
+    assert!(stemmer.is_string(), "{}", m["analyzer"]);
+    m["analyzer"]["stemmer"] = if stemmer == "none" { "porter" } else { "none" }.into();
+    fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let err = fails(&[
+        "search",
+        "--index",
+        s(&index),
+        "--domain",
+        "gis",
+        "--query",
+        "map projection",
+    ]);
+    assert!(
+        err.contains("analyzer.json") && err.contains("the manifest was edited"),
+        "{err}"
+    );
+
+    for cmd in [
+        vec![
+            "index",
+            "--corpus",
+            s(&mm),
+            "--index",
+            s(&index),
+            "--domains",
+            "",
+        ],
+        vec![
+            "eval",
+            "--corpus",
+            s(&mm),
+            "--index",
+            s(&index),
+            "--domains",
+            " , ",
+        ],
+        vec!["check", "--corpus", s(&mm), "--domains", ""],
+    ] {
+        let out = sift(&cmd);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: {stderr}");
+        assert!(stderr.contains("give one or more domain names"), "{stderr}");
+    }
+}

@@ -81,6 +81,18 @@ pub fn split_list(s: &Option<String>) -> Vec<String> {
         .collect()
 }
 
+/// Parses `--domains`: one or more names, comma-separated (`--domains ''` would otherwise
+/// mean every domain).
+pub fn domain_list(s: &str) -> Result<String, String> {
+    if split_list(&Some(s.to_string())).is_empty() {
+        return Err(
+            "give one or more domain names, comma-separated (leave the flag out for every domain)"
+                .into(),
+        );
+    }
+    Ok(s.to_string())
+}
+
 /// Flags for reading a corpus.
 #[derive(Args, Debug, Clone, Default)]
 pub struct CorpusFlags {

@@ -33,6 +33,11 @@ pub enum WarningKind {
     /// A file below an image folder that is not read: a symbolic link leading outside the
     /// corpus or in a loop, or not a regular file (FIFO, device, socket), or too large.
     SkippedImageFile,
+    /// A query's `negative_ids` naming one of its own gold passages: it is removed from the
+    /// ranking as the reference code removes it, and still counts in the ideal ranking.
+    GoldAlsoNegative,
+    /// A `negative_ids` element naming no passage of the domain: nothing to remove.
+    UnknownNegativeId,
 }
 
 impl WarningKind {
@@ -51,6 +56,8 @@ impl WarningKind {
             WarningKind::NullListElement => "null_list_element",
             WarningKind::QueryWithoutJudgements => "query_without_judgements",
             WarningKind::SkippedImageFile => "skipped_image_file",
+            WarningKind::GoldAlsoNegative => "gold_also_negative",
+            WarningKind::UnknownNegativeId => "unknown_negative_id",
         }
     }
 }

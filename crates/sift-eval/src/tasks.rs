@@ -226,6 +226,41 @@ pub fn check_qrels_ids(
     }
 }
 
+/// Counts the exclusions (`negative_ids`) that mean something other than what they say: a
+/// passage that is also one of the query's gold passages (removed from the ranking, as the
+/// reference code removes it, yet counted in the ideal ranking, so it lowers the score), and
+/// ids `known` does not contain (nothing to remove).
+pub fn check_exclusions(
+    exclusions: &Exclusions,
+    qrels: &Qrels,
+    known: impl Fn(&str) -> bool,
+    source: &Path,
+    warnings: &mut Warnings,
+) {
+    for (qid, excluded) in exclusions {
+        let judged = qrels.get(qid);
+        for doc in excluded {
+            if judged.and_then(|j| j.get(doc)).is_some_and(|&g| g > 0) {
+                warnings.push(
+                    WarningKind::GoldAlsoNegative,
+                    source,
+                    String::new(),
+                    format!(
+                        "query {qid:?}: {doc:?} is both a gold and a negative id (removed from the ranking, as the reference does; it still counts as relevant)"
+                    ),
+                );
+            } else if !known(doc) {
+                warnings.push(
+                    WarningKind::UnknownNegativeId,
+                    source,
+                    String::new(),
+                    format!("query {qid:?}: negative id {doc:?} names no passage"),
+                );
+            }
+        }
+    }
+}
+
 /// Task 2 (query text + images -> passages) on `domain`: the `examples_multimodal` rows,
 /// `qrels[qid][gold_id] = 1`, each query's `negative_ids` excluded (protocol, "Qrels per
 /// task" and "Exclusions"). Queries without judgements are dropped and counted.

@@ -34,7 +34,7 @@ use crate::{Error, Result};
 const BODY: &str = "body";
 const ORD: &str = "ord";
 const LEN: &str = "len";
-use crate::paths::IDS_FILE;
+use crate::paths::{ANALYZER_FILE, IDS_FILE};
 
 /// Passages analyzed per parallel batch while building.
 const BATCH: usize = 2048;
@@ -257,6 +257,12 @@ pub(crate) fn build(
     let ids_path = dir.join(IDS_FILE);
     fs::write(&ids_path, serde_json::to_vec(&ids).expect("ids serialise"))
         .map_err(|e| Error::io(&ids_path, e))?;
+    let analyzer_path = dir.join(ANALYZER_FILE);
+    fs::write(
+        &analyzer_path,
+        serde_json::to_vec(analyzer).expect("analyzer serialises"),
+    )
+    .map_err(|e| Error::io(&analyzer_path, e))?;
     Ok(BuildStats {
         passages: ids.len() as u64,
         tokens,
@@ -332,6 +338,26 @@ impl Bm25Domain {
     }
 
     fn open_unguarded(dir: &Path, analyzer: &AnalyzerConfig) -> Result<Bm25Domain> {
+        // the analyzer the terms were made with, recorded beside them: queries must be
+        // analysed the same way, whatever the manifest says
+        let analyzer_path = dir.join(ANALYZER_FILE);
+        let built: AnalyzerConfig = serde_json::from_slice(
+            &fs::read(&analyzer_path).map_err(|e| Error::io(&analyzer_path, e))?,
+        )
+        .map_err(|e| Error::Corrupt {
+            path: analyzer_path.clone(),
+            message: e.to_string(),
+        })?;
+        if built != *analyzer {
+            return Err(Error::Corrupt {
+                path: analyzer_path,
+                message: format!(
+                    "the domain was analysed with {} but manifest.json names {}: the manifest was edited; rebuild the index",
+                    serde_json::to_string(&built).expect("serialises"),
+                    serde_json::to_string(analyzer).expect("serialises"),
+                ),
+            });
+        }
         let index = Index::open(crate::readonly::ReadOnlyDirectory::open(dir)?)
             .map_err(|e| corrupt(dir, e))?;
         let damaged = index.validate_checksum().map_err(|e| corrupt(dir, e))?;

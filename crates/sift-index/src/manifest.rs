@@ -12,7 +12,9 @@ use crate::{Error, Result};
 
 /// Version of the on-disk format; an index of another version is refused. Version 4: BM25
 /// stores exact passage lengths and the analyzer has a tokenizer (Lucene's by default).
-pub const FORMAT_VERSION: u32 = 4;
+/// Version 5: each BM25 domain records its analyzer (`analyzer.json`), and embedding-cache
+/// records carry checksums.
+pub const FORMAT_VERSION: u32 = 5;
 
 /// What was built, from what, with which settings. Stored as `manifest.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

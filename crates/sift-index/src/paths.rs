@@ -7,7 +7,7 @@
 //!   embed-cache/<slug>.bin             passage vectors kept across builds
 //!   embed-cache/<slug>.images.bin      image vectors kept across builds
 //!   gen-<id>/.lease                    shared-locked by each reader of the generation
-//!   gen-<id>/bm25/<domain>/            tantivy segments + ids.json
+//!   gen-<id>/bm25/<domain>/            tantivy segments + ids.json + analyzer.json
 //!   gen-<id>/dense/<slug>/<domain>/    passage vectors, ids.json, HNSW graph, meta.json
 //!   gen-<id>/images/<slug>/<domain>/   image vectors, ids.json, HNSW graph, meta.json
 //! ```
@@ -26,6 +26,9 @@ pub(crate) const CACHE_DIR: &str = "embed-cache";
 /// A file in each generation that readers hold a shared lock on while they use it; a build
 /// removes an old generation only when it can lock this file exclusively.
 pub(crate) const LEASE_FILE: &str = ".lease";
+/// The analyzer a BM25 domain was built with, beside its segments: an edited manifest
+/// cannot make queries be analysed differently from the passages.
+pub(crate) const ANALYZER_FILE: &str = "analyzer.json";
 /// Ids of the vectors of a dense or image index, and of the documents of a BM25 index: a
 /// JSON list (JSON, so that no character of an id can break the list).
 pub(crate) const IDS_FILE: &str = "ids.json";

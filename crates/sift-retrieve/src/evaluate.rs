@@ -7,7 +7,7 @@ use sift_core::{Corpus, Layout, Qrels, WarningKind, Warnings};
 use sift_eval::RunWriter;
 use sift_eval::{
     CandidateKind, DomainResult, Exclusions, LinkReport, Links, Metrics, PairLink, Pairs, Protocol,
-    Report, Run, Task, check_qrels_ids, evaluate as score,
+    Report, Run, Task, check_exclusions, check_qrels_ids, evaluate as score,
 };
 use sift_index::{IndexDir, NoProgress, Progress};
 
@@ -400,12 +400,17 @@ fn evaluate_domain(
             config.protocol,
         )?;
         match task.candidates() {
-            CandidateKind::Passages => check_qrels_ids(
-                &data.qrels,
-                |id| searcher.passage_ord(id).is_some(),
-                corpus.root(),
-                &mut data.warnings,
-            ),
+            CandidateKind::Passages => {
+                let known = |id: &str| searcher.passage_ord(id).is_some();
+                check_qrels_ids(&data.qrels, known, corpus.root(), &mut data.warnings);
+                check_exclusions(
+                    &data.exclusions,
+                    &data.qrels,
+                    known,
+                    corpus.root(),
+                    &mut data.warnings,
+                );
+            }
             CandidateKind::Images => {
                 let known: HashSet<&str> = images.iter().map(String::as_str).collect();
                 check_qrels_ids(

@@ -42,7 +42,7 @@ struct IndexArgs {
     #[arg(long)]
     corpus: PathBuf,
     /// Comma-separated domains [default: all].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::domain_list)]
     domains: Option<String>,
     /// Indexing threads [default: number of cores].
     #[arg(long, value_parser = crate::options::threads)]

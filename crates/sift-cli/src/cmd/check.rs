@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use sift_core::{Layout, WarningKind, Warnings};
-use sift_eval::{check_qrels_ids, task1};
+use sift_eval::{check_exclusions, check_qrels_ids, task1};
 
 use crate::cmd::report_warnings;
 use crate::options::{CorpusFlags, split_list};
@@ -21,7 +21,7 @@ pub struct Args {
     #[command(flatten)]
     corpus_flags: CorpusFlags,
     /// Comma-separated domains [default: all].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::domain_list)]
     domains: Option<String>,
     /// Qrels split of a BEIR corpus.
     #[arg(long, default_value = "test")]
@@ -79,6 +79,13 @@ pub fn run(a: Args) -> Result<()> {
         counts.queries = task.queries.len();
         let mut tw = task.warnings;
         check_qrels_ids(&task.qrels, |id| ids.contains(id), corpus.root(), &mut tw);
+        check_exclusions(
+            &task.exclusions,
+            &task.qrels,
+            |id| ids.contains(id),
+            corpus.root(),
+            &mut tw,
+        );
         warnings.extend(tw);
         if corpus.layout() == Layout::MmBright {
             let mut images = corpus.images(domain)?;

@@ -95,7 +95,7 @@ pub struct Args {
     #[command(flatten)]
     corpus_flags: CorpusFlags,
     /// Comma-separated domains [default: every indexed domain].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::domain_list)]
     domains: Option<String>,
     /// Qrels split of a BEIR corpus.
     #[arg(long, default_value = "test")]

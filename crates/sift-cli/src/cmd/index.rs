@@ -26,7 +26,7 @@ pub struct Args {
     #[command(flatten)]
     corpus_flags: CorpusFlags,
     /// Comma-separated domains to index [default: all].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::domain_list)]
     domains: Option<String>,
     #[command(flatten)]
     bm25: Bm25Flags,
