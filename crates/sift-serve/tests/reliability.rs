@@ -112,7 +112,7 @@ fn eval_request(body: serde_json::Value) -> EvalRequest {
 fn eval_error(service: &Service, body: serde_json::Value) -> (ErrorKind, String, String) {
     let raw = body.to_string();
     let err = match sift_serve::http::parse_json::<EvalRequest>(raw.as_bytes()) {
-        Ok(req) => service.eval(&req).err().expect("refused"),
+        Ok(req) => service.eval(&req).expect_err("refused"),
         Err(e) => e,
     };
     (err.kind, err.field.unwrap_or_default(), err.message)

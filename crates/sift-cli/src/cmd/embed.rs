@@ -50,7 +50,7 @@ pub struct Args {
     quiet: bool,
 }
 
-pub(crate) fn read_inputs(path: &PathBuf) -> Result<Vec<(String, String)>> {
+pub(crate) fn read_inputs(path: &std::path::Path) -> Result<Vec<(String, String)>> {
     let reader = BufReader::new(sift_core::open_regular_file(path)?);
     let mut out = Vec::new();
     let mut lines: HashMap<String, usize> = HashMap::new();
