@@ -24,7 +24,9 @@
 //! whose output differs from the PIL backend's by a few levels; that backend is not
 //! reproduced here.
 
+mod bmp;
 mod decode;
+mod exif;
 mod process;
 mod resample;
 
