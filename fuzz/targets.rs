@@ -351,6 +351,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         .iter()
         .map(|p| read(p))
         .chain(jpegs_webp_gif_bmp())
+        .chain(pillow_cases())
         .collect(),
         "safetensors" => vec![read("models/fixtures/vision/tiny-clip-quickgelu/model.safetensors")],
         "manifest" => {
@@ -376,6 +377,60 @@ fn jpegs_webp_gif_bmp() -> Vec<Vec<u8>> {
                 out.push(r.bytes);
             }
         }
+    }
+    out
+}
+
+/// Small images of the cases decoded as Pillow decodes them: RLE8 / RLE4 BMPs (bottom-up
+/// and top-down, deltas, absolute runs), an OS/2 v2 palette BMP, a GIF without a colour
+/// table, and a sample JPEG given an EXIF orientation and a short Adobe APP14 segment.
+fn pillow_cases() -> Vec<Vec<u8>> {
+    let bmp = |header: u32, h: i32, bits: u16, compression: u32, px: &[u8]| {
+        let palette: Vec<u8> = (0..16u8)
+            .flat_map(|i| [i * 16, 255 - i * 16, i, 0])
+            .collect();
+        let off = 14 + header + palette.len() as u32;
+        let mut b = b"BM".to_vec();
+        b.extend((off + px.len() as u32).to_le_bytes());
+        b.extend([0; 4]);
+        b.extend(off.to_le_bytes());
+        b.extend(header.to_le_bytes());
+        b.extend(6i32.to_le_bytes());
+        b.extend(h.to_le_bytes());
+        b.extend(1u16.to_le_bytes());
+        b.extend(bits.to_le_bytes());
+        b.extend(compression.to_le_bytes());
+        b.extend((px.len() as u32).to_le_bytes());
+        b.extend([0; 8]);
+        b.extend(16u32.to_le_bytes());
+        b.extend(vec![0; header as usize - 36]);
+        b.extend(palette);
+        b.extend(px);
+        b
+    };
+    let rle = [3, 1, 0, 0, 0, 2, 1, 1, 0, 3, 2, 1, 2, 0, 2, 5, 0, 0, 0, 1];
+    let mut out = vec![
+        bmp(40, 3, 8, 1, &rle),
+        bmp(40, -3, 4, 2, &rle),
+        bmp(64, 2, 8, 0, &[1, 2, 3, 4, 5, 6, 0, 0, 7, 8, 9, 10, 11, 12, 0, 0]),
+        // GIF87a, 2 x 1 screen without a colour table, one frame of indices [0, 1]
+        b"GIF87a\x02\x00\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x02\x00\x01\x00\x00\x02\x02\x44\x0a\x00;"
+            .to_vec(),
+    ];
+    if let Some(jpeg) = jpegs_webp_gif_bmp()
+        .into_iter()
+        .find(|b| image_kind(b) == "jpeg")
+    {
+        // APP1 Exif: big-endian IFD0 with Orientation (SHORT) 6; APP14 "Adobe" 9 bytes long
+        let tiff = b"MM\0*\0\0\0\x08\0\x01\x01\x12\0\x03\0\0\0\x01\0\x06\0\0\0\0\0\0";
+        let mut j = vec![0xFF, 0xD8, 0xFF, 0xE1];
+        j.extend(((tiff.len() + 8) as u16).to_be_bytes());
+        j.extend(b"Exif\0\0");
+        j.extend(tiff);
+        j.extend([0xFF, 0xEE, 0, 11]);
+        j.extend(b"Adobe\0d\0\0");
+        j.extend(&jpeg[2..]);
+        out.push(j);
     }
     out
 }

@@ -482,7 +482,8 @@ impl Embedder {
             Input::Text(_) if self.profile == Profile::Reference && profiled => {
                 format!("{base}|profile=reference")
             }
-            Input::Image if alpha => format!("{base}|alpha=drop"),
+            Input::Image if alpha => format!("{base}|alpha=drop|{}", crate::image::DECODER),
+            Input::Image => format!("{base}|{}", crate::image::DECODER),
             _ => base,
         }
     }

@@ -47,10 +47,16 @@ fn png_info(bytes: &[u8]) -> Option<PngInfo> {
     Some(info)
 }
 
+/// What decides the pixels [`decode_rgb`] gives besides the bytes, for cache keys (image
+/// vectors' fingerprints): bumped whenever decoding changes (2: Pillow's BMP rules, GIFs
+/// without a colour table, Adobe APP14 as libjpeg reads it, EXIF orientation applied).
+pub const DECODER: &str = "decode=pillow-2";
+
 /// Decodes an image (format sniffed from the bytes: JPEG, PNG, WebP, GIF, BMP) and converts
-/// it to 8-bit RGB as transformers' processors do with a PIL image from `Image.open`:
-/// images with alpha or transparency are alpha-composited onto white (Pillow's integer
-/// `alpha_composite`), everything else goes through Pillow's `convert("RGB")`.
+/// it to 8-bit RGB as transformers does with an image path (`load_image`: `Image.open`, then
+/// `ImageOps.exif_transpose`) handed to its processors: images with alpha or transparency
+/// are alpha-composited onto white (Pillow's integer `alpha_composite`), everything else
+/// goes through Pillow's `convert("RGB")`.
 ///
 /// Pillow's conversions are reproduced where they differ from the `image` crate's: 16-bit
 /// greyscale PNG (`I;16`) saturates at 255 instead of scaling; 16-bit colour and
@@ -59,8 +65,13 @@ fn png_info(bytes: &[u8]) -> Option<PngInfo> {
 /// 4-bit images, saturated for 16-bit); a 16-bit RGB key is compared against the 8-bit
 /// high bytes. Decoded pixels equal Pillow's for PNG, BMP, GIF and WebP (lossless, and
 /// lossy on every file tried); JPEG decoders differ by a few levels (zune-jpeg vs
-/// libjpeg-turbo; see the fixtures' README). EXIF orientation and ICC profiles are ignored,
-/// as with `Image.open`.
+/// libjpeg-turbo; see the fixtures' README). Where the `image` crate refuses or differs,
+/// Pillow's plugins are followed: palette BMPs (`bmp.rs`: RLE, top-down RLE, OS/2 v2
+/// headers, planes ignored, Pillow's offset fix-up; depths and bit fields Pillow refuses are
+/// refused), a GIF without a colour table is greyscale indices, a short or unknown Adobe
+/// APP14 segment is read as libjpeg reads it. The EXIF (or XMP) orientation is applied as
+/// `exif_transpose` applies it (`exif.rs`). ICC profiles are ignored, as by Pillow.
+/// Measured on Pillow's own test images by `tests/pillow_images.rs`.
 pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage, PreprocessError> {
     decode_rgb_with(bytes, Alpha::OverWhite)
 }
@@ -113,16 +124,134 @@ pub enum Alpha {
 /// [`decode_rgb`] with the given treatment of transparency.
 pub fn decode_rgb_with(bytes: &[u8], alpha: Alpha) -> Result<RgbImage, PreprocessError> {
     let format = image::guess_format(bytes).map_err(|_| PreprocessError::UnknownFormat)?;
-    if format == ImageFormat::Jpeg && jpeg_is_truncated(bytes) {
-        return Err(PreprocessError::Truncated);
-    }
-    let png = if format == ImageFormat::Png {
-        png_info(bytes)
-    } else {
-        None
+    let rgb = match format {
+        ImageFormat::Jpeg => {
+            if jpeg_is_truncated(bytes) {
+                return Err(PreprocessError::Truncated);
+            }
+            let bytes = jpeg_app14_as_libjpeg(bytes);
+            let img = image::load_from_memory_with_format(&bytes, format)?;
+            to_rgb_like_pil(img, None, alpha)
+        }
+        ImageFormat::Bmp => match super::bmp::decode_palette_bmp(bytes)? {
+            Some(rgb) => rgb,
+            None => to_rgb_like_pil(
+                image::load_from_memory_with_format(bytes, format)?,
+                None,
+                alpha,
+            ),
+        },
+        ImageFormat::Gif => {
+            let img = image::load_from_memory_with_format(bytes, format).or_else(|e| {
+                match gif_with_grey_table(bytes) {
+                    Some(b) => image::load_from_memory_with_format(&b, format).map_err(|_| e),
+                    None => Err(e),
+                }
+            })?;
+            to_rgb_like_pil(img, None, alpha)
+        }
+        _ => {
+            let png = if format == ImageFormat::Png {
+                png_info(bytes)
+            } else {
+                None
+            };
+            let img = image::load_from_memory_with_format(bytes, format)?;
+            to_rgb_like_pil(img, png, alpha)
+        }
     };
-    let img = image::load_from_memory_with_format(bytes, format)?;
-    Ok(to_rgb_like_pil(img, png, alpha))
+    Ok(orient(rgb, super::exif::orientation(bytes, format)))
+}
+
+/// Applies an EXIF orientation (1-8) as `ImageOps.exif_transpose` does.
+fn orient(rgb: RgbImage, orientation: u8) -> RgbImage {
+    if orientation <= 1 {
+        return rgb;
+    }
+    let Some(o) = image::metadata::Orientation::from_exif(orientation) else {
+        return rgb;
+    };
+    let mut img = DynamicImage::ImageRgb8(rgb);
+    img.apply_orientation(o);
+    img.into_rgb8()
+}
+
+/// An Adobe APP14 segment that libjpeg (Pillow's decoder) reads differently from zune-jpeg,
+/// rewritten in a copy so that zune-jpeg reads it as libjpeg does: one shorter than
+/// libjpeg's 12 data bytes is ignored by libjpeg (zune-jpeg refuses the file), so its
+/// "Adobe" tag is blanked; a colour transform other than 0-2 is taken by libjpeg as the
+/// default one (YCbCr for 3 components, YCCK for 4; zune-jpeg refuses it), so it is set to
+/// that. Other files are passed through untouched.
+fn jpeg_app14_as_libjpeg(b: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let mut patch: Vec<(usize, u8)> = Vec::new();
+    let mut components = 3u8;
+    let mut i = 2;
+    while i + 4 <= b.len() {
+        if b[i] != 0xFF {
+            i += 1;
+            continue;
+        }
+        let marker = b[i + 1];
+        match marker {
+            0xFF => {
+                i += 1;
+                continue;
+            }
+            0x01 | 0xD0..=0xD8 => {
+                i += 2;
+                continue;
+            }
+            0xD9 | 0xDA => break,
+            _ => {}
+        }
+        let len = u16::from_be_bytes([b[i + 2], b[i + 3]]) as usize;
+        let data = &b[(i + 4).min(b.len())..(i + 2 + len.max(2)).min(b.len())];
+        match marker {
+            0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) => {
+                if let Some(&n) = data.get(5) {
+                    components = n;
+                }
+            }
+            0xEE if data.starts_with(b"Adobe") => {
+                if data.len() < 12 {
+                    patch.push((i + 4, b'_'));
+                } else if data[11] > 2 {
+                    patch.push((i + 4 + 11, 0xFF)); // fixed up once the SOF is known
+                }
+            }
+            _ => {}
+        }
+        i += 2 + len.max(2);
+    }
+    if patch.is_empty() {
+        return std::borrow::Cow::Borrowed(b);
+    }
+    let mut out = b.to_vec();
+    for (at, v) in patch {
+        out[at] = if v == 0xFF {
+            if components == 4 { 2 } else { 1 }
+        } else {
+            v
+        };
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A GIF without a global colour table, given one of 256 grey levels (index i is grey i):
+/// when its first frame has no local table either, the `gif` crate (through `image`)
+/// refuses it, and Pillow reads its indices as greyscale levels (mode "L"), which this
+/// table reproduces. `None` when the file has a global table (the error stands then).
+fn gif_with_grey_table(bytes: &[u8]) -> Option<Vec<u8>> {
+    if bytes.len() < 13 || bytes[10] & 0x80 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() + 768);
+    out.extend_from_slice(&bytes[..10]);
+    out.push(bytes[10] | 0x87); // global table present, 2^(7+1) entries
+    out.extend_from_slice(&bytes[11..13]);
+    out.extend((0..=255u8).flat_map(|v| [v, v, v]));
+    out.extend_from_slice(&bytes[13..]);
+    Some(out)
 }
 
 /// Converts a decoded image to RGB as Pillow would have opened and transformers converted

@@ -6,7 +6,9 @@
 //! `SiglipImageProcessorPil`). For every output value the result here equals that backend's
 //! `pixel_values` (bit for bit on the tested images; the parity test allows 1e-5):
 //!
-//! 1. [`decode_rgb`]: decode, then convert to RGB as transformers' `convert_to_rgb` does: an
+//! 1. [`decode_rgb`]: decode as Pillow decodes (and apply the EXIF orientation as
+//!    transformers' `load_image` does with `ImageOps.exif_transpose`), then convert to RGB
+//!    as transformers' `convert_to_rgb` does: an
 //!    image with an alpha band or a `transparency` entry (palette or colour-key `tRNS`, GIF
 //!    transparency) is converted to RGBA and alpha-composited onto opaque white with Pillow's
 //!    integer `alpha_composite`; other images go through Pillow's `convert("RGB")` (16-bit
@@ -24,11 +26,13 @@
 //! whose output differs from the PIL backend's by a few levels; that backend is not
 //! reproduced here.
 
+mod bmp;
 mod decode;
+mod exif;
 mod process;
 mod resample;
 
-pub use decode::{Alpha, decode_rgb, decode_rgb_with, over_white};
+pub use decode::{Alpha, DECODER, decode_rgb, decode_rgb_with, over_white};
 pub use process::{
     IMAGENET_STANDARD_MEAN_STD, ImageProcessor, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, PreprocessError,
     Resize,

@@ -70,9 +70,14 @@ pub enum PreprocessError {
     #[error("cannot decode image: {0}")]
     Decode(#[from] image::ImageError),
     /// The file ends before the image does (Pillow refuses it: "image file is truncated";
-    /// the JPEG decoder here would fill the rest with grey).
-    #[error("cannot decode image: the JPEG file is truncated (no end-of-image marker)")]
+    /// the JPEG decoder here would fill the rest with grey): a JPEG without its end-of-image
+    /// marker, or an uncompressed BMP short of pixel data.
+    #[error("cannot decode image: the file is truncated (Pillow refuses it)")]
     Truncated,
+    /// A BMP that Pillow refuses too (header type, depth, compression, palette size, or an
+    /// image larger than Pillow's decompression-bomb limit).
+    #[error("cannot decode BMP: {0}")]
+    Bmp(String),
     /// The image cannot be brought to a size the model takes (e.g. an aspect ratio GME's
     /// resize refuses).
     #[error("cannot resize image: {0}")]
