@@ -28,7 +28,7 @@ use crate::error::{ApiError, ErrorKind};
 /// so that no `Instant + Duration` can overflow.
 pub(crate) const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// How a [`serve`] ended.
+/// How [`serve_http`](crate::serve_http) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stopped {
     /// Connections still open when the grace period ended, closed without waiting more.
