@@ -1167,6 +1167,20 @@ fn serve_caps_mcp_sessions_over_http() {
     assert_eq!(body["error"]["type"], "overloaded", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("--max-mcp-sessions 2"), "{message}");
+    // over HTTP too, arguments that are not an object are invalid params (-32602)
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "search", "arguments": "plants"}});
+    let mut r = agent()
+        .post(&server.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &first)
+        .send(call.to_string().as_bytes())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let answer = json(&r.body_mut().read_to_string().unwrap());
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
     // closing one makes room
     let r = agent()
         .delete(&server.url("/mcp"))
