@@ -26,6 +26,10 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("safetensors", safetensors),
     ("manifest", manifest),
     ("index_files", index_files),
+    ("serve_search", serve_search),
+    ("serve_eval", serve_eval),
+    ("serve_fuse", serve_fuse),
+    ("mcp_messages", mcp_messages),
 ];
 
 /// The repository, from the manifest directory of the crate that includes this file
@@ -243,14 +247,175 @@ fn build_sample_index(to: &Path) {
     copy_dir(src, to);
 }
 
-/// Removes the index [`build_sample_index`] made (processes that exit normally call it).
+/// Removes the indexes [`build_sample_index`] and [`shared`] made (processes that exit
+/// normally call it).
 pub fn cleanup() {
-    if let Some(src) = BUILT.get()
-        && let Some(dir) = src.parent()
-    {
-        let _ = fs::remove_dir_all(dir);
+    for built in [BUILT.get(), SERVED.get().map(|(dir, _)| dir)] {
+        if let Some(src) = built
+            && let Some(dir) = src.parent()
+        {
+            let _ = fs::remove_dir_all(dir);
+        }
     }
 }
+
+static SERVED: std::sync::OnceLock<(PathBuf, std::sync::Arc<sift_serve::Shared>)> =
+    std::sync::OnceLock::new();
+
+/// `sift serve`'s service over the sample corpus (two domains, BM25 and the tiny CLIP,
+/// passage texts and images from the corpus), loaded once per process.
+fn shared() -> &'static std::sync::Arc<sift_serve::Shared> {
+    &SERVED
+        .get_or_init(|| {
+            let index = scratch().keep().join("index");
+            let sample = repo().join("corpora/sample");
+            let corpus = sift_core::Corpus::open(&sample).unwrap();
+            let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+            let spec = clip.display().to_string();
+            let model = sift_embed::Embedder::load(&spec, &Default::default()).unwrap();
+            let sides = sift_retrieve::Sides::new(&model, false);
+            let dense = [sides.dense_build(sift_retrieve::slug(&model), spec)];
+            let options = sift_index::BuildOptions {
+                threads: 1,
+                ..Default::default()
+            };
+            sift_index::IndexDir::build(
+                &index,
+                &corpus,
+                &["biology".to_string(), "gis".to_string()],
+                &options,
+                &dense,
+                &sift_index::NoProgress,
+            )
+            .unwrap();
+            let mut config = sift_serve::ServeConfig::new(&index);
+            config.corpus = Some(sample);
+            let service = sift_serve::Service::load(&config).unwrap();
+            let options = sift_serve::HttpOptions {
+                access_log: sift_serve::AccessLog::Off,
+                max_concurrency: 2,
+                ..Default::default()
+            };
+            (index, sift_serve::Shared::new(service, &options))
+        })
+        .1
+}
+
+/// A request's answer: an error must be the request's fault (4xx), never the service's.
+fn answered<T>(what: &str, r: Result<T, sift_serve::ApiError>) {
+    if let Err(e) = r {
+        assert!(
+            e.kind.status() < 500,
+            "{what}: a {} answer to a request: {e}",
+            e.kind.status()
+        );
+    }
+}
+
+/// The body of `POST /v1/search` (and the Serper and local-tool shapes, which take the same
+/// texts), parsed as the service parses it and searched.
+pub fn serve_search(data: &[u8]) {
+    let svc = shared().service();
+    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::SearchRequest>(data) {
+        answered("search", svc.search(&req));
+    }
+    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::SerperQuery>(data) {
+        answered(
+            "serper",
+            sift_serve::shapes::serper_search(svc, &req, "http://x"),
+        );
+        answered(
+            "serper images",
+            sift_serve::shapes::serper_images(svc, &req, "http://x"),
+        );
+    }
+    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::LocalSearchRequest>(data) {
+        for tool in [
+            sift_serve::shapes::LocalTool::Text,
+            sift_serve::shapes::LocalTool::TextToImage,
+            sift_serve::shapes::LocalTool::Image,
+        ] {
+            answered("local", sift_serve::shapes::local(svc, &req, tool));
+        }
+    }
+}
+
+/// The body of `POST /v1/eval`, parsed and scored.
+pub fn serve_eval(data: &[u8]) {
+    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::EvalRequest>(data) {
+        answered("eval", shared().service().eval(&req));
+    }
+}
+
+/// The body of `POST /v1/fuse`, parsed and fused.
+pub fn serve_fuse(data: &[u8]) {
+    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::FuseRequest>(data) {
+        answered("fuse", shared().service().fuse(&req));
+    }
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+/// MCP messages, one per line, after an `initialize` handshake, served as `sift serve
+/// --mcp-stdio` serves them (tool calls run searches); every line that comes back must be
+/// one JSON-RPC message, and the server must end when its input does.
+pub fn mcp_messages(data: &[u8]) {
+    let _ = mcp_exchange(data);
+}
+
+/// [`mcp_messages`]' work: the messages that came back.
+pub fn mcp_exchange(data: &[u8]) -> Vec<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut input = MCP_HANDSHAKE.to_vec();
+    input.extend_from_slice(data);
+    input.push(b'\n');
+    runtime().block_on(async move {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (server_read, server_write) = tokio::io::split(server);
+        let serving = tokio::spawn(sift_serve::mcp::serve_lines(
+            shared().clone(),
+            server_read,
+            server_write,
+        ));
+        let (mut from_server, mut to_server) = tokio::io::split(&mut client);
+        let talk = async {
+            let write = async {
+                let _ = to_server.write_all(&input).await;
+                let _ = to_server.shutdown().await;
+            };
+            let mut out = Vec::new();
+            let read = from_server.read_to_end(&mut out);
+            let (_, read) = tokio::join!(write, read);
+            read.map(|_| out)
+        };
+        let out = tokio::time::timeout(std::time::Duration::from_secs(60), talk)
+            .await
+            .expect("the MCP server ended within 60 s of its input")
+            .unwrap_or_default();
+        let served = serving.await;
+        assert!(served.is_ok(), "the MCP server panicked: {served:?}");
+        String::from_utf8_lossy(&out)
+            .lines()
+            .map(|line| {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+                assert_eq!(v["jsonrpc"], "2.0", "{line}");
+                v
+            })
+            .collect()
+    })
+}
+
+const MCP_HANDSHAKE: &[u8] = b"{\"jsonrpc\": \"2.0\", \"id\": 0, \"method\": \"initialize\", \"params\": {\"protocolVersion\": \"2025-06-18\", \"capabilities\": {}, \"clientInfo\": {\"name\": \"fuzz\", \"version\": \"1\"}}}\n{\"jsonrpc\": \"2.0\", \"method\": \"notifications/initialized\"}\n";
 
 fn copy_dir(from: &Path, to: &Path) {
     fs::create_dir_all(to).unwrap();
@@ -361,8 +526,114 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             vec![fs::read(index.join("manifest.json")).unwrap()]
         }
         "index_files" => (0u8..12).map(|i| vec![i, b'{', b'}']).collect(),
+        "serve_search" => serve_search_seeds(),
+        "serve_eval" => [
+            r#"{"run": {"q1": [{"id": "d1", "score": 2.5}, {"id": "d2", "score": 1.0}], "q2": [{"id": "d3", "score": 0.5}]}, "qrels": {"q1": {"d1": 2, "d3": 1}, "q2": {"d3": 0, "d4": 1}}}"#,
+            r#"{"run": {"q": [{"id": "a", "score": 1e308}, {"id": "a", "score": -1e308}]}, "qrels": {"q": {"a": -1}, "r": {}}}"#,
+            r#"{"run": {}, "qrels": {}}"#,
+        ]
+        .map(|s| s.as_bytes().to_vec())
+        .to_vec(),
+        "serve_fuse" => [
+            r#"{"lists": [[{"id": "d1", "score": 2.5}, {"id": "d2", "score": 1.0}], [{"id": "d2", "score": 9}, {"id": "d3", "score": 3}]], "method": "rrf", "top_k": 3}"#,
+            r#"{"lists": [[{"id": "a", "score": 1}], [{"id": "a", "score": 1}]], "method": "weighted:0.7,0.3"}"#,
+            r#"{"lists": [[], [{"id": "x", "score": -0.0}]], "method": "rrf:1", "top_k": 1000}"#,
+        ]
+        .map(|s| s.as_bytes().to_vec())
+        .to_vec(),
+        "mcp_messages" => mcp_seeds(),
         other => panic!("no target {other}"),
     }
+}
+
+/// `POST /v1/search` bodies of the shapes README and openapi.json show: text, corpus images
+/// by id, images as base64 and data URLs, crops, every candidate kind and retriever.
+fn serve_search_seeds() -> Vec<Vec<u8>> {
+    use base64::Engine;
+    let corpus = sift_core::Corpus::open(repo().join("corpora/sample")).unwrap();
+    let image_id = corpus
+        .image_paths("biology")
+        .unwrap()
+        .flatten()
+        .next()
+        .map(|r| r.path)
+        .unwrap_or_default();
+    let png = fs::read(repo().join("models/fixtures/vision/images/checker_gray_20x26.png"))
+        .unwrap_or_default();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
+    [
+        serde_json::json!({"query": "how do plants make sugar", "domain": "biology", "top_k": 5}),
+        serde_json::json!({"query": "map projection", "index_name": "gis", "k": 3,
+                           "retriever": "dense:tiny-clip-quickgelu", "candidates": "images"}),
+        serde_json::json!({"query": "leaf", "domain": "biology", "candidates": "pairs",
+                           "images": [{"image_id": image_id}], "fusion": "first",
+                           "max_text_chars": 40}),
+        serde_json::json!({"domain": "biology", "candidates": "images",
+                           "images": [{"data": b64, "bbox": [0, 0, 500, 1000]}]}),
+        serde_json::json!({"query": "cells", "domain": "biology", "retriever": "bm25",
+                           "images": [{"data": format!("data:image/png;base64,{b64}")}]}),
+        serde_json::json!({"q": "photosynthesis", "num": 3, "domain": "biology"}),
+        serde_json::json!({"query": "chlorophyll", "top_k": 2, "domain": "biology"}),
+    ]
+    .iter()
+    .map(|v| v.to_string().into_bytes())
+    .collect()
+}
+
+/// MCP lines: tool calls of every tool, listings, a ping, and lines that are not messages.
+fn mcp_seeds() -> Vec<Vec<u8>> {
+    let call = |id: u32, name: &str, args: serde_json::Value| {
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                           "params": {"name": name, "arguments": args}})
+        .to_string()
+    };
+    let lines = [
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string(),
+        call(
+            2,
+            "search",
+            serde_json::json!({"query": "how do plants make sugar", "domain": "biology", "top_k": 2}),
+        ),
+        call(
+            3,
+            "get_document",
+            serde_json::json!({"docid": "nope", "index_name": "biology"}),
+        ),
+        call(
+            4,
+            "image_search",
+            serde_json::json!({"query": "leaf", "k": 2, "domain": "biology"}),
+        ),
+        call(5, "list_indexes", serde_json::json!({})),
+        call(
+            6,
+            "fuse_search_results",
+            serde_json::json!({"lists": [[{"id": "a", "score": 1}]], "method": "rrf"}),
+        ),
+        call(
+            7,
+            "eval_hits",
+            serde_json::json!({"run": {"q": [{"id": "a", "score": 1}]}, "qrels": {"q": {"a": 1}}}),
+        ),
+        call(
+            8,
+            "local_text_search",
+            serde_json::json!({"query": "cells", "top_k": 2, "domain": "biology"}),
+        ),
+        call(
+            9,
+            "crop_search",
+            serde_json::json!({"image": "nope", "bbox": [0, 0, 10, 10], "domain": "biology"}),
+        ),
+        call(10, "search", serde_json::json!("not an object")),
+        serde_json::json!({"jsonrpc": "2.0", "id": 11, "method": "ping"}).to_string(),
+        "not json".to_string(),
+    ];
+    vec![
+        lines[..6].join("\n").into_bytes(),
+        lines[6..].join("\n").into_bytes(),
+        lines[1].clone().into_bytes(),
+    ]
 }
 
 /// Images of the other formats, taken from the sample corpus.

@@ -66,6 +66,7 @@ fn mutations() -> usize {
 
 #[test]
 fn every_fuzz_target_survives_mutated_inputs() {
+    serve_target_seeds_reach_the_service();
     for &(name, target) in targets::TARGETS {
         let seeds = targets::seeds(name);
         assert!(!seeds.is_empty(), "{name} has seeds");
@@ -102,4 +103,40 @@ fn every_fuzz_target_survives_mutated_inputs() {
         );
     }
     targets::cleanup();
+}
+
+/// The service targets' seeds reach the service's work, not only its parser: the search
+/// seeds parse, and the MCP seeds' tool calls are answered with results and errors.
+fn serve_target_seeds_reach_the_service() {
+    use sift_serve::api::SearchRequest;
+    use sift_serve::http::parse_json;
+    let seeds = targets::seeds("serve_search");
+    let searches: Vec<SearchRequest> = seeds
+        .iter()
+        .filter_map(|s| parse_json::<SearchRequest>(s).ok())
+        .collect();
+    assert!(searches.len() >= 5, "{} of the seeds parse", searches.len());
+    let answers = targets::mcp_exchange(&targets::seeds("mcp_messages")[0]);
+    let result = |id: u64| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no answer {id}: {answers:?}"))
+    };
+    assert!(result(1)["result"]["tools"].as_array().unwrap().len() >= 11);
+    let hits = &result(2)["result"]["structuredContent"]["hits"];
+    assert_eq!(hits.as_array().map(Vec::len), Some(2), "{answers:?}");
+    let answers = targets::mcp_exchange(&targets::seeds("mcp_messages")[1]);
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["id"] == 10 && a["error"]["code"] == -32602),
+        "{answers:?}"
+    );
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["id"].is_null() && a["error"]["code"] == -32700),
+        "{answers:?}"
+    );
 }

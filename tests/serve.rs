@@ -846,3 +846,499 @@ fn python_clients_openai_embeddings_and_mcp_over_http() {
     assert!(report["mcp_tools"].as_u64().unwrap() >= 11, "{report}");
     assert_eq!(report["mcp_search_hits"], 3, "{report}");
 }
+
+/// The `host:port` of a server.
+fn addr(server: &Server) -> String {
+    server.base.trim_start_matches("http://").to_string()
+}
+
+/// What a raw connection got back: the bytes, how long until the server closed it (or the
+/// read limit passed), and whether it closed.
+struct RawReply {
+    bytes: Vec<u8>,
+    elapsed: Duration,
+    closed: bool,
+}
+
+impl RawReply {
+    /// The status of the first answer, and its body as JSON.
+    fn answer(&self) -> (u16, Value) {
+        let text = String::from_utf8_lossy(&self.bytes);
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("no answer: {text:?}"));
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status: {head:?}"));
+        let ct = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-type:")
+                    .map(|v| v.trim().to_string())
+            })
+            .unwrap_or_default();
+        assert_eq!(ct, "application/json", "{head}");
+        (status, json(body))
+    }
+}
+
+/// Reads from `stream` until the server closes it or `limit` passes.
+fn read_until_closed(
+    stream: &mut std::net::TcpStream,
+    start: Instant,
+    limit: Duration,
+) -> RawReply {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 65536];
+    let closed = loop {
+        let left = limit.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            break false;
+        }
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break false;
+            }
+            // a reset is a close too
+            Err(_) => break true,
+        }
+    };
+    RawReply {
+        bytes,
+        elapsed: start.elapsed(),
+        closed,
+    }
+}
+
+/// Opens a connection to `server`, sends `bytes` exactly (write errors ignored: the server
+/// may answer and close before the client is done) and reads until it is closed or `limit`
+/// passes.
+fn raw(server: &Server, bytes: &[u8], limit: Duration) -> RawReply {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr(server)).unwrap();
+    let start = Instant::now();
+    let _ = stream.write_all(bytes);
+    read_until_closed(&mut stream, start, limit)
+}
+
+/// Half a request head, a body shorter than its Content-Length, and a kept-alive
+/// connection left idle after an answer.
+const HALF_HEAD: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nAccept: */";
+const SHORT_BODY: &[u8] = b"POST /v1/search HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"query\": \"plants";
+const KEEP_ALIVE: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+#[test]
+fn serve_closes_half_sent_and_idle_connections_after_their_timeouts() {
+    let server = Server::start(&["--quiet", "--header-timeout", "1", "--body-timeout", "1.5"]);
+    let limit = Duration::from_secs(10);
+    let threads: Vec<_> = [HALF_HEAD, SHORT_BODY, KEEP_ALIVE]
+        .into_iter()
+        .map(|bytes| {
+            let server_addr = addr(&server);
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut stream = std::net::TcpStream::connect(server_addr).unwrap();
+                let start = Instant::now();
+                stream.write_all(bytes).unwrap();
+                read_until_closed(&mut stream, start, limit)
+            })
+        })
+        .collect();
+    let replies: Vec<RawReply> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let [half, short, idle] = &replies[..] else {
+        unreachable!()
+    };
+    // half a head: closed by the header timeout (1 s), no answer
+    assert!(half.closed, "half a head: still open after {limit:?}");
+    assert!(
+        half.elapsed >= Duration::from_millis(900) && half.elapsed < Duration::from_secs(4),
+        "half a head closed after {:?}",
+        half.elapsed
+    );
+    assert!(
+        half.bytes.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&half.bytes)
+    );
+    // a short body: a JSON 408 at the body timeout (1.5 s), then closed
+    assert!(short.closed, "short body: still open after {limit:?}");
+    assert!(
+        short.elapsed >= Duration::from_millis(1400) && short.elapsed < Duration::from_secs(5),
+        "short body closed after {:?}",
+        short.elapsed
+    );
+    let (status, body) = short.answer();
+    assert_eq!(status, 408, "{body}");
+    assert_eq!(body["error"]["type"], "request_timeout", "{body}");
+    // kept alive after its answer: closed once idle for the header timeout
+    let (status, body) = idle.answer();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        idle.closed,
+        "idle kept-alive connection: still open after {limit:?}"
+    );
+    assert!(
+        idle.elapsed < Duration::from_secs(4),
+        "idle connection closed after {:?}",
+        idle.elapsed
+    );
+    // the service still answers
+    let (st, _) = get_json(&server.url("/healthz"));
+    assert_eq!(st, 200);
+}
+
+#[cfg(unix)]
+#[test]
+fn serve_exits_within_the_grace_period_while_clients_hold_half_sent_requests() {
+    use std::io::{Read, Write};
+    // timeouts far longer than the grace period: only the grace period can end these
+    let mut server = Server::start(&[
+        "--header-timeout",
+        "600",
+        "--body-timeout",
+        "600",
+        "--shutdown-grace",
+        "2",
+    ]);
+    let connect = |bytes: &[u8]| {
+        let mut s = std::net::TcpStream::connect(addr(&server)).unwrap();
+        s.write_all(bytes).unwrap();
+        s
+    };
+    let half = connect(HALF_HEAD);
+    let short = connect(SHORT_BODY);
+    let mut idle = connect(KEEP_ALIVE);
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = idle.read(&mut buf).unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    // the body's request has reached its handler (it waits for the rest of the body)
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) with a child's pid and a valid signal number.
+    let rc = unsafe { libc::kill(server.child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "still running {:?} after SIGTERM with a 2 s grace period:\n{}",
+            start.elapsed(),
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = start.elapsed();
+    assert!(status.success(), "{status:?}\n{}", server.log());
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(5),
+        "exited {took:?} after SIGTERM (grace period 2 s)\n{}",
+        server.log()
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let log = server.log();
+    assert!(log.contains("closed 2 connection(s) still open"), "{log}");
+    assert!(log.contains("sift serve: stopped"), "{log}");
+    drop((half, short, idle));
+}
+
+#[test]
+fn serve_answers_requests_it_cannot_read_with_json_errors() {
+    let server = Server::start(&["--quiet"]);
+    let limit = Duration::from_secs(10);
+    let check = |bytes: Vec<u8>, want: u16, kind: &str| {
+        let reply = raw(&server, &bytes, limit);
+        let (status, body) = reply.answer();
+        assert_eq!(
+            status,
+            want,
+            "{kind}: {body} ({} bytes back, closed: {}, after {:?})",
+            reply.bytes.len(),
+            reply.closed,
+            reply.elapsed
+        );
+        assert_eq!(body["error"]["type"], kind, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{body}"
+        );
+        assert!(reply.closed, "{want}: the connection stays open");
+    };
+    // a URI over hyper's 65,534 bytes
+    let mut long_uri = b"GET /v1/indexes?q=".to_vec();
+    long_uri.extend(std::iter::repeat_n(b'a', 70_000));
+    long_uri.extend_from_slice(b" HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    check(long_uri, 414, "uri_too_long");
+    // 500 KB of headers (over hyper's 400 KiB buffer)
+    let mut big = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 500_000));
+    big.extend_from_slice(b"\r\n\r\n");
+    check(big, 431, "headers_too_large");
+    // 200 headers (over 100)
+    let mut many = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n".to_vec();
+    for i in 0..200 {
+        many.extend_from_slice(format!("X-H{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    check(many, 431, "headers_too_large");
+    // not HTTP
+    check(b"HELLO THERE\r\n\r\n".to_vec(), 400, "invalid_request");
+    // MCP over HTTP with a body that is not JSON, and without accepting SSE
+    let mcp = |ct: &str, accept: &str| {
+        let body = r#"{"jsonrpc": "2.0", "id": 1, "method": "ping"}"#;
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: {ct}\r\n\
+             Accept: {accept}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    };
+    check(
+        mcp("text/plain", "application/json, text/event-stream"),
+        415,
+        "unsupported_media_type",
+    );
+    check(
+        mcp("application/json", "application/json"),
+        406,
+        "not_acceptable",
+    );
+    // the service still answers
+    let (st, _) = get_json(&server.url("/healthz"));
+    assert_eq!(st, 200);
+}
+
+/// An MCP `initialize` POST over HTTP: (status, session id, body).
+fn mcp_initialize(server: &Server) -> (u16, Option<String>, String) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}});
+    let mut r = agent()
+        .post(&server.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .send(body.to_string().as_bytes())
+        .unwrap();
+    let status = r.status().as_u16();
+    let session = r
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let text = r.body_mut().read_to_string().unwrap_or_default();
+    (status, session, text)
+}
+
+#[test]
+fn serve_caps_mcp_sessions_over_http() {
+    let server = Server::start(&["--quiet", "--max-mcp-sessions", "2"]);
+    let (st, first, text) = mcp_initialize(&server);
+    assert_eq!(st, 200, "{text}");
+    let first = first.expect("a session id");
+    let (st, second, text) = mcp_initialize(&server);
+    assert_eq!(st, 200, "{text}");
+    assert!(second.is_some());
+    // a third is refused, with the service's JSON error
+    let (st, none, text) = mcp_initialize(&server);
+    assert_eq!(st, 503, "{text}");
+    assert!(none.is_none());
+    let body = json(&text);
+    assert_eq!(body["error"]["type"], "overloaded", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--max-mcp-sessions 2"), "{message}");
+    // over HTTP too, arguments that are not an object are invalid params (-32602)
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "search", "arguments": "plants"}});
+    let mut r = agent()
+        .post(&server.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &first)
+        .send(call.to_string().as_bytes())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let answer = json(&r.body_mut().read_to_string().unwrap());
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    // closing one makes room
+    let r = agent()
+        .delete(&server.url("/mcp"))
+        .header("mcp-session-id", &first)
+        .call()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let (st, again, text) = mcp_initialize(&server);
+    assert_eq!(st, 200, "{text}");
+    assert!(again.is_some());
+}
+
+#[test]
+fn mcp_over_stdio_answers_bad_lines_with_json_rpc_errors_and_keeps_going() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sift"))
+        .args([
+            "serve",
+            "--index",
+            s(index()),
+            "--corpus",
+            s(&sample()),
+            "--mcp-stdio",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let lines: &[&[u8]] = &[
+        b"this is not json\n",
+        br#"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}"#,
+        b"\n",
+        br#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#,
+        b"\n{\"jsonrpc\": \"2.0\", \"id\": 2, \"method\": \"tools/call\"\n",
+        br#"{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "search", "arguments": "how do plants make sugar"}}"#,
+        b"\n",
+        br#"{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "search", "arguments": ["plants"]}}"#,
+        b"\n\xff\xfe\xfd\n",
+        br#"{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "search", "arguments": {"query": "how do plants make sugar", "domain": "biology", "top_k": 2}}}"#,
+        b"\n",
+    ];
+    for l in lines {
+        stdin.write_all(l).unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let answers: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(json)
+        .collect();
+    let by_id = |id: Value| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no answer with id {id}: {answers:?}"))
+    };
+    let parse_errors: Vec<&Value> = answers
+        .iter()
+        .filter(|a| a["error"]["code"] == -32700)
+        .collect();
+    // "this is not json", the cut-off tools/call, the bytes that are not UTF-8
+    assert_eq!(parse_errors.len(), 3, "{answers:?}");
+    for e in parse_errors {
+        assert_eq!(e["id"], Value::Null, "{e}");
+        assert_eq!(e["jsonrpc"], "2.0", "{e}");
+    }
+    assert!(by_id(json!(1))["result"]["serverInfo"].is_object());
+    for id in [3, 4] {
+        let e = by_id(json!(id));
+        assert_eq!(e["error"]["code"], -32602, "{e}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("arguments"),
+            "{e}"
+        );
+    }
+    let hits = &by_id(json!(5))["result"]["structuredContent"]["hits"];
+    assert_eq!(hits.as_array().map(Vec::len), Some(2), "{answers:?}");
+}
+
+#[test]
+fn serve_refuses_numeric_flags_out_of_range() {
+    let index = s(index()).to_string();
+    let cases: &[(&str, &str)] = &[
+        // Instant + Duration overflowed in every request / Duration::from_secs_f64 panicked
+        ("--timeout", "18446744073709551615"),
+        ("--timeout", "9223372036854775807"),
+        ("--timeout", "0"),
+        ("--timeout", "NaN"),
+        ("--timeout", "inf"),
+        ("--header-timeout", "1e30"),
+        ("--body-timeout", "9223372036854775807"),
+        ("--shutdown-grace", "1e20"),
+        // Semaphore::new panicked
+        ("--max-concurrency", "18446744073709551615"),
+        ("--max-concurrency", "2305843009213693952"),
+        ("--max-body-bytes", "18446744073709551615"),
+        // the base64 size check overflowed
+        ("--max-image-bytes", "18446744073709551615"),
+        ("--max-image-pixels", "0"),
+        ("--max-image-pixels", "18446744073709551615"),
+        ("--max-images", "18446744073709551615"),
+        ("--max-top-k", "18446744073709551615"),
+        ("--text-chars", "18446744073709551615"),
+        ("--ef-search", "18446744073709551615"),
+        ("--max-mcp-sessions", "0"),
+        ("--max-mcp-sessions", "18446744073709551615"),
+    ];
+    for &(flag, value) in cases {
+        let stderr = fails(&[
+            "serve",
+            "--index",
+            &index,
+            "--addr",
+            "127.0.0.1:0",
+            flag,
+            value,
+        ]);
+        assert!(
+            stderr.contains(flag) && stderr.contains("give"),
+            "{flag} {value}: {stderr}"
+        );
+    }
+    // the ends of the ranges are taken, and requests are answered under them
+    let server = Server::start(&[
+        "--quiet",
+        "--timeout",
+        "86400",
+        "--header-timeout",
+        "3600",
+        "--body-timeout",
+        "86400",
+        "--shutdown-grace",
+        "0",
+        "--max-concurrency",
+        "1024",
+        "--max-top-k",
+        "1000000",
+        "--ef-search",
+        "100000",
+        "--max-image-bytes",
+        "4294967296",
+        "--max-image-pixels",
+        "1000000000000",
+    ]);
+    for retriever in ["bm25", "dense:tiny-clip-quickgelu"] {
+        let (st, res) = post(
+            &server.url("/v1/search"),
+            &json!({"query": "how do plants make sugar", "domain": "biology",
+                    "retriever": retriever, "top_k": 1000000}),
+        );
+        assert_eq!(st, 200, "{retriever}: {res}");
+        assert!(!res["hits"].as_array().unwrap().is_empty(), "{res}");
+    }
+}

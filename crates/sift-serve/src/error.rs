@@ -42,15 +42,26 @@ impl From<sift_retrieve::Error> for Error {
 pub enum ErrorKind {
     /// 400: the request is wrong.
     InvalidRequest,
+    /// 403: refused (MCP over HTTP: a `Host` or `Origin` it does not serve).
+    Forbidden,
     /// 404: no such route, domain, passage or image.
     NotFound,
     /// 405: the route takes another method.
     MethodNotAllowed,
+    /// 406: the client does not accept what the endpoint answers (MCP over HTTP).
+    NotAcceptable,
+    /// 408: the request's body did not arrive within the body timeout.
+    RequestTimeout,
     /// 413: the body or an image is too large.
     PayloadTooLarge,
+    /// 414: the request's URI is too long.
+    UriTooLong,
     /// 415: the body is not JSON.
     UnsupportedMediaType,
-    /// 503: every worker is busy and the queue is full.
+    /// 431: the request's headers are too large.
+    HeadersTooLarge,
+    /// 503: every worker is busy and the queue is full, or the service is at its MCP
+    /// session limit.
     Overloaded,
     /// 504: the request ran past the service's time limit.
     Timeout,
@@ -63,10 +74,15 @@ impl ErrorKind {
     pub fn status(self) -> u16 {
         match self {
             ErrorKind::InvalidRequest => 400,
+            ErrorKind::Forbidden => 403,
             ErrorKind::NotFound => 404,
             ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::NotAcceptable => 406,
+            ErrorKind::RequestTimeout => 408,
             ErrorKind::PayloadTooLarge => 413,
+            ErrorKind::UriTooLong => 414,
             ErrorKind::UnsupportedMediaType => 415,
+            ErrorKind::HeadersTooLarge => 431,
             ErrorKind::Overloaded => 503,
             ErrorKind::Timeout => 504,
             ErrorKind::Internal => 500,
@@ -77,14 +93,46 @@ impl ErrorKind {
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::Forbidden => "forbidden",
             ErrorKind::NotFound => "not_found",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::NotAcceptable => "not_acceptable",
+            ErrorKind::RequestTimeout => "request_timeout",
             ErrorKind::PayloadTooLarge => "payload_too_large",
+            ErrorKind::UriTooLong => "uri_too_long",
             ErrorKind::UnsupportedMediaType => "unsupported_media_type",
+            ErrorKind::HeadersTooLarge => "headers_too_large",
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Internal => "internal",
         }
+    }
+
+    /// The kind of an HTTP error status; statuses without a kind of their own get their
+    /// class's (4xx: [`ErrorKind::InvalidRequest`], 5xx: [`ErrorKind::Internal`]).
+    pub fn from_status(status: u16) -> ErrorKind {
+        const ALL: [ErrorKind; 13] = [
+            ErrorKind::InvalidRequest,
+            ErrorKind::Forbidden,
+            ErrorKind::NotFound,
+            ErrorKind::MethodNotAllowed,
+            ErrorKind::NotAcceptable,
+            ErrorKind::RequestTimeout,
+            ErrorKind::PayloadTooLarge,
+            ErrorKind::UriTooLong,
+            ErrorKind::UnsupportedMediaType,
+            ErrorKind::HeadersTooLarge,
+            ErrorKind::Overloaded,
+            ErrorKind::Timeout,
+            ErrorKind::Internal,
+        ];
+        ALL.into_iter()
+            .find(|k| k.status() == status)
+            .unwrap_or(if status < 500 {
+                ErrorKind::InvalidRequest
+            } else {
+                ErrorKind::Internal
+            })
     }
 }
 

@@ -1,11 +1,13 @@
 //! The HTTP service: the JSON API, the Serper-compatible and OpenAI-compatible endpoints,
 //! pyserini's REST shape, MCP over streamable HTTP, and the operational parts (limits,
 //! timeouts, access logs, health).
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -22,6 +24,7 @@ use crate::api::{
     SerperLens, SerperQuery,
 };
 use crate::error::{ApiError, ErrorKind};
+use crate::server::LONGEST;
 use crate::service::Service;
 use crate::shapes::{self, LocalTool};
 
@@ -50,6 +53,19 @@ pub struct HttpOptions {
     pub access_log: AccessLog,
     /// Serve MCP over streamable HTTP at `/mcp`.
     pub mcp: bool,
+    /// Time a client has to send a request's headers, counted from when the connection is
+    /// ready for them: accepted, or its previous answer written (so a kept-alive connection
+    /// left idle this long is closed too).
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's body, counted from the end of its headers
+    /// (408 after it, and the connection is closed).
+    pub body_timeout: Duration,
+    /// After the shutdown signal: how long requests in flight have to finish before the
+    /// connections still open are closed.
+    pub shutdown_grace: Duration,
+    /// MCP sessions over HTTP open at once; a new one past it is refused (503) until one is
+    /// closed or expires (after 5 minutes idle).
+    pub max_mcp_sessions: usize,
 }
 
 impl Default for HttpOptions {
@@ -60,6 +76,10 @@ impl Default for HttpOptions {
             max_body_bytes: 32 << 20,
             access_log: AccessLog::Text,
             mcp: true,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(10),
+            max_mcp_sessions: 256,
         }
     }
 }
@@ -69,17 +89,24 @@ pub struct Shared {
     service: Arc<Service>,
     permits: Arc<Semaphore>,
     timeout: Duration,
+    body_timeout: Duration,
+    max_body_bytes: usize,
     in_flight: AtomicUsize,
     access_log: AccessLog,
 }
 
 impl Shared {
-    /// Wraps `service` with `options`' concurrency limit and time limit.
+    /// Wraps `service` with `options`' concurrency limit and time limits (a concurrency
+    /// above [`Semaphore::MAX_PERMITS`] is cut to it; durations above a year to a year).
     pub fn new(service: Service, options: &HttpOptions) -> Arc<Shared> {
         Arc::new(Shared {
             service: Arc::new(service),
-            permits: Arc::new(Semaphore::new(options.max_concurrency.max(1))),
-            timeout: options.timeout,
+            permits: Arc::new(Semaphore::new(
+                options.max_concurrency.clamp(1, Semaphore::MAX_PERMITS),
+            )),
+            timeout: options.timeout.min(LONGEST),
+            body_timeout: options.body_timeout.min(LONGEST),
+            max_body_bytes: options.max_body_bytes,
             in_flight: AtomicUsize::new(0),
             access_log: options.access_log,
         })
@@ -90,6 +117,11 @@ impl Shared {
         &self.service
     }
 
+    /// The largest request body, bytes.
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes
+    }
+
     /// Runs `f` on a blocking thread once a worker permit is free, within the time limit:
     /// 503 when no permit frees in time, 504 when the work runs past it (the work then
     /// finishes in the background, holding its permit, so overload stays bounded).
@@ -97,7 +129,8 @@ impl Shared {
         &self,
         f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
+        let now = tokio::time::Instant::now();
+        let deadline = now.checked_add(self.timeout).unwrap_or(now + LONGEST);
         let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
             .await
             .map_err(|_| {
@@ -133,7 +166,15 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(self.body())).into_response()
+        let mut response = (status, Json(self.body())).into_response();
+        if self.kind == ErrorKind::RequestTimeout {
+            // the rest of the body may never come: the connection cannot be reused
+            response.headers_mut().insert(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        response
     }
 }
 
@@ -208,6 +249,136 @@ fn too_large() -> ApiError {
     )
 }
 
+/// Requests with a body get it within the body timeout, counted from here (the end of their
+/// headers): past it, reading the body fails, whoever reads it (the JSON extractor, an
+/// upload, the drain of an oversized body, MCP), and the answer is a 408 that closes the
+/// connection.
+async fn body_deadline(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if req.body().is_end_stream() {
+        return next.run(req).await;
+    }
+    let expired = Arc::new(AtomicBool::new(false));
+    let timeout = s.body_timeout;
+    let flag = expired.clone();
+    let req = req.map(|body| Body::new(DeadlineBody::new(body, timeout, flag)));
+    let response = next.run(req).await;
+    if expired.load(Ordering::Relaxed) {
+        return ApiError::new(
+            ErrorKind::RequestTimeout,
+            format!(
+                "the request body did not arrive within {} (the service's body timeout)",
+                seconds(timeout)
+            ),
+        )
+        .into_response();
+    }
+    response
+}
+
+/// `d` as seconds for messages (`1.5 s`).
+fn seconds(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
+}
+
+/// A request body that fails once its deadline passes.
+struct DeadlineBody {
+    inner: Body,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    timeout: Duration,
+    expired: Arc<AtomicBool>,
+}
+
+impl DeadlineBody {
+    fn new(inner: Body, timeout: Duration, expired: Arc<AtomicBool>) -> DeadlineBody {
+        DeadlineBody {
+            inner,
+            sleep: Box::pin(tokio::time::sleep(timeout)),
+            timeout,
+            expired,
+        }
+    }
+}
+
+/// The error of a [`DeadlineBody`] past its deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {0:?}")]
+struct BodyTimedOut(Duration);
+
+impl HttpBody for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if this.sleep.as_mut().poll(cx).is_ready() {
+            this.expired.store(true, Ordering::Relaxed);
+            return Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut(this.timeout)))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Error answers that are not JSON (MCP's transport answers in plain text) get the
+/// service's JSON error body, their text as its message and their status kept.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) || is_json(response.headers()) {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text =
+        match tokio::time::timeout(Duration::from_secs(1), axum::body::to_bytes(body, 64 << 10))
+            .await
+        {
+            Ok(Ok(b)) => String::from_utf8_lossy(&b).trim().to_string(),
+            _ => String::new(),
+        };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    let error = ApiError::new(ErrorKind::from_status(status.as_u16()), message);
+    let mut out = (status, Json(error.body())).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE
+            && name != header::CONTENT_LENGTH
+            && name != header::TRANSFER_ENCODING
+        {
+            out.headers_mut().append(name, value.clone());
+        }
+    }
+    out
+}
+
+/// The content type is JSON (`application/json`, `application/*+json`).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|ct| {
+            let ct = ct.to_ascii_lowercase();
+            let essence = ct.split(';').next().unwrap_or("").trim().to_string();
+            essence == "application/json" || essence.ends_with("+json")
+        })
+        .unwrap_or(false)
+}
+
 /// A body that could not be read (too large, or cut off), as a JSON error.
 fn bad_body(e: BytesRejection) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -276,6 +447,11 @@ pub fn router(
             max_body_bytes,
             reject_oversized,
         ))
+        .layer(middleware::from_fn_with_state(
+            shared.clone(),
+            body_deadline,
+        ))
+        .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(shared.clone(), access_log))
         .with_state(shared)
 }

@@ -49,7 +49,7 @@ pub fn decode_data(field: &str, data: &str, limits: &ImageLimits) -> Result<Vec<
         None => data,
     };
     // base64 is 4/3 the size of its bytes: refuse before allocating
-    if payload.len() / 4 * 3 > limits.max_bytes + 3 {
+    if payload.len() / 4 * 3 > limits.max_bytes.saturating_add(3) {
         return Err(too_large(field, payload.len() / 4 * 3, limits.max_bytes));
     }
     let payload: String = payload.chars().filter(|c| !c.is_whitespace()).collect();

@@ -46,6 +46,7 @@ pub mod http;
 pub mod images;
 pub mod mcp;
 pub mod openapi;
+mod server;
 mod service;
 pub mod shapes;
 
@@ -54,33 +55,45 @@ use std::sync::Arc;
 
 pub use error::{ApiError, Error, ErrorKind};
 pub use http::{AccessLog, HttpOptions, Shared};
+pub use server::Stopped;
 pub use service::{Limits, ServeConfig, Service, document_path, encode_path, image_path};
 use tokio_util::sync::CancellationToken;
 
 /// Serves HTTP (and MCP at `/mcp` when `options.mcp`) on `listener` until `shutdown`
-/// resolves, then finishes the requests in flight. `on_listening` is called once with the
-/// bound address.
+/// resolves; then stops accepting connections, ends MCP streams, lets the requests in
+/// flight finish for at most `options.shutdown_grace` and closes the connections still open
+/// after it. Every connection has `options.header_timeout` to send each request's headers
+/// (idle kept-alive connections are closed after it too) and `options.body_timeout` for its
+/// body. `on_listening` is called once with the bound address.
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
     options: &HttpOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     on_listening: impl FnOnce(SocketAddr),
-) -> std::io::Result<()> {
+) -> std::io::Result<Stopped> {
     let cancel = CancellationToken::new();
-    let mcp = options
-        .mcp
-        .then(|| mcp::http_service(shared.clone(), cancel.child_token()));
+    let mcp = options.mcp.then(|| {
+        mcp::http_service(
+            shared.clone(),
+            cancel.child_token(),
+            options.max_mcp_sessions,
+        )
+    });
     let app = http::router(shared, options.max_body_bytes, mcp);
     on_listening(listener.local_addr()?);
-    let stop = cancel.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // MCP streams end too, so that the graceful shutdown does not wait on them
-            stop.cancel();
-        })
-        .await
+    server::serve(
+        listener,
+        app,
+        server::ConnOptions {
+            header_timeout: options.header_timeout,
+            shutdown_grace: options.shutdown_grace,
+        },
+        shutdown,
+        // MCP streams end too, so that the connections carrying them can close
+        move || cancel.cancel(),
+    )
+    .await
 }
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT).

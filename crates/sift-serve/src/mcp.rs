@@ -296,25 +296,333 @@ impl ServerHandler for SiftMcp {
     }
 }
 
-/// The MCP service at `/mcp` of the HTTP router, stopping when `cancel` is cancelled.
+/// The MCP service at `/mcp` of the HTTP router, stopping when `cancel` is cancelled, with
+/// at most `max_sessions` sessions open at once (a new one past it is a 503).
 pub fn http_service<S: Clone + Send + Sync + 'static>(
     shared: Arc<Shared>,
     cancel: CancellationToken,
+    max_sessions: usize,
 ) -> axum::Router<S> {
+    let sessions = Arc::new(LocalSessionManager::default());
+    let gate = Arc::new(Gate {
+        sessions: sessions.clone(),
+        max_sessions: max_sessions.max(1),
+        opening: tokio::sync::Mutex::new(()),
+        max_body_bytes: shared.max_body_bytes(),
+    });
     let service: StreamableHttpService<SiftMcp, LocalSessionManager> = StreamableHttpService::new(
         move || Ok(SiftMcp::new(shared.clone())),
-        Default::default(),
+        sessions,
         StreamableHttpServerConfig::default().with_cancellation_token(cancel),
     );
-    axum::Router::new().nest_service("/mcp", service)
+    axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(gate, gate_mcp))
+}
+
+/// What [`gate_mcp`] needs: the sessions, their limit, a lock that makes counting and
+/// opening one step.
+struct Gate {
+    sessions: Arc<LocalSessionManager>,
+    max_sessions: usize,
+    opening: tokio::sync::Mutex<()>,
+    max_body_bytes: usize,
+}
+
+/// In front of rmcp at `/mcp`: POSTs are read whole first (within the body limit and
+/// timeout), a `tools/call` whose `arguments` (or any request whose `params`) is not an
+/// object gets the JSON-RPC error -32602 (invalid params), and a POST without a session id
+/// (a new session) is refused with a 503 while `max_sessions` are open.
+async fn gate_mcp(
+    axum::extract::State(gate): axum::extract::State<Arc<Gate>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if req.method() != axum::http::Method::POST {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, gate.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError::new(
+                crate::ErrorKind::InvalidRequest,
+                format!("reading the body: {e}"),
+            )
+            .into_response();
+        }
+    };
+    if let Some(error) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| invalid_params(&v))
+    {
+        return (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            error.to_string(),
+        )
+            .into_response();
+    }
+    let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+    if req.headers().contains_key("mcp-session-id") {
+        return next.run(req).await;
+    }
+    let _opening = gate.opening.lock().await;
+    let open = gate.sessions.sessions.read().await.len();
+    if open >= gate.max_sessions {
+        return ApiError::new(
+            crate::ErrorKind::Overloaded,
+            format!(
+                "{open} MCP sessions are open, the most this service keeps \
+                 (--max-mcp-sessions {}): close one (DELETE /mcp with its Mcp-Session-Id) or \
+                 wait until an idle one expires (5 minutes)",
+                gate.max_sessions
+            ),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// The JSON-RPC error -32602 for a request whose `params` is not an object, or a
+/// `tools/call` whose `arguments` is neither absent nor an object; `None` for any other
+/// message (rmcp answers those).
+pub fn invalid_params(message: &serde_json::Value) -> Option<serde_json::Value> {
+    let obj = message.as_object()?;
+    let id = obj.get("id")?;
+    obj.get("method")?.as_str()?;
+    let fault = match obj.get("params") {
+        None | Some(serde_json::Value::Null) => return None,
+        Some(p) if !p.is_object() => "params must be an object".to_string(),
+        Some(p) => {
+            if obj.get("method")?.as_str()? != "tools/call" {
+                return None;
+            }
+            match p.get("arguments") {
+                None | Some(serde_json::Value::Null) | Some(serde_json::Value::Object(_)) => {
+                    return None;
+                }
+                Some(a) => format!(
+                    "arguments must be an object of the tool's parameters, not {}",
+                    json_type(a)
+                ),
+            }
+        }
+    };
+    Some(jsonrpc_error(
+        id.clone(),
+        -32602,
+        &format!("Invalid params: {fault}"),
+    ))
+}
+
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+fn jsonrpc_error(id: serde_json::Value, code: i64, message: &str) -> serde_json::Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
 /// Serves MCP over standard input and output until the client closes them.
 pub async fn serve_stdio(shared: Arc<Shared>) -> std::io::Result<()> {
-    let running = SiftMcp::new(shared)
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(std::io::Error::other)?;
-    running.waiting().await.map_err(std::io::Error::other)?;
-    Ok(())
+    serve_lines(shared, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Serves MCP as newline-delimited JSON-RPC messages read from `read` and written to
+/// `write`, until `read` ends. A line that is not JSON gets the JSON-RPC parse error
+/// -32700 (id null), JSON that is not a JSON-RPC message -32600 (invalid request), a
+/// `tools/call` whose `arguments` is not an object -32602 (invalid params); the server
+/// carries on after each. Lines are at most 16 MiB (longer ones are dropped with -32600).
+pub async fn serve_lines<R, W>(shared: Arc<Shared>, read: R, write: W) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, lines) = tokio::sync::mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_lines(write, lines));
+    let transport = LineTransport {
+        read: tokio::io::BufReader::new(read),
+        line: Vec::new(),
+        discarding: false,
+        out,
+    };
+    let served = async {
+        let running = SiftMcp::new(shared)
+            .serve(transport)
+            .await
+            .map_err(std::io::Error::other)?;
+        running.waiting().await.map_err(std::io::Error::other)?;
+        Ok::<_, std::io::Error>(())
+    }
+    .await;
+    // the transport (and with it the sender) is gone: the writer ends once it has written
+    // everything
+    let written = writer.await.map_err(std::io::Error::other)?;
+    served?;
+    written
+}
+
+async fn write_lines<W: tokio::io::AsyncWrite + Unpin>(
+    mut write: W,
+    mut lines: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    while let Some(line) = lines.recv().await {
+        write.write_all(&line).await?;
+        if lines.is_empty() {
+            write.flush().await?;
+        }
+    }
+    write.flush().await
+}
+
+/// The longest line [`serve_lines`] reads.
+const MAX_LINE: usize = 16 << 20;
+
+/// rmcp's transport over lines, answering the lines that are not messages itself.
+struct LineTransport<R> {
+    read: tokio::io::BufReader<R>,
+    /// The line read so far (kept when `receive` is cancelled mid-line).
+    line: Vec<u8>,
+    /// Dropping the rest of a line longer than [`MAX_LINE`].
+    discarding: bool,
+    /// Serialised lines to the writer task; sending never waits, so a cancelled `receive`
+    /// never leaves half an answer.
+    out: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+}
+
+impl<R> LineTransport<R> {
+    fn answer(&self, message: &serde_json::Value) {
+        let mut line = message.to_string().into_bytes();
+        line.push(b'\n');
+        let _ = self.out.send(line);
+    }
+}
+
+/// What one read of [`LineTransport::read_line`] found.
+enum LineRead {
+    Line,
+    TooLong,
+    End,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> LineTransport<R> {
+    /// Reads one line into `self.line` without letting it grow past [`MAX_LINE`]
+    /// (cancellation-safe: `fill_buf` takes nothing until `consume`).
+    async fn read_line(&mut self) -> LineRead {
+        use tokio::io::AsyncBufReadExt;
+        loop {
+            let (used, done) = {
+                let available = match self.read.fill_buf().await {
+                    Ok([]) | Err(_) => return LineRead::End,
+                    Ok(a) => a,
+                };
+                let newline = available.iter().position(|&b| b == b'\n');
+                let take = newline.map_or(available.len(), |i| i + 1);
+                if self.discarding {
+                    if newline.is_some() {
+                        self.discarding = false;
+                    }
+                    (take, None)
+                } else if self.line.len() + take > MAX_LINE {
+                    self.line.clear();
+                    self.discarding = newline.is_none();
+                    (take, Some(LineRead::TooLong))
+                } else {
+                    self.line.extend_from_slice(&available[..take]);
+                    (take, newline.map(|_| LineRead::Line))
+                }
+            };
+            self.read.consume(used);
+            if let Some(done) = done {
+                return done;
+            }
+        }
+    }
+}
+
+impl<R> rmcp::transport::Transport<rmcp::RoleServer> for LineTransport<R>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::model::ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), std::io::Error>> + Send + 'static {
+        let sent = serde_json::to_vec(&item)
+            .map_err(std::io::Error::other)
+            .and_then(|mut line| {
+                line.push(b'\n');
+                self.out
+                    .send(line)
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            });
+        std::future::ready(sent)
+    }
+
+    async fn receive(&mut self) -> Option<rmcp::model::ClientJsonRpcMessage> {
+        loop {
+            match self.read_line().await {
+                LineRead::End => return None,
+                LineRead::TooLong => {
+                    self.answer(&jsonrpc_error(
+                        serde_json::Value::Null,
+                        -32600,
+                        &format!("Invalid request: a message longer than {MAX_LINE} bytes"),
+                    ));
+                    continue;
+                }
+                LineRead::Line => {}
+            }
+            let line = std::mem::take(&mut self.line);
+            let text = line.strip_suffix(b"\n").unwrap_or(&line);
+            let text = text.strip_suffix(b"\r").unwrap_or(text);
+            let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
+            if text.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let value: serde_json::Value = match serde_json::from_slice(text) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.answer(&jsonrpc_error(
+                        serde_json::Value::Null,
+                        -32700,
+                        &format!("Parse error: {e}"),
+                    ));
+                    continue;
+                }
+            };
+            if let Some(error) = invalid_params(&value) {
+                self.answer(&error);
+                continue;
+            }
+            let id = value.get("id").cloned();
+            let notification = id.is_none() && value.get("method").is_some();
+            match serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(value) {
+                Ok(message) => return Some(message),
+                // notifications get no answer, even malformed ones (rmcp drops them too)
+                Err(_) if notification => continue,
+                Err(e) => {
+                    let id = id
+                        .filter(|i| i.is_string() || i.is_number())
+                        .unwrap_or(serde_json::Value::Null);
+                    self.answer(&jsonrpc_error(id, -32600, &format!("Invalid request: {e}")));
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), std::io::Error> {
+        Ok(())
+    }
 }

@@ -43,7 +43,8 @@ fn build() -> Value {
 
     let errors = |codes: &[&str]| {
         let mut m = serde_json::Map::new();
-        for c in codes {
+        // any request can be cut short by the connection's limits
+        for c in codes.iter().chain(&["414", "431"]) {
             m.insert(
                 (*c).to_string(),
                 json!({"description": describe(c), "content": {"application/json": {"schema": error}}}),
@@ -52,7 +53,7 @@ fn build() -> Value {
         m
     };
     let post = |summary: &str, req: &Value, res: &Value| {
-        let mut responses = errors(&["400", "413", "415", "503", "504"]);
+        let mut responses = errors(&["400", "408", "413", "415", "503", "504"]);
         responses.insert(
             "200".into(),
             json!({"description": "OK", "content": {"application/json": {"schema": res}}}),
@@ -69,7 +70,7 @@ fn build() -> Value {
         json!({"get": {"summary": summary, "parameters": params, "responses": responses}})
     };
     let upload_responses = {
-        let mut r = errors(&["400", "404", "413", "503", "504"]);
+        let mut r = errors(&["400", "404", "408", "413", "503", "504"]);
         r.insert(
             "200".into(),
             json!({"description": "OK", "content": {"application/json": {"schema": search_res}}}),
@@ -158,8 +159,11 @@ fn describe(code: &str) -> &'static str {
     match code {
         "400" => "Invalid request (the field at fault is named)",
         "404" => "No such domain, passage or image",
+        "408" => "Body not received within the body timeout",
         "413" => "Body or image too large",
+        "414" => "URI too long",
         "415" => "Body not JSON",
+        "431" => "Headers too large",
         "503" => "Every worker busy",
         "504" => "Time limit passed",
         _ => "Error",

@@ -82,3 +82,78 @@ fn slow_work_times_out_and_a_full_house_is_overloaded() {
         );
     });
 }
+
+/// Durations and a concurrency far past anything sensible (a library user's `Duration::MAX`)
+/// are cut to what the clock and the semaphore take: no `Instant + Duration` overflow, no
+/// semaphore panic, and shutdown still ends (the grace period is cut to a year, but the
+/// idle connection closes at once).
+#[test]
+fn huge_durations_and_concurrency_neither_panic_nor_overflow() {
+    use std::io::{Read, Write};
+    let (_dir, service) = service();
+    let options = HttpOptions {
+        max_concurrency: usize::MAX,
+        timeout: Duration::MAX,
+        header_timeout: Duration::MAX,
+        body_timeout: Duration::MAX,
+        shutdown_grace: Duration::MAX,
+        access_log: sift_serve::AccessLog::Off,
+        ..HttpOptions::default()
+    };
+    let shared = Shared::new(service, &options);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let n = shared
+            .run(|svc| Ok(svc.info().domains.len()))
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn({
+            let shared = shared.clone();
+            let options = options.clone();
+            async move {
+                sift_serve::serve_http(
+                    listener,
+                    shared,
+                    &options,
+                    async move {
+                        let _ = stopped.await;
+                    },
+                    |_| {},
+                )
+                .await
+            }
+        });
+        let answer = tokio::task::spawn_blocking(move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            let body = r#"{"lists": [[{"id": "a", "score": 1}]], "top_k": 1}"#;
+            let head = format!(
+                "POST /v1/fuse HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\n\r\n",
+                body.len()
+            );
+            s.write_all(format!("{head}{body}").as_bytes()).unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).unwrap();
+            (s, String::from_utf8_lossy(&buf[..n]).into_owned())
+        })
+        .await
+        .unwrap();
+        assert!(answer.1.starts_with("HTTP/1.1 200"), "{}", answer.1);
+        stop.send(()).unwrap();
+        let stopped = tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("shutdown ends with an idle connection open")
+            .unwrap()
+            .unwrap();
+        assert_eq!(stopped.dropped, 0);
+        drop(answer);
+    });
+}

@@ -16,8 +16,10 @@ use crate::options::Bm25Flags;
 ///
 /// Models and the corpus are loaded once at start. Passage texts and images come from
 /// --corpus (kept in memory; images listed from folders are read on request); without it,
-/// results carry ids and scores only. SIGTERM or Ctrl-C stops taking connections and
-/// finishes the requests in flight.
+/// results carry ids and scores only. SIGTERM or Ctrl-C stops taking connections, gives the
+/// requests in flight --shutdown-grace to finish, closes the connections still open and
+/// exits. A client has --header-timeout for each request's headers (a kept-alive connection
+/// idle that long is closed) and --body-timeout for its body.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
 sift serve --index target/sample-index --corpus corpora/sample\n  \
@@ -54,35 +56,53 @@ pub struct Args {
     /// No access logs.
     #[arg(long, conflicts_with = "json")]
     quiet: bool,
-    /// Requests worked on at once (each on its own thread); more wait. Default: the
-    /// number of CPU threads.
+    /// Requests worked on at once (each on its own thread, 1 to 1024); more wait. Default:
+    /// the number of CPU threads.
     #[arg(long, value_parser = crate::options::positive)]
     max_concurrency: Option<usize>,
-    /// Time limit of one request, waiting for a worker included (seconds).
+    /// Time limit of one request, waiting for a worker included (seconds, 0.001 to 86400).
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
-    /// Largest request body (bytes).
+    /// Time a client has to send a request's headers, from when the connection is ready
+    /// for them: opened, or its previous answer sent, so a kept-alive connection idle this
+    /// long is closed (seconds, 0.001 to 3600).
+    #[arg(long, default_value_t = 30.0)]
+    header_timeout: f64,
+    /// Time a client has to send a request's body, from the end of its headers; past it
+    /// the answer is a 408 and the connection is closed (seconds, 0.001 to 86400).
+    #[arg(long, default_value_t = 60.0)]
+    body_timeout: f64,
+    /// On SIGTERM or Ctrl-C: how long requests in flight have to finish before the
+    /// connections still open are closed and the service exits (seconds, 0 to 3600).
+    #[arg(long, default_value_t = 10.0)]
+    shutdown_grace: f64,
+    /// MCP sessions over HTTP open at once (1 to 100000); a new one past it is refused
+    /// with a 503 until one is closed or expires (5 minutes idle).
+    #[arg(long, default_value_t = 256)]
+    max_mcp_sessions: usize,
+    /// Largest request body (bytes, 1 to 4 GiB).
     #[arg(long, default_value_t = 32 << 20, value_parser = crate::options::positive)]
     max_body_bytes: usize,
-    /// Largest image in a request (encoded bytes).
+    /// Largest image in a request (encoded bytes, 1 to 4 GiB).
     #[arg(long, default_value_t = 16 << 20, value_parser = crate::options::positive)]
     max_image_bytes: usize,
-    /// Largest image in a request (pixels, read from its header before decoding).
+    /// Largest image in a request (pixels, read from its header before decoding; 1 to
+    /// 10^12).
     #[arg(long, default_value_t = 40_000_000)]
     max_image_pixels: u64,
-    /// Images in one request.
+    /// Images in one request (1 to 1024).
     #[arg(long, default_value_t = 8, value_parser = crate::options::positive)]
     max_images: usize,
-    /// Largest top_k.
+    /// Largest top_k (1 to 1000000).
     #[arg(long, default_value_t = 1000, value_parser = crate::options::positive)]
     max_top_k: usize,
-    /// Characters of each result's text when a request does not say.
+    /// Characters of each result's text when a request does not say (0 to 100000000).
     #[arg(long, default_value_t = 1200)]
     text_chars: usize,
     /// Dense search: exact, hnsw, or auto (exact up to 20,000 vectors, HNSW above).
     #[arg(long, value_enum, default_value = "auto")]
     ann: Ann,
-    /// HNSW candidate list size.
+    /// HNSW candidate list size (1 to 100000).
     #[arg(long, default_value_t = 128, value_parser = crate::options::positive)]
     ef_search: usize,
     #[command(flatten)]
@@ -91,10 +111,77 @@ pub struct Args {
     bm25: Bm25Flags,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    if !(a.timeout.is_finite() && a.timeout > 0.0) {
-        anyhow::bail!("--timeout must be a positive number of seconds");
+/// A number of seconds from `min` to `max`, as a duration; the error names the flag and the
+/// range.
+fn seconds(flag: &str, value: f64, min: f64, max: f64) -> Result<Duration> {
+    if value.is_finite() && (min..=max).contains(&value) {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        anyhow::bail!("{flag} is {value}: give a number of seconds from {min} to {max}")
     }
+}
+
+/// `value` within `min..=max`; the error names the flag and the range.
+fn within<T: PartialOrd + Copy + std::fmt::Display>(
+    flag: &str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<T> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        anyhow::bail!("{flag} is {value}: give {min} to {max}")
+    }
+}
+
+/// The largest --max-concurrency: each request in flight is a thread of its own.
+const MAX_CONCURRENCY: usize = 1024;
+const GIB4: usize = 4 << 30;
+
+/// The flags' values checked against their ranges, as the service's options: unbounded,
+/// huge values overflow `Instant + Duration` (the durations), make the semaphore panic
+/// (--max-concurrency), overflow the image size check (--max-image-bytes) or ask for
+/// allocations that cannot be made (--max-top-k, --ef-search). (--k1 and --b are checked
+/// when the service loads.)
+fn http_options(a: &Args) -> Result<HttpOptions> {
+    within("--max-image-bytes", a.max_image_bytes, 1, GIB4)?;
+    within(
+        "--max-image-pixels",
+        a.max_image_pixels,
+        1,
+        1_000_000_000_000,
+    )?;
+    within("--max-images", a.max_images, 1, 1024)?;
+    within("--max-top-k", a.max_top_k, 1, 1_000_000)?;
+    within("--text-chars", a.text_chars, 0, 100_000_000)?;
+    within("--ef-search", a.ef_search, 1, 100_000)?;
+    let mut options = HttpOptions {
+        timeout: seconds("--timeout", a.timeout, 0.001, 86_400.0)?,
+        header_timeout: seconds("--header-timeout", a.header_timeout, 0.001, 3_600.0)?,
+        body_timeout: seconds("--body-timeout", a.body_timeout, 0.001, 86_400.0)?,
+        shutdown_grace: seconds("--shutdown-grace", a.shutdown_grace, 0.0, 3_600.0)?,
+        max_mcp_sessions: within("--max-mcp-sessions", a.max_mcp_sessions, 1, 100_000)?,
+        max_body_bytes: within("--max-body-bytes", a.max_body_bytes, 1, GIB4)?,
+        access_log: if a.quiet {
+            AccessLog::Off
+        } else if a.json {
+            AccessLog::Json
+        } else {
+            AccessLog::Text
+        },
+        mcp: !a.no_mcp,
+        ..HttpOptions::default()
+    };
+    if let Some(n) = a.max_concurrency {
+        options.max_concurrency = within("--max-concurrency", n, 1, MAX_CONCURRENCY)?;
+    }
+    options.max_concurrency = options.max_concurrency.min(MAX_CONCURRENCY);
+    Ok(options)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let options = http_options(&a)?;
     let base_bm25 = sift_index::IndexDir::open(&a.index)?.manifest().bm25;
     let config = ServeConfig {
         index: a.index.clone(),
@@ -133,28 +220,14 @@ pub fn run(a: Args) -> Result<()> {
             .join(", "),
         started.elapsed().as_secs_f64()
     );
-    let mut options = HttpOptions {
-        timeout: Duration::from_secs_f64(a.timeout),
-        max_body_bytes: a.max_body_bytes,
-        access_log: if a.quiet {
-            AccessLog::Off
-        } else if a.json {
-            AccessLog::Json
-        } else {
-            AccessLog::Text
-        },
-        mcp: !a.no_mcp,
-        ..HttpOptions::default()
-    };
-    if let Some(n) = a.max_concurrency {
-        options.max_concurrency = n;
-    }
     let shared = Shared::new(service, &options);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // every request in flight holds a blocking thread; tokio's own (stdin, files) too
+        .max_blocking_threads(512.max(options.max_concurrency + 64))
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         if a.mcp_stdio {
             eprintln!("sift serve: MCP on standard input and output");
             return sift_serve::mcp::serve_stdio(shared)
@@ -164,7 +237,7 @@ pub fn run(a: Args) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(a.addr)
             .await
             .with_context(|| format!("listening on {}", a.addr))?;
-        sift_serve::serve_http(
+        let stopped = sift_serve::serve_http(
             listener,
             shared,
             &options,
@@ -175,7 +248,16 @@ pub fn run(a: Args) -> Result<()> {
         )
         .await
         .context("serving HTTP")?;
+        if stopped.dropped > 0 {
+            eprintln!(
+                "sift serve: closed {} connection(s) still open after the {} s grace period",
+                stopped.dropped, a.shutdown_grace
+            );
+        }
         eprintln!("sift serve: stopped");
         Ok(())
-    })
+    });
+    // work still running on blocking threads (a search past its time limit) is not waited for
+    runtime.shutdown_background();
+    result
 }
