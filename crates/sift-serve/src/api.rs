@@ -596,8 +596,10 @@ pub struct ErrorBody {
 /// What went wrong.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorDetail {
-    /// Machine-readable kind: `invalid_request`, `not_found`, `payload_too_large`,
-    /// `overloaded`, `timeout`, `internal`.
+    /// Machine-readable kind: `invalid_request` (400), `forbidden` (403), `not_found`
+    /// (404), `method_not_allowed` (405), `not_acceptable` (406), `request_timeout` (408),
+    /// `payload_too_large` (413), `uri_too_long` (414), `unsupported_media_type` (415),
+    /// `headers_too_large` (431), `overloaded` (503), `timeout` (504), `internal` (500).
     #[serde(rename = "type")]
     pub kind: String,
     /// The request field at fault, as a path (`images[0].data`).
