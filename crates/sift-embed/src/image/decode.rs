@@ -176,6 +176,57 @@ fn orient(rgb: RgbImage, orientation: u8) -> RgbImage {
     img.into_rgb8()
 }
 
+/// One marker segment of a JPEG's header.
+pub(crate) struct JpegSegment<'a> {
+    /// The marker (the byte after `FF`).
+    pub(crate) marker: u8,
+    /// Where its data starts in the file.
+    pub(crate) data_at: usize,
+    /// Its data (after the two length bytes), cut short where the file ends.
+    pub(crate) data: &'a [u8],
+    /// Whether the file holds all of the data its length announces.
+    pub(crate) complete: bool,
+}
+
+/// The marker segments of a JPEG up to its first start-of-scan (or end-of-image): fill
+/// bytes and parameterless markers (SOI, TEM, RST) are stepped over, each segment by its
+/// length, as libjpeg walks them.
+pub(crate) fn jpeg_header_segments(b: &[u8]) -> impl Iterator<Item = JpegSegment<'_>> {
+    let mut i = 2;
+    std::iter::from_fn(move || {
+        while i + 4 <= b.len() {
+            if b[i] != 0xFF {
+                i += 1;
+                continue;
+            }
+            let marker = b[i + 1];
+            match marker {
+                0xFF => {
+                    i += 1;
+                    continue;
+                }
+                0x01 | 0xD0..=0xD8 => {
+                    i += 2;
+                    continue;
+                }
+                0xD9 | 0xDA => return None,
+                _ => {}
+            }
+            let len = u16::from_be_bytes([b[i + 2], b[i + 3]]) as usize;
+            let (from, to) = (i + 4, i + 2 + len.max(2));
+            let seg = JpegSegment {
+                marker,
+                data_at: from,
+                data: &b[from.min(b.len())..to.min(b.len())],
+                complete: to <= b.len(),
+            };
+            i = to;
+            return Some(seg);
+        }
+        None
+    })
+}
+
 /// An Adobe APP14 segment that libjpeg (Pillow's decoder) reads differently from zune-jpeg,
 /// rewritten in a copy so that zune-jpeg reads it as libjpeg does: one shorter than
 /// libjpeg's 12 data bytes is ignored by libjpeg (zune-jpeg refuses the file), so its
@@ -185,27 +236,8 @@ fn orient(rgb: RgbImage, orientation: u8) -> RgbImage {
 fn jpeg_app14_as_libjpeg(b: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     let mut patch: Vec<(usize, u8)> = Vec::new();
     let mut components = 3u8;
-    let mut i = 2;
-    while i + 4 <= b.len() {
-        if b[i] != 0xFF {
-            i += 1;
-            continue;
-        }
-        let marker = b[i + 1];
-        match marker {
-            0xFF => {
-                i += 1;
-                continue;
-            }
-            0x01 | 0xD0..=0xD8 => {
-                i += 2;
-                continue;
-            }
-            0xD9 | 0xDA => break,
-            _ => {}
-        }
-        let len = u16::from_be_bytes([b[i + 2], b[i + 3]]) as usize;
-        let data = &b[(i + 4).min(b.len())..(i + 2 + len.max(2)).min(b.len())];
+    for seg in jpeg_header_segments(b) {
+        let (marker, at, data) = (seg.marker, seg.data_at, seg.data);
         match marker {
             0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) => {
                 if let Some(&n) = data.get(5) {
@@ -214,14 +246,13 @@ fn jpeg_app14_as_libjpeg(b: &[u8]) -> std::borrow::Cow<'_, [u8]> {
             }
             0xEE if data.starts_with(b"Adobe") => {
                 if data.len() < 12 {
-                    patch.push((i + 4, b'_'));
+                    patch.push((at, b'_'));
                 } else if data[11] > 2 {
-                    patch.push((i + 4 + 11, 0xFF)); // fixed up once the SOF is known
+                    patch.push((at + 11, 0xFF)); // fixed up once the SOF is known
                 }
             }
             _ => {}
         }
-        i += 2 + len.max(2);
     }
     if patch.is_empty() {
         return std::borrow::Cow::Borrowed(b);

@@ -50,30 +50,12 @@ pub(super) fn orientation(bytes: &[u8], format: ImageFormat) -> u8 {
 
 fn jpeg_meta(b: &[u8]) -> Meta {
     let mut meta = Meta::default();
-    let mut i = 2;
-    while i + 4 <= b.len() {
-        if b[i] != 0xFF {
-            i += 1;
-            continue;
-        }
-        let marker = b[i + 1];
-        match marker {
-            0xFF => {
-                i += 1;
-                continue;
-            }
-            0xD8 | 0x01 | 0xD0..=0xD7 => {
-                i += 2;
-                continue;
-            }
-            0xD9 | 0xDA => break,
-            _ => {}
-        }
-        let len = u16::from_be_bytes([b[i + 2], b[i + 3]]) as usize;
-        let Some(s) = b.get(i + 4..i + 2 + len.max(2)) else {
+    for seg in super::decode::jpeg_header_segments(b) {
+        if !seg.complete {
             break;
-        };
-        if marker == 0xE1 {
+        }
+        let s = seg.data;
+        if seg.marker == 0xE1 {
             if s.starts_with(b"Exif\0\0") {
                 match &mut meta.exif {
                     Some(e) => e.extend_from_slice(&s[6..]),
@@ -83,7 +65,6 @@ fn jpeg_meta(b: &[u8]) -> Meta {
                 meta.xmp = Some(x.to_vec());
             }
         }
-        i += 2 + len.max(2);
     }
     meta
 }
