@@ -161,10 +161,8 @@ impl EmbedCache {
     /// Appends new vectors (durably enough: flushed, not fsynced; a lost tail is re-embedded).
     pub(crate) fn insert(&mut self, entries: &[(u128, &[f32])]) -> Result<()> {
         let record = 16 + 4 * self.dim + 8;
+        // `open` leaves the header in place (and in `data`), so records follow it directly
         let mut buf = Vec::with_capacity(entries.len() * record);
-        if self.data.is_empty() {
-            buf.extend_from_slice(&header(self.dim));
-        }
         for (key, v) in entries {
             if self.index.contains_key(key) || v.len() != self.dim {
                 continue;
