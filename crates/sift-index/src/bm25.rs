@@ -326,7 +326,45 @@ pub struct Scratch {
     /// Global document number -> its length term for `norms_for`: k1 (1 - b + b len / avgdl)
     /// for the reference scoring, Lucene's cached inverse of it for Lucene's.
     norms: Vec<f32>,
-    norms_for: Option<(u32, u32, Bm25Scoring)>,
+    norms_for: Option<(u32, u32, Bm25Scoring, u64)>,
+}
+
+/// The collection statistics BM25 scores with: those of one domain, or of several domains
+/// summed ([`Bm25Stats::add`]), so that passages of different domains are scored as if they
+/// were in one index and their scores compare. Made for one query: it holds the document
+/// frequencies of that query's terms only ([`Bm25Domain::query_stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bm25Stats {
+    /// Passages.
+    pub passages: u64,
+    /// Passages with at least one term (Lucene's `docCount`).
+    pub nonempty: u64,
+    /// Terms of every passage together.
+    pub total_terms: u64,
+    /// Document frequency of each of the query's (analysed) terms.
+    pub doc_freqs: BTreeMap<String, u64>,
+}
+
+impl Bm25Stats {
+    /// Adds another collection's statistics (of the same query, analysed the same way).
+    pub fn add(&mut self, other: &Bm25Stats) {
+        self.passages += other.passages;
+        self.nonempty += other.nonempty;
+        self.total_terms += other.total_terms;
+        for (t, df) in &other.doc_freqs {
+            *self.doc_freqs.entry(t.clone()).or_insert(0) += df;
+        }
+    }
+
+    /// Average passage length over every passage (the reference scoring's avgdl), as bits
+    /// of the f64 (a cache key).
+    fn avgdl(&self, scoring: Bm25Scoring) -> f64 {
+        let n = match scoring {
+            Bm25Scoring::Reference => self.passages,
+            Bm25Scoring::Lucene => self.nonempty,
+        };
+        self.total_terms as f64 / n.max(1) as f64
+    }
 }
 
 impl Bm25Domain {
@@ -521,15 +559,20 @@ impl Bm25Domain {
     }
 
     /// Fills `scratch.norms` for `params` unless it holds them already.
-    fn prepare_norms(&self, scratch: &mut Scratch, params: &Bm25Params) {
-        let key = (params.k1.to_bits(), params.b.to_bits(), params.scoring);
+    fn prepare_norms(&self, scratch: &mut Scratch, params: &Bm25Params, stats: &Bm25Stats) {
+        let avgdl = stats.avgdl(params.scoring);
+        let key = (
+            params.k1.to_bits(),
+            params.b.to_bits(),
+            params.scoring,
+            avgdl.to_bits(),
+        );
         if scratch.norms_for == Some(key) {
             return;
         }
         let (k1, b) = (params.k1, params.b);
         scratch.norms = match params.scoring {
             Bm25Scoring::Reference => {
-                let avgdl = self.total_terms as f64 / self.ids.len().max(1) as f64;
                 let (k1, b) = (k1 as f64, b as f64);
                 self.lens
                     .iter()
@@ -539,7 +582,7 @@ impl Bm25Domain {
             Bm25Scoring::Lucene => {
                 // BM25Similarity: avgdl = (float) (sumTotalTermFreq / (double) docCount);
                 // cache[i] = 1f / (k1 * ((1 - b) + b * LENGTH_TABLE[i] / avgdl)), in float
-                let avgdl = (self.total_terms as f64 / self.nonempty.max(1) as f64) as f32;
+                let avgdl = avgdl as f32;
                 let mut cache = [0f32; 256];
                 for (i, c) in cache.iter_mut().enumerate() {
                     let len = byte4_to_length(i as u8) as f32;
@@ -565,8 +608,23 @@ impl Bm25Domain {
         params: &Bm25Params,
         exclude: &[u32],
     ) -> Result<Vec<Hit>> {
+        self.search_with(scratch, query, k, params, exclude, None)
+    }
+
+    /// [`Bm25Domain::search`] scored with the statistics `stats` (`None`: this domain's):
+    /// with several domains' statistics summed, every domain's scores are those one index
+    /// over all of them would give.
+    pub fn search_with(
+        &self,
+        scratch: &mut Scratch,
+        query: &str,
+        k: usize,
+        params: &Bm25Params,
+        exclude: &[u32],
+        stats: Option<&Bm25Stats>,
+    ) -> Result<Vec<Hit>> {
         let mut keys = crate::readonly::guard(&self.path, || {
-            self.score_unguarded(scratch, query, params, exclude)
+            self.score_unguarded(scratch, query, params, exclude, stats)
         })?;
         // the k largest (score, id rank) keys: trec_eval's order, integers only
         if k < keys.len() {
@@ -597,28 +655,80 @@ impl Bm25Domain {
         query: &str,
         params: &Bm25Params,
     ) -> Result<Vec<Hit>> {
+        self.matching_with(scratch, query, params, None)
+    }
+
+    /// [`Bm25Domain::matching`] scored with the statistics `stats` (`None`: this domain's).
+    pub fn matching_with(
+        &self,
+        scratch: &mut Scratch,
+        query: &str,
+        params: &Bm25Params,
+        stats: Option<&Bm25Stats>,
+    ) -> Result<Vec<Hit>> {
         let keys = crate::readonly::guard(&self.path, || {
-            self.score_unguarded(scratch, query, params, &[])
+            self.score_unguarded(scratch, query, params, &[], stats)
         })?;
         Ok(keys.into_iter().map(|key| self.hit(key)).collect())
     }
 
-    /// The query's terms with their frequencies and document frequencies (terms the corpus
-    /// does not have are left out), in term order.
-    fn query_terms(&self, scratch: &mut Scratch, query: &str) -> Result<Vec<(Term, u32, u64)>> {
+    /// This domain's statistics for `query`: its passage and term counts and the document
+    /// frequency here of each of the query's terms (0 for terms it lacks). Sum those of
+    /// several domains ([`Bm25Stats::add`]) to score them as one collection
+    /// ([`Bm25Domain::search_with`]).
+    pub fn query_stats(&self, scratch: &mut Scratch, query: &str) -> Result<Bm25Stats> {
+        let mut doc_freqs = BTreeMap::new();
+        for text in Self::analysed(scratch, query).into_keys() {
+            let df = self.doc_freq(&text)?;
+            doc_freqs.insert(text, df);
+        }
+        Ok(Bm25Stats {
+            doc_freqs,
+            ..self.stats()
+        })
+    }
+
+    /// This domain's collection statistics, without term frequencies.
+    fn stats(&self) -> Bm25Stats {
+        Bm25Stats {
+            passages: self.ids.len() as u64,
+            nonempty: self.nonempty,
+            total_terms: self.total_terms,
+            doc_freqs: BTreeMap::new(),
+        }
+    }
+
+    fn doc_freq(&self, text: &str) -> Result<u64> {
+        self.searcher
+            .doc_freq(&Term::from_field_text(self.body, text))
+            .map_err(|e| Error::tantivy(&self.path, e))
+    }
+
+    /// The query's analysed terms with their frequencies, in term order.
+    fn analysed(scratch: &mut Scratch, query: &str) -> BTreeMap<String, u32> {
         let mut qtf: BTreeMap<String, u32> = BTreeMap::new();
         scratch
             .analyzer
             .for_each_term(query, |t| *qtf.entry(t.to_string()).or_insert(0) += 1);
+        qtf
+    }
+
+    /// The query's terms the collection has, with their frequencies in the query, their
+    /// document frequencies in the collection (`stats`; this domain's when they do not
+    /// name the term) and in this domain, in term order.
+    fn query_terms(
+        &self,
+        scratch: &mut Scratch,
+        query: &str,
+        stats: &Bm25Stats,
+    ) -> Result<Vec<(Term, u32, u64, u64)>> {
+        let qtf = Self::analysed(scratch, query);
         let mut out = Vec::with_capacity(qtf.len());
         for (text, tf) in qtf {
-            let term = Term::from_field_text(self.body, &text);
-            let df = self
-                .searcher
-                .doc_freq(&term)
-                .map_err(|e| Error::tantivy(&self.path, e))?;
+            let local = self.doc_freq(&text)?;
+            let df = stats.doc_freqs.get(&text).copied().unwrap_or(0).max(local);
             if df > 0 {
-                out.push((term, tf, df));
+                out.push((Term::from_field_text(self.body, &text), tf, df, local));
             }
         }
         Ok(out)
@@ -630,36 +740,48 @@ impl Bm25Domain {
         query: &str,
         params: &Bm25Params,
         exclude: &[u32],
+        stats: Option<&Bm25Stats>,
     ) -> Result<Vec<u64>> {
-        let terms = self.query_terms(scratch, query)?;
+        let own;
+        let stats = match stats {
+            Some(s) => s,
+            None => {
+                own = self.stats();
+                &own
+            }
+        };
+        let terms = self.query_terms(scratch, query, stats)?;
         // Postings of the query's terms that cover a good part of the domain are summed
         // without tracking which documents they touch (a branch per posting); the whole
         // accumulator is scanned afterwards instead.
-        let postings: u64 = terms.iter().map(|t| t.2).sum();
+        let postings: u64 = terms.iter().map(|t| t.3).sum();
         let dense = postings.saturating_mul(4) > self.ids.len() as u64;
-        self.prepare_norms(scratch, params);
+        self.prepare_norms(scratch, params, stats);
         let (k1, b) = (params.k1 as f64, params.b as f64);
         // the reference weights the query like a passage: its length counts the known terms
         let qlen: u32 = terms.iter().map(|t| t.1).sum();
-        let avgdl = self.total_terms as f64 / self.ids.len().max(1) as f64;
+        let avgdl = stats.avgdl(Bm25Scoring::Reference);
         let Scratch {
             acc,
             touched,
             norms,
             ..
         } = scratch;
-        for (term, tf_q, df) in &terms {
+        for (term, tf_q, df, here) in &terms {
+            if *here == 0 {
+                continue;
+            }
             let (tf_q, df) = (*tf_q as f64, *df as f64);
             let weight = match params.scoring {
                 Bm25Scoring::Reference => {
-                    let n = self.ids.len() as f64;
+                    let n = stats.passages as f64;
                     let idf = (n + 1.0).ln() - (df + 0.5).ln();
                     let query_side = idf * tf_q / (tf_q + k1 * (1.0 - b + b * qlen as f64 / avgdl));
                     // the passage side's idf folded in
                     (query_side * idf) as f32
                 }
                 Bm25Scoring::Lucene => {
-                    let n = self.nonempty as f64;
+                    let n = stats.nonempty as f64;
                     let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln() as f32;
                     tf_q as f32 * idf
                 }

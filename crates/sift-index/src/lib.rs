@@ -50,7 +50,7 @@ mod readonly;
 mod source;
 
 pub use analyzer::{Analyzer, AnalyzerConfig, AnalyzerPreset, Stemming, StopWords, TokenizerKind};
-pub use bm25::{Bm25Domain, Bm25Params, Bm25Scoring, Hit, Scratch};
+pub use bm25::{Bm25Domain, Bm25Params, Bm25Scoring, Bm25Stats, Hit, Scratch};
 pub use build::BuildOptions;
 pub use dense::{
     AnnMode, DenseDomain, DenseMeta, HnswParams, VectorDtype, dot, write as write_dense,

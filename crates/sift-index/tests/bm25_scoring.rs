@@ -280,3 +280,98 @@ fn ties_at_the_cut_off_go_to_the_larger_ids() {
         }
     }
 }
+
+/// Several domains scored with their statistics summed rank and score every passage as one
+/// index over all of them does: the same scores, bit for bit, both scorings.
+#[test]
+fn summed_statistics_score_domains_as_one_index() {
+    let corpus = sample();
+    let domains = ["biology", "gis", "physics"];
+    let mut source = sift_index::MemorySource::default();
+    let mut queries = Vec::new();
+    for d in domains {
+        for p in corpus.passages(d).unwrap() {
+            let p = p.unwrap();
+            source.add(d, p.id.clone(), p.text.clone());
+            source.add("all", p.id, p.text);
+        }
+        let mut w = sift_core::Warnings::new();
+        queries.extend(
+            corpus
+                .examples(d, false, &mut w)
+                .unwrap()
+                .into_iter()
+                .take(4)
+                .map(|e| e.query),
+        );
+    }
+    queries.push("photosynthesis projection gravity".into());
+    queries.push("a word no passage has: zzyzx".into());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut names: Vec<String> = domains.iter().map(|d| d.to_string()).collect();
+    names.push("all".into());
+    let index = IndexDir::build(
+        tmp.path().join("i"),
+        &source,
+        &names,
+        &BuildOptions::default(),
+        &[],
+        &NoProgress,
+    )
+    .unwrap();
+    let all = index.bm25("all").unwrap();
+    let parts: Vec<_> = domains.iter().map(|d| index.bm25(d).unwrap()).collect();
+    let mut all_scratch = all.scratch();
+    let mut scratches: Vec<_> = parts.iter().map(|b| b.scratch()).collect();
+    let mut compared = 0;
+    for scoring in [Bm25Scoring::Reference, Bm25Scoring::Lucene] {
+        let params = Bm25Params {
+            scoring,
+            ..Bm25Params::default()
+        };
+        for q in &queries {
+            let mut stats = sift_index::Bm25Stats::default();
+            for (b, s) in parts.iter().zip(scratches.iter_mut()) {
+                stats.add(&b.query_stats(s, q).unwrap());
+            }
+            let want: HashMap<String, f32> = all
+                .matching(&mut all_scratch, q, &params)
+                .unwrap()
+                .into_iter()
+                .map(|h| (all.id(h.ord).to_string(), h.score))
+                .collect();
+            let mut got = HashMap::new();
+            for (b, s) in parts.iter().zip(scratches.iter_mut()) {
+                for h in b.matching_with(s, q, &params, Some(&stats)).unwrap() {
+                    got.insert(b.id(h.ord).to_string(), h.score);
+                }
+                // the best k of a domain are the best k of that domain's passages in one index
+                let top = b.search_with(s, q, 5, &params, &[], Some(&stats)).unwrap();
+                let mut own: Vec<(f32, &str)> = want
+                    .iter()
+                    .filter(|(id, _)| b.ord(id).is_some())
+                    .map(|(id, &s)| (s, id.as_str()))
+                    .collect();
+                own.sort_by(|x, y| y.0.total_cmp(&x.0).then(y.1.cmp(x.1)));
+                let top: Vec<&str> = top.iter().map(|h| b.id(h.ord)).collect();
+                let own: Vec<&str> = own.iter().take(5).map(|x| x.1).collect();
+                assert_eq!(top, own, "{q:?} {scoring:?}");
+            }
+            assert_eq!(got.len(), want.len(), "{q:?} {scoring:?}");
+            for (id, s) in &want {
+                assert_eq!(got[id].to_bits(), s.to_bits(), "{id} {q:?} {scoring:?}");
+                compared += 1;
+            }
+            // the domain's own statistics give other scores: the sum is what makes them one
+            if let Some(h) = parts[0]
+                .matching(&mut scratches[0], q, &params)
+                .unwrap()
+                .first()
+            {
+                let id = parts[0].id(h.ord);
+                assert_ne!(want[id].to_bits(), h.score.to_bits(), "{id} {q:?}");
+            }
+        }
+    }
+    assert!(compared > 200, "{compared} scores compared");
+}
