@@ -58,6 +58,7 @@ pub use query::{
     reference_rule,
 };
 pub use searcher::{
-    AUTO_EXACT_MAX, Ann, Candidates, DomainSearcher, PairStandIns, Query, SearchSettings, fuse,
+    AUTO_EXACT_MAX, Ann, Candidates, DomainPart, DomainSearcher, PairStandIns, PairTable, Query,
+    SearchSettings, fuse, search_domains,
 };
 pub use spec::{RRF_K, RankFusion, RetrieverSpec};

@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use rayon::prelude::*;
 use sift_eval::{NO_IMAGE, PAIR_SEP, Pairs, RunEntry, trec_score_key};
-use sift_index::{AnnMode, Bm25Domain, Bm25Params, DenseDomain, IndexDir, Scratch, dot};
+use sift_index::{AnnMode, Bm25Domain, Bm25Params, Bm25Stats, DenseDomain, IndexDir, Scratch, dot};
 
 use crate::fusion;
 use crate::models::ModelSet;
@@ -102,6 +102,9 @@ pub struct Query<'q> {
     pub text: &'q str,
     /// The vectors of every dense index ([`crate::encode_queries`]).
     pub vectors: &'q QueryVectors,
+    /// The collection statistics BM25 scores with (`None`: the searched domain's); several
+    /// domains' summed make their scores comparable ([`search_domains`] does this).
+    pub bm25: Option<&'q Bm25Stats>,
 }
 
 impl Query<'_> {
@@ -242,6 +245,45 @@ impl DomainSearcher {
         settings: &SearchSettings,
         scratch: &mut Option<Scratch>,
     ) -> Result<Vec<RunEntry>> {
+        self.search_with_table(
+            retriever, candidates, None, query, exclude, settings, scratch,
+        )
+    }
+
+    /// What ranking `candidates` needs that does not depend on the query, made once for
+    /// every search of them ([`DomainSearcher::search_with_table`]): for Task 4 pairs, each
+    /// pair's image ordinals and passage-image cosines per model (a pass over every pair);
+    /// `None` for passages and images, which need nothing.
+    pub fn pair_table<'v>(&self, candidates: &Candidates<'v>) -> Result<Option<PairTable<'v>>> {
+        match candidates {
+            Candidates::Pairs {
+                pairs,
+                images,
+                stand_ins,
+                vectors,
+            } => Ok(Some(PairTable {
+                geometry: self.pair_geometry(pairs, images, stand_ins, vectors)?,
+                pairs: pairs.pairs.len(),
+                images: images.len(),
+                domain: self.domain.clone(),
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    /// [`DomainSearcher::search`] with the table [`DomainSearcher::pair_table`] made of the
+    /// same `candidates` by this searcher (`None`: made here, for this search only).
+    #[allow(clippy::too_many_arguments)]
+    pub fn search_with_table(
+        &self,
+        retriever: &RetrieverSpec,
+        candidates: &Candidates<'_>,
+        table: Option<&PairTable<'_>>,
+        query: &Query<'_>,
+        exclude: &[String],
+        settings: &SearchSettings,
+        scratch: &mut Option<Scratch>,
+    ) -> Result<Vec<RunEntry>> {
         match candidates {
             Candidates::Passages => {
                 let exclude: Vec<u32> = exclude
@@ -261,9 +303,31 @@ impl DomainSearcher {
                 vectors,
             } => {
                 let exclude: HashSet<&str> = exclude.iter().map(String::as_str).collect();
-                let geometry = self.pair_geometry(pairs, images, stand_ins, vectors)?;
+                let own;
+                let geometry = match table {
+                    Some(t) => {
+                        if t.pairs != pairs.pairs.len()
+                            || t.images != images.len()
+                            || t.domain != self.domain
+                        {
+                            return Err(Error::Unsupported(format!(
+                                "the pair table was made for {} pairs of domain {}, not these {} \
+                                 of {}",
+                                t.pairs,
+                                t.domain,
+                                pairs.pairs.len(),
+                                self.domain
+                            )));
+                        }
+                        &t.geometry
+                    }
+                    None => {
+                        own = self.pair_geometry(pairs, images, stand_ins, vectors)?;
+                        &own
+                    }
+                };
                 self.rank_pairs(
-                    retriever, scratch, query, &exclude, settings, pairs, images, &geometry,
+                    retriever, scratch, query, &exclude, settings, pairs, images, geometry,
                 )
             }
         }
@@ -302,6 +366,7 @@ impl DomainSearcher {
                         index: i,
                         text: &q.query,
                         vectors,
+                        bm25: None,
                     };
                     let excluded = exclusions(&q.id);
                     let ranking = match (candidates, &geometry) {
@@ -363,7 +428,14 @@ impl DomainSearcher {
             RetrieverSpec::Bm25 => {
                 let bm25 = self.bm25()?;
                 let scratch = scratch.get_or_insert_with(|| bm25.scratch());
-                entries(bm25.search(scratch, q.text, settings.top_k, &settings.bm25, exclude)?)
+                entries(bm25.search_with(
+                    scratch,
+                    q.text,
+                    settings.top_k,
+                    &settings.bm25,
+                    exclude,
+                    q.bm25,
+                )?)
             }
             RetrieverSpec::Dense(name) => {
                 let dense = self.dense(name)?;
@@ -505,7 +577,7 @@ impl DomainSearcher {
             RetrieverSpec::Bm25 => {
                 let bm25 = self.bm25()?;
                 let scratch = scratch.get_or_insert_with(|| bm25.scratch());
-                let hits = bm25.matching(scratch, q.text, &settings.bm25)?;
+                let hits = bm25.matching_with(scratch, q.text, &settings.bm25, q.bm25)?;
                 let mut by_ord = vec![f32::NAN; n];
                 for h in hits {
                     by_ord[h.ord as usize] = h.score;
@@ -648,6 +720,16 @@ fn uses_bm25(retriever: &RetrieverSpec) -> bool {
     }
 }
 
+/// What ranking one domain's Task 4 pairs needs that no query changes
+/// ([`DomainSearcher::pair_table`]): made once, it serves every search of those pairs.
+pub struct PairTable<'v> {
+    geometry: PairGeometry<'v>,
+    /// What it was made for (checked at each use).
+    pairs: usize,
+    images: usize,
+    domain: String,
+}
+
 /// Pair geometry per model with an image index: image ordinals of the corpus images, pair
 /// cosines.
 #[derive(Default)]
@@ -713,4 +795,135 @@ mod tests {
             }
         }
     }
+}
+
+/// One domain's share of a search over several ([`search_domains`]).
+pub struct DomainPart<'a> {
+    /// The domain, opened for the retriever.
+    pub searcher: &'a DomainSearcher,
+    /// Its candidates.
+    pub candidates: Candidates<'a>,
+    /// Its pair table, when the candidates are pairs ([`DomainSearcher::pair_table`]).
+    pub table: Option<&'a PairTable<'a>>,
+    /// Candidates of this domain to leave out.
+    pub exclude: &'a [String],
+}
+
+/// Searches several domains as one collection: the best `settings.top_k` candidates of all
+/// of them, best first (trec_eval's order: score descending, then id descending; equal ids
+/// of different domains by domain position), each with the position in `parts` of its
+/// domain. `scratches` holds one per part.
+///
+/// The scores compare across domains as they do within one: a dense index's are cosines
+/// of one model; BM25 scores every domain with the statistics of all of them summed
+/// (passages, lengths, document frequencies: [`Bm25Stats`]), which are exactly the scores one
+/// index over every domain would give; a hybrid retriever fuses its parts' merged rankings,
+/// as it fuses one domain's. So the result is what searching the union of the domains
+/// gives, up to HNSW's approximation where a domain is searched with it.
+pub fn search_domains(
+    parts: &[DomainPart<'_>],
+    retriever: &RetrieverSpec,
+    text: &str,
+    vectors: &QueryVectors,
+    settings: &SearchSettings,
+    scratches: &mut [Option<Scratch>],
+) -> Result<Vec<(usize, RunEntry)>> {
+    if scratches.len() != parts.len() {
+        return Err(Error::Unsupported(format!(
+            "{} scratches for {} domains",
+            scratches.len(),
+            parts.len()
+        )));
+    }
+    let stats = if uses_bm25(retriever) {
+        let mut sum = Bm25Stats::default();
+        for (part, scratch) in parts.iter().zip(scratches.iter_mut()) {
+            let bm25 = part.searcher.bm25()?;
+            let scratch = scratch.get_or_insert_with(|| bm25.scratch());
+            sum.add(&bm25.query_stats(scratch, text)?);
+        }
+        Some(sum)
+    } else {
+        None
+    };
+    let query = Query {
+        index: 0,
+        text,
+        vectors,
+        bm25: stats.as_ref(),
+    };
+    merged(parts, retriever, &query, settings, scratches)
+}
+
+fn merged(
+    parts: &[DomainPart<'_>],
+    retriever: &RetrieverSpec,
+    query: &Query<'_>,
+    settings: &SearchSettings,
+    scratches: &mut [Option<Scratch>],
+) -> Result<Vec<(usize, RunEntry)>> {
+    let order = |a: &(usize, RunEntry), b: &(usize, RunEntry)| {
+        sift_eval::trec_order(&a.1, &b.1).then(a.0.cmp(&b.0))
+    };
+    let mut all: Vec<(usize, RunEntry)> = match retriever {
+        RetrieverSpec::Hybrid {
+            parts: specs,
+            fusion,
+        } => {
+            // each part ranked over every domain, then fused as one domain's are; documents
+            // are told apart by domain while fusing
+            let tag = |d: usize, doc: &str| format!("{d}\u{0}{doc}");
+            let lists = specs
+                .iter()
+                .map(|spec| {
+                    Ok(merged(parts, spec, query, settings, scratches)?
+                        .into_iter()
+                        .map(|(d, e)| RunEntry {
+                            doc: tag(d, &e.doc),
+                            score: e.score,
+                        })
+                        .collect())
+                })
+                .collect::<Result<Vec<Vec<RunEntry>>>>()?;
+            fuse(&lists, fusion, usize::MAX)
+                .into_iter()
+                .filter_map(|e| {
+                    let (d, doc) = e.doc.split_once('\u{0}')?;
+                    Some((
+                        d.parse().ok()?,
+                        RunEntry {
+                            doc: doc.to_string(),
+                            score: e.score,
+                        },
+                    ))
+                })
+                .collect()
+        }
+        _ => {
+            let mut all = Vec::new();
+            for (d, (part, scratch)) in parts.iter().zip(scratches.iter_mut()).enumerate() {
+                let hits = part.searcher.search_with_table(
+                    retriever,
+                    &part.candidates,
+                    part.table,
+                    query,
+                    part.exclude,
+                    settings,
+                    scratch,
+                )?;
+                all.extend(hits.into_iter().map(|e| (d, e)));
+            }
+            all
+        }
+    };
+    let k = settings.top_k;
+    if k < all.len() {
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        all.select_nth_unstable_by(k - 1, order);
+        all.truncate(k);
+    }
+    all.sort_by(order);
+    Ok(all)
 }

@@ -142,6 +142,7 @@ fn reference_task4_pairs_are_embedded_as_the_reference_code_embeds_them() {
         index: 0,
         text: "map projection distortion",
         vectors: &vectors,
+        bm25: None,
     };
     let settings = SearchSettings::default();
     let rank = |stand_ins: &PairStandIns| {
@@ -265,6 +266,7 @@ fn reference_task4_pairs_are_embedded_as_the_reference_code_embeds_them() {
         index: 0,
         text: "map projection distortion",
         vectors: &vectors,
+        bm25: None,
     };
     let pair_vectors: sift_retrieve::PairVectors =
         [("tiny-clip-quickgelu".to_string(), pv.clone())].into();

@@ -272,6 +272,7 @@ pub fn run(a: Args) -> Result<()> {
             index: 0,
             text: &example.query,
             vectors: &vectors,
+            bm25: None,
         },
         &[],
         &settings,
