@@ -250,25 +250,23 @@ impl DomainSearcher {
         )
     }
 
-    /// What ranking `candidates` needs that does not depend on the query, made once for
-    /// every search of them ([`DomainSearcher::search_with_table`]): for Task 4 pairs, each
-    /// pair's image ordinals and passage-image cosines per model (a pass over every pair);
-    /// `None` for passages and images, which need nothing.
-    pub fn pair_table<'v>(&self, candidates: &Candidates<'v>) -> Result<Option<PairTable<'v>>> {
-        match candidates {
-            Candidates::Pairs {
-                pairs,
-                images,
-                stand_ins,
-                vectors,
-            } => Ok(Some(PairTable {
-                geometry: self.pair_geometry(pairs, images, stand_ins, vectors)?,
-                pairs: pairs.pairs.len(),
-                images: images.len(),
-                domain: self.domain.clone(),
-            })),
-            _ => Ok(None),
-        }
+    /// What ranking Task 4 pairs needs that does not depend on the query, made once for
+    /// every search of them ([`DomainSearcher::search_with_table`]): each pair's image
+    /// ordinals and passage-image cosines per model, a pass over every pair. The arguments
+    /// are those of [`Candidates::Pairs`].
+    pub fn pair_table<'v>(
+        &self,
+        pairs: &Pairs,
+        images: &[String],
+        stand_ins: &PairStandIns,
+        vectors: &'v crate::PairVectors,
+    ) -> Result<PairTable<'v>> {
+        Ok(PairTable {
+            geometry: self.pair_geometry(pairs, images, stand_ins, vectors)?,
+            pairs: pairs.pairs.len(),
+            images: images.len(),
+            domain: self.domain.clone(),
+        })
     }
 
     /// [`DomainSearcher::search`] with the table [`DomainSearcher::pair_table`] made of the

@@ -63,7 +63,7 @@ pub struct ImageInput {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UploadQuery {
-    /// Domain (required when the index has several).
+    /// Domain (default: every domain served).
     #[serde(default)]
     pub domain: Option<String>,
     /// What to rank: images (default), passages or pairs.
@@ -86,7 +86,7 @@ pub struct UploadQuery {
     pub max_text_chars: Option<usize>,
 }
 
-/// A search over one domain.
+/// A search over one domain, or every domain the service serves.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
@@ -100,7 +100,9 @@ pub struct SearchRequest {
     /// that can rank the candidates asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retriever: Option<String>,
-    /// Domain; required when the index has several (`index_name` as pyserini calls it).
+    /// Domain (`index_name` as pyserini calls it); without it, every domain the service
+    /// serves is searched and the hits merged into one ranking, scored as one index over all
+    /// of them would score them (see the README).
     #[serde(default, alias = "index_name", skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
     /// Number of results (1 to the service's limit, 1000 unless it says otherwise; `k` as
@@ -126,6 +128,8 @@ pub struct Hit {
     pub rank: usize,
     /// Candidate id: a passage id, a corpus image id, or a pair id (`passage|image`).
     pub id: String,
+    /// The domain holding it.
+    pub domain: String,
     /// Retrieval score (higher is better).
     pub score: f64,
     /// The passage of a passage or pair result.
@@ -139,7 +143,11 @@ pub struct Hit {
     /// The passage text, cut to `max_text_chars` (when the service has the corpus).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
-    /// Where the service serves the passage (path).
+    /// Where the service serves the readable page of the hit (path): its passage's page
+    /// with the page's images, or an image's page (HTML; Markdown or text on request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page_url: Option<String>,
+    /// Where the service serves the passage as JSON (path).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub passage_url: Option<String>,
     /// Where the service serves the image (path).
@@ -150,8 +158,11 @@ pub struct Hit {
 /// The results of a search.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SearchResponse {
-    /// Domain searched.
-    pub domain: String,
+    /// The domain searched, when the request named one (or only one is served).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// Every domain searched.
+    pub domains: Vec<String>,
     /// Retriever used.
     pub retriever: String,
     /// What was ranked.
@@ -351,7 +362,7 @@ pub struct LocalSearchRequest {
     /// Cut each text to this many characters.
     #[serde(default = "default_local_chars")]
     pub max_text_chars: usize,
-    /// Domain (required when the index has several).
+    /// Domain (default: every domain served).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
     /// Retriever (default: the first served that fits).
@@ -391,31 +402,90 @@ pub struct LocalResponse {
     pub results: Vec<LocalResult>,
 }
 
-/// Serper's `POST /search` and `POST /images` body.
+/// A count given as a JSON number or as a string of digits (query strings hold strings;
+/// some clients send `"num": "10"`).
+fn lenient_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Count {
+        Number(usize),
+        Text(String),
+    }
+    match Count::deserialize(d)? {
+        Count::Number(n) => Ok(n),
+        Count::Text(t) => t
+            .trim()
+            .parse()
+            .map_err(|_| serde::de::Error::custom(format!("{t:?} is not a whole number"))),
+    }
+}
+
+fn first_page() -> usize {
+    1
+}
+
+/// Serper's query of `/search`, `/images`, `/videos` and `/news`: the JSON body of a POST
+/// (or each element of a JSON array of them, Serper's batch form), or a GET's query string.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SerperQuery {
     /// Query text.
     pub q: String,
-    /// Number of results (Serper's default 10).
-    #[serde(default = "default_top_k")]
+    /// Results per page (Serper's default 10).
+    #[serde(default = "default_top_k", deserialize_with = "lenient_count")]
     #[schemars(range(min = 1, max = 1000))]
     pub num: usize,
-    /// Ignored (Serper's country, language, location and paging fields are accepted).
+    /// 1-based page of `num` results.
+    #[serde(default = "first_page", deserialize_with = "lenient_count")]
+    #[schemars(range(min = 1))]
+    pub page: usize,
+    /// Country (accepted and echoed; the index has no countries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gl: Option<serde_json::Value>,
+    /// Language (accepted and echoed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hl: Option<serde_json::Value>,
+    /// Location (accepted and echoed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<serde_json::Value>,
+    /// Time filter, `qdr:d` or `cdr:1,cd_min:...` (accepted and echoed; passages have no
+    /// dates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tbs: Option<serde_json::Value>,
+    /// Sift's: the domain to search (default: every domain served).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// Parameters some harnesses nest (`{"country", "page"}`): a `page` here pages as
+    /// `page` does.
+    #[serde(
+        default,
+        rename = "extendParams",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub extend_params: Option<serde_json::Value>,
+    /// Anything else (`autocorrect`, `type`, `api_key`, ...): accepted and ignored.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
 }
 
-/// Serper's `POST /lens` body: an image URL, which here is a corpus image id, a data URL,
-/// or a link this service gave out (`.../v1/{domain}/image/{id}`).
+/// Serper's `/lens` query: an image URL, which here is a link this service gave out
+/// (`.../v1/{domain}/image/{id}`), a corpus image id, a `data:` URL or base64; other URLs
+/// are refused (nothing is fetched from outside).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SerperLens {
     /// The image.
     pub url: String,
-    /// Number of results.
-    #[serde(default = "default_top_k")]
+    /// Results per page.
+    #[serde(default = "default_top_k", deserialize_with = "lenient_count")]
     #[schemars(range(min = 1, max = 1000))]
     pub num: usize,
-    /// Ignored extra fields.
+    /// 1-based page of `num` results.
+    #[serde(default = "first_page", deserialize_with = "lenient_count")]
+    #[schemars(range(min = 1))]
+    pub page: usize,
+    /// Sift's: the domain to search (default: the link's, else every domain served).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// Anything else (`gl`, `hl`, `api_key`, ...): accepted and ignored.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
 }
@@ -424,28 +494,56 @@ pub struct SerperLens {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SerperParameters {
-    /// The query (or image URL).
-    pub q: String,
-    /// Kind of search.
+    /// The query (absent for `/lens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+    /// The image URL (`/lens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Kind of search: `search`, `images`, `lens`, `videos`, `news`.
     #[serde(rename = "type")]
     pub kind: String,
-    /// Results asked for.
+    /// Results per page.
     pub num: usize,
+    /// Page.
+    pub page: usize,
+    /// Echoed as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gl: Option<serde_json::Value>,
+    /// Echoed as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hl: Option<serde_json::Value>,
+    /// Echoed as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<serde_json::Value>,
+    /// Echoed as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tbs: Option<serde_json::Value>,
     /// Always `sift`.
     pub engine: String,
 }
 
-/// A Serper organic (web) result.
+/// A Serper organic result: a passage of `/search`, or a visual match of `/lens` (with its
+/// `imageUrl`).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct SerperOrganic {
-    /// Passage id.
+    /// Passage (or image) id.
     pub title: String,
-    /// The passage on this service.
+    /// Its readable page on this service (HTML; Markdown or text on request).
     pub link: String,
-    /// The passage text, cut.
+    /// The page's text, cut.
     pub snippet: String,
-    /// 1-based rank.
+    /// The domain (Serper's site name).
+    pub source: String,
+    /// 1-based rank, counted over every page.
     pub position: usize,
+    /// The image (`/lens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<String>,
+    /// The same (`/lens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thumbnail_url: Option<String>,
 }
 
 /// Serper's `/search` answer.
@@ -458,7 +556,7 @@ pub struct SerperSearchResponse {
     pub organic: Vec<SerperOrganic>,
 }
 
-/// A Serper image result (of `/images`, and a visual match of `/lens`).
+/// A Serper image result.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SerperImage {
@@ -468,11 +566,12 @@ pub struct SerperImage {
     pub image_url: String,
     /// The same (Serper's thumbnail).
     pub thumbnail_url: String,
-    /// The image's page: its first passage on this service, else the image.
+    /// The image's readable page: its page's first passage with its images, else the image
+    /// alone.
     pub link: String,
-    /// Always `sift`.
+    /// The domain (Serper's site name).
     pub source: String,
-    /// 1-based rank.
+    /// 1-based rank, counted over every page.
     pub position: usize,
 }
 
@@ -492,10 +591,162 @@ pub struct SerperImagesResponse {
 pub struct SerperLensResponse {
     /// The query.
     pub search_parameters: SerperParameters,
-    /// Similar corpus images (the shape of an image result).
-    pub visual_matches: Vec<SerperImage>,
-    /// Passages the image retrieves.
+    /// Corpus images like the given one, as Serper gives visual matches: `title`, `link`,
+    /// `imageUrl`, `thumbnailUrl`, `source`.
     pub organic: Vec<SerperOrganic>,
+}
+
+/// Serper's `/videos` answer: the index holds no videos.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SerperVideosResponse {
+    /// The query.
+    pub search_parameters: SerperParameters,
+    /// Always empty.
+    pub videos: Vec<serde_json::Value>,
+}
+
+/// Serper's `/news` answer: the index holds no news.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SerperNewsResponse {
+    /// The query.
+    pub search_parameters: SerperParameters,
+    /// Always empty.
+    pub news: Vec<serde_json::Value>,
+}
+
+/// SerpAPI's `search_metadata`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SerpApiMetadata {
+    /// Search id.
+    pub id: String,
+    /// `Success`.
+    pub status: String,
+    /// This search again, as a URL on this service.
+    pub json_endpoint: String,
+    /// When, `YYYY-MM-DD HH:MM:SS UTC`.
+    pub created_at: String,
+    /// The same.
+    pub processed_at: String,
+    /// Seconds the search took.
+    pub total_time_taken: f64,
+}
+
+/// SerpAPI's `search_information`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SerpApiInformation {
+    /// `Results for exact spelling`, or `Fully empty`.
+    pub organic_results_state: String,
+    /// The query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_displayed: Option<String>,
+    /// Results on this page.
+    pub total_results: usize,
+}
+
+/// One of SerpAPI's `organic_results`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SerpApiOrganic {
+    /// 1-based rank, counted from `start`.
+    pub position: usize,
+    /// Passage id.
+    pub title: String,
+    /// Its readable page.
+    pub link: String,
+    /// The link as shown (`host › domain › id`).
+    pub displayed_link: String,
+    /// The passage text, cut.
+    pub snippet: String,
+    /// The domain.
+    pub source: String,
+}
+
+/// One of SerpAPI's `images_results`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SerpApiImage {
+    /// 1-based rank.
+    pub position: usize,
+    /// Image id.
+    pub title: String,
+    /// The image on this service.
+    pub original: String,
+    /// The same.
+    pub thumbnail: String,
+    /// The image's readable page.
+    pub link: String,
+    /// The domain.
+    pub source: String,
+    /// Always false.
+    pub is_product: bool,
+}
+
+/// One of SerpAPI's `visual_matches` (`engine=google_lens`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SerpApiVisualMatch {
+    /// 1-based rank.
+    pub position: usize,
+    /// Image id.
+    pub title: String,
+    /// The image's readable page.
+    pub link: String,
+    /// The domain.
+    pub source: String,
+    /// The image on this service.
+    pub thumbnail: String,
+    /// The same.
+    pub image: String,
+}
+
+/// SerpAPI's answer to `GET /search` or `/search.json` (`engine=google`, `google_images`,
+/// `google_lens`). A failure is `{"error": "..."}` alone, with a 4xx or 5xx status; a search
+/// without results is a 200 whose `error` says so, as SerpAPI answers it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SerpApiResponse {
+    /// About the search.
+    pub search_metadata: SerpApiMetadata,
+    /// The parameters, as given (`api_key` left out).
+    pub search_parameters: BTreeMap<String, String>,
+    /// About the results.
+    pub search_information: SerpApiInformation,
+    /// `engine=google`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub organic_results: Option<Vec<SerpApiOrganic>>,
+    /// `engine=google_images`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images_results: Option<Vec<SerpApiImage>>,
+    /// `engine=google_lens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visual_matches: Option<Vec<SerpApiVisualMatch>>,
+    /// Set when there are no results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Jina Reader's JSON answer (`GET /r/{url}` with `Accept: application/json`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ReaderResponse {
+    /// 200.
+    pub code: u16,
+    /// 20000.
+    pub status: u32,
+    /// The page.
+    pub data: ReaderPage,
+}
+
+/// A page as Jina Reader gives it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ReaderPage {
+    /// Title.
+    pub title: String,
+    /// The first sentence of the text, cut.
+    pub description: String,
+    /// The URL read.
+    pub url: String,
+    /// The page as Markdown.
+    pub content: String,
+    /// The page's images: alt text -> URL.
+    pub images: BTreeMap<String, String>,
 }
 
 /// OpenAI's `POST /v1/embeddings` body.
@@ -596,7 +847,8 @@ pub struct ErrorBody {
 /// What went wrong.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorDetail {
-    /// Machine-readable kind: `invalid_request` (400), `forbidden` (403), `not_found`
+    /// Machine-readable kind: `invalid_request` (400), `unauthorized` (401), `forbidden`
+    /// (403), `not_found`
     /// (404), `method_not_allowed` (405), `not_acceptable` (406), `request_timeout` (408),
     /// `payload_too_large` (413), `uri_too_long` (414), `unsupported_media_type` (415),
     /// `headers_too_large` (431), `overloaded` (503), `timeout` (504), `internal` (500).

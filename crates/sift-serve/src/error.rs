@@ -42,6 +42,9 @@ impl From<sift_retrieve::Error> for Error {
 pub enum ErrorKind {
     /// 400: the request is wrong.
     InvalidRequest,
+    /// 401: the service wants an API key (`--api-key`) and the request has none, or
+    /// another.
+    Unauthorized,
     /// 403: refused (MCP over HTTP: a `Host` or `Origin` it does not serve).
     Forbidden,
     /// 404: no such route, domain, passage or image.
@@ -74,6 +77,7 @@ impl ErrorKind {
     pub fn status(self) -> u16 {
         match self {
             ErrorKind::InvalidRequest => 400,
+            ErrorKind::Unauthorized => 401,
             ErrorKind::Forbidden => 403,
             ErrorKind::NotFound => 404,
             ErrorKind::MethodNotAllowed => 405,
@@ -93,6 +97,7 @@ impl ErrorKind {
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::Forbidden => "forbidden",
             ErrorKind::NotFound => "not_found",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
@@ -111,8 +116,9 @@ impl ErrorKind {
     /// The kind of an HTTP error status; statuses without a kind of their own get their
     /// class's (4xx: [`ErrorKind::InvalidRequest`], 5xx: [`ErrorKind::Internal`]).
     pub fn from_status(status: u16) -> ErrorKind {
-        const ALL: [ErrorKind; 13] = [
+        const ALL: [ErrorKind; 14] = [
             ErrorKind::InvalidRequest,
+            ErrorKind::Unauthorized,
             ErrorKind::Forbidden,
             ErrorKind::NotFound,
             ErrorKind::MethodNotAllowed,

@@ -21,9 +21,10 @@ use tokio::sync::Semaphore;
 
 use crate::api::{
     EmbeddingsRequest, EvalRequest, FuseRequest, Health, LocalSearchRequest, SearchRequest,
-    SerperLens, SerperQuery,
+    SerperLens, SerperNewsResponse, SerperQuery, SerperVideosResponse,
 };
 use crate::error::{ApiError, ErrorKind};
+use crate::pages::{self, Format, Link};
 use crate::server::LONGEST;
 use crate::service::Service;
 use crate::shapes::{self, LocalTool};
@@ -66,6 +67,9 @@ pub struct HttpOptions {
     /// MCP sessions over HTTP open at once; a new one past it is refused (503) until one is
     /// closed or expires (after 5 minutes idle).
     pub max_mcp_sessions: usize,
+    /// An API key every request but `/healthz` must carry (`X-API-KEY`, `Authorization:
+    /// Bearer`, or the `api_key` query parameter); `None`: keys are accepted and ignored.
+    pub api_key: Option<String>,
 }
 
 impl Default for HttpOptions {
@@ -80,6 +84,7 @@ impl Default for HttpOptions {
             body_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
             max_mcp_sessions: 256,
+            api_key: None,
         }
     }
 }
@@ -93,6 +98,7 @@ pub struct Shared {
     max_body_bytes: usize,
     in_flight: AtomicUsize,
     access_log: AccessLog,
+    api_key: Option<String>,
 }
 
 impl Shared {
@@ -109,6 +115,7 @@ impl Shared {
             max_body_bytes: options.max_body_bytes,
             in_flight: AtomicUsize::new(0),
             access_log: options.access_log,
+            api_key: options.api_key.clone().filter(|k| !k.is_empty()),
         })
     }
 
@@ -433,14 +440,19 @@ pub fn router(
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/{domain}/search", get(rest_search))
         .route("/v1/{domain}/doc/{*id}", get(document))
+        .route("/v1/{domain}/page/{*id}", get(page))
         .route("/v1/{domain}/image/{*id}", get(image))
-        .route("/search", post(serper_search))
-        .route("/images", post(serper_images))
-        .route("/lens", post(serper_lens));
+        .route("/search", get(search_get).post(serper_search))
+        .route("/search.json", get(serpapi_get))
+        .route("/images", get(serper_images_get).post(serper_images))
+        .route("/lens", get(serper_lens_get).post(serper_lens))
+        .route("/videos", get(serper_videos_get).post(serper_videos))
+        .route("/news", get(serper_news_get).post(serper_news))
+        .route("/r/{*url}", get(reader));
     if let Some(mcp) = mcp {
         app = app.merge(mcp);
     }
-    app.fallback(not_found)
+    app.fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn_with_state(
@@ -452,15 +464,86 @@ pub fn router(
             body_deadline,
         ))
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn_with_state(shared.clone(), check_key))
         .layer(middleware::from_fn_with_state(shared.clone(), access_log))
         .with_state(shared)
 }
 
-async fn not_found(req: Request) -> ApiError {
+/// Unknown paths: a page URL written after the host (`GET /https://...`, Jina Reader's own
+/// form, for a harness whose reader host points here) is read as `/r/{url}` is; anything
+/// else is a 404.
+async fn fallback(State(s): State<Arc<Shared>>, req: Request) -> Response {
+    let path = req.uri().path();
+    if req.method() == axum::http::Method::GET && pages::is_web_url(&path[1..]) {
+        let url = reader_url(&path[1..], req.uri().query());
+        let headers = req.headers().clone();
+        return read_page(s, headers, url).await;
+    }
     ApiError::new(
         ErrorKind::NotFound,
-        format!("no endpoint {} (see /openapi.json)", req.uri().path()),
+        format!("no endpoint {path} (see /openapi.json)"),
     )
+    .into_response()
+}
+
+/// With `--api-key`: every request but `/healthz` carries the key (`X-API-KEY`,
+/// `Authorization: Bearer`, or `?api_key=`), else 401 (SerpAPI's `{"error"}` on its routes).
+async fn check_key(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let Some(key) = &s.api_key else {
+        return next.run(req).await;
+    };
+    if req.uri().path() == "/healthz" {
+        return next.run(req).await;
+    }
+    let headers = req.headers();
+    let given = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let bearer = given("authorization").and_then(|v| {
+        v.strip_prefix("Bearer ")
+            .or_else(|| v.strip_prefix("bearer "))
+    });
+    let query = query_pairs(req.uri().query());
+    let param = query
+        .iter()
+        .find(|(k, _)| k == "api_key")
+        .map(|(_, v)| v.as_str());
+    let ok = [given("x-api-key"), bearer, param]
+        .into_iter()
+        .flatten()
+        .any(|k| k.trim() == key);
+    if ok {
+        return next.run(req).await;
+    }
+    let serpapi = req.uri().path() == "/search.json"
+        || (req.uri().path() == "/search" && query.iter().any(|(k, _)| k == "engine"));
+    if serpapi {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(serde_json::json!({
+                "error": "Invalid API key. Give this service's key (sift serve --api-key) as api_key."
+            })),
+        )
+            .into_response();
+    }
+    ApiError::new(
+        ErrorKind::Unauthorized,
+        "this service wants an API key: send it as X-API-KEY, Authorization: Bearer, or api_key",
+    )
+    .into_response()
+}
+
+/// A query string's parameters, decoded (`+` as space), in order.
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    let Some(q) = query else {
+        return Vec::new();
+    };
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            let dec = |x: &str| pages::percent_decode(&x.replace('+', " "));
+            (dec(k), dec(v))
+        })
+        .collect()
 }
 
 async fn method_not_allowed(req: Request) -> ApiError {
@@ -665,12 +748,155 @@ async fn rest_search(
     s.run(move |svc| svc.search(&req)).await.map(Json)
 }
 
+/// A passage as JSON, or as its readable page when the request's `Accept` prefers HTML,
+/// Markdown or text.
 async fn document(
     State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<crate::api::Document>, ApiError> {
+) -> Result<Response, ApiError> {
     let Path((domain, id)) = path.map_err(bad_path)?;
-    s.run(move |svc| svc.document(&domain, &id)).await.map(Json)
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    match pages::negotiate(accept, Format::Json) {
+        Format::Json => s
+            .run(move |svc| svc.document(&domain, &id))
+            .await
+            .map(|d| Json(d).into_response()),
+        format => render_page(&s, &headers, domain, id, format).await,
+    }
+}
+
+/// `?format=` of a page.
+#[derive(Deserialize)]
+struct PageQuery {
+    format: Option<String>,
+}
+
+/// A passage's or image's readable page: HTML, or Markdown, text or JSON as `?format=` or
+/// `Accept` asks.
+async fn page(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Path((domain, id)) = path.map_err(bad_path)?;
+    let Query(q) = query.map_err(bad_query)?;
+    let format = match q.format.as_deref() {
+        Some(f) => Format::parse(f).ok_or_else(|| {
+            ApiError::invalid(
+                "format",
+                format!("{f:?}: give html, markdown, text or json"),
+            )
+        })?,
+        None => pages::negotiate(
+            headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
+            Format::Html,
+        ),
+    };
+    render_page(&s, &headers, domain, id, format).await
+}
+
+async fn render_page(
+    s: &Shared,
+    headers: &HeaderMap,
+    domain: String,
+    id: String,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let base = base_url(headers);
+    let page = s.run(move |svc| svc.page(&domain, &id)).await?;
+    let body = match format {
+        Format::Html => pages::html(&page, &base),
+        Format::Markdown => pages::markdown(&page, &base),
+        Format::Text => pages::text(&page, &base),
+        Format::Json => serde_json::json!({
+            "domain": page.domain,
+            "id": page.id,
+            "passage_id": page.passage,
+            "text": page.text,
+            "image_ids": page.images,
+        })
+        .to_string(),
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "Accept"),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// The URL a reader request names: the path's rest, its query string appended (a URL's own
+/// `?` arrives as the request's), an escaped URL (`http%3A%2F%2F...`) decoded.
+fn reader_url(path: &str, query: Option<&str>) -> String {
+    let mut url = if path.len() > 7 && path[..7].eq_ignore_ascii_case("http%3A") {
+        pages::percent_decode(path)
+    } else {
+        path.to_string()
+    };
+    if let Some(q) = query {
+        url.push('?');
+        url.push_str(q);
+    }
+    url
+}
+
+/// Jina Reader's `GET /r/{url}` for this service's own links: the page as Markdown in
+/// Jina's text form (`Title:`, `URL Source:`, `Markdown Content:`), or Jina's JSON on
+/// `Accept: application/json`; `X-Return-Format: html|text|markdown` gives that form alone.
+async fn reader(State(s): State<Arc<Shared>>, headers: HeaderMap, req: Request) -> Response {
+    let path = req.uri().path();
+    let rest = path.strip_prefix("/r/").unwrap_or("");
+    let url = reader_url(rest, req.uri().query());
+    read_page(s, headers, url).await
+}
+
+async fn read_page(s: Arc<Shared>, headers: HeaderMap, url: String) -> Response {
+    let result: Result<Response, ApiError> = async {
+        let (domain, id) = match pages::own_link(&url) {
+            Some(Link::Page { domain, id } | Link::Image { domain, id }) => (domain, id),
+            None => {
+                return Err(ApiError::invalid(
+                    "url",
+                    format!(
+                        "{url:?} is not a link of this service: it reads only its own pages \
+                         (links in its results) and fetches nothing from outside"
+                    ),
+                ));
+            }
+        };
+        let format = headers
+            .get("x-return-format")
+            .and_then(|v| v.to_str().ok())
+            .map(|f| {
+                Format::parse(f).ok_or_else(|| {
+                    ApiError::invalid(
+                        "X-Return-Format",
+                        format!("{f:?}: give markdown, html or text"),
+                    )
+                })
+            })
+            .transpose()?;
+        if let Some(format) = format {
+            return render_page(&s, &headers, domain, id, format).await;
+        }
+        let base = base_url(&headers);
+        let page = s.run(move |svc| svc.page(&domain, &id)).await?;
+        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        Ok(match pages::negotiate(accept, Format::Text) {
+            Format::Json => Json(pages::reader_json(&page, &url, &base)).into_response(),
+            _ => (
+                [(header::CONTENT_TYPE, Format::Text.content_type())],
+                pages::reader_text(&page, &url, &base),
+            )
+                .into_response(),
+        })
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn image(
@@ -699,35 +925,217 @@ fn base_url(headers: &HeaderMap) -> String {
     format!("http://{host}")
 }
 
+/// A Serper body: one query, or a JSON array of them (Serper's batch form, answered with an
+/// array of answers).
+enum Batch<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Batch<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let JsonBody(v) = JsonBody::<serde_json::Value>::from_request(req, state).await?;
+        let bytes = v.to_string();
+        if v.is_array() {
+            parse_json::<Vec<T>>(bytes.as_bytes()).map(Batch::Many)
+        } else {
+            parse_json::<T>(bytes.as_bytes()).map(Batch::One)
+        }
+    }
+}
+
+/// A GET's query string as the JSON object of a Serper body (every value a string).
+fn serper_params<T: DeserializeOwned>(query: Option<&str>) -> Result<T, ApiError> {
+    let map: serde_json::Map<String, serde_json::Value> = query_pairs(query)
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    parse_json(serde_json::Value::Object(map).to_string().as_bytes())
+}
+
+/// Answers each query of a batch with `f` (a failing one fails the batch).
+async fn batch<T, R>(
+    s: Arc<Shared>,
+    headers: &HeaderMap,
+    body: Batch<T>,
+    f: fn(&crate::service::Service, &T, &str) -> Result<R, ApiError>,
+) -> Result<Response, ApiError>
+where
+    T: Send + 'static,
+    R: serde::Serialize + Send + 'static,
+{
+    let base = base_url(headers);
+    match body {
+        Batch::One(q) => s
+            .run(move |svc| f(svc, &q, &base))
+            .await
+            .map(|r| Json(r).into_response()),
+        Batch::Many(qs) => {
+            if qs.len() > 100 {
+                return Err(ApiError::invalid(
+                    "body",
+                    format!("{} queries in one batch: at most 100", qs.len()),
+                ));
+            }
+            s.run(move |svc| {
+                qs.iter()
+                    .enumerate()
+                    .map(|(i, q)| {
+                        f(svc, q, &base).map_err(|mut e| {
+                            e.field = Some(match e.field {
+                                Some(f) => format!("[{i}].{f}"),
+                                None => format!("[{i}]"),
+                            });
+                            e
+                        })
+                    })
+                    .collect::<Result<Vec<R>, ApiError>>()
+            })
+            .await
+            .map(|r| Json(r).into_response())
+        }
+    }
+}
+
 async fn serper_search(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
-    JsonBody(req): JsonBody<SerperQuery>,
-) -> Result<Json<crate::api::SerperSearchResponse>, ApiError> {
-    let base = base_url(&headers);
-    s.run(move |svc| shapes::serper_search(svc, &req, &base))
+    body: Batch<SerperQuery>,
+) -> Result<Response, ApiError> {
+    batch(s, &headers, body, shapes::serper_search).await
+}
+
+/// `GET /search`: SerpAPI's when it names an `engine`, else Serper's (smolagents'
+/// `GoogleSearchTool(provider="serper")` sends `?q=&api_key=`).
+async fn search_get(State(s): State<Arc<Shared>>, headers: HeaderMap, req: Request) -> Response {
+    let query = req.uri().query().map(str::to_string);
+    if query_pairs(query.as_deref())
+        .iter()
+        .any(|(k, _)| k == "engine")
+    {
+        return serpapi_answer(s, &headers, query).await;
+    }
+    let result: Result<Response, ApiError> = async {
+        let q: SerperQuery = serper_params(query.as_deref())?;
+        batch(s, &headers, Batch::One(q), shapes::serper_search).await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `GET /search.json`: SerpAPI (`engine` defaults to `google`).
+async fn serpapi_get(State(s): State<Arc<Shared>>, headers: HeaderMap, req: Request) -> Response {
+    let query = req.uri().query().map(str::to_string);
+    serpapi_answer(s, &headers, query).await
+}
+
+async fn serpapi_answer(s: Arc<Shared>, headers: &HeaderMap, query: Option<String>) -> Response {
+    let base = base_url(headers);
+    let params: std::collections::BTreeMap<String, String> =
+        query_pairs(query.as_deref()).into_iter().collect();
+    let raw = query.unwrap_or_default();
+    let result = s
+        .run(move |svc| Ok(shapes::serpapi(svc, &params, &base, &raw)))
         .await
-        .map(Json)
+        .unwrap_or_else(|e| Err(e.into()));
+    match result {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => (
+            StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
+            Json(serde_json::json!({ "error": e.message })),
+        )
+            .into_response(),
+    }
 }
 
 async fn serper_images(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
-    JsonBody(req): JsonBody<SerperQuery>,
-) -> Result<Json<crate::api::SerperImagesResponse>, ApiError> {
-    let base = base_url(&headers);
-    s.run(move |svc| shapes::serper_images(svc, &req, &base))
-        .await
-        .map(Json)
+    body: Batch<SerperQuery>,
+) -> Result<Response, ApiError> {
+    batch(s, &headers, body, shapes::serper_images).await
+}
+
+async fn serper_images_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let q: SerperQuery = serper_params(req.uri().query())?;
+    batch(s, &headers, Batch::One(q), shapes::serper_images).await
 }
 
 async fn serper_lens(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
-    JsonBody(req): JsonBody<SerperLens>,
-) -> Result<Json<crate::api::SerperLensResponse>, ApiError> {
-    let base = base_url(&headers);
-    s.run(move |svc| shapes::serper_lens(svc, &req, &base))
-        .await
-        .map(Json)
+    body: Batch<SerperLens>,
+) -> Result<Response, ApiError> {
+    batch(s, &headers, body, shapes::serper_lens).await
+}
+
+async fn serper_lens_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let q: SerperLens = serper_params(req.uri().query())?;
+    batch(s, &headers, Batch::One(q), shapes::serper_lens).await
+}
+
+fn videos(
+    _: &crate::service::Service,
+    q: &SerperQuery,
+    _: &str,
+) -> Result<SerperVideosResponse, ApiError> {
+    Ok(SerperVideosResponse {
+        search_parameters: shapes::serper_nothing(q, "videos")?,
+        videos: Vec::new(),
+    })
+}
+
+fn news(
+    _: &crate::service::Service,
+    q: &SerperQuery,
+    _: &str,
+) -> Result<SerperNewsResponse, ApiError> {
+    Ok(SerperNewsResponse {
+        search_parameters: shapes::serper_nothing(q, "news")?,
+        news: Vec::new(),
+    })
+}
+
+async fn serper_videos(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Batch<SerperQuery>,
+) -> Result<Response, ApiError> {
+    batch(s, &headers, body, videos).await
+}
+
+async fn serper_videos_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let q: SerperQuery = serper_params(req.uri().query())?;
+    batch(s, &headers, Batch::One(q), videos).await
+}
+
+async fn serper_news(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Batch<SerperQuery>,
+) -> Result<Response, ApiError> {
+    batch(s, &headers, body, news).await
+}
+
+async fn serper_news_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let q: SerperQuery = serper_params(req.uri().query())?;
+    batch(s, &headers, Batch::One(q), news).await
 }

@@ -46,6 +46,7 @@ pub mod http;
 pub mod images;
 pub mod mcp;
 pub mod openapi;
+pub mod pages;
 mod server;
 mod service;
 pub mod shapes;
@@ -56,7 +57,9 @@ use std::sync::Arc;
 pub use error::{ApiError, Error, ErrorKind};
 pub use http::{AccessLog, HttpOptions, Shared};
 pub use server::Stopped;
-pub use service::{Limits, ServeConfig, Service, document_path, encode_path, image_path};
+pub use service::{
+    Limits, Page, ServeConfig, Service, document_path, encode_path, image_path, page_path,
+};
 use tokio_util::sync::CancellationToken;
 
 /// Serves HTTP (and MCP at `/mcp` when `options.mcp`) on `listener` until `shutdown`

@@ -31,7 +31,7 @@ pub struct GetDocument {
     /// Passage id.
     #[serde(alias = "id")]
     pub docid: String,
-    /// Domain (required when the index has several).
+    /// Domain (default: the served domain that holds the passage).
     #[serde(default, alias = "index_name")]
     pub domain: Option<String>,
 }
@@ -45,7 +45,7 @@ pub struct ImageSearch {
     /// Number of results.
     #[serde(default = "ten", alias = "k")]
     pub top_k: usize,
-    /// Domain (required when the index has several).
+    /// Domain (default: every domain served).
     #[serde(default, alias = "index_name")]
     pub domain: Option<String>,
     /// Retriever (default: the first served that ranks images).
@@ -68,7 +68,7 @@ pub struct ImageQuery {
     /// Number of results.
     #[serde(default = "ten", alias = "k")]
     pub top_k: usize,
-    /// Domain (required when the index has several and the image is not a link).
+    /// Domain (default: the domain of a link, else every domain served).
     #[serde(default, alias = "index_name")]
     pub domain: Option<String>,
     /// Retriever (default: the first served that takes images).
@@ -114,7 +114,8 @@ impl SiftMcp {
         }
         self.shared
             .run(move |svc| {
-                let (linked, mut image) = shapes::image_ref(svc, a.domain.as_deref(), &a.image);
+                let (linked, mut image) =
+                    shapes::image_ref(svc, a.domain.as_deref(), &a.image, "image")?;
                 image.bbox = a.bbox;
                 svc.search(&SearchRequest {
                     images: vec![image],
@@ -152,10 +153,7 @@ impl SiftMcp {
     ) -> Result<Json<Document>, String> {
         self.shared
             .run(move |svc| {
-                let domain = match a.domain {
-                    Some(d) => d,
-                    None => svc.only_domain()?,
-                };
+                let domain = svc.domain_of_passage(a.domain.as_deref(), &a.docid)?;
                 svc.document(&domain, &a.docid)
             })
             .await

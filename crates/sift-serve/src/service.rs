@@ -3,15 +3,16 @@
 //! run it on blocking threads.
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use sift_core::{Corpus, Example, Warnings};
 use sift_embed::{EmbedderOptions, Role};
 use sift_eval::{Links, NO_IMAGE, PAIR_SEP, PairLink, Pairs, RunEntry, Task};
-use sift_index::IndexDir;
+use sift_index::{IndexDir, Scratch};
 use sift_retrieve::{
-    Candidates as Ranked, DomainSearcher, Instructions, ModelSet, PairStandIns, PairVectors, Query,
-    QueryImages, QueryVectors, RankFusion, RetrieverSpec, SearchSettings, encode_queries,
+    Candidates as Ranked, DomainPart, DomainSearcher, Instructions, ModelSet, PairStandIns,
+    PairTable, PairVectors, QueryImages, QueryVectors, RankFusion, RetrieverSpec, SearchSettings,
+    encode_queries, search_domains,
 };
 
 use crate::api::{
@@ -121,7 +122,46 @@ struct Domain {
     searchers: Vec<DomainSearcher>,
     /// Task 4 pairs over the domain's passages and images (when a retriever ranks images).
     pairs: Option<(Pairs, Vec<String>)>,
+    /// Per served retriever: what ranking the pairs needs that no query changes, made at
+    /// load (retrievers that rank images).
+    tables: Vec<Option<PairTable<'static>>>,
+    /// Per served retriever: BM25 working memory, kept between requests (one per request
+    /// in flight at most).
+    scratch: Vec<Mutex<Vec<Option<Scratch>>>>,
     corpus: Option<DomainCorpus>,
+}
+
+impl Domain {
+    /// BM25 working memory for retriever `r`: a kept one, else a new one.
+    fn take_scratch(&self, r: usize) -> Option<Scratch> {
+        let kept = self.scratch[r].lock().ok().and_then(|mut v| v.pop());
+        kept.unwrap_or_else(|| self.searchers[r].scratch())
+    }
+
+    /// Keeps `scratch` for the next request.
+    fn keep_scratch(&self, r: usize, scratch: Option<Scratch>) {
+        if scratch.is_some()
+            && let Ok(mut v) = self.scratch[r].lock()
+        {
+            v.push(scratch);
+        }
+    }
+}
+
+/// A page an agent can read: a passage with the images of its page, or a corpus image with
+/// its page's text.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// Domain.
+    pub domain: String,
+    /// The passage or image id the page is for.
+    pub id: String,
+    /// The passage whose text the page shows, if any.
+    pub passage: Option<String>,
+    /// The text.
+    pub text: String,
+    /// Corpus images shown, by id.
+    pub images: Vec<String>,
 }
 
 /// The service: everything loaded once and shared by all requests.
@@ -242,10 +282,23 @@ impl Service {
                 let links = Links::new(PairLink::Regex, &name, &passage_ids, &images, &[]);
                 (Pairs::from_links(&links), images)
             });
+            let tables = retrievers
+                .iter()
+                .zip(&searchers)
+                .map(|(r, s)| match (&pairs, r.ranks_images) {
+                    (Some((p, i)), true) => s
+                        .pair_table(p, i, &NO_STAND_INS, &NO_VECTORS)
+                        .map(Some)
+                        .map_err(Error::from),
+                    _ => Ok(None),
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
             domains.push(Domain {
                 name,
+                scratch: searchers.iter().map(|_| Mutex::new(Vec::new())).collect(),
                 searchers,
                 pairs,
+                tables,
                 corpus,
             });
         }
@@ -305,28 +358,38 @@ impl Service {
         }
     }
 
-    fn domain(&self, field: &str, name: Option<&str>) -> Result<&Domain, ApiError> {
-        match name {
-            Some(n) => self.domains.iter().find(|d| d.name == n).ok_or_else(|| {
-                ApiError::not_found(
-                    field,
-                    format!("no domain {n:?} (served: {})", self.domain_names()),
-                )
-            }),
-            None if self.domains.len() == 1 => Ok(&self.domains[0]),
-            None => Err(ApiError::invalid(
+    fn domain(&self, field: &str, name: &str) -> Result<&Domain, ApiError> {
+        self.domains.iter().find(|d| d.name == name).ok_or_else(|| {
+            ApiError::not_found(
                 field,
-                format!(
-                    "the index has several domains: name one ({})",
-                    self.domain_names()
-                ),
-            )),
+                format!("no domain {name:?} (served: {})", self.domain_names()),
+            )
+        })
+    }
+
+    /// The domains a request searches: the one it names, else every one served.
+    fn targets(&self, field: &str, name: Option<&str>) -> Result<Vec<&Domain>, ApiError> {
+        match name {
+            Some(n) => Ok(vec![self.domain(field, n)?]),
+            None => Ok(self.domains.iter().collect()),
         }
     }
 
-    /// The only domain, or an error naming them all.
-    pub fn only_domain(&self) -> Result<String, ApiError> {
-        self.domain("domain", None).map(|d| d.name.clone())
+    /// The domain holding passage `id`: the one named, else the first served that has it.
+    pub fn domain_of_passage(&self, name: Option<&str>, id: &str) -> Result<String, ApiError> {
+        if let Some(n) = name {
+            return Ok(self.domain("domain", n)?.name.clone());
+        }
+        self.domains
+            .iter()
+            .find(|d| d.searchers[0].passage_ord(id).is_some())
+            .map(|d| d.name.clone())
+            .ok_or_else(|| {
+                ApiError::not_found(
+                    "id",
+                    format!("no passage {id:?} in any domain ({})", self.domain_names()),
+                )
+            })
     }
 
     fn domain_names(&self) -> String {
@@ -408,7 +471,7 @@ impl Service {
     /// to its box.
     fn image_bytes(
         &self,
-        domain: &Domain,
+        targets: &[&Domain],
         field: &str,
         input: &ImageInput,
     ) -> Result<Vec<u8>, ApiError> {
@@ -419,6 +482,16 @@ impl Service {
                 bytes
             }
             (Some(id), None) => {
+                // the searched domain holding the image (ids are unique within a domain)
+                let domain = targets
+                    .iter()
+                    .find(|d| {
+                        d.corpus
+                            .as_ref()
+                            .is_some_and(|c| c.image_ord.contains_key(id))
+                    })
+                    .copied()
+                    .unwrap_or(targets[0]);
                 let bytes = self.corpus_image(domain, &format!("{field}.image_id"), id)?;
                 images::check(field, &bytes, &self.limits.image)?;
                 bytes.to_vec()
@@ -467,9 +540,12 @@ impl Service {
         Ok(())
     }
 
-    /// Searches one domain.
+    /// Searches the domain the request names, or every domain served, merged into one
+    /// ranking ([`sift_retrieve::search_domains`]: BM25 scored with the statistics of all
+    /// the searched domains summed, dense scores as the cosines they are), so that scores
+    /// compare across domains as within one.
     pub fn search(&self, req: &SearchRequest) -> Result<SearchResponse, ApiError> {
-        let domain = self.domain("domain", req.domain.as_deref())?;
+        let targets = self.targets("domain", req.domain.as_deref())?;
         self.check_top_k(req.top_k)?;
         if req.images.len() > self.limits.max_images {
             return Err(ApiError::invalid(
@@ -493,12 +569,11 @@ impl Service {
             !req.images.is_empty(),
         )?;
         let served = &self.retrievers[ri];
-        let searcher = &domain.searchers[ri];
         let images: Vec<Vec<u8>> = req
             .images
             .iter()
             .enumerate()
-            .map(|(i, input)| self.image_bytes(domain, &format!("images[{i}]"), input))
+            .map(|(i, input)| self.image_bytes(&targets, &format!("images[{i}]"), input))
             .collect::<Result<_, _>>()?;
         let task = match req.candidates {
             Candidates::Passages if images.is_empty() => Task::Passages,
@@ -506,54 +581,73 @@ impl Service {
             Candidates::Images => Task::Images,
             Candidates::Pairs => Task::Pairs,
         };
-        let vectors =
-            self.query_vectors(served, &domain.name, task, &req.query, &images, req.fusion)?;
-        let empty_pairs;
-        let ranked = match req.candidates {
-            Candidates::Passages => Ranked::Passages,
-            Candidates::Images => Ranked::Images,
-            Candidates::Pairs => {
-                let (pairs, images) = match &domain.pairs {
-                    Some((p, i)) => (p, i.as_slice()),
-                    None => {
-                        empty_pairs = Pairs::default();
-                        (&empty_pairs, &[][..])
+        // the service's queries carry no per-domain instruction: one set of vectors serves
+        // every domain
+        let vectors = self.query_vectors(
+            served,
+            &targets[0].name,
+            task,
+            &req.query,
+            &images,
+            req.fusion,
+        )?;
+        let empty_pairs = Pairs::default();
+        let parts: Vec<DomainPart> = targets
+            .iter()
+            .map(|d| DomainPart {
+                searcher: &d.searchers[ri],
+                candidates: match req.candidates {
+                    Candidates::Passages => Ranked::Passages,
+                    Candidates::Images => Ranked::Images,
+                    Candidates::Pairs => {
+                        let (pairs, images) = match &d.pairs {
+                            Some((p, i)) => (p, i.as_slice()),
+                            None => (&empty_pairs, &[][..]),
+                        };
+                        Ranked::Pairs {
+                            pairs,
+                            images,
+                            stand_ins: &NO_STAND_INS,
+                            vectors: &NO_VECTORS,
+                        }
                     }
-                };
-                Ranked::Pairs {
-                    pairs,
-                    images,
-                    stand_ins: &NO_STAND_INS,
-                    vectors: &NO_VECTORS,
-                }
-            }
-        };
+                },
+                table: match req.candidates {
+                    Candidates::Pairs => d.tables[ri].as_ref(),
+                    _ => None,
+                },
+                exclude: &[],
+            })
+            .collect();
         let settings = SearchSettings {
             top_k: req.top_k,
             ..self.settings.clone()
         };
-        let hits = searcher.search(
+        let mut scratches: Vec<Option<Scratch>> =
+            targets.iter().map(|d| d.take_scratch(ri)).collect();
+        let ranked = search_domains(
+            &parts,
             &served.spec,
-            &ranked,
-            &Query {
-                index: 0,
-                text: &req.query,
-                vectors: &vectors,
-            },
-            &[],
+            &req.query,
+            &vectors,
             &settings,
-            &mut searcher.scratch(),
-        )?;
+            &mut scratches,
+        );
+        for (d, s) in targets.iter().zip(scratches) {
+            d.keep_scratch(ri, s);
+        }
         let chars = req.max_text_chars.unwrap_or(self.limits.text_chars);
+        let hits = ranked?
+            .iter()
+            .enumerate()
+            .map(|(i, (d, h))| self.hit(targets[*d], req.candidates, i + 1, h, chars))
+            .collect();
         Ok(SearchResponse {
-            domain: domain.name.clone(),
+            domain: (targets.len() == 1).then(|| targets[0].name.clone()),
+            domains: targets.iter().map(|d| d.name.clone()).collect(),
             retriever: served.name.clone(),
             candidates: req.candidates,
-            hits: hits
-                .iter()
-                .enumerate()
-                .map(|(i, h)| self.hit(domain, req.candidates, i + 1, h, chars))
-                .collect(),
+            hits,
         })
     }
 
@@ -586,12 +680,19 @@ impl Service {
                 .map(|t| cut(t, chars)),
             _ => None,
         };
+        // the page a hit opens as: its passage's, else its image's page (or the image's own)
+        let page = text_of
+            .as_deref()
+            .or(image.as_deref())
+            .map(|id| page_path(&domain.name, id));
         Hit {
             rank,
             id: h.doc.clone(),
+            domain: domain.name.clone(),
             score: h.score,
             has_image: image.is_some(),
             text,
+            page_url: page,
             passage_url: passage.as_ref().map(|p| document_path(&domain.name, p)),
             image_url: image.as_ref().map(|i| image_path(&domain.name, i)),
             passage_id: passage,
@@ -676,22 +777,18 @@ impl Service {
         Ok(vectors)
     }
 
-    /// Whether `domain` (or the only one) has a corpus image `id`.
+    /// Whether `domain` (or any served domain) has a corpus image `id`.
     pub(crate) fn knows_image(&self, domain: Option<&str>, id: &str) -> bool {
-        self.domain("domain", domain)
-            .ok()
-            .and_then(|d| d.corpus.as_ref())
-            .is_some_and(|c| c.image_ord.contains_key(id))
-    }
-
-    /// The first passage of a corpus image's page.
-    pub(crate) fn image_page(&self, domain: &str, image: &str) -> Option<String> {
-        page_of(self.domain("domain", Some(domain)).ok()?, image)
+        self.domains
+            .iter()
+            .filter(|d| domain.is_none_or(|n| n == d.name))
+            .filter_map(|d| d.corpus.as_ref())
+            .any(|c| c.image_ord.contains_key(id))
     }
 
     /// Corpus images of a passage's page.
     pub(crate) fn page_image_count(&self, domain: &str, passage: &str) -> usize {
-        let Ok(d) = self.domain("domain", Some(domain)) else {
+        let Ok(d) = self.domain("domain", domain) else {
             return 0;
         };
         match (&d.corpus, d.searchers[0].passage_ord(passage)) {
@@ -702,7 +799,7 @@ impl Service {
 
     /// A passage by id.
     pub fn document(&self, domain: &str, id: &str) -> Result<Document, ApiError> {
-        let d = self.domain("domain", Some(domain))?;
+        let d = self.domain("domain", domain)?;
         let corpus = d.corpus.as_ref().ok_or_else(|| {
             ApiError::not_found("id", "the service has no corpus (start it with --corpus)")
         })?;
@@ -724,9 +821,51 @@ impl Service {
 
     /// A corpus image's bytes and content type.
     pub fn image(&self, domain: &str, id: &str) -> Result<(&'static str, Arc<[u8]>), ApiError> {
-        let d = self.domain("domain", Some(domain))?;
+        let d = self.domain("domain", domain)?;
         let bytes = self.corpus_image(d, "id", id)?;
         Ok((images::content_type(&bytes), bytes))
+    }
+
+    /// The readable page of `id` in `domain`: a passage with its page's images, or a corpus
+    /// image with the text of its page's first passage.
+    pub fn page(&self, domain: &str, id: &str) -> Result<Page, ApiError> {
+        let d = self.domain("domain", domain)?;
+        let corpus = d.corpus.as_ref().ok_or_else(|| {
+            ApiError::not_found("id", "the service has no corpus (start it with --corpus)")
+        })?;
+        if let Some(ord) = d.searchers[0].passage_ord(id) {
+            return Ok(Page {
+                domain: d.name.clone(),
+                id: id.to_string(),
+                passage: Some(id.to_string()),
+                text: corpus.texts[ord as usize].clone(),
+                images: corpus
+                    .links
+                    .images_of(ord)
+                    .iter()
+                    .map(|&i| corpus.image_ids[i as usize].clone())
+                    .collect(),
+            });
+        }
+        if corpus.image_ord.contains_key(id) {
+            let passage = page_of(d, id);
+            let text = passage
+                .as_deref()
+                .and_then(|p| d.searchers[0].passage_ord(p))
+                .map(|o| corpus.texts[o as usize].clone())
+                .unwrap_or_default();
+            return Ok(Page {
+                domain: d.name.clone(),
+                id: id.to_string(),
+                passage,
+                text,
+                images: vec![id.to_string()],
+            });
+        }
+        Err(ApiError::not_found(
+            "id",
+            format!("no passage or image {id:?} in domain {domain}"),
+        ))
     }
 
     /// OpenAI's model list: the dense indexes' models.
@@ -1095,6 +1234,12 @@ pub fn document_path(domain: &str, id: &str) -> String {
 /// Where the service serves a corpus image.
 pub fn image_path(domain: &str, id: &str) -> String {
     format!("/v1/{}/image/{}", encode_path(domain), encode_path(id))
+}
+
+/// Where the service serves the readable page of a passage or a corpus image (HTML, or
+/// Markdown and plain text on request).
+pub fn page_path(domain: &str, id: &str) -> String {
+    format!("/v1/{}/page/{}", encode_path(domain), encode_path(id))
 }
 
 /// Reads one domain of the corpus: the texts of the index's passages (a passage the

@@ -1,11 +1,17 @@
 //! The shapes agent harnesses already call, made from [`Service::search`]: Serper's
-//! `/search`, `/images` and `/lens`, and InterLV-Search's local knowledge-base tools.
+//! `/search`, `/images`, `/lens`, `/videos` and `/news`, SerpAPI's `google`,
+//! `google_images` and `google_lens` engines, and InterLV-Search's local knowledge-base
+//! tools. Without a domain, each searches every domain the service serves, merged.
+use std::collections::BTreeMap;
+
 use crate::api::{
-    Candidates, ImageInput, LocalResponse, LocalResult, LocalSearchRequest, SearchRequest,
-    SerperImage, SerperImagesResponse, SerperLens, SerperLensResponse, SerperOrganic,
-    SerperParameters, SerperQuery, SerperSearchResponse,
+    Candidates, Hit, ImageInput, LocalResponse, LocalResult, LocalSearchRequest, SearchRequest,
+    SerpApiImage, SerpApiInformation, SerpApiMetadata, SerpApiOrganic, SerpApiResponse,
+    SerpApiVisualMatch, SerperImage, SerperImagesResponse, SerperLens, SerperLensResponse,
+    SerperOrganic, SerperParameters, SerperQuery, SerperSearchResponse,
 };
 use crate::error::ApiError;
+use crate::pages::{self, Link};
 use crate::service::Service;
 
 /// Characters of a Serper snippet.
@@ -24,37 +30,58 @@ pub enum LocalTool {
 
 /// An image named by a string, as agents pass them: a data URL, a link this service gave
 /// out (`http://host/v1/{domain}/image/{id}`: its domain and id), a corpus image id, or
-/// else base64 bytes. Returns the domain the link names, if any.
-pub fn image_ref(svc: &Service, domain: Option<&str>, s: &str) -> (Option<String>, ImageInput) {
+/// else base64 bytes. Any other web URL is refused: nothing is fetched from outside.
+/// Returns the domain the link names, if any; errors are about `field`.
+pub fn image_ref(
+    svc: &Service,
+    domain: Option<&str>,
+    s: &str,
+    field: &str,
+) -> Result<(Option<String>, ImageInput), ApiError> {
     let s = s.trim();
     if s.starts_with("data:") {
-        return (None, data(s));
+        return Ok((None, data(s)));
     }
-    if let Some(at) = s.find("/v1/") {
-        let rest = &s[at + 4..];
-        if let Some((d, id)) = rest.split_once("/image/")
-            && !d.contains('/')
-        {
-            let (d, id) = (percent_decode(d), percent_decode(id));
-            return (
-                Some(d),
+    match pages::own_link(s) {
+        Some(Link::Image { domain, id }) => {
+            return Ok((
+                Some(domain),
                 ImageInput {
                     image_id: Some(id),
                     ..ImageInput::default()
                 },
-            );
+            ));
         }
+        Some(Link::Page { .. }) => {
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "{s:?} is a page of this service, not an image: give one of its image \
+                     links (imageUrl), a data: URL or base64"
+                ),
+            ));
+        }
+        None if pages::is_web_url(s) => {
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "{s:?} is not a link this service gave out, and it fetches nothing from \
+                     outside: give one of its image links (imageUrl), a data: URL or base64"
+                ),
+            ));
+        }
+        None => {}
     }
     if svc.knows_image(domain, s) {
-        return (
+        return Ok((
             None,
             ImageInput {
                 image_id: Some(s.to_string()),
                 ..ImageInput::default()
             },
-        );
+        ));
     }
-    (None, data(s))
+    Ok((None, data(s)))
 }
 
 fn data(s: &str) -> ImageInput {
@@ -64,155 +91,482 @@ fn data(s: &str) -> ImageInput {
     }
 }
 
-/// Decodes `%XX` escapes (invalid ones are kept as written).
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Some(v) = std::str::from_utf8(&b[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
+/// Errors about the search request's `from` field (or its members) are about `to`.
+fn rename_field(mut e: ApiError, from: &str, to: &str) -> ApiError {
+    if let Some(f) = &e.field
+        && (f == from || f.starts_with(&format!("{from}[")) || f.starts_with(&format!("{from}.")))
+    {
+        e.field = Some(to.to_string());
     }
-    String::from_utf8_lossy(&out).into_owned()
+    e
 }
 
-fn parameters(q: &str, kind: &str, num: usize) -> SerperParameters {
+/// A count in a JSON value: a number or a string of digits.
+fn count_of(v: &serde_json::Value) -> Option<usize> {
+    match v {
+        serde_json::Value::Number(n) => n.as_u64().map(|n| n as usize),
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Checks `num` results per page and the 1-based `page` against the service's limit;
+/// returns how many to rank (`num * page`).
+fn paging(svc: &Service, num: usize, page: usize) -> Result<usize, ApiError> {
+    let max = svc.limits().max_top_k;
+    if num == 0 || num > max {
+        return Err(ApiError::invalid("num", format!("{num}: give 1 to {max}")));
+    }
+    if page == 0 {
+        return Err(ApiError::invalid("page", "pages count from 1"));
+    }
+    match num.checked_mul(page) {
+        Some(k) if k <= max => Ok(k),
+        _ => Err(ApiError::invalid(
+            "page",
+            format!("page {page} of {num} results reaches past the service's {max} results"),
+        )),
+    }
+}
+
+/// The page a Serper query asks for: `page`, or `extendParams.page`.
+fn serper_page(req: &SerperQuery) -> usize {
+    req.extend_params
+        .as_ref()
+        .and_then(|e| e.get("page"))
+        .and_then(count_of)
+        .unwrap_or(req.page)
+}
+
+fn parameters(req: &SerperQuery, kind: &str, page: usize) -> SerperParameters {
     SerperParameters {
-        q: q.to_string(),
+        q: Some(req.q.clone()),
+        url: None,
         kind: kind.to_string(),
-        num,
+        num: req.num,
+        page,
+        gl: req.gl.clone(),
+        hl: req.hl.clone(),
+        location: req.location.clone(),
+        tbs: req.tbs.clone(),
         engine: "sift".into(),
     }
 }
 
-fn domain_of(rest: &std::collections::BTreeMap<String, serde_json::Value>) -> Option<String> {
-    rest.get("domain")
-        .and_then(|v| v.as_str())
-        .map(str::to_string)
+/// Runs a search for page `page` of `num` hits; returns the page's hits.
+fn paged(
+    svc: &Service,
+    mut search: SearchRequest,
+    num: usize,
+    page: usize,
+    query_field: &str,
+) -> Result<Vec<Hit>, ApiError> {
+    search.top_k = paging(svc, num, page)?;
+    let res = svc
+        .search(&search)
+        .map_err(|e| rename_field(e, "query", query_field))?;
+    Ok(res.hits.into_iter().skip((page - 1) * num).collect())
 }
 
-/// Serper's `POST /search`: passages as organic results.
+/// Serper's `/search`: passages as organic results, every domain merged unless one is named.
 pub fn serper_search(
     svc: &Service,
     req: &SerperQuery,
     base: &str,
 ) -> Result<SerperSearchResponse, ApiError> {
-    let res = svc.search(&SearchRequest {
-        query: req.q.clone(),
-        domain: domain_of(&req.rest),
-        top_k: req.num,
-        max_text_chars: Some(SNIPPET_CHARS),
-        ..SearchRequest::default()
-    })?;
+    let page = serper_page(req);
+    let hits = paged(
+        svc,
+        SearchRequest {
+            query: req.q.clone(),
+            domain: req.domain.clone(),
+            max_text_chars: Some(SNIPPET_CHARS),
+            ..SearchRequest::default()
+        },
+        req.num,
+        page,
+        "q",
+    )?;
     Ok(SerperSearchResponse {
-        search_parameters: parameters(&req.q, "search", req.num),
-        organic: organic(res.hits, base),
+        search_parameters: parameters(req, "search", page),
+        organic: hits.into_iter().map(|h| organic(h, base, false)).collect(),
     })
 }
 
-fn organic(hits: Vec<crate::api::Hit>, base: &str) -> Vec<SerperOrganic> {
-    hits.into_iter()
-        .map(|h| SerperOrganic {
-            link: format!("{base}{}", h.passage_url.unwrap_or_default()),
-            title: h.id,
-            snippet: h.text.unwrap_or_default(),
-            position: h.rank,
-        })
-        .collect()
+/// A hit as a Serper organic result; `with_image`: with its `imageUrl` (a visual match).
+fn organic(h: Hit, base: &str, with_image: bool) -> SerperOrganic {
+    let image = with_image
+        .then(|| h.image_url.as_ref().map(|u| format!("{base}{u}")))
+        .flatten();
+    SerperOrganic {
+        link: format!("{base}{}", h.page_url.unwrap_or_default()),
+        title: h.id,
+        snippet: h.text.unwrap_or_default(),
+        source: h.domain,
+        position: h.rank,
+        thumbnail_url: image.clone(),
+        image_url: image,
+    }
 }
 
-/// Serper's `POST /images`: corpus images for a text query.
+/// Serper's `/images`: corpus images for a text query.
 pub fn serper_images(
     svc: &Service,
     req: &SerperQuery,
     base: &str,
 ) -> Result<SerperImagesResponse, ApiError> {
-    let res = svc.search(&SearchRequest {
-        query: req.q.clone(),
-        domain: domain_of(&req.rest),
-        top_k: req.num,
-        candidates: Candidates::Images,
-        max_text_chars: Some(0),
-        ..SearchRequest::default()
-    })?;
+    let page = serper_page(req);
+    let hits = paged(
+        svc,
+        SearchRequest {
+            query: req.q.clone(),
+            domain: req.domain.clone(),
+            candidates: Candidates::Images,
+            max_text_chars: Some(0),
+            ..SearchRequest::default()
+        },
+        req.num,
+        page,
+        "q",
+    )?;
     Ok(SerperImagesResponse {
-        search_parameters: parameters(&req.q, "images", req.num),
-        images: image_results(svc, &res.domain, res.hits, base),
+        search_parameters: parameters(req, "images", page),
+        images: hits.into_iter().map(|h| image_result(h, base)).collect(),
     })
 }
 
-/// Image hits as Serper's image results: the image on this service, linked to its page.
-fn image_results(
-    svc: &Service,
-    domain: &str,
-    hits: Vec<crate::api::Hit>,
-    base: &str,
-) -> Vec<SerperImage> {
-    hits.into_iter()
-        .map(|h| {
-            let url = format!("{base}{}", h.image_url.unwrap_or_default());
-            let page = svc
-                .image_page(domain, &h.id)
-                .map(|p| format!("{base}{}", crate::service::document_path(domain, &p)));
-            SerperImage {
-                title: h.id,
-                link: page.unwrap_or_else(|| url.clone()),
-                thumbnail_url: url.clone(),
-                image_url: url,
-                source: "sift".into(),
-                position: h.rank,
-            }
-        })
-        .collect()
+fn image_result(h: Hit, base: &str) -> SerperImage {
+    let url = format!("{base}{}", h.image_url.unwrap_or_default());
+    SerperImage {
+        title: h.id,
+        link: format!("{base}{}", h.page_url.unwrap_or_default()),
+        thumbnail_url: url.clone(),
+        image_url: url,
+        source: h.domain,
+        position: h.rank,
+    }
 }
 
-/// Serper's `POST /lens`: corpus images like the given one, and the passages it retrieves.
+/// Serper's `/videos` and `/news`: the documented shapes, empty (the index holds neither).
+pub fn serper_nothing(req: &SerperQuery, kind: &str) -> Result<SerperParameters, ApiError> {
+    if req.q.trim().is_empty() {
+        return Err(ApiError::invalid("q", "give a query"));
+    }
+    Ok(parameters(req, kind, serper_page(req)))
+}
+
+/// Serper's `/lens`: corpus images like the given one, as organic results with their
+/// `imageUrl` (the link: the image's page).
 pub fn serper_lens(
     svc: &Service,
     req: &SerperLens,
     base: &str,
 ) -> Result<SerperLensResponse, ApiError> {
-    let asked = domain_of(&req.rest);
-    let (linked, image) = image_ref(svc, asked.as_deref(), &req.url);
-    let domain = asked.or(linked);
-    let search = |candidates, chars| {
-        svc.search(&SearchRequest {
-            images: vec![image.clone()],
-            domain: domain.clone(),
-            top_k: req.num,
-            candidates,
-            max_text_chars: Some(chars),
-            ..SearchRequest::default()
-        })
-        .map_err(|e| rename_images_field(e, "url"))
-    };
-    let images = search(Candidates::Images, 0)?;
-    let passages = search(Candidates::Passages, SNIPPET_CHARS)?;
+    let (hits, _) = lens(svc, &req.url, req.domain.as_deref(), req.num, req.page)?;
     Ok(SerperLensResponse {
-        search_parameters: parameters(&req.url, "lens", req.num),
-        visual_matches: image_results(svc, &images.domain, images.hits, base),
-        organic: organic(passages.hits, base),
+        search_parameters: SerperParameters {
+            q: None,
+            url: Some(req.url.clone()),
+            kind: "lens".into(),
+            num: req.num,
+            page: req.page,
+            gl: req.rest.get("gl").cloned(),
+            hl: req.rest.get("hl").cloned(),
+            location: None,
+            tbs: None,
+            engine: "sift".into(),
+        },
+        organic: hits.into_iter().map(|h| organic(h, base, true)).collect(),
     })
 }
 
-/// Errors about the one request image are about the field the caller gave it in.
-fn rename_images_field(mut e: ApiError, field: &str) -> ApiError {
-    if let Some(f) = &e.field
-        && f.starts_with("images")
-    {
-        e.field = Some(field.to_string());
+/// Corpus images like the image `url` names: page `page` of `num`, with the domain searched.
+fn lens(
+    svc: &Service,
+    url: &str,
+    domain: Option<&str>,
+    num: usize,
+    page: usize,
+) -> Result<(Vec<Hit>, Option<String>), ApiError> {
+    if url.trim().is_empty() {
+        return Err(ApiError::invalid("url", "give the image's URL"));
     }
-    e
+    let (linked, image) = image_ref(svc, domain, url, "url")?;
+    let domain = domain.map(str::to_string).or(linked);
+    let hits = paged(
+        svc,
+        SearchRequest {
+            images: vec![image],
+            domain: domain.clone(),
+            candidates: Candidates::Images,
+            max_text_chars: Some(SNIPPET_CHARS),
+            ..SearchRequest::default()
+        },
+        num,
+        page,
+        "url",
+    )
+    .map_err(|e| rename_field(e, "images", "url"))?;
+    Ok((hits, domain))
+}
+
+/// A SerpAPI failure: its status and message (answered as `{"error": message}`).
+#[derive(Debug, Clone)]
+pub struct SerpApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// The `error` string.
+    pub message: String,
+}
+
+impl From<ApiError> for SerpApiError {
+    fn from(e: ApiError) -> SerpApiError {
+        SerpApiError {
+            status: e.kind.status(),
+            message: match &e.field {
+                Some(f) => format!("{f}: {}", e.message),
+                None => e.message.clone(),
+            },
+        }
+    }
+}
+
+fn serp_error(message: impl Into<String>) -> SerpApiError {
+    SerpApiError {
+        status: 400,
+        message: message.into(),
+    }
+}
+
+/// A SerpAPI count parameter: absent gives `default`.
+fn serp_count(
+    params: &BTreeMap<String, String>,
+    name: &str,
+    default: usize,
+) -> Result<usize, SerpApiError> {
+    match params.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|_| {
+            serp_error(format!(
+                "Invalid `{name}` parameter: {v:?} is not a whole number."
+            ))
+        }),
+    }
+}
+
+/// Days since 1970-01-01 as (year, month, day) (the proleptic Gregorian calendar).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Now, as SerpAPI writes times (`2026-12-03 16:10:27 UTC`), and a search id.
+fn stamp() -> (String, String) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (y, m, d) = civil(secs.div_euclid(86_400));
+    let t = secs.rem_euclid(86_400);
+    (
+        format!(
+            "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+            t / 3600,
+            t / 60 % 60,
+            t % 60
+        ),
+        format!("{:x}", now.as_nanos()),
+    )
+}
+
+/// SerpAPI's `GET /search` and `/search.json`: `engine=google` (the default: passages as
+/// `organic_results`), `google_images` (`images_results`) and `google_lens` (`url`:
+/// `visual_matches`), with `q`, `num`, `start` (`ijn` pages images by 100), `gl`, `hl`,
+/// `location` accepted; `domain` (Sift's) names one domain. `path` and `query` are the
+/// request's, for `json_endpoint`.
+pub fn serpapi(
+    svc: &Service,
+    params: &BTreeMap<String, String>,
+    base: &str,
+    query: &str,
+) -> Result<SerpApiResponse, SerpApiError> {
+    let started = std::time::Instant::now();
+    let engine = params.get("engine").map_or("google", String::as_str);
+    let domain = params
+        .get("domain")
+        .filter(|d| !d.is_empty())
+        .map(String::to_string);
+    let q = params.get("q").map(|q| q.trim()).unwrap_or("");
+    let num = serp_count(
+        params,
+        "num",
+        if engine == "google_images" { 100 } else { 10 },
+    )?;
+    let start = match (engine, params.get("ijn")) {
+        ("google_images", Some(_)) => serp_count(params, "ijn", 0)?.saturating_mul(num),
+        _ => serp_count(params, "start", 0)?,
+    };
+    let max = svc.limits().max_top_k;
+    if num == 0 || num > max {
+        return Err(serp_error(format!(
+            "Invalid `num` parameter: give 1 to {max}."
+        )));
+    }
+    let top_k = start
+        .checked_add(num)
+        .filter(|&k| k <= max)
+        .ok_or_else(|| {
+            serp_error(format!(
+                "Invalid `start` parameter: {start} + {num} results reach past the service's {max}."
+            ))
+        })?;
+    let missing_q = || serp_error("Missing query `q` parameter.");
+    let text_search = |candidates| -> Result<Vec<Hit>, SerpApiError> {
+        if q.is_empty() {
+            return Err(missing_q());
+        }
+        let res = svc
+            .search(&SearchRequest {
+                query: q.to_string(),
+                domain: domain.clone(),
+                top_k,
+                candidates,
+                max_text_chars: Some(SNIPPET_CHARS),
+                ..SearchRequest::default()
+            })
+            .map_err(|e| rename_field(e, "query", "q"))?;
+        Ok(res.hits.into_iter().skip(start).collect())
+    };
+    let (mut organic, mut images, mut matches) = (None, None, None);
+    let found = match engine {
+        "google" => {
+            let hits = text_search(Candidates::Passages)?;
+            let n = hits.len();
+            organic = Some(
+                hits.into_iter()
+                    .map(|h| {
+                        let link = format!("{base}{}", h.page_url.clone().unwrap_or_default());
+                        SerpApiOrganic {
+                            position: h.rank,
+                            displayed_link: format!("{base} › {} › {}", h.domain, h.id),
+                            title: h.id,
+                            link,
+                            snippet: h.text.unwrap_or_default(),
+                            source: h.domain,
+                        }
+                    })
+                    .collect(),
+            );
+            n
+        }
+        "google_images" => {
+            let hits = text_search(Candidates::Images)?;
+            let n = hits.len();
+            images = Some(
+                hits.into_iter()
+                    .map(|h| {
+                        let url = format!("{base}{}", h.image_url.clone().unwrap_or_default());
+                        SerpApiImage {
+                            position: h.rank,
+                            title: h.id,
+                            thumbnail: url.clone(),
+                            original: url,
+                            link: format!("{base}{}", h.page_url.unwrap_or_default()),
+                            source: h.domain,
+                            is_product: false,
+                        }
+                    })
+                    .collect(),
+            );
+            n
+        }
+        "google_lens" => {
+            let url = params
+                .get("url")
+                .map(|u| u.trim())
+                .filter(|u| !u.is_empty())
+                .ok_or_else(|| serp_error("Missing query `url` parameter."))?;
+            let (linked, image) = image_ref(svc, domain.as_deref(), url, "url")?;
+            let res = svc
+                .search(&SearchRequest {
+                    images: vec![image],
+                    domain: domain.clone().or(linked),
+                    top_k,
+                    candidates: Candidates::Images,
+                    max_text_chars: Some(0),
+                    ..SearchRequest::default()
+                })
+                .map_err(|e| rename_field(e, "images", "url"))?;
+            let hits: Vec<Hit> = res.hits.into_iter().skip(start).collect();
+            let n = hits.len();
+            matches = Some(
+                hits.into_iter()
+                    .map(|h| {
+                        let url = format!("{base}{}", h.image_url.clone().unwrap_or_default());
+                        SerpApiVisualMatch {
+                            position: h.rank,
+                            title: h.id,
+                            link: format!("{base}{}", h.page_url.unwrap_or_default()),
+                            source: h.domain,
+                            thumbnail: url.clone(),
+                            image: url,
+                        }
+                    })
+                    .collect(),
+            );
+            n
+        }
+        other => {
+            return Err(serp_error(format!("Unsupported `{other}` search engine.")));
+        }
+    };
+    let (now, id) = stamp();
+    Ok(SerpApiResponse {
+        search_metadata: SerpApiMetadata {
+            id,
+            status: "Success".into(),
+            json_endpoint: format!(
+                "{base}/search.json?{}",
+                query
+                    .split('&')
+                    .filter(|p| !p.starts_with("api_key="))
+                    .collect::<Vec<_>>()
+                    .join("&")
+            ),
+            created_at: now.clone(),
+            processed_at: now,
+            total_time_taken: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+        },
+        search_parameters: params
+            .iter()
+            .filter(|(k, _)| k.as_str() != "api_key")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .chain(
+                (!params.contains_key("engine"))
+                    .then(|| ("engine".to_string(), "google".to_string())),
+            )
+            .collect(),
+        search_information: SerpApiInformation {
+            organic_results_state: if found > 0 {
+                "Results for exact spelling".into()
+            } else {
+                "Fully empty".into()
+            },
+            query_displayed: (!q.is_empty()).then(|| q.to_string()),
+            total_results: found,
+        },
+        organic_results: organic,
+        images_results: images,
+        visual_matches: matches,
+        error: (found == 0).then(|| "Google hasn't returned any results for this query.".into()),
+    })
 }
 
 /// InterLV-Search's local tools.
@@ -222,7 +576,7 @@ pub fn local(
     tool: LocalTool,
 ) -> Result<LocalResponse, ApiError> {
     let images = match (tool, &req.image) {
-        (LocalTool::Image, Some(s)) => vec![image_ref(svc, req.domain.as_deref(), s)],
+        (LocalTool::Image, Some(s)) => vec![image_ref(svc, req.domain.as_deref(), s, "image")?],
         (LocalTool::Image, None) => {
             return Err(ApiError::invalid(
                 "image",
@@ -259,8 +613,7 @@ pub fn local(
             max_text_chars: Some(req.max_text_chars),
             ..SearchRequest::default()
         })
-        .map_err(|e| rename_images_field(e, "image"))?;
-    let d = res.domain.clone();
+        .map_err(|e| rename_field(e, "images", "image"))?;
     Ok(LocalResponse {
         source: "local_kb".into(),
         results: res
@@ -271,7 +624,7 @@ pub fn local(
                 has_image: h.has_image
                     || h.passage_id
                         .as_deref()
-                        .is_some_and(|p| svc.page_image_count(&d, p) > 0),
+                        .is_some_and(|p| svc.page_image_count(&h.domain, p) > 0),
                 entity_id: h.id,
                 score: h.score,
                 text: h.text.unwrap_or_default(),
@@ -282,12 +635,13 @@ pub fn local(
 
 #[cfg(test)]
 mod tests {
-    use super::percent_decode;
+    use super::civil;
 
     #[test]
-    fn percent_escapes_decode() {
-        assert_eq!(percent_decode("a%20b%2Fc"), "a b/c");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    fn days_become_dates() {
+        assert_eq!(civil(0), (1970, 1, 1));
+        assert_eq!(civil(20_425), (2025, 12, 3));
+        assert_eq!(civil(11_016), (2000, 2, 29));
+        assert_eq!(civil(-1), (1969, 12, 31));
     }
 }

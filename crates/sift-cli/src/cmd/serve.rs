@@ -10,9 +10,17 @@ use crate::models::ModelFlags;
 use crate::options::Bm25Flags;
 
 /// Serve an index to search agents and benchmarks, read-only: a JSON API (OpenAPI at
-/// /openapi.json), Serper-compatible /search, /images and /lens, OpenAI-compatible
-/// /v1/models and /v1/embeddings, pyserini-style /v1/{domain}/search and /doc/{id}, and MCP
-/// tools over streamable HTTP at /mcp (or over stdio with --mcp-stdio).
+/// /openapi.json), Serper's /search, /images, /lens, /videos and /news (GET or POST),
+/// SerpAPI's GET /search and /search.json (engine=google, google_images, google_lens),
+/// readable pages for every link a hit carries (/v1/{domain}/page/{id}: HTML, Markdown or
+/// text) and a Jina-Reader-compatible GET /r/{url}, OpenAI-compatible /v1/models and
+/// /v1/embeddings, pyserini-style /v1/{domain}/search and /doc/{id}, and MCP tools over
+/// streamable HTTP at /mcp (or over stdio with --mcp-stdio).
+///
+/// A request that names no domain searches every domain served (all of the index, or
+/// those given with --domain) and merges the hits into one ranking: BM25 is scored with the
+/// statistics of all those domains summed, as one index over them would score it, and dense
+/// scores are cosines of one model, comparable as they are.
 ///
 /// Models and the corpus are loaded once at start. Passage texts and images come from
 /// --corpus (kept in memory; images listed from folders are read on request); without it,
@@ -24,7 +32,9 @@ use crate::options::Bm25Flags;
 #[command(after_help = "Examples:\n  \
 sift serve --index target/sample-index --corpus corpora/sample\n  \
 curl -s localhost:8080/v1/search -d '{\"query\": \"how do plants make sugar\", \"domain\": \"biology\"}'\n  \
-SERPER_BASE_URL=http://127.0.0.1:8080 my-agent ...   # Serper-shaped POST /search, /images, /lens\n  \
+SERPER_BASE_URL=http://127.0.0.1:8080 my-agent ...   # Serper: POST or GET /search, /images, /lens\n  \
+curl -s 'localhost:8080/search.json?engine=google&q=photosynthesis'   # SerpAPI\n  \
+curl -s localhost:8080/r/http://localhost:8080/v1/biology/page/<id>   # Jina Reader\n  \
 sift serve --index target/sample-index --corpus corpora/sample --mcp-stdio   # MCP client config")]
 pub struct Args {
     /// Index directory.
@@ -80,6 +90,11 @@ pub struct Args {
     /// with a 503 until one is closed or expires (5 minutes idle).
     #[arg(long, default_value_t = 256)]
     max_mcp_sessions: usize,
+    /// An API key every request but /healthz must carry (X-API-KEY, Authorization: Bearer,
+    /// or ?api_key=), as Serper and SerpAPI check theirs. Default: keys are accepted and
+    /// ignored.
+    #[arg(long, env = "SIFT_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
     /// Largest request body (bytes, 1 to 4 GiB).
     #[arg(long, default_value_t = 32 << 20, value_parser = crate::options::positive)]
     max_body_bytes: usize,
@@ -171,6 +186,7 @@ fn http_options(a: &Args) -> Result<HttpOptions> {
             AccessLog::Text
         },
         mcp: !a.no_mcp,
+        api_key: a.api_key.clone(),
         ..HttpOptions::default()
     };
     if let Some(n) = a.max_concurrency {
