@@ -713,7 +713,7 @@ mod tests {
         assert_eq!(c.root(), file);
         assert_eq!(c.domains().unwrap(), ["kb"]);
         assert_eq!(c.select_domains(&[]).unwrap(), ["kb"]);
-        assert_eq!(c.passage_files("kb").unwrap(), [file.clone()]);
+        assert_eq!(c.passage_files("kb").unwrap(), std::slice::from_ref(&file));
         let (p, w) = passages(&c).unwrap();
         let ids: Vec<&str> = p.iter().map(|p| p.id.as_str()).collect();
         assert_eq!(ids, ["doc1", "2", "doc3", "doc5", "doc6"]);
