@@ -4,13 +4,14 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::beir::{self, JsonlPassages};
+use crate::kb::{self, KbFile, KbImages, KbPassages};
 use crate::mmbright::{self, ParquetPassages, Table};
 use crate::paths::normalize_image_path;
 use crate::types::{Example, Passage, Qrels};
 use crate::warnings::{WarningKind, Warnings};
 use crate::{Error, Result};
 
-/// How a corpus directory is laid out.
+/// How a corpus is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Layout {
@@ -18,6 +19,10 @@ pub enum Layout {
     Beir,
     /// MM-BRIGHT hub layout: one parquet per domain under each config directory.
     MmBright,
+    /// A knowledge base: one JSONL or Parquet file of rows `{"id" or "qid", "text",
+    /// "image_path"}` (image paths relative to the file); one domain, named after the file's
+    /// stem; no queries.
+    Kb,
 }
 
 impl Layout {
@@ -26,6 +31,7 @@ impl Layout {
         match self {
             Layout::Beir => "beir",
             Layout::MmBright => "mm-bright",
+            Layout::Kb => "kb",
         }
     }
 }
@@ -37,6 +43,8 @@ pub struct Corpus {
     layout: Layout,
     /// Read a domain whose parquet shards are incomplete instead of refusing it.
     allow_partial: bool,
+    /// The file of a knowledge base ([`Layout::Kb`]).
+    kb: Option<KbFile>,
 }
 
 /// Which MM-BRIGHT example set to read.
@@ -44,27 +52,55 @@ const EXAMPLES: &str = "examples";
 const EXAMPLES_MULTIMODAL: &str = "examples_multimodal";
 
 impl Corpus {
-    /// Opens a corpus directory, detecting its layout.
+    /// Opens a corpus, detecting its layout: a directory (BEIR when it holds `corpus.jsonl`,
+    /// MM-BRIGHT when it holds `documents/`, else a knowledge base when it holds exactly one
+    /// of `kb.jsonl` and `kb.parquet`), or a knowledge-base file (`.jsonl` or `.parquet`;
+    /// [`Layout::Kb`]).
     pub fn open(root: impl AsRef<Path>) -> Result<Corpus> {
         let root = root.as_ref().to_path_buf();
-        if !root.is_dir() {
-            return Err(Error::io(
-                &root,
-                std::io::Error::new(std::io::ErrorKind::NotFound, "corpus directory not found"),
-            ));
-        }
-        let layout = if root.join("corpus.jsonl").is_file() {
-            Layout::Beir
-        } else if root.join("documents").is_dir() {
-            Layout::MmBright
-        } else {
-            return Err(Error::UnknownLayout { path: root });
-        };
-        Ok(Corpus {
+        let corpus = |root, layout, kb| Corpus {
             root,
             layout,
             allow_partial: false,
-        })
+            kb,
+        };
+        let meta = fs::metadata(&root).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::io(
+                    &root,
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "corpus not found (a corpus directory, or a knowledge-base .jsonl / \
+                         .parquet file)",
+                    ),
+                )
+            } else {
+                Error::io(&root, e)
+            }
+        })?;
+        if !meta.is_dir() {
+            let kb = KbFile::open(&root)?;
+            return Ok(corpus(root, Layout::Kb, Some(kb)));
+        }
+        if root.join("corpus.jsonl").is_file() {
+            return Ok(corpus(root, Layout::Beir, None));
+        }
+        if root.join("documents").is_dir() {
+            return Ok(corpus(root, Layout::MmBright, None));
+        }
+        let files: Vec<PathBuf> = kb::DIR_FILES
+            .iter()
+            .map(|f| root.join(f))
+            .filter(|f| f.exists())
+            .collect();
+        match files.as_slice() {
+            [] => Err(Error::UnknownLayout { path: root }),
+            [file] => {
+                let kb = KbFile::open(file)?;
+                Ok(corpus(file.clone(), Layout::Kb, Some(kb)))
+            }
+            _ => Err(Error::AmbiguousKb { path: root }),
+        }
     }
 
     /// Whether a domain whose parquet shards are incomplete (`x-00000-of-00002.parquet`
@@ -98,7 +134,8 @@ impl Corpus {
         Ok(out)
     }
 
-    /// The corpus directory.
+    /// The corpus directory; for a knowledge base, its file (also when it was opened through
+    /// its directory).
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -108,12 +145,34 @@ impl Corpus {
         self.layout
     }
 
-    /// Domain names, sorted. A BEIR corpus has one, named after its directory.
+    /// Domain names, sorted. A BEIR corpus has one, named after its directory; a knowledge
+    /// base one, named after its file's stem (`kb.jsonl` -> `kb`).
     pub fn domains(&self) -> Result<Vec<String>> {
         match self.layout {
             Layout::Beir => Ok(vec![self.beir_domain()]),
             Layout::MmBright => Ok(self.shards("documents")?.into_keys().collect()),
+            Layout::Kb => Ok(vec![self.kb_file()?.domain.clone()]),
         }
+    }
+
+    /// The knowledge-base file (an error for other layouts, which no caller asks it of).
+    fn kb_file(&self) -> Result<&KbFile> {
+        self.kb.as_ref().ok_or_else(|| Error::UnknownLayout {
+            path: self.root.clone(),
+        })
+    }
+
+    /// The knowledge-base file, checked to be `domain`'s.
+    fn kb_domain(&self, domain: &str) -> Result<&KbFile> {
+        let kb = self.kb_file()?;
+        if kb.domain != domain {
+            return Err(Error::UnknownDomain {
+                path: self.root.clone(),
+                domain: domain.to_string(),
+                available: kb.domain.clone(),
+            });
+        }
+        Ok(kb)
     }
 
     /// The domains named in `wanted` (all when empty), checked to exist.
@@ -213,6 +272,7 @@ impl Corpus {
     pub fn passage_files(&self, domain: &str) -> Result<Vec<PathBuf>> {
         match self.layout {
             Layout::Beir => Ok(vec![self.root.join("corpus.jsonl")]),
+            Layout::Kb => Ok(vec![self.kb_domain(domain)?.path.clone()]),
             Layout::MmBright => {
                 let files = self.domain_files("documents", domain)?;
                 if files.is_empty() {
@@ -227,11 +287,17 @@ impl Corpus {
         }
     }
 
-    /// Streams the passages of `domain`. Duplicate ids are an error.
+    /// Streams the passages of `domain`. Duplicate ids are an error. A knowledge base's
+    /// passages are its rows with text (rows with neither text nor image are skipped and
+    /// counted, [`WarningKind::EmptyRow`]).
     pub fn passages(&self, domain: &str) -> Result<Passages> {
         let files = self.passage_files(domain)?;
         let (inner, len_hint) = match self.layout {
             Layout::Beir => (PassagesInner::Jsonl(JsonlPassages::open(&files[0])?), None),
+            Layout::Kb => (
+                PassagesInner::Kb(KbPassages::open(self.kb_domain(domain)?)?),
+                None,
+            ),
             Layout::MmBright => {
                 let mut rows = 0;
                 for f in &files {
@@ -246,7 +312,10 @@ impl Corpus {
         Ok(Passages { inner, len_hint })
     }
 
-    /// A stable fingerprint of `domain`'s passage files (xxh3-128 of their names and bytes).
+    /// A stable fingerprint of `domain`'s passage files (xxh3-128 of their names and bytes):
+    /// a knowledge base's file, which holds its image paths too. Image files are not in it
+    /// (nor are an MM-BRIGHT corpus's `document_images`); image vectors are cached by the
+    /// images' bytes, so a changed image is embedded again by the next build.
     pub fn fingerprint(&self, domain: &str) -> Result<String> {
         let mut hasher = twox_hash::XxHash3_128::new();
         let mut buf = vec![0u8; 1 << 20];
@@ -268,7 +337,8 @@ impl Corpus {
 
     /// Queries of `domain`. MM-BRIGHT: the `examples` rows (Task 1), or the
     /// `examples_multimodal` rows (Tasks 2-4) when `multimodal`. BEIR: `queries.jsonl`.
-    /// Queries with empty text are skipped and counted.
+    /// Queries with empty text are skipped and counted. A knowledge base has none
+    /// ([`Error::NoQueries`]).
     pub fn examples(
         &self,
         domain: &str,
@@ -277,6 +347,9 @@ impl Corpus {
     ) -> Result<Vec<Example>> {
         match self.layout {
             Layout::Beir => beir::read_queries(&self.root.join("queries.jsonl"), warnings),
+            Layout::Kb => Err(Error::NoQueries {
+                path: self.root.clone(),
+            }),
             Layout::MmBright => {
                 let config = if multimodal {
                     EXAMPLES_MULTIMODAL
@@ -296,21 +369,41 @@ impl Corpus {
     }
 
     /// BEIR qrels of `split` (`qrels/<split>.tsv`), graded. Entries naming queries not in
-    /// `known_queries` are skipped and counted.
+    /// `known_queries` are skipped and counted. A knowledge base has none
+    /// ([`Error::NoQueries`]).
     pub fn beir_qrels(
         &self,
         split: &str,
         known_queries: Option<&HashSet<&str>>,
         warnings: &mut Warnings,
     ) -> Result<Qrels> {
+        if self.layout == Layout::Kb {
+            return Err(Error::NoQueries {
+                path: self.root.clone(),
+            });
+        }
         let path = self.root.join("qrels").join(format!("{split}.tsv"));
         beir::read_qrels(&path, known_queries, warnings)
     }
 
     /// Streams the corpus images of `domain` (`document_images`), a few at a time.
-    /// BEIR corpora have none.
+    /// BEIR corpora have none. A knowledge base's are the files its rows name, each once, in
+    /// the order of the first row naming it; rows naming a file that is missing, outside the
+    /// file's directory, not a regular file, too large or empty are skipped and counted.
     pub fn images(&self, domain: &str) -> Result<Images> {
         self.image_config("document_images", domain, true)
+    }
+
+    /// The passage-image links of a knowledge base's `domain`: (passage id, image id) of each
+    /// row with both text and an image path, in file order (an image several rows name is
+    /// linked to each of their passages). `None` for the other layouts, which link passages
+    /// and images by id (`sift_eval::PairLink`). Image files are not examined here: pairs
+    /// naming an image that [`Corpus::images`] skips link to nothing.
+    pub fn row_links(&self, domain: &str) -> Result<Option<Vec<(String, String)>>> {
+        match self.layout {
+            Layout::Kb => Ok(Some(kb::row_links(self.kb_domain(domain)?)?)),
+            Layout::Beir | Layout::MmBright => Ok(None),
+        }
     }
 
     /// The corpus images of `domain` without their bytes ([`ImageRecord::bytes`] is empty):
@@ -321,8 +414,13 @@ impl Corpus {
         self.image_config("document_images", domain, false)
     }
 
-    /// Streams the query images of `domain` (`examples_images`).
+    /// Streams the query images of `domain` (`examples_images`); none for BEIR corpora and
+    /// knowledge bases.
     pub fn query_images(&self, domain: &str) -> Result<Images> {
+        if self.layout == Layout::Kb {
+            self.kb_domain(domain)?;
+            return Ok(Images::empty());
+        }
         self.image_config("examples_images", domain, true)
     }
 
@@ -333,6 +431,12 @@ impl Corpus {
         let files = match self.layout {
             Layout::Beir => Vec::new(),
             Layout::MmBright => self.domain_files(config, domain)?,
+            Layout::Kb => {
+                let mut images = Images::empty();
+                images.kb = Some(KbImages::open(self.kb_domain(domain)?)?);
+                images.with_bytes = with_bytes;
+                return Ok(images);
+            }
         };
         let mut folder = Vec::new();
         let mut warnings = Warnings::new();
@@ -354,6 +458,7 @@ impl Corpus {
         Ok(Images {
             files: files.into(),
             folder: folder.into(),
+            kb: None,
             table: None,
             seen: HashSet::new(),
             pending: Default::default(),
@@ -522,6 +627,7 @@ fn shard_problem(files: &[ShardFile]) -> Option<String> {
 enum PassagesInner {
     Jsonl(JsonlPassages),
     Parquet(ParquetPassages),
+    Kb(KbPassages),
 }
 
 /// A stream of passages; iterate it, then read [`Passages::warnings`].
@@ -541,6 +647,7 @@ impl Passages {
         match &self.inner {
             PassagesInner::Jsonl(p) => &p.warnings,
             PassagesInner::Parquet(p) => &p.warnings,
+            PassagesInner::Kb(p) => &p.warnings,
         }
     }
 }
@@ -551,6 +658,7 @@ impl Iterator for Passages {
         match &mut self.inner {
             PassagesInner::Jsonl(p) => p.next_passage().transpose(),
             PassagesInner::Parquet(p) => p.next_passage().transpose(),
+            PassagesInner::Kb(p) => p.next_passage().transpose(),
         }
     }
 }
@@ -562,9 +670,11 @@ pub struct ImageRecord {
     pub path: String,
     /// The encoded image file.
     pub bytes: Vec<u8>,
-    /// Parquet file it came from.
+    /// Parquet file it came from; for an image file (a folder's, a knowledge base's), that
+    /// file (a knowledge base's: its canonical path).
     pub file: PathBuf,
-    /// 0-based row in that file.
+    /// 0-based row in that parquet file; 0 for a folder's image file; for a knowledge base,
+    /// the 0-based row (JSONL: line - 1) of the first row naming the image.
     pub row: u64,
 }
 
@@ -574,6 +684,8 @@ pub struct Images {
     files: std::collections::VecDeque<PathBuf>,
     /// image files of a folder: (id, path)
     folder: std::collections::VecDeque<(String, PathBuf)>,
+    /// the rows of a knowledge base
+    kb: Option<KbImages>,
     table: Option<Table>,
     seen: HashSet<String>,
     pending: std::collections::VecDeque<ImageRecord>,
@@ -585,7 +697,7 @@ pub struct Images {
 /// Reads an image file of a folder, or `None` when it is not a regular file (any more): it
 /// is opened without blocking and checked through the open handle, so a FIFO put in its
 /// place cannot hang the reader.
-fn read_image_file(path: &Path) -> Result<Option<Vec<u8>>> {
+pub(crate) fn read_image_file(path: &Path) -> Result<Option<Vec<u8>>> {
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
@@ -608,12 +720,29 @@ fn read_image_file(path: &Path) -> Result<Option<Vec<u8>>> {
 const IMAGE_BATCH: usize = 32;
 
 impl Images {
+    /// No images.
+    fn empty() -> Images {
+        Images {
+            files: Default::default(),
+            folder: Default::default(),
+            kb: None,
+            table: None,
+            seen: HashSet::new(),
+            pending: Default::default(),
+            warnings: Warnings::new(),
+            with_bytes: true,
+        }
+    }
+
     /// Warnings counted so far.
     pub fn warnings(&self) -> &Warnings {
         &self.warnings
     }
 
     fn next_image(&mut self) -> Result<Option<ImageRecord>> {
+        if let Some(kb) = &mut self.kb {
+            return kb.next_image(self.with_bytes, &mut self.warnings);
+        }
         loop {
             if let Some(r) = self.pending.pop_front() {
                 return Ok(Some(r));
@@ -738,6 +867,7 @@ impl Iterator for Images {
         if matches!(r, Some(Err(_))) {
             self.files.clear();
             self.folder.clear();
+            self.kb = None;
             self.table = None;
         }
         r

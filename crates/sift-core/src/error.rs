@@ -77,12 +77,34 @@ pub enum Error {
         /// What is wrong with it.
         problem: &'static str,
     },
-    /// The directory is neither a BEIR nor an MM-BRIGHT corpus.
+    /// The directory is neither a BEIR nor an MM-BRIGHT corpus nor holds a knowledge base.
     #[error(
-        "{path}: not a corpus: expected corpus.jsonl (BEIR layout) or documents/*.parquet (MM-BRIGHT layout)"
+        "{path}: not a corpus: expected corpus.jsonl (BEIR layout), documents/*.parquet (MM-BRIGHT layout) or kb.jsonl / kb.parquet (a knowledge base)"
     )]
     UnknownLayout {
         /// Directory at fault.
+        path: PathBuf,
+    },
+    /// A directory holds both `kb.jsonl` and `kb.parquet`.
+    #[error("{path}: holds both kb.jsonl and kb.parquet: give the knowledge-base file to read")]
+    AmbiguousKb {
+        /// Directory at fault.
+        path: PathBuf,
+    },
+    /// A file given as a corpus is not a knowledge base (`.jsonl` or `.parquet`).
+    #[error(
+        "{path}: not a corpus: a corpus file is a knowledge base ending in .jsonl or .parquet (rows of \"id\" or \"qid\", \"text\", \"image_path\"); BEIR and MM-BRIGHT corpora are directories"
+    )]
+    NotACorpusFile {
+        /// File at fault.
+        path: PathBuf,
+    },
+    /// Queries or qrels were asked of a knowledge base, which has none.
+    #[error(
+        "{path}: a knowledge base has no queries or qrels: it can be indexed, checked, searched and served, not evaluated"
+    )]
+    NoQueries {
+        /// The knowledge-base file.
         path: PathBuf,
     },
     /// A domain was asked for that the corpus does not have.

@@ -5,11 +5,14 @@
 //! against that domain's passages and images only"). A BEIR collection is a corpus with a
 //! single domain named after its directory.
 //!
-//! - [`Corpus::open`] detects the layout ([`Layout::Beir`] or [`Layout::MmBright`]).
+//! - [`Corpus::open`] detects the layout ([`Layout::Beir`], [`Layout::MmBright`], or
+//!   [`Layout::Kb`]: a knowledge base, one JSONL or Parquet file of rows `{"id" or "qid",
+//!   "text", "image_path"}`).
 //! - [`Corpus::passages`] streams a domain's passages, rejecting duplicate ids.
 //! - [`Corpus::examples`] reads a domain's queries with their gold ids, exclusions and image
 //!   annotations; [`Corpus::beir_qrels`] reads BEIR qrels.
 //! - [`Corpus::images`] streams a domain's corpus images without holding them all in memory.
+//! - [`Corpus::row_links`] gives a knowledge base's passage-image links (its rows).
 //!
 //! Problems that make the input unusable are an [`Error`] naming the file and line/row; problems
 //! where skipping is the right call are counted in [`Warnings`].
@@ -36,6 +39,7 @@ mod corpus;
 mod error;
 mod files;
 mod guard;
+mod kb;
 mod mmbright;
 mod paths;
 mod types;

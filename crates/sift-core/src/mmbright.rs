@@ -137,6 +137,24 @@ impl Table {
     }
 }
 
+/// The names of the top-level columns of the parquet file `path`.
+pub(crate) fn column_names(path: &Path) -> Result<Vec<String>> {
+    crate::catch_panics(|| {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let reader = SerializedFileReader::new(file).map_err(|e| Error::parquet(path, e))?;
+        let names = reader
+            .metadata()
+            .file_metadata()
+            .schema()
+            .get_fields()
+            .iter()
+            .map(|f| f.name().to_string())
+            .collect();
+        Ok(names)
+    })
+    .unwrap_or_else(|what| Err(reader_panicked(path, &what)))
+}
+
 /// The parquet reader panicked on `path` (it does on some corrupt files).
 fn reader_panicked(path: &Path, what: &str) -> Error {
     Error::parquet(
@@ -146,7 +164,7 @@ fn reader_panicked(path: &Path, what: &str) -> Error {
 }
 
 /// What a cell holds, for error messages.
-fn kind(field: &Field) -> &'static str {
+pub(crate) fn kind(field: &Field) -> &'static str {
     match field {
         Field::Null => "null",
         Field::Bool(_) => "a boolean",

@@ -17,7 +17,7 @@ pub enum WarningKind {
     UnknownDocId,
     /// An image whose bytes do not decode: skipped.
     UndecodableImage,
-    /// An image row with no bytes: skipped.
+    /// An image row with no bytes, or an empty image file: skipped.
     MissingImageBytes,
     /// The same image path twice: the later row is skipped.
     DuplicateImage,
@@ -30,14 +30,20 @@ pub enum WarningKind {
     /// A query whose judgements are all missing (every `gold_ids` element null or absent):
     /// it cannot be scored.
     QueryWithoutJudgements,
-    /// A file below an image folder that is not read: a symbolic link leading outside the
-    /// corpus or in a loop, or not a regular file (FIFO, device, socket), or too large.
+    /// A file below an image folder (or named by a knowledge-base row) that is not read: a
+    /// symbolic link (or, in a knowledge base, a path) leading outside the corpus or in a
+    /// loop, or not a regular file (FIFO, device, socket), or too large.
     SkippedImageFile,
     /// A query's `negative_ids` naming one of its own gold passages: it is removed from the
     /// ranking as the reference code removes it, and still counts in the ideal ranking.
     GoldAlsoNegative,
     /// A `negative_ids` element naming no passage of the domain: nothing to remove.
     UnknownNegativeId,
+    /// A knowledge-base row with neither text nor an image path: skipped.
+    EmptyRow,
+    /// A knowledge-base row naming an image file that does not exist: the image is skipped
+    /// (the row's text is still a passage).
+    MissingImageFile,
 }
 
 impl WarningKind {
@@ -58,6 +64,8 @@ impl WarningKind {
             WarningKind::SkippedImageFile => "skipped_image_file",
             WarningKind::GoldAlsoNegative => "gold_also_negative",
             WarningKind::UnknownNegativeId => "unknown_negative_id",
+            WarningKind::EmptyRow => "empty_row",
+            WarningKind::MissingImageFile => "missing_image_file",
         }
     }
 }

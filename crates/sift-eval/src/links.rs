@@ -9,10 +9,14 @@
 //! - [`PairLink::SourceId`], MTEB's port's: the `source_passage_id` of the image annotations
 //!   (`positive_images` / `negative_images` of `examples_multimodal`) names the passage an
 //!   image comes from; images no annotation names are linked to nothing.
+//!
+//! A knowledge base ([`sift_core::Layout::Kb`]) links by neither: each row links its passage
+//! to its image ([`PairLink::Row`], [`Links::from_pairs`]; [`Links::for_corpus`] picks the
+//! rows for a knowledge base and the rule otherwise).
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
-use sift_core::{Example, image_base_key, passage_base_key};
+use sift_core::{Corpus, Example, image_base_key, passage_base_key};
 
 /// How passages and corpus images are linked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -23,14 +27,20 @@ pub enum PairLink {
     Regex,
     /// The annotations' `source_passage_id` (MTEB's port).
     SourceId,
+    /// A knowledge base's rows: a row's passage and its image ([`Links::from_pairs`],
+    /// [`Links::for_corpus`]). Not a choice on the command line: a knowledge base always
+    /// links so, and other corpora have no rows ([`Links::new`] links nothing by it).
+    #[cfg_attr(feature = "clap", value(skip))]
+    Row,
 }
 
 impl PairLink {
-    /// Lower-case name (`regex`, `source-id`).
+    /// Lower-case name (`regex`, `source-id`, `row`).
     pub fn name(self) -> &'static str {
         match self {
             PairLink::Regex => "regex",
             PairLink::SourceId => "source-id",
+            PairLink::Row => "row",
         }
     }
 }
@@ -72,7 +82,8 @@ pub struct LinkStats {
     pub images_unlinked: usize,
     /// Image pairs (passage, image) among the candidates.
     pub image_pairs: usize,
-    /// `source-id` only: annotations naming a passage the corpus does not have.
+    /// `source-id`: annotations naming a passage the corpus does not have; `row`: linked
+    /// passages (rows) that are not among the passages (an index built from another file).
     pub unknown_source_passages: usize,
 }
 
@@ -81,7 +92,7 @@ pub struct LinkStats {
 pub struct Links {
     link: PairLink,
     domain: String,
-    /// `source-id`: the annotated (image, passage) links.
+    /// `source-id`, `row`: the annotated (image, passage) links.
     sources: HashSet<(String, String)>,
     /// Corpus image index -> linked corpus passage indexes (ascending).
     by_image: Vec<Vec<u32>>,
@@ -93,7 +104,8 @@ pub struct Links {
 impl Links {
     /// Links `passages` (ids) and `images` (normalised paths) of `domain` by `link`;
     /// `examples` are the domain's multimodal examples (their annotations are what
-    /// [`PairLink::SourceId`] reads).
+    /// [`PairLink::SourceId`] reads). [`PairLink::Row`] links nothing here: its links come
+    /// from the rows ([`Links::from_pairs`]).
     pub fn new(
         link: PairLink,
         domain: &str,
@@ -156,7 +168,19 @@ impl Links {
                     v.dedup();
                 }
             }
+            PairLink::Row => {}
         }
+        Links::finish(link, domain, sources, by_image, by_passage, stats)
+    }
+
+    fn finish(
+        link: PairLink,
+        domain: &str,
+        sources: HashSet<(String, String)>,
+        by_image: Vec<Vec<u32>>,
+        by_passage: Vec<Vec<u32>>,
+        mut stats: LinkStats,
+    ) -> Links {
         stats.passages_linked = by_passage.iter().filter(|v| !v.is_empty()).count();
         stats.images_unlinked = by_image.iter().filter(|v| v.is_empty()).count();
         stats.image_pairs = by_passage.iter().map(Vec::len).sum();
@@ -168,6 +192,63 @@ impl Links {
             by_passage,
             stats,
         }
+    }
+
+    /// Links `passages` (ids) and `images` (ids) by explicit `(passage id, image id)` pairs
+    /// ([`PairLink::Row`]): a knowledge base's rows ([`Corpus::row_links`]). Pairs naming an
+    /// image not among `images` (one the corpus skipped) link nothing; pairs naming a passage
+    /// not among `passages` are counted in [`LinkStats::unknown_source_passages`].
+    pub fn from_pairs(
+        passages: &[impl AsRef<str>],
+        images: &[impl AsRef<str>],
+        pairs: &[(String, String)],
+    ) -> Links {
+        let mut by_passage: Vec<Vec<u32>> = vec![Vec::new(); passages.len()];
+        let mut by_image: Vec<Vec<u32>> = vec![Vec::new(); images.len()];
+        let mut stats = LinkStats {
+            link: PairLink::Row.name().to_string(),
+            passages: passages.len(),
+            images: images.len(),
+            ..LinkStats::default()
+        };
+        let passage_index = index_of(passages);
+        let image_index = index_of(images);
+        let mut unknown: HashSet<&str> = HashSet::new();
+        let mut sources = HashSet::with_capacity(pairs.len());
+        for (pid, img) in pairs {
+            sources.insert((img.clone(), pid.clone()));
+            let Some(&p) = passage_index.get(pid.as_str()) else {
+                unknown.insert(pid);
+                continue;
+            };
+            if let Some(&i) = image_index.get(img.as_str()) {
+                by_passage[p as usize].push(i);
+                by_image[i as usize].push(p);
+            }
+        }
+        stats.unknown_source_passages = unknown.len();
+        for v in by_passage.iter_mut().chain(by_image.iter_mut()) {
+            v.sort_unstable();
+            v.dedup();
+        }
+        Links::finish(PairLink::Row, "", sources, by_image, by_passage, stats)
+    }
+
+    /// The links of `corpus`'s `domain`: a knowledge base's rows ([`Corpus::row_links`],
+    /// whatever `link` says), else [`Links::new`] by `link`. What a caller holding a corpus
+    /// calls: `passages` are the index's passage ids, `images` the corpus image ids.
+    pub fn for_corpus(
+        corpus: &Corpus,
+        link: PairLink,
+        domain: &str,
+        passages: &[impl AsRef<str>],
+        images: &[impl AsRef<str>],
+        examples: &[Example],
+    ) -> sift_core::Result<Links> {
+        Ok(match corpus.row_links(domain)? {
+            Some(pairs) => Links::from_pairs(passages, images, &pairs),
+            None => Links::new(link, domain, passages, images, examples),
+        })
     }
 
     /// The rule.
@@ -198,7 +279,9 @@ impl Links {
                 Some(k) => image_base_key(&self.domain, image) == Some(k),
                 None => false,
             },
-            PairLink::SourceId => self.sources.contains(&(image.to_string(), pid.to_string())),
+            PairLink::SourceId | PairLink::Row => {
+                self.sources.contains(&(image.to_string(), pid.to_string()))
+            }
         }
     }
 }
@@ -292,5 +375,47 @@ mod tests {
         assert_eq!(s.unknown_source_passages, 1);
         assert!(l.linked(passages[0], images[0]));
         assert!(!l.linked(passages[1], images[0]));
+    }
+
+    #[test]
+    fn explicit_pairs_link_rows_and_share_an_image() {
+        let passages = ["r1", "r2", "r3", "r4"];
+        let images = ["img/a.png", "img/b.png", "img/unused.png"];
+        let pairs: Vec<(String, String)> = [
+            ("r1", "img/a.png"),
+            ("r2", "img/a.png"),
+            ("r3", "img/b.png"),
+            ("r4", "img/skipped.png"),
+            ("gone", "img/b.png"),
+        ]
+        .iter()
+        .map(|(p, i)| (p.to_string(), i.to_string()))
+        .collect();
+        let l = Links::from_pairs(&passages, &images, &pairs);
+        assert_eq!(l.link(), PairLink::Row);
+        assert_eq!(l.images_of(0), &[0]);
+        assert_eq!(l.images_of(1), &[0]);
+        assert_eq!(l.images_of(2), &[1]);
+        assert_eq!(l.images_of(3), &[] as &[u32]);
+        assert_eq!(l.passages_of(0), &[0, 1]);
+        assert_eq!(l.passages_of(2), &[] as &[u32]);
+        let s = l.stats();
+        assert_eq!(s.link, "row");
+        assert_eq!(
+            (
+                s.passages_unkeyed,
+                s.passages_linked,
+                s.images_unlinked,
+                s.image_pairs,
+                s.unknown_source_passages
+            ),
+            (0, 3, 1, 3, 1)
+        );
+        assert!(l.linked("r2", "img/a.png"));
+        assert!(!l.linked("r2", "img/b.png"));
+        // the rule itself links nothing without its rows
+        let none = Links::new(PairLink::Row, "kb", &passages, &images, &[]);
+        assert_eq!(none.stats().image_pairs, 0);
+        assert!(!none.linked("r1", "img/a.png"));
     }
 }

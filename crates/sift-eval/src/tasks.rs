@@ -186,7 +186,8 @@ pub fn task1(corpus: &Corpus, domain: &str, split: &str) -> Result<TaskData> {
                 data.queries.push(ex);
             }
         }
-        Layout::Beir => {
+        // a knowledge base has no queries: `examples` above already refused it
+        Layout::Beir | Layout::Kb => {
             let known: HashSet<&str> = examples.iter().map(|e| e.id.as_str()).collect();
             data.qrels = corpus.beir_qrels(split, Some(&known), &mut warnings)?;
             data.qrels.retain(|_, judged| !judged.is_empty());

@@ -149,6 +149,12 @@ pub fn evaluate(
     progress: &dyn Progress,
 ) -> Result<EvalReport> {
     config.settings.bm25.validate()?;
+    if corpus.layout() == Layout::Kb {
+        return Err(sift_core::Error::NoQueries {
+            path: corpus.root().to_path_buf(),
+        }
+        .into());
+    }
     if config.tasks.iter().any(|t| t.has_query_images()) && corpus.layout() == Layout::Beir {
         return Err(Error::Unsupported(
             "tasks 2-4 need an MM-BRIGHT corpus (examples_multimodal, images); this is a BEIR corpus"
@@ -367,9 +373,16 @@ fn evaluate_domain(
     let links = if config.tasks.contains(&Task::Pairs) {
         let examples = match config.pair_link {
             PairLink::SourceId => corpus.examples(domain, true, &mut out.warnings)?,
-            PairLink::Regex => Vec::new(),
+            PairLink::Regex | PairLink::Row => Vec::new(),
         };
-        Links::new(config.pair_link, domain, passages, &images, &examples)
+        Links::for_corpus(
+            corpus,
+            config.pair_link,
+            domain,
+            passages,
+            &images,
+            &examples,
+        )?
     } else {
         Links::new(
             config.pair_link,

@@ -15,7 +15,7 @@ use crate::progress::Bars;
 #[derive(clap::Args)]
 #[command(after_help = "Example:\n  sift check --corpus corpora/sample")]
 pub struct Args {
-    /// Corpus directory.
+    /// Corpus directory, or a knowledge-base .jsonl / .parquet file.
     #[arg(long)]
     corpus: PathBuf,
     #[command(flatten)]
@@ -75,29 +75,37 @@ pub fn run(a: Args) -> Result<()> {
             .into());
         }
         warnings.extend(passages.warnings().clone());
-        let task = task1(&corpus, domain, &a.split)?;
-        counts.queries = task.queries.len();
-        let mut tw = task.warnings;
-        check_qrels_ids(&task.qrels, |id| ids.contains(id), corpus.root(), &mut tw);
-        check_exclusions(
-            &task.exclusions,
-            &task.qrels,
-            |id| ids.contains(id),
-            corpus.root(),
-            &mut tw,
-        );
-        warnings.extend(tw);
-        if corpus.layout() == Layout::MmBright {
+        // a knowledge base has no queries
+        if corpus.layout() != Layout::Kb {
+            let task = task1(&corpus, domain, &a.split)?;
+            counts.queries = task.queries.len();
+            let mut tw = task.warnings;
+            check_qrels_ids(&task.qrels, |id| ids.contains(id), corpus.root(), &mut tw);
+            check_exclusions(
+                &task.exclusions,
+                &task.qrels,
+                |id| ids.contains(id),
+                corpus.root(),
+                &mut tw,
+            );
+            warnings.extend(tw);
+        }
+        let mut image_paths = HashSet::new();
+        if corpus.layout() != Layout::Beir {
             let mut images = corpus.images(domain)?;
-            let mut image_paths = HashSet::new();
             for img in images.by_ref() {
                 let img = img?;
                 if let Err(e) = sift_embed::image::decode_rgb(&img.bytes) {
                     counts.undecodable_images += 1;
+                    // a knowledge base's image is its own file
+                    let location = match corpus.layout() {
+                        Layout::Kb => String::new(),
+                        _ => format!("row {}", img.row),
+                    };
                     warnings.push(
                         WarningKind::UndecodableImage,
                         &img.file,
-                        format!("row {}", img.row),
+                        location,
                         format!("image {:?} does not decode: {e}", img.path),
                     );
                 }
@@ -105,6 +113,8 @@ pub fn run(a: Args) -> Result<()> {
                 counts.images += 1;
             }
             warnings.extend(images.warnings().clone());
+        }
+        if corpus.layout() == Layout::MmBright {
             let mut qimages = corpus.query_images(domain)?;
             for img in qimages.by_ref() {
                 let img = img?;

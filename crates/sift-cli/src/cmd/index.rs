@@ -14,10 +14,13 @@ use crate::progress::Bars;
 /// complete, and is then replaced atomically.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Example:\n  sift index --corpus corpora/sample --index target/sample-index"
+    after_help = "Examples:\n  sift index --corpus corpora/sample --index target/sample-index\n  \
+sift index --corpus corpora/kb-example/kb.jsonl --index target/kb-index"
 )]
 pub struct Args {
-    /// Corpus directory (BEIR layout with corpus.jsonl, or MM-BRIGHT hub layout).
+    /// Corpus: a directory (BEIR layout with corpus.jsonl, or MM-BRIGHT hub layout), or a
+    /// knowledge base: a .jsonl or .parquet file of rows {"id" or "qid", "text",
+    /// "image_path"} (image paths relative to the file; one domain, named after the file).
     #[arg(long)]
     corpus: PathBuf,
     /// Index directory to create or replace.

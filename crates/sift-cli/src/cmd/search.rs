@@ -52,8 +52,9 @@ pub struct Args {
     /// task the candidates make: passages Task 2, images Task 3, pairs Task 4).
     #[arg(long, value_enum, default_value = "all")]
     query_fusion: QueryImages,
-    /// The corpus: pairs then pair passages with every corpus image of their page (without
-    /// it, with the images the index holds).
+    /// The corpus (a directory, or a knowledge-base .jsonl / .parquet file): pairs then pair
+    /// passages with every corpus image of their page (without it, with the images the index
+    /// holds; a knowledge base's pairs, its rows, need it).
     #[arg(long)]
     corpus: Option<PathBuf>,
     #[command(flatten)]
@@ -167,13 +168,23 @@ pub fn run(a: Args) -> Result<()> {
     )?;
     report_warnings("query images", &warnings);
 
-    let pair_images: Vec<String> = match (a.candidates, &a.corpus) {
-        (CandidateArg::Pairs, Some(dir)) => a
-            .corpus_flags
-            .open(dir)?
+    let kb_index = m.layout == Some(sift_core::Layout::Kb);
+    // only pairs read the corpus
+    let corpus = a
+        .corpus
+        .as_deref()
+        .filter(|_| a.candidates == CandidateArg::Pairs)
+        .map(|dir| a.corpus_flags.open(dir))
+        .transpose()?;
+    let pair_images: Vec<String> = match (a.candidates, &corpus) {
+        (CandidateArg::Pairs, Some(corpus)) => corpus
             .image_paths(&domain)?
             .map(|r| r.map(|r| r.path))
             .collect::<sift_core::Result<_>>()?,
+        (CandidateArg::Pairs, None) if kb_index => bail!(
+            "the pairs of a knowledge base link each row's passage to its image: give --corpus \
+             (the knowledge-base file)"
+        ),
         (CandidateArg::Pairs, None) => retriever
             .dense_names()
             .iter()
@@ -186,11 +197,18 @@ pub fn run(a: Args) -> Result<()> {
         _ => Vec::new(),
     };
     let pairs = if a.candidates == CandidateArg::Pairs {
-        let examples = match (a.pair_link, &a.corpus) {
-            (sift_eval::PairLink::Regex, _) => Vec::new(),
-            (sift_eval::PairLink::SourceId, Some(dir)) => {
+        let is_kb = corpus
+            .as_ref()
+            .is_some_and(|c| c.layout() == sift_core::Layout::Kb);
+        let examples = match (a.pair_link, &corpus) {
+            (sift_eval::PairLink::SourceId, Some(_)) if is_kb => bail!(
+                "--pair-link source-id reads image annotations, which a knowledge base has none \
+                 of: its rows link each passage to its image"
+            ),
+            (sift_eval::PairLink::Regex | sift_eval::PairLink::Row, _) => Vec::new(),
+            (sift_eval::PairLink::SourceId, Some(corpus)) => {
                 let mut w = Warnings::new();
-                let ex = a.corpus_flags.open(dir)?.examples(&domain, true, &mut w)?;
+                let ex = corpus.examples(&domain, true, &mut w)?;
                 report_warnings("corpus annotations", &w);
                 ex
             }
@@ -198,13 +216,24 @@ pub fn run(a: Args) -> Result<()> {
                 bail!("--pair-link source-id reads the image annotations: give --corpus")
             }
         };
-        let links = sift_eval::Links::new(
-            a.pair_link,
-            &domain,
-            searcher.passage_ids(),
-            &pair_images,
-            &examples,
-        );
+        let links = match &corpus {
+            // a knowledge base links by its rows
+            Some(corpus) => sift_eval::Links::for_corpus(
+                corpus,
+                a.pair_link,
+                &domain,
+                searcher.passage_ids(),
+                &pair_images,
+                &examples,
+            )?,
+            None => sift_eval::Links::new(
+                a.pair_link,
+                &domain,
+                searcher.passage_ids(),
+                &pair_images,
+                &examples,
+            ),
+        };
         Pairs::from_links(&links)
     } else {
         Pairs::default()
@@ -226,19 +255,18 @@ pub fn run(a: Args) -> Result<()> {
             if !sift_retrieve::embeds_pairs(model.reference_model()) {
                 continue;
             }
-            let Some(dir) = &a.corpus else {
+            let Some(corpus) = &corpus else {
                 bail!(
                     "the reference code embeds dense:{name}'s pairs from their passage texts and \
                      images: give --corpus"
                 );
             };
-            let corpus = a.corpus_flags.open(dir)?;
-            let texts = sift_retrieve::passage_texts(&corpus, &domain, searcher.passage_ids())?;
+            let texts = sift_retrieve::passage_texts(corpus, &domain, searcher.passage_ids())?;
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let mut w = Warnings::new();
             let v = sift_retrieve::reference_pair_vectors(
                 model,
-                &corpus,
+                corpus,
                 &domain,
                 &pairs,
                 &refs,

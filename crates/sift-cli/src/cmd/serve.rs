@@ -40,7 +40,8 @@ pub struct Args {
     /// Index directory.
     #[arg(long)]
     index: PathBuf,
-    /// The corpus the index was built from (passage texts, images, page links).
+    /// The corpus the index was built from (a directory, or a knowledge-base .jsonl /
+    /// .parquet file): passage texts, images, page links.
     #[arg(long)]
     corpus: Option<PathBuf>,
     /// A retriever to serve (repeat; the first is the default): bm25, dense:<model>,
