@@ -365,7 +365,7 @@ fn serve_answers_the_json_api_serper_and_pyserini_shapes_as_sift_search_does() {
         &json!({"url": img["imageUrl"], "num": 2}),
     );
     assert_eq!(status, 200, "{lens}");
-    assert_eq!(lens["visualMatches"][0]["imageUrl"], img["imageUrl"]);
+    assert_eq!(lens["organic"][0]["imageUrl"], img["imageUrl"]);
     assert_eq!(lens["organic"].as_array().unwrap().len(), 2);
 
     // pyserini's REST shape
@@ -453,8 +453,10 @@ fn serve_refuses_bad_input_with_json_errors_naming_the_field() {
     error(st, &b, 400, Some("top_k"));
     let (st, b) = post(&search, &json!({"query": "x", "domain": "chemistry"}));
     error(st, &b, 404, Some("domain"));
+    // no domain: every domain, merged
     let (st, b) = post(&search, &json!({"query": "x"}));
-    error(st, &b, 400, Some("domain"));
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["domains"].as_array().unwrap().len(), 3, "{b}");
     let (st, b) = post(
         &search,
         &json!({"query": "x", "domain": "gis", "colour": 1}),
@@ -845,6 +847,291 @@ fn python_clients_openai_embeddings_and_mcp_over_http() {
     assert_eq!(report["openai_equal"], true, "{report}");
     assert!(report["mcp_tools"].as_u64().unwrap() >= 11, "{report}");
     assert_eq!(report["mcp_search_hits"], 3, "{report}");
+}
+
+/// The agent harnesses' own clients (tests/harness_clients.py: VisBrowse-Bench's Serper
+/// tools and Jina Reader visits, MERRIN's smolagents and paged searches, InterLV-Search's
+/// SerpAPI client and BeautifulSoup fetch, pyserini's MCP bridge script itself) against the
+/// service started WITHOUT --domain over the sample's three domains.
+#[test]
+#[ignore = "needs the requests and beautifulsoup4 Python packages (scripts/test installs them)"]
+fn harness_clients_run_unchanged_against_every_domain() {
+    let server = Server::start(&["--quiet"]);
+    let out = Command::new("python3")
+        .arg(repo().join("tests/harness_clients.py"))
+        .args(["--base", &server.base, "--key", "any-key"])
+        .arg("--bridge")
+        .arg(repo().join("tests/clients/pyserini_bridge.py"))
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tests/harness_clients.py failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(stdout.lines().last().unwrap());
+    assert_eq!(report["failures"], json!([]), "{report}");
+    assert_eq!(
+        report["domains_seen"],
+        json!(["biology", "gis", "physics"]),
+        "{report}"
+    );
+    assert!(report["calls"].as_u64().unwrap() >= 30, "{report}");
+}
+
+/// GET with headers: (status, content type, body).
+fn get_with(url: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+    let mut req = agent().get(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut r = req.call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let ct = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    (
+        r.status().as_u16(),
+        ct,
+        r.body_mut().read_to_string().unwrap(),
+    )
+}
+
+#[test]
+fn serve_without_a_domain_merges_every_domain_and_answers_serper_serpapi_and_readers() {
+    let server = Server::start(&["--quiet"]);
+    let broad = "surface area distance energy light water cell";
+
+    // no domain: one ranking over every domain, scored as their union; a named domain
+    // still restricts (scored with its own statistics, so its order may differ: the same
+    // passages match)
+    let (status, all) = post(
+        &server.url("/v1/search"),
+        &json!({"query": broad, "top_k": 40, "max_text_chars": 0}),
+    );
+    assert_eq!(status, 200, "{all}");
+    assert_eq!(all["domains"], json!(["biology", "gis", "physics"]));
+    assert!(all.get("domain").is_none(), "{all}");
+    let hits = all["hits"].as_array().unwrap();
+    let seen: std::collections::BTreeSet<&str> =
+        hits.iter().map(|h| h["domain"].as_str().unwrap()).collect();
+    assert_eq!(seen.len(), 3, "{all}");
+    let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    let (_, gis) = post(
+        &server.url("/v1/search"),
+        &json!({"query": broad, "top_k": 40, "domain": "gis"}),
+    );
+    assert_eq!(gis["domain"], "gis");
+    let gis_ids: std::collections::BTreeSet<&str> = gis["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap())
+        .collect();
+    let merged_gis: std::collections::BTreeSet<&str> = hits
+        .iter()
+        .filter(|h| h["domain"] == "gis")
+        .map(|h| h["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(merged_gis, gis_ids);
+    // dense: the merged ranking is the per-domain rankings' cosines merged
+    let (_, dense) = post(
+        &server.url("/v1/search"),
+        &json!({"query": broad, "top_k": 5, "retriever": "dense:tiny-clip-quickgelu"}),
+    );
+    let mut best: Vec<(f64, String)> = Vec::new();
+    for d in ["biology", "gis", "physics"] {
+        let (_, one) = post(
+            &server.url("/v1/search"),
+            &json!({"query": broad, "top_k": 5, "domain": d, "retriever": "dense:tiny-clip-quickgelu"}),
+        );
+        for h in one["hits"].as_array().unwrap() {
+            best.push((
+                h["score"].as_f64().unwrap(),
+                h["id"].as_str().unwrap().into(),
+            ));
+        }
+    }
+    best.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+    let want: Vec<&str> = best.iter().take(5).map(|x| x.1.as_str()).collect();
+    let got: Vec<&str> = dense["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, want);
+
+    // Serper by GET (smolagents) equals Serper by POST; paging by num
+    let (status, _, text) = get_with(
+        &server.url(
+            "/search?q=surface+area+distance+energy+light+water+cell&num=4&api_key=x&tbs=qdr:y",
+        ),
+        &[],
+    );
+    assert_eq!(status, 200, "{text}");
+    let by_get = json(&text);
+    let (_, by_post) = post(&server.url("/search"), &json!({"q": broad, "num": 4}));
+    assert_eq!(by_get["organic"], by_post["organic"]);
+    assert_eq!(by_get["searchParameters"]["tbs"], "qdr:y");
+    let (_, page2) = post(
+        &server.url("/search"),
+        &json!({"q": broad, "num": 2, "extendParams": {"page": 2}}),
+    );
+    assert_eq!(page2["organic"][0]["position"], 3, "{page2}");
+    assert_eq!(page2["organic"][0]["link"], by_post["organic"][2]["link"]);
+    // a batch is answered with a list
+    let (status, batch) = post(
+        &server.url("/images"),
+        &json!([{"q": "leaf", "num": 2}, {"q": "map", "num": 1}]),
+    );
+    assert_eq!(status, 200, "{batch}");
+    assert_eq!(batch[0]["images"].as_array().unwrap().len(), 2);
+    assert_eq!(batch[1]["images"].as_array().unwrap().len(), 1);
+    for kind in ["videos", "news"] {
+        let (status, res) = post(&server.url(&format!("/{kind}")), &json!({"q": "x"}));
+        assert_eq!(status, 200, "{res}");
+        assert_eq!(res[kind], json!([]));
+    }
+    // lens refuses URLs it would have to fetch
+    let (status, res) = post(
+        &server.url("/lens"),
+        &json!({"url": "https://example.com/cat.png"}),
+    );
+    assert_eq!(status, 400, "{res}");
+    assert_eq!(res["error"]["field"], "url");
+    assert!(
+        res["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("fetches nothing")
+    );
+
+    // SerpAPI: its shapes, and its errors as it writes them
+    let (status, res) = get_json(&server.url(&format!(
+        "/search?engine=google&q={}&num=3&start=1&gl=us&hl=en&api_key=secret",
+        broad.replace(' ', "+")
+    )));
+    assert_eq!(status, 200, "{res}");
+    assert_eq!(res["organic_results"][0]["position"], 2, "{res}");
+    assert_eq!(
+        res["organic_results"][0]["link"], by_post["organic"][1]["link"],
+        "start skips as page does"
+    );
+    assert!(
+        !res["search_metadata"]["json_endpoint"]
+            .as_str()
+            .unwrap()
+            .contains("secret")
+    );
+    assert!(res["search_parameters"].get("api_key").is_none());
+    let (status, res) = get_json(&server.url("/search.json?engine=google_images&q=leaf&num=2"));
+    assert_eq!(status, 200, "{res}");
+    let original = res["images_results"][0]["original"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, res) = get_json(&server.url(&format!(
+        "/search.json?engine=google_lens&url={}",
+        original.replace(':', "%3A").replace('/', "%2F")
+    )));
+    assert_eq!(status, 200, "{res}");
+    assert_eq!(
+        res["visual_matches"][0]["image"],
+        original.as_str(),
+        "{res}"
+    );
+    let (status, res) = get_json(&server.url("/search.json?engine=yandex&q=x"));
+    assert_eq!(
+        (status, res["error"].as_str()),
+        (400, Some("Unsupported `yandex` search engine."))
+    );
+    let (status, res) = get_json(&server.url("/search.json?engine=google"));
+    assert_eq!(
+        (status, res["error"].as_str()),
+        (400, Some("Missing query `q` parameter."))
+    );
+    let (status, res) = get_json(&server.url("/search.json?engine=google&q=zzyzx"));
+    assert_eq!(status, 200);
+    assert!(
+        res["error"]
+            .as_str()
+            .unwrap()
+            .contains("hasn't returned any results")
+    );
+
+    // readable pages: HTML by default, Markdown and text on request, the JSON API unchanged
+    let link = by_post["organic"][0]["link"].as_str().unwrap().to_string();
+    let (status, ct, html) = get_with(&link, &[]);
+    assert_eq!(status, 200);
+    assert!(ct.starts_with("text/html"), "{ct}");
+    assert!(html.contains("<title>") && html.contains("<p>"), "{html}");
+    let (_, ct, md) = get_with(&link, &[("accept", "text/markdown")]);
+    assert!(
+        ct.starts_with("text/markdown") && md.starts_with("# "),
+        "{ct}\n{md}"
+    );
+    let (_, ct, _) = get_with(&link, &[("accept", "text/plain")]);
+    assert!(ct.starts_with("text/plain"), "{ct}");
+    let doc = link.replace("/page/", "/doc/");
+    let (_, ct, body) = get_with(&doc, &[]);
+    assert!(ct.starts_with("application/json"), "{ct}");
+    assert!(json(&body)["contents"].is_string());
+    let (_, ct, _) = get_with(&doc, &[("accept", "text/html")]);
+    assert!(ct.starts_with("text/html"), "{ct}");
+    // an image's page shows the image
+    let (_, images) = post(&server.url("/images"), &json!({"q": "leaf", "num": 1}));
+    let (status, _, html) = get_with(images["images"][0]["link"].as_str().unwrap(), &[]);
+    assert_eq!(status, 200);
+    assert!(html.contains("<img src=\"http://"), "{html}");
+
+    // Jina Reader: /r/{url} and {url} after the host; other sites refused
+    let (status, ct, text) = get_with(&server.url(&format!("/r/{link}")), &[]);
+    assert_eq!(status, 200, "{text}");
+    assert!(ct.starts_with("text/plain"), "{ct}");
+    assert!(
+        text.starts_with("Title: ") && text.contains(&format!("URL Source: {link}")),
+        "{text}"
+    );
+    let (status, _, same) = get_with(&server.url(&format!("/{link}")), &[]);
+    assert_eq!((status, &same), (200, &text));
+    let (_, _, j) = get_with(
+        &server.url(&format!("/r/{link}")),
+        &[("accept", "application/json")],
+    );
+    let j = json(&j);
+    assert_eq!(j["code"], 200);
+    assert!(
+        j["data"]["content"].as_str().unwrap().starts_with("# "),
+        "{j}"
+    );
+    let (status, _, body) = get_with(&server.url("/r/https://en.wikipedia.org/wiki/Map"), &[]);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(json(&body)["error"]["field"], "url");
+    drop(server);
+
+    // --api-key: every route but /healthz wants it, in any of the harnesses' three places
+    let server = Server::start(&["--quiet", "--api-key", "k3y"]);
+    let (status, _) = post(&server.url("/search"), &json!({"q": "leaf"}));
+    assert_eq!(status, 401);
+    let (status, res) = get_json(&server.url("/search.json?q=leaf&api_key=wrong"));
+    assert_eq!(status, 401);
+    assert!(res["error"].is_string(), "{res}");
+    let (status, _, _) = get_with(&server.url("/search?q=leaf&api_key=k3y"), &[]);
+    assert_eq!(status, 200);
+    let (status, _, _) = get_with(&server.url("/search?q=leaf"), &[("x-api-key", "k3y")]);
+    assert_eq!(status, 200);
+    let (status, _, _) = get_with(
+        &server.url("/v1/indexes"),
+        &[("authorization", "Bearer k3y")],
+    );
+    assert_eq!(status, 200);
+    let (status, _, _) = get_with(&server.url("/healthz"), &[]);
+    assert_eq!(status, 200);
 }
 
 /// The `host:port` of a server.

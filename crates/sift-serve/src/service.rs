@@ -250,6 +250,7 @@ impl Service {
             None => None,
         };
         let any_images = retrievers.iter().any(|r| r.ranks_images);
+        let kb = manifest.layout == Some(sift_core::Layout::Kb);
         let mut domains = Vec::new();
         for name in names {
             // the corpus must be the one indexed: its texts are what the hits return
@@ -279,8 +280,20 @@ impl Service {
                         .map(<[String]>::to_vec)
                         .unwrap_or_default(),
                 };
-                let links = Links::new(PairLink::Regex, &name, &passage_ids, &images, &[]);
-                (Pairs::from_links(&links), images)
+                let pairs = match &corpus {
+                    // the corpus's own links: MM-BRIGHT's base keys, a knowledge base's rows
+                    Some(c) => Pairs::from_links(&c.links),
+                    // a knowledge base's rows are its links: without it, text-only pairs
+                    None if kb => Pairs::from_links(&Links::from_pairs(&passage_ids, &images, &[])),
+                    None => Pairs::from_links(&Links::new(
+                        PairLink::Regex,
+                        &name,
+                        &passage_ids,
+                        &images,
+                        &[],
+                    )),
+                };
+                (pairs, images)
             });
             let tables = retrievers
                 .iter()
@@ -1288,7 +1301,14 @@ fn read_domain(
         });
         image_ids.push(r.path);
     }
-    let links = Links::new(PairLink::Regex, domain, passage_ids, &image_ids, &[]);
+    let links = Links::for_corpus(
+        corpus,
+        PairLink::Regex,
+        domain,
+        passage_ids,
+        &image_ids,
+        &[],
+    )?;
     Ok(DomainCorpus {
         texts: texts.into_iter().map(Option::unwrap_or_default).collect(),
         image_ord: image_ids

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Agent harnesses' search clients against a running `sift serve` (called by tests/serve.rs).
+
+Each client sends what the harness's own code sends (tests/../shared notes: VisBrowse-Bench's
+Serper tools and Jina Reader visits, MERRIN's smolagents GoogleSearchTool and its paged and image
+searches, InterLV-Search's SerpAPI client and its BeautifulSoup page fetch, pyserini's MCP
+bridge), with `requests`, and reads what the harness reads. The service is expected to run
+WITHOUT --domain over an index of several domains. Every call must answer 200 with non-empty
+results in the exact field names, and every link and image URL must resolve.
+
+Prints one JSON line: {"calls": n, "domains_seen": [...], "failures": [...]}; exits 1 on a
+failure.
+
+    python3 tests/harness_clients.py --base http://127.0.0.1:8080 --key k \
+        --bridge tests/clients/pyserini_bridge.py
+"""
+import argparse
+import base64
+import json
+import re
+import subprocess
+import sys
+import tempfile
+
+import requests
+from bs4 import BeautifulSoup
+
+# a query with terms in every domain of the sample
+BROAD = "surface area distance energy light water cell"
+FAILURES = []
+CALLS = [0]
+DOMAINS = set()
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+    return cond
+
+
+def ok_json(r, what):
+    CALLS[0] += 1
+    if not check(r.status_code == 200, f"{what}: status {r.status_code}: {r.text[:300]}"):
+        return None
+    try:
+        data = r.json()
+    except ValueError:
+        check(False, f"{what}: not JSON: {r.text[:200]}")
+        return None
+    # InterLV-Search: a JSON `error` field means failure
+    check(not (isinstance(data, dict) and "error" in data), f"{what}: error {data}")
+    return data
+
+
+def resolves(url, what, image=False):
+    r = requests.get(url, timeout=30)
+    CALLS[0] += 1
+    if check(r.status_code == 200, f"{what}: GET {url}: {r.status_code}"):
+        if image:
+            check(r.headers.get("content-type", "").startswith("image/"),
+                  f"{what}: {url} is {r.headers.get('content-type')}")
+            check(len(r.content) > 0, f"{what}: {url}: empty image")
+    return r
+
+
+def readable(url, what):
+    """InterLV-Search's fetch_webpage_text: a plain GET, parsed by BeautifulSoup."""
+    r = resolves(url, what)
+    if r.status_code != 200:
+        return
+    check(r.headers.get("content-type", "").startswith("text/html"),
+          f"{what}: {url} is {r.headers.get('content-type')}, not HTML")
+    soup = BeautifulSoup(r.text, "html.parser")
+    check(soup.title is not None and soup.title.get_text().strip(), f"{what}: no <title>")
+    text = soup.get_text(" ", strip=True)
+    check(len(text) > 40, f"{what}: page text too short: {text!r}")
+    for img in soup.find_all("img"):
+        resolves(img["src"], f"{what} <img>", image=True)
+
+
+def visbrowse(base, key):
+    headers = {"X-API-KEY": key, "Content-Type": "application/json"}
+    # text_search: POST /search {"q", "num": 5, "extendParams": {"country", "page"}}
+    body = {"q": "how do plants make sugar", "num": 5, "extendParams": {"country": "us", "page": 1}}
+    data = ok_json(requests.post(f"{base}/search", headers=headers, data=json.dumps(body)),
+                   "visbrowse text_search")
+    if data and check("organic" in data and data["organic"], "visbrowse text_search: no organic"):
+        for item in data["organic"]:
+            check(item.get("title") and item.get("link"), f"visbrowse text_search: {item}")
+            item.get("date"), item.get("source"), item.get("snippet")
+            DOMAINS.add(item.get("source"))
+        readable(data["organic"][0]["link"], "visbrowse text_search link")
+    # image_search: POST /images {"q"}; it downloads imageUrl
+    data = ok_json(requests.post(f"{base}/images", headers=headers,
+                                 data=json.dumps({"q": "leaf structure"})), "visbrowse image_search")
+    image_url = None
+    if data and check(data.get("images"), "visbrowse image_search: no images"):
+        for item in data["images"]:
+            check(item.get("title") and item.get("link") and item.get("imageUrl"),
+                  f"visbrowse image_search: {item}")
+            DOMAINS.add(item.get("source"))
+        image_url = data["images"][0]["imageUrl"]
+        resolves(image_url, "visbrowse image_search imageUrl", image=True)
+        readable(data["images"][0]["link"], "visbrowse image_search link")
+    # reverse_image_search: POST /lens {"url": image_url}; reads organic[].title/link/imageUrl
+    if image_url:
+        data = ok_json(requests.post(f"{base}/lens", headers=headers,
+                                     data=json.dumps({"url": image_url})), "visbrowse lens")
+        if data and check(data.get("organic"), "visbrowse lens: no organic"):
+            for item in data["organic"]:
+                check(item.get("title") and item.get("link") and item.get("imageUrl"),
+                      f"visbrowse lens: {item}")
+            check(data["organic"][0]["imageUrl"] == image_url,
+                  "visbrowse lens: the image itself is not the first match")
+            resolves(data["organic"][0]["imageUrl"], "visbrowse lens imageUrl", image=True)
+    # webpage_visit: GET {reader}/{url} with Authorization and X-With-Generated-Alt
+    if data and data.get("organic"):
+        url = data["organic"][0]["link"]
+        r = requests.get(f"{base}/r/{url}", headers={"Authorization": f"Bearer {key}",
+                                                      "X-With-Generated-Alt": "true"}, timeout=30)
+        CALLS[0] += 1
+        if check(r.status_code == 200, f"visbrowse webpage_visit: {r.status_code} {r.text[:200]}"):
+            check(r.text.startswith("Title: ") and "\nMarkdown Content:\n" in r.text,
+                  f"visbrowse webpage_visit: not Jina's form: {r.text[:200]}")
+            for src in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", r.text):
+                resolves(src, "visbrowse webpage_visit image", image=True)
+
+
+def merrin(base, key):
+    # smolagents GoogleSearchTool(provider="serper"): GET /search?q=&api_key=[&tbs=]
+    params = {"q": "map projection distortion", "api_key": key,
+              "tbs": "cdr:1,cd_min:01/01/2020,cd_max:12/31/2020"}
+    data = ok_json(requests.get(f"{base}/search", params=params), "merrin web_search (GET)")
+    if data and check("organic" in data and data["organic"], "merrin web_search: no organic"):
+        for item in data["organic"]:
+            check(item["title"] and item["link"], f"merrin web_search: {item}")
+            # smolagents reads these with .get / `in`
+            item.get("date"), item.get("source"), item.get("snippet")
+        readable(data["organic"][0]["link"], "merrin web_search link")
+    headers = {"X-API-KEY": key, "Content-Type": "application/json"}
+    # search_images: POST /images {"q", "num": 8}
+    data = ok_json(requests.post(f"{base}/images", headers=headers,
+                                 json={"q": "gravity waves", "num": 8}), "merrin search_images")
+    if data and check(data.get("images"), "merrin search_images: no images"):
+        check(len(data["images"]) == 8, f"merrin search_images: {len(data['images'])} of 8")
+        for item in data["images"]:
+            check(item["title"] and item["imageUrl"] and item["link"], f"merrin images: {item}")
+            DOMAINS.add(item.get("source"))
+    # paged web search: POST /search {"q", "page"}; page 2 follows page 1
+    p1 = ok_json(requests.post(f"{base}/search", headers=headers,
+                               json={"q": BROAD, "num": 3, "page": 1}), "merrin page 1")
+    p2 = ok_json(requests.post(f"{base}/search", headers=headers,
+                               json={"q": BROAD, "num": 3, "page": 2}), "merrin page 2")
+    if p1 and p2 and check(p1["organic"] and p2["organic"], "merrin paging: empty page"):
+        check([o["position"] for o in p2["organic"]] == [4, 5, 6],
+              f"merrin paging: page 2 positions {[o['position'] for o in p2['organic']]}")
+        check(not {o["link"] for o in p1["organic"]} & {o["link"] for o in p2["organic"]},
+              "merrin paging: pages overlap")
+    # videos: POST /videos {"q", "page"} answers Serper's shape (no videos here)
+    data = ok_json(requests.post(f"{base}/videos", headers=headers, json={"q": "x", "page": 1}),
+                   "merrin videos")
+    if data:
+        check(data.get("videos") == [] and data["searchParameters"]["type"] == "videos",
+              f"merrin videos: {data}")
+    # a broad query merges every domain
+    data = ok_json(requests.post(f"{base}/search", headers=headers, json={"q": BROAD, "num": 30}),
+                   "merrin broad")
+    if data:
+        DOMAINS.update(o["source"] for o in data["organic"])
+        check(len({o["source"] for o in data["organic"]}) >= 3,
+              f"merrin broad: one domain only: {[o['source'] for o in data['organic']]}")
+
+
+def image_nodes(node, out):
+    """InterLV-Search's image extraction: any node with an image URL, its title and page."""
+    if isinstance(node, dict):
+        url = next((node[k] for k in ("image_url", "imageUrl", "image", "original", "url")
+                    if isinstance(node.get(k), str) and node[k].startswith("http")), None)
+        if url:
+            out.append((url, node.get("title") or node.get("name"),
+                        node.get("link") or node.get("url") or node.get("source_page")))
+        for v in node.values():
+            image_nodes(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            image_nodes(v, out)
+    return out
+
+
+def interlv(base, key):
+    # web_search: GET /search with engine=google, q, num, gl, hl, location, start
+    params = {"engine": "google", "q": "enzyme kinetics", "num": 5, "gl": "us", "hl": "en",
+              "location": "United States", "start": 0, "api_key": key}
+    data = ok_json(requests.get(f"{base}/search", params=params), "interlv web_search")
+    if data and check(data.get("organic_results"), "interlv web_search: no organic_results"):
+        for item in data["organic_results"]:
+            check(all(item.get(k) for k in ("position", "title", "link", "snippet")),
+                  f"interlv organic_results: {item}")
+        check(data["search_metadata"]["status"] == "Success", "interlv: metadata status")
+        readable(data["organic_results"][0]["link"], "interlv fetch_webpage_text")
+    # image_search: engine=google_images
+    params = {"engine": "google_images", "q": "microscope cell", "api_key": key}
+    data = ok_json(requests.get(f"{base}/search", params=params), "interlv image_search")
+    image_url = None
+    if data and check(data.get("images_results"), "interlv image_search: no images_results"):
+        for item in data["images_results"]:
+            check(all(item.get(k) for k in ("position", "title", "original", "thumbnail", "link",
+                                             "source")), f"interlv images_results: {item}")
+        nodes = image_nodes(data, [])
+        check(nodes, "interlv image_search: no node with an image URL")
+        image_url = nodes[0][0]
+        resolves(image_url, "interlv image_search image", image=True)
+    # lens_search: engine=google_lens (url, hl, gl)
+    if image_url:
+        params = {"engine": "google_lens", "url": image_url, "hl": "en", "gl": "us",
+                  "api_key": key}
+        data = ok_json(requests.get(f"{base}/search", params=params), "interlv lens_search")
+        if data and check(data.get("visual_matches"), "interlv lens: no visual_matches"):
+            for item in data["visual_matches"]:
+                check(all(item.get(k) for k in ("position", "title", "link", "source",
+                                                 "thumbnail", "image")),
+                      f"interlv visual_matches: {item}")
+            check(data["visual_matches"][0]["image"] == image_url, "interlv lens: not itself first")
+    # search.json (SerpAPI's other path), and an unknown engine answered as SerpAPI does
+    data = ok_json(requests.get(f"{base}/search.json",
+                                params={"engine": "google", "q": "buffer polygon",
+                                        "api_key": key}), "serpapi search.json")
+    r = requests.get(f"{base}/search.json", params={"engine": "bing", "q": "x", "api_key": key})
+    CALLS[0] += 1
+    check(r.status_code == 400 and isinstance(r.json().get("error"), str),
+          f"serpapi unknown engine: {r.status_code} {r.text[:200]}")
+
+
+def local_tools(base):
+    # InterLV-Search's local tools over every domain
+    data = ok_json(requests.post(f"{base}/v1/local_text_search",
+                                 json={"query": "photosynthesis", "top_k": 5}), "local_text_search")
+    if data:
+        check(data["source"] == "local_kb" and data["results"], f"local_text_search: {data}")
+        for item in data["results"]:
+            check(set(item) == {"rank", "entity_id", "score", "has_image", "text"},
+                  f"local_text_search result: {item}")
+
+
+def bridge(base, script):
+    """pyserini's MCP bridge, unchanged but for its host (a literal in the script)."""
+    src = open(script).read()
+    if not check("http://localhost:8000/mcp/" in src, "bridge: the script's URL changed"):
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(src.replace("http://localhost:8000/mcp/", f"{base}/mcp/"))
+        path = f.name
+    msgs = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "search", "arguments": {"query": BROAD, "k": 3}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+         "params": {"name": "get_document", "arguments": {"docid": "biology/a7beca61_0.txt"}}},
+    ]
+    out = subprocess.run([sys.executable, path], input="\n".join(json.dumps(m) for m in msgs),
+                         capture_output=True, text=True, timeout=120)
+    CALLS[0] += len(msgs) - 1
+    replies = {r["id"]: r for r in map(json.loads, out.stdout.splitlines()) if "id" in r}
+    check(set(replies) == {1, 2, 3, 4}, f"bridge: replies {sorted(replies)}: {out.stderr[-800:]}")
+    tools = replies.get(2, {}).get("result", {}).get("tools", [])
+    check(len(tools) >= 11 and "search" in {t["name"] for t in tools},
+          f"bridge tools/list: {len(tools)} tools: {out.stderr[-500:]}")
+    for i in (3, 4):
+        res = replies.get(i, {}).get("result")
+        check(res and res.get("content") and not res.get("isError"), f"bridge call {i}: {replies.get(i)}")
+    if replies.get(3, {}).get("result"):
+        hits = json.loads(replies[3]["result"]["content"][0]["text"])["hits"]
+        check(len(hits) == 3, f"bridge search: {len(hits)} hits")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", required=True)
+    ap.add_argument("--key", default="unused")
+    ap.add_argument("--bridge", required=True)
+    a = ap.parse_args()
+    visbrowse(a.base, a.key)
+    merrin(a.base, a.key)
+    interlv(a.base, a.key)
+    local_tools(a.base)
+    bridge(a.base, a.bridge)
+    print(json.dumps({"calls": CALLS[0], "domains_seen": sorted(d for d in DOMAINS if d),
+                      "failures": FAILURES}))
+    sys.exit(1 if FAILURES else 0)
+
+
+if __name__ == "__main__":
+    main()
