@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Load test of `sift serve` on loopback with wrk: the sample corpus plus a generated
 50,000-passage domain, BM25 and the tiny CLIP, a mix of searches (BM25 and dense text search
-on both, text -> images, reverse image search, Serper's /search), 32 connections for 60 s.
+on both, text -> images, reverse image search, Serper's /search, and searches of every domain
+at once: Serper by POST and GET, SerpAPI, images, dense), 32 connections for 60 s.
 
 Records requests/s, p50/p90/p99 latency, errors (non-2xx answers and socket errors) and the
 server's resident memory sampled every second (flat = no growth over the run), into
@@ -129,6 +130,16 @@ def main():
                                             "retriever": "dense:tiny-clip-quickgelu"}))
         reqs.append(("POST", "/v1/search", {"images": [{"image_id": images[i % len(images)]}],
                                             "domain": "synthetic", "candidates": "images"}))
+    # every domain at once (no domain: the 4 domains merged), as the harnesses send them
+    from urllib.parse import quote_plus
+    for i, q in enumerate(queries[20:30]):
+        q = " ".join(q.split()[:40])
+        reqs.append(("POST", "/search", {"q": q, "num": 10}))
+        reqs.append(("GET", f"/search?q={quote_plus(q)}&api_key=x", ""))
+        reqs.append(("GET", f"/search?engine=google&q={quote_plus(q)}&num=10&api_key=x", ""))
+        reqs.append(("POST", "/images", {"q": q, "num": 8}))
+        reqs.append(("POST", "/v1/search", {"query": q, "top_k": 10,
+                                            "retriever": "dense:tiny-clip-quickgelu"}))
     for q in sample_q:
         reqs.append(("POST", "/search", {"q": q, "num": 10, "domain": "biology"}))
         reqs.append(("POST", "/v1/search", {"query": q, "domain": "gis", "candidates": "images"}))
@@ -137,7 +148,8 @@ def main():
     reqs.append(("POST", "/v1/search", {"images": [{"data": base64.b64encode(sample_img).decode()}],
                                         "domain": "biology", "candidates": "images"}))
     req_file = work / "requests.tsv"
-    req_file.write_text("".join(f"{m}\t{path}\t{json.dumps(b)}\n" for m, path, b in reqs))
+    body = lambda b: json.dumps(b) if b != "" else ""
+    req_file.write_text("".join(f"{m}\t{path}\t{body(b)}\n" for m, path, b in reqs))
     lua = work / "mix.lua"
     lua.write_text(LUA)
 
@@ -160,8 +172,9 @@ def main():
             sys.exit("the server did not come up; see access.log")
         # every request of the mix answers 200 before the run
         for m, path, body in reqs:
+            data = ["-d", json.dumps(body)] if m == "POST" else []
             out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", m,
-                                  "-H", "content-type: application/json", "-d", json.dumps(body),
+                                  "-H", "content-type: application/json", *data,
                                   base + path], capture_output=True, text=True)
             if out.stdout != "200":
                 sys.exit(f"{path} {body}: HTTP {out.stdout}")
@@ -231,7 +244,9 @@ Index: the sample corpus (3 domains, 46 passages) plus a generated {a.passages:,
 (`benches/make_synthetic_corpus.py`, 200 corpus images), BM25 and the tiny CLIP
 (`models/fixtures/vision/tiny-clip-quickgelu`). Mix of {len(reqs)} requests rotated by wrk:
 BM25 and dense text search on the generated domain, reverse image search by corpus id, Serper
-`/search`, text -> images, text -> Task 4 pairs, and an uploaded image (base64). The server logs
+`/search`, text -> images, text -> Task 4 pairs, an uploaded image (base64), and searches of
+every domain at once (no domain: the 4 domains merged): Serper `/search` by POST and GET,
+SerpAPI's `engine=google`, Serper `/images` and dense `/v1/search`. The server logs
 every request as JSON (`--json`) to a file.
 
 | connections | duration | requests | requests/s | errors | p50 | p90 | p99 | max |

@@ -329,6 +329,35 @@ pub fn serve_search(data: &[u8]) {
             sift_serve::shapes::serper_images(svc, &req, "http://x"),
         );
     }
+    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::SerperLens>(data) {
+        answered(
+            "serper lens",
+            sift_serve::shapes::serper_lens(svc, &req, "http://x"),
+        );
+    }
+    // the bytes as a SerpAPI query string, and as a URL given to the reader
+    if let Ok(text) = std::str::from_utf8(data) {
+        let params: std::collections::BTreeMap<String, String> = text
+            .split('&')
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if let Err(e) = sift_serve::shapes::serpapi(svc, &params, "http://x", text) {
+            assert!(
+                e.status < 500,
+                "serpapi: a {} answer: {}",
+                e.status,
+                e.message
+            );
+        }
+        if let Some(
+            sift_serve::pages::Link::Page { domain, id }
+            | sift_serve::pages::Link::Image { domain, id },
+        ) = sift_serve::pages::own_link(text)
+        {
+            answered("page", svc.page(&domain, &id));
+        }
+    }
     if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::LocalSearchRequest>(data) {
         for tool in [
             sift_serve::shapes::LocalTool::Text,

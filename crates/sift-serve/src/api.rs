@@ -119,6 +119,97 @@ pub struct SearchRequest {
     /// Cut each result's text to this many characters (default: the service's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_text_chars: Option<usize>,
+    /// BM25's k1 for this search (default: the service's; >= 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k1: Option<f32>,
+    /// BM25's b for this search (default: the service's; 0 to 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b: Option<f32>,
+    /// HNSW's ef for this search, where a domain is searched with HNSW (1 to 100000;
+    /// default: the service's `--ef-search`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub ef_search: Option<usize>,
+}
+
+/// pyserini's query of its MCP `search` tool: a text, or `{query_txt, query_img_path}`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum PyseriniQuery {
+    /// The query text.
+    Text(String),
+    /// Text and an image.
+    Parts {
+        /// The query text.
+        #[serde(default)]
+        query_txt: Option<String>,
+        /// The query image: a link this service gave out, a corpus image id, a data URL or
+        /// base64 (no local path is read).
+        #[serde(default)]
+        query_img_path: Option<String>,
+    },
+}
+
+impl Default for PyseriniQuery {
+    fn default() -> Self {
+        PyseriniQuery::Text(String::new())
+    }
+}
+
+/// The MCP `search` tool's arguments: [`SearchRequest`]'s, and the ones pyserini's MCP
+/// server takes (`query` as text or `{query_txt, query_img_path}`, `index_name`, `k`,
+/// `ef_search`; `encoder`, `query_generator`, `intruction_config` and `parse` are accepted
+/// and ignored: the service's retrievers are fixed at start).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpSearchRequest {
+    /// Query text, or pyserini's `{query_txt, query_img_path}`.
+    #[serde(default)]
+    pub query: PyseriniQuery,
+    /// Query images.
+    #[serde(default)]
+    pub images: Vec<ImageInput>,
+    /// Retriever (default: the first served that fits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retriever: Option<String>,
+    /// Domain (`index_name`; default: every domain served, merged).
+    #[serde(default, alias = "index_name", skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// Number of results (`k`).
+    #[serde(default = "default_top_k", alias = "k")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub top_k: usize,
+    /// What to rank.
+    #[serde(default)]
+    pub candidates: Candidates,
+    /// How query text and images combine.
+    #[serde(default)]
+    pub fusion: Fusion,
+    /// Cut each result's text to this many characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_text_chars: Option<usize>,
+    /// BM25's k1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k1: Option<f32>,
+    /// BM25's b.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b: Option<f32>,
+    /// HNSW's ef.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub ef_search: Option<usize>,
+    /// pyserini's; ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoder: Option<serde_json::Value>,
+    /// pyserini's; ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_generator: Option<serde_json::Value>,
+    /// pyserini's (spelt so); ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intruction_config: Option<serde_json::Value>,
+    /// pyserini's; ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parse: Option<serde_json::Value>,
 }
 
 /// One result.

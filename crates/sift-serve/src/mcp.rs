@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{
     Candidates, Document, EvalRequest, EvalResponse, FuseRequest, FuseResponse, IndexInfo,
-    LocalResponse, LocalSearchRequest, SearchRequest, SearchResponse,
+    LocalResponse, LocalSearchRequest, McpSearchRequest, PyseriniQuery, SearchRequest,
+    SearchResponse,
 };
 use crate::error::ApiError;
 use crate::http::Shared;
@@ -137,10 +138,43 @@ impl SiftMcp {
     )]
     async fn search(
         &self,
-        Parameters(req): Parameters<SearchRequest>,
+        Parameters(a): Parameters<McpSearchRequest>,
     ) -> Result<Json<SearchResponse>, String> {
         self.shared
-            .run(move |svc| svc.search(&req))
+            .run(move |svc| {
+                let mut images = a.images;
+                let query = match a.query {
+                    PyseriniQuery::Text(t) => t,
+                    PyseriniQuery::Parts {
+                        query_txt,
+                        query_img_path,
+                    } => {
+                        if let Some(img) = query_img_path.filter(|p| !p.trim().is_empty()) {
+                            let (_, image) = shapes::image_ref(
+                                svc,
+                                a.domain.as_deref(),
+                                &img,
+                                "query.query_img_path",
+                            )?;
+                            images.push(image);
+                        }
+                        query_txt.unwrap_or_default()
+                    }
+                };
+                svc.search(&SearchRequest {
+                    query,
+                    images,
+                    retriever: a.retriever,
+                    domain: a.domain,
+                    top_k: a.top_k,
+                    candidates: a.candidates,
+                    fusion: a.fusion,
+                    max_text_chars: a.max_text_chars,
+                    k1: a.k1,
+                    b: a.b,
+                    ef_search: a.ef_search,
+                })
+            })
             .await
             .map(Json)
             .map_err(text)

@@ -34,6 +34,10 @@ fn build() -> Value {
     let serper_search = r(g.subschema_for::<SerperSearchResponse>());
     let serper_images = r(g.subschema_for::<SerperImagesResponse>());
     let serper_lens_res = r(g.subschema_for::<SerperLensResponse>());
+    let serper_videos = r(g.subschema_for::<SerperVideosResponse>());
+    let serper_news = r(g.subschema_for::<SerperNewsResponse>());
+    let serpapi_res = r(g.subschema_for::<SerpApiResponse>());
+    let reader_res = r(g.subschema_for::<ReaderResponse>());
     let emb_req = r(g.subschema_for::<EmbeddingsRequest>());
     let emb_res = r(g.subschema_for::<EmbeddingsResponse>());
     let model_list = r(g.subschema_for::<ModelList>());
@@ -82,6 +86,128 @@ fn build() -> Value {
                "schema": {"type": "string"}})
     };
     let as_json = |s: &Value| json!({"application/json": {"schema": s}});
+    let query_param = |name: &str, required: bool, schema: Value, what: &str| {
+        json!({"name": name, "in": "query", "required": required, "description": what,
+               "schema": schema})
+    };
+    let text = || json!({"type": "string"});
+    let count = |min: u64| json!({"type": "integer", "minimum": min});
+    // Serper's query, as GET parameters
+    let serper_params = |first: Value| {
+        json!([
+            first,
+            query_param("num", false, count(1), "Results per page (default 10)"),
+            query_param("page", false, count(1), "1-based page"),
+            query_param("gl", false, text(), "Country (echoed)"),
+            query_param("hl", false, text(), "Language (echoed)"),
+            query_param("location", false, text(), "Location (echoed)"),
+            query_param(
+                "tbs",
+                false,
+                text(),
+                "Time filter (echoed; passages have no dates)"
+            ),
+            query_param(
+                "domain",
+                false,
+                text(),
+                "Domain (default: every domain served)"
+            ),
+            query_param(
+                "api_key",
+                false,
+                text(),
+                "API key (checked with --api-key, else ignored)"
+            ),
+        ])
+    };
+    let q_param = query_param("q", true, text(), "Query text");
+    // Serper: POST a query or a JSON array of them (a batch); GET with parameters
+    let serper = |summary: &str, req: &Value, res: &Value, first: Value| {
+        let mut responses = errors(&["400", "401", "408", "413", "415", "503", "504"]);
+        responses.insert(
+            "200".into(),
+            json!({"description": "OK (a list for a batch)", "content": {"application/json": {
+                "schema": {"oneOf": [res, {"type": "array", "items": res}]}}}}),
+        );
+        let mut get_responses = errors(&["400", "401", "503", "504"]);
+        get_responses.insert(
+            "200".into(),
+            json!({"description": "OK", "content": as_json(res)}),
+        );
+        json!({
+            "post": {
+                "summary": summary,
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                    "oneOf": [req, {"type": "array", "items": req, "maxItems": 100}]}}}},
+                "responses": responses,
+            },
+            "get": {"summary": summary, "parameters": serper_params(first), "responses": get_responses},
+        })
+    };
+    let serp_error = json!({"type": "object", "required": ["error"],
+                            "properties": {"error": {"type": "string"}}});
+    let serpapi_params = json!([
+        query_param(
+            "engine",
+            false,
+            json!({"type": "string"}),
+            "google (default: passages), google_images or google_lens; others are answered {\"error\"} (400)"
+        ),
+        query_param("q", false, text(), "Query text (google, google_images)"),
+        query_param(
+            "url",
+            false,
+            text(),
+            "Image URL (google_lens): a link of this service, a data: URL or base64"
+        ),
+        query_param(
+            "num",
+            false,
+            count(0),
+            "Results (default 10; 100 for images)"
+        ),
+        query_param("start", false, count(0), "Results to skip"),
+        query_param("ijn", false, count(0), "Page of images (google_images)"),
+        query_param("gl", false, text(), "Country (echoed)"),
+        query_param("hl", false, text(), "Language (echoed)"),
+        query_param("location", false, text(), "Location (echoed)"),
+        query_param(
+            "domain",
+            false,
+            text(),
+            "Domain (default: every domain served)"
+        ),
+        query_param(
+            "api_key",
+            false,
+            text(),
+            "API key (checked with --api-key, else ignored)"
+        ),
+    ]);
+    let serpapi_responses = |serper_too: bool| {
+        let ok = if serper_too {
+            json!({"oneOf": [serpapi_res, serper_search]})
+        } else {
+            serpapi_res.clone()
+        };
+        json!({
+            "200": {"description": "OK (an `error` field when nothing was found)", "content": as_json(&ok)},
+            "400": {"description": "Bad parameters or an unknown engine", "content": as_json(&serp_error)},
+            "401": {"description": "Wrong or missing API key", "content": as_json(&serp_error)},
+            "404": {"description": "No such domain", "content": as_json(&serp_error)},
+            "414": {"description": describe("414"), "content": as_json(&error)},
+            "431": {"description": describe("431"), "content": as_json(&error)},
+            "503": {"description": "Every worker busy", "content": as_json(&serp_error)},
+            "504": {"description": "Time limit passed", "content": as_json(&serp_error)},
+        })
+    };
+    let page_content = json!({
+        "text/html": {"schema": {"type": "string"}},
+        "text/markdown": {"schema": {"type": "string"}},
+        "text/plain": {"schema": {"type": "string"}},
+        "application/json": {"schema": {"type": "object"}},
+    });
 
     json!({
         "openapi": "3.1.0",
@@ -90,7 +216,10 @@ fn build() -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "Offline multimodal retrieval over a Sift index: passages, corpus \
                 images and passage+image pairs, by text, images or both; Serper-compatible \
-                /search, /images and /lens; OpenAI-compatible /v1/embeddings; MCP at /mcp.",
+                /search, /images, /lens, /videos and /news (GET and POST); SerpAPI-compatible \
+                GET /search and /search.json; readable pages and a Jina-Reader-compatible \
+                /r/{url}; OpenAI-compatible /v1/embeddings; MCP at /mcp. Without a domain, a \
+                search covers every domain served, merged into one ranking.",
         },
         "paths": {
             "/healthz": get("Liveness and requests in flight", json!([]), as_json(&health), &[]),
@@ -147,9 +276,40 @@ fn build() -> Value {
                 json!({"image/*": {"schema": {"type": "string", "format": "binary"}}}),
                 &["404"],
             ),
-            "/search": post("Serper-compatible web search over passages", &serper_q, &serper_search),
-            "/images": post("Serper-compatible image search", &serper_q, &serper_images),
-            "/lens": post("Serper-compatible reverse image search", &serper_lens, &serper_lens_res),
+            "/v1/{domain}/page/{id}": get(
+                "The readable page of a passage (its text and its page's images) or of an image: HTML, or Markdown, text or JSON by ?format= or Accept",
+                json!([
+                    path_param("domain", "Domain"),
+                    path_param("id", "Passage or image id"),
+                    query_param("format", false, json!({"type": "string", "enum": ["html", "markdown", "md", "text", "txt", "json"]}), "Format (default: by Accept, else HTML)"),
+                ]),
+                page_content.clone(),
+                &["400", "401", "404"],
+            ),
+            "/r/{url}": get(
+                "Jina-Reader-compatible page reader for this service's own links: Jina's text form (Title, URL Source, Markdown Content), or its JSON on Accept: application/json",
+                json!([path_param("url", "A link this service gave out (other URLs: 400)")]),
+                json!({"text/plain": {"schema": {"type": "string"}}, "application/json": {"schema": reader_res}}),
+                &["400", "401", "404"],
+            ),
+            "/search": {
+                "post": serper("Serper-compatible web search over passages (every domain unless one is named)", &serper_q, &serper_search, q_param.clone())["post"].clone(),
+                "get": {
+                    "summary": "Serper's search by GET (smolagents), or SerpAPI's when `engine` is given",
+                    "parameters": serper_params(q_param.clone()),
+                    "responses": serpapi_responses(true),
+                },
+            },
+            "/search.json": {"get": {
+                "summary": "SerpAPI-compatible search: engine=google, google_images, google_lens",
+                "parameters": serpapi_params,
+                "responses": serpapi_responses(false),
+            }},
+            "/images": serper("Serper-compatible image search", &serper_q, &serper_images, q_param.clone()),
+            "/lens": serper("Serper-compatible reverse image search (visual matches as organic results with imageUrl)", &serper_lens, &serper_lens_res,
+                query_param("url", true, text(), "Image URL: a link of this service, a data: URL or base64")),
+            "/videos": serper("Serper's videos shape (always empty: the index holds no videos)", &serper_q, &serper_videos, q_param.clone()),
+            "/news": serper("Serper's news shape (always empty: the index holds no news)", &serper_q, &serper_news, q_param.clone()),
         },
         "components": {"schemas": schemas},
     })
@@ -158,6 +318,7 @@ fn build() -> Value {
 fn describe(code: &str) -> &'static str {
     match code {
         "400" => "Invalid request (the field at fault is named)",
+        "401" => "Wrong or missing API key (sift serve --api-key)",
         "404" => "No such domain, passage or image",
         "408" => "Body not received within the body timeout",
         "413" => "Body or image too large",

@@ -632,10 +632,36 @@ impl Service {
                 exclude: &[],
             })
             .collect();
-        let settings = SearchSettings {
+        let mut settings = SearchSettings {
             top_k: req.top_k,
             ..self.settings.clone()
         };
+        if let Some(k1) = req.k1 {
+            settings.bm25.k1 = k1;
+        }
+        if let Some(b) = req.b {
+            settings.bm25.b = b;
+        }
+        if let Err(e) = settings.bm25.validate() {
+            let field = if req.b.is_some() && !(0.0..=1.0).contains(&settings.bm25.b) {
+                "b"
+            } else {
+                "k1"
+            };
+            return Err(ApiError::invalid(field, e.to_string()));
+        }
+        if let Some(ef) = req.ef_search {
+            if !(1..=100_000).contains(&ef) {
+                return Err(ApiError::invalid(
+                    "ef_search",
+                    format!("{ef}: give 1 to 100000"),
+                ));
+            }
+            settings.ef_search = ef;
+            if let Some(sift_index::AnnMode::Hnsw(_)) = settings.ann {
+                settings.ann = Some(sift_index::AnnMode::Hnsw(ef));
+            }
+        }
         let mut scratches: Vec<Option<Scratch>> =
             targets.iter().map(|d| d.take_scratch(ri)).collect();
         let ranked = search_domains(
