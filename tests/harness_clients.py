@@ -258,21 +258,32 @@ def bridge(base, script):
          "params": {"name": "search", "arguments": {"query": BROAD, "k": 3}}},
         {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
          "params": {"name": "get_document", "arguments": {"docid": "biology/a7beca61_0.txt"}}},
+        # pyserini's own argument set: a text+image query, index_name, k, and its extras
+        {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+         "params": {"name": "search", "arguments": {
+             "query": {"query_txt": "leaf cells",
+                       "query_img_path": "biology/biology_9d04c6e3_0003/image_1.png"},
+             "index_name": "biology", "k": 2, "ef_search": 100, "encoder": "",
+             "query_generator": "", "intruction_config": ""}}},
     ]
     out = subprocess.run([sys.executable, path], input="\n".join(json.dumps(m) for m in msgs),
                          capture_output=True, text=True, timeout=120)
     CALLS[0] += len(msgs) - 1
     replies = {r["id"]: r for r in map(json.loads, out.stdout.splitlines()) if "id" in r}
-    check(set(replies) == {1, 2, 3, 4}, f"bridge: replies {sorted(replies)}: {out.stderr[-800:]}")
+    check(set(replies) == {1, 2, 3, 4, 5}, f"bridge: replies {sorted(replies)}: {out.stderr[-800:]}")
     tools = replies.get(2, {}).get("result", {}).get("tools", [])
     check(len(tools) >= 11 and "search" in {t["name"] for t in tools},
           f"bridge tools/list: {len(tools)} tools: {out.stderr[-500:]}")
-    for i in (3, 4):
+    for i in (3, 4, 5):
         res = replies.get(i, {}).get("result")
         check(res and res.get("content") and not res.get("isError"), f"bridge call {i}: {replies.get(i)}")
     if replies.get(3, {}).get("result"):
         hits = json.loads(replies[3]["result"]["content"][0]["text"])["hits"]
         check(len(hits) == 3, f"bridge search: {len(hits)} hits")
+    if replies.get(5, {}).get("result"):
+        res = json.loads(replies[5]["result"]["content"][0]["text"])
+        check(len(res["hits"]) == 2 and res["domain"] == "biology"
+              and res["retriever"].startswith("dense:"), f"bridge pyserini search: {res}")
 
 
 def main():

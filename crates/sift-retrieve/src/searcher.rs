@@ -834,11 +834,18 @@ pub fn search_domains(
         )));
     }
     let stats = if uses_bm25(retriever) {
+        let each = parts
+            .par_iter()
+            .zip(scratches.par_iter_mut())
+            .map(|(part, scratch)| {
+                let bm25 = part.searcher.bm25()?;
+                let scratch = scratch.get_or_insert_with(|| bm25.scratch());
+                bm25.query_stats(scratch, text).map_err(Error::from)
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut sum = Bm25Stats::default();
-        for (part, scratch) in parts.iter().zip(scratches.iter_mut()) {
-            let bm25 = part.searcher.bm25()?;
-            let scratch = scratch.get_or_insert_with(|| bm25.scratch());
-            sum.add(&bm25.query_stats(scratch, text)?);
+        for s in &each {
+            sum.add(s);
         }
         Some(sum)
     } else {
@@ -898,20 +905,27 @@ fn merged(
                 .collect()
         }
         _ => {
-            let mut all = Vec::new();
-            for (d, (part, scratch)) in parts.iter().zip(scratches.iter_mut()).enumerate() {
-                let hits = part.searcher.search_with_table(
-                    retriever,
-                    &part.candidates,
-                    part.table,
-                    query,
-                    part.exclude,
-                    settings,
-                    scratch,
-                )?;
-                all.extend(hits.into_iter().map(|e| (d, e)));
-            }
-            all
+            // the domains in parallel (rayon's pool), each with its own scratch
+            let lists = parts
+                .par_iter()
+                .zip(scratches.par_iter_mut())
+                .map(|(part, scratch)| {
+                    part.searcher.search_with_table(
+                        retriever,
+                        &part.candidates,
+                        part.table,
+                        query,
+                        part.exclude,
+                        settings,
+                        scratch,
+                    )
+                })
+                .collect::<Result<Vec<_>>>()?;
+            lists
+                .into_iter()
+                .enumerate()
+                .flat_map(|(d, hits)| hits.into_iter().map(move |e| (d, e)))
+                .collect()
         }
     };
     let k = settings.top_k;

@@ -133,8 +133,11 @@ impl SiftMcp {
     }
 
     #[tool(
-        description = "Search a domain's passages (or corpus images, or passage+image pairs) by \
-                       query text and optional images; returns ranked ids, scores and texts."
+        description = "Search passages (or corpus images, or passage+image pairs) by query text \
+                       and optional images, in one domain (domain / index_name) or, without \
+                       one, every domain merged; returns ranked ids, domains, scores, texts \
+                       and page links. Takes pyserini's arguments too (query as text or \
+                       {query_txt, query_img_path}, k, ef_search)."
     )]
     async fn search(
         &self,
