@@ -38,8 +38,9 @@ enum Command {
     Embed(cmd::embed::Args),
     /// List, inspect and download embedding models.
     Models(cmd::models::Args),
-    /// Serve an index to search agents over HTTP (JSON API, Serper and OpenAI shapes) and
-    /// MCP.
+    /// Serve an index to search agents: JSON API, Serper, SerpAPI, readable pages and a
+    /// Jina-compatible reader, OpenAI embeddings, MCP; every domain merged unless one is named.
+    #[command(long_about = cmd::serve::LONG_ABOUT)]
     Serve(cmd::serve::Args),
     /// Read a whole corpus and report counts and problems (duplicate ids, bad rows, images
     /// that do not decode, judgements naming unknown ids).

@@ -185,21 +185,26 @@ fn build() -> Value {
             "API key (checked with --api-key, else ignored)"
         ),
     ]);
+    // GET /search answers as Serper without `engine` (the service's error body), as SerpAPI
+    // with it (`{"error": "..."}`)
     let serpapi_responses = |serper_too: bool| {
-        let ok = if serper_too {
-            json!({"oneOf": [serpapi_res, serper_search]})
+        let (ok, failed) = if serper_too {
+            (
+                json!({"oneOf": [serpapi_res, serper_search]}),
+                json!({"oneOf": [serp_error, error]}),
+            )
         } else {
-            serpapi_res.clone()
+            (serpapi_res.clone(), serp_error.clone())
         };
         json!({
             "200": {"description": "OK (an `error` field when nothing was found)", "content": as_json(&ok)},
-            "400": {"description": "Bad parameters or an unknown engine", "content": as_json(&serp_error)},
-            "401": {"description": "Wrong or missing API key", "content": as_json(&serp_error)},
-            "404": {"description": "No such domain", "content": as_json(&serp_error)},
+            "400": {"description": "Bad parameters or an unknown engine", "content": as_json(&failed)},
+            "401": {"description": "Wrong or missing API key", "content": as_json(&failed)},
+            "404": {"description": "No such domain", "content": as_json(&failed)},
             "414": {"description": describe("414"), "content": as_json(&error)},
             "431": {"description": describe("431"), "content": as_json(&error)},
-            "503": {"description": "Every worker busy", "content": as_json(&serp_error)},
-            "504": {"description": "Time limit passed", "content": as_json(&serp_error)},
+            "503": {"description": "Every worker busy", "content": as_json(&failed)},
+            "504": {"description": "Time limit passed", "content": as_json(&failed)},
         })
     };
     let page_content = json!({

@@ -179,7 +179,7 @@ pub fn serper_search(
         svc,
         SearchRequest {
             query: req.q.clone(),
-            domain: req.domain.clone(),
+            domain: req.domain.clone().filter(|d| !d.is_empty()),
             max_text_chars: Some(SNIPPET_CHARS),
             ..SearchRequest::default()
         },
@@ -220,7 +220,7 @@ pub fn serper_images(
         svc,
         SearchRequest {
             query: req.q.clone(),
-            domain: req.domain.clone(),
+            domain: req.domain.clone().filter(|d| !d.is_empty()),
             candidates: Candidates::Images,
             max_text_chars: Some(0),
             ..SearchRequest::default()
@@ -262,7 +262,8 @@ pub fn serper_lens(
     req: &SerperLens,
     base: &str,
 ) -> Result<SerperLensResponse, ApiError> {
-    let (hits, _) = lens(svc, &req.url, req.domain.as_deref(), req.num, req.page)?;
+    let domain = req.domain.as_deref().filter(|d| !d.is_empty());
+    let (hits, _) = lens(svc, &req.url, domain, req.num, req.page)?;
     Ok(SerperLensResponse {
         search_parameters: SerperParameters {
             q: None,

@@ -9,25 +9,9 @@ use sift_serve::{AccessLog, HttpOptions, Limits, ServeConfig, Service, Shared};
 use crate::models::ModelFlags;
 use crate::options::Bm25Flags;
 
-/// Serve an index to search agents and benchmarks, read-only: a JSON API (OpenAPI at
-/// /openapi.json), Serper's /search, /images, /lens, /videos and /news (GET or POST),
-/// SerpAPI's GET /search and /search.json (engine=google, google_images, google_lens),
-/// readable pages for every link a hit carries (/v1/{domain}/page/{id}: HTML, Markdown or
-/// text) and a Jina-Reader-compatible GET /r/{url}, OpenAI-compatible /v1/models and
-/// /v1/embeddings, pyserini-style /v1/{domain}/search and /doc/{id}, and MCP tools over
-/// streamable HTTP at /mcp (or over stdio with --mcp-stdio).
-///
-/// A request that names no domain searches every domain served (all of the index, or
-/// those given with --domain) and merges the hits into one ranking: BM25 is scored with the
-/// statistics of all those domains summed, as one index over them would score it, and dense
-/// scores are cosines of one model, comparable as they are.
-///
-/// Models and the corpus are loaded once at start. Passage texts and images come from
-/// --corpus (kept in memory; images listed from folders are read on request); without it,
-/// results carry ids and scores only. SIGTERM or Ctrl-C stops taking connections, gives the
-/// requests in flight --shutdown-grace to finish, closes the connections still open and
-/// exits. A client has --header-timeout for each request's headers (a kept-alive connection
-/// idle that long is closed) and --body-timeout for its body.
+/// `sift serve --help`'s description.
+pub const LONG_ABOUT: &str = "Serve an index to search agents and benchmarks, read-only: a JSON API (OpenAPI at /openapi.json), Serper's /search, /images, /lens, /videos and /news (GET or POST), SerpAPI's GET /search and /search.json (engine=google, google_images, google_lens), readable pages for every link a hit carries (/v1/{domain}/page/{id}: HTML, Markdown or text) and a Jina-Reader-compatible GET /r/{url}, OpenAI-compatible /v1/models and /v1/embeddings, pyserini-style /v1/{domain}/search and /doc/{id}, and MCP tools over streamable HTTP at /mcp (or over stdio with --mcp-stdio).\n\nA request that names no domain searches every domain served (all of the index, or those given with --domain) and merges the hits into one ranking: BM25 is scored with the statistics of all those domains summed, as one index over them would score it, and dense scores are cosines of one model, comparable as they are.\n\nModels and the corpus are loaded once at start. Passage texts and images come from --corpus (kept in memory; images listed from folders are read on request); without it, results carry ids and scores only. SIGTERM or Ctrl-C stops taking connections, gives the requests in flight --shutdown-grace to finish, closes the connections still open and exits. A client has --header-timeout for each request's headers (a kept-alive connection idle that long is closed) and --body-timeout for its body.";
+
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
 sift serve --index target/sample-index --corpus corpora/sample\n  \
