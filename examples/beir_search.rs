@@ -49,6 +49,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             index: 0,
             text: &query,
             vectors: &QueryVectors::default(),
+            bm25: None,
         },
         &[],
         &SearchSettings {

@@ -757,44 +757,6 @@ pub fn fuse(lists: &[Vec<RunEntry>], fusion: &RankFusion, top_k: usize) -> Vec<R
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pair_ids_compare_as_the_built_strings_do() {
-        // ids sharing prefixes with each other and with the separator
-        let parts = [
-            "a",
-            "a|",
-            "a||",
-            "a|||",
-            "a|||b",
-            "ab",
-            "b",
-            "",
-            "é",
-            "a/x_1.txt",
-            "a/x_10.txt",
-        ];
-        for p1 in parts {
-            for i1 in parts {
-                for p2 in parts {
-                    for i2 in parts {
-                        let built =
-                            format!("{p1}{PAIR_SEP}{i1}").cmp(&format!("{p2}{PAIR_SEP}{i2}"));
-                        assert_eq!(
-                            cmp_pair_ids((p1, i1), (p2, i2)),
-                            built,
-                            "{p1}/{i1} vs {p2}/{i2}"
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// One domain's share of a search over several ([`search_domains`]).
 pub struct DomainPart<'a> {
     /// The domain, opened for the retriever.
@@ -938,4 +900,42 @@ fn merged(
     }
     all.sort_by(order);
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pair_ids_compare_as_the_built_strings_do() {
+        // ids sharing prefixes with each other and with the separator
+        let parts = [
+            "a",
+            "a|",
+            "a||",
+            "a|||",
+            "a|||b",
+            "ab",
+            "b",
+            "",
+            "é",
+            "a/x_1.txt",
+            "a/x_10.txt",
+        ];
+        for p1 in parts {
+            for i1 in parts {
+                for p2 in parts {
+                    for i2 in parts {
+                        let built =
+                            format!("{p1}{PAIR_SEP}{i1}").cmp(&format!("{p2}{PAIR_SEP}{i2}"));
+                        assert_eq!(
+                            cmp_pair_ids((p1, i1), (p2, i2)),
+                            built,
+                            "{p1}/{i1} vs {p2}/{i2}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
