@@ -519,9 +519,50 @@ fn joint_vectors(
     Ok(embedder.embed_joint_queries(&inputs, Role::Query, instruction)?)
 }
 
-/// [`QueryImages::Reference`]: each query's text and FIRST image fused by the reference
-/// code's rule for the model and task ([`reference_rule`]); a first image that is missing or
-/// does not decode counts as none (and is counted in `warnings`).
+/// Each query's first image that loads: the reference code's data loader drops the query's
+/// images that are missing or do not decode before it takes the first (MM-BRIGHT
+/// `src/data.py` 186-222: `_load_images_parquet` keeps the images Pillow decodes,
+/// `get_query_pil_images` the query's paths among them), so the first image is the first
+/// that loads, not `image_paths[0]`. The ones passed over are counted in `warnings`.
+fn first_loadable_images(
+    embedder: &Embedder,
+    queries: &[Example],
+    query_images: &HashMap<String, Vec<u8>>,
+    warnings: &mut Warnings,
+    source: &Path,
+) -> Vec<Option<PreparedImage>> {
+    queries
+        .iter()
+        .map(|q| {
+            for p in &q.image_paths {
+                let Some(bytes) = query_images.get(p) else {
+                    warnings.push(
+                        WarningKind::MissingImageBytes,
+                        source,
+                        q.id.clone(),
+                        format!("query image {p:?} is not in examples_images: passed over"),
+                    );
+                    continue;
+                };
+                match embedder.prepare_query_image(bytes, 1) {
+                    Ok(img) => return Some(img),
+                    Err(e) => warnings.push(
+                        WarningKind::UndecodableImage,
+                        source,
+                        q.id.clone(),
+                        format!("query image {p:?}: {e}: passed over"),
+                    ),
+                }
+            }
+            None
+        })
+        .collect()
+}
+
+/// [`QueryImages::Reference`]: each query's text and first image fused by the reference
+/// code's rule for the model and task ([`reference_rule`]). The first image is the first
+/// that loads ([`first_loadable_images`]); a query none of whose images loads has none (the
+/// images passed over are counted in `warnings`).
 fn reference_vectors(
     embedder: &Embedder,
     task: Task,
@@ -546,11 +587,7 @@ fn reference_vectors(
     let Some(rule) = reference_rule(embedder.reference_model(), task) else {
         return Ok(embedder.embed_queries(&texts, instruction)?);
     };
-    let firsts: Vec<Option<PreparedImage>> =
-        prepare_query_images(embedder, queries, true, query_images, warnings, source)
-            .into_iter()
-            .map(|v| v.into_iter().next())
-            .collect();
+    let firsts = first_loadable_images(embedder, queries, query_images, warnings, source);
     let blank = match rule.missing {
         MissingImage::WhiteImage => Some(embedder.blank_image()?),
         MissingImage::TextAlone => None,
@@ -697,6 +734,54 @@ mod tests {
             .embed_texts(&["a map projection"], Role::Query)
             .unwrap();
         assert!(cosine(&t1[1], &text[0]) > 0.99999);
+    }
+
+    /// The released data loader filters a query's images to those that load, then takes the
+    /// first (a transcription of MM-BRIGHT `src/data.py`'s `get_query_pil_images`): a missing
+    /// or undecodable first image is passed over for the next, and counted.
+    #[test]
+    fn the_first_image_is_the_first_that_loads() {
+        let clip = load("vision/tiny-clip-quickgelu");
+        let (mut examples, mut bytes) = queries();
+        examples[0].image_paths = vec!["absent".into(), "broken".into(), "gradient".into()];
+        bytes.insert("broken".into(), b"\x89PNG not really".to_vec());
+        let mut warnings = Warnings::new();
+        let got = reference_vectors(
+            &clip,
+            Task::MultimodalPassages,
+            &examples,
+            &bytes,
+            None,
+            &mut warnings,
+            Path::new("t"),
+        )
+        .unwrap();
+        assert_eq!(warnings.count(WarningKind::MissingImageBytes), 1);
+        assert_eq!(warnings.count(WarningKind::UndecodableImage), 1);
+        let v = clip.as_vision().unwrap();
+        let gradient = v.prepare(&[&image("gradient_rgb_64x64.png")]).pop().unwrap();
+        let want = raw_sum(&clip, "why does the circuit oscillate", gradient.unwrap());
+        assert!(cosine(&got[0], &want) > 0.99999);
+        // none loads: the rule's stand-in (CLIP: the white image), as for a query without one
+        examples[0].image_paths = vec!["absent".into(), "broken".into()];
+        let mut warnings = Warnings::new();
+        let none = reference_vectors(
+            &clip,
+            Task::MultimodalPassages,
+            &examples,
+            &bytes,
+            None,
+            &mut warnings,
+            Path::new("t"),
+        )
+        .unwrap();
+        let white = image::RgbImage::from_pixel(224, 224, image::Rgb([255, 255, 255]));
+        let want = raw_sum(
+            &clip,
+            "why does the circuit oscillate",
+            v.processor().preprocess(&white),
+        );
+        assert!(cosine(&none[0], &want) > 0.99999);
     }
 
     #[test]
