@@ -548,6 +548,18 @@ impl Embedder {
         }))
     }
 
+    /// `text` cut by BGE-VL's rule `cut` of the reference profile ([`crate::profile::bge_vl_cut`],
+    /// which differs per task); any other model or profile: `text` as it is. Texts cut so
+    /// pass through the embedder's own (Tasks 1-2) cut unchanged when they fit.
+    pub fn reference_text(&self, text: &str, cut: crate::profile::BgeVlCut) -> Result<String> {
+        match (&self.model, self.reference, self.profile) {
+            (Model::Vision(m), ReferenceModel::BgeVl, Profile::Reference) => {
+                crate::profile::bge_vl_cut(text, cut, |t| m.fits(t))
+            }
+            _ => Ok(text.to_string()),
+        }
+    }
+
     /// `texts` of `role` as the profile has them embedded: as they are by default; in the
     /// reference profile cut as the reference code cuts them ([`crate::profile`]).
     fn profiled<'t>(&self, texts: &[&'t str], role: Role) -> Result<Vec<Cow<'t, str>>> {

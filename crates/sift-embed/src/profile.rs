@@ -93,41 +93,127 @@ pub fn ultra_safe_truncate(text: &str, max_chars: usize) -> String {
     py_strip(cut).to_string()
 }
 
-/// Python's `str.strip()` (Unicode whitespace).
+/// Python's `str.strip()`: the characters `str.isspace` holds, which are Unicode's
+/// whitespace and also the separators U+001C to U+001F (Rust's `char::is_whitespace` leaves
+/// those out).
 fn py_strip(text: &str) -> &str {
-    text.trim_matches(char::is_whitespace)
+    text.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
 }
 
-/// BGE-VL's text for `text`: the first character limit of `limits` at which `fits` holds,
-/// each cut by [`ultra_safe_truncate`] (a cut shorter than `min_len` characters becomes the
-/// first 40 (documents) / 20 (queries) characters stripped); when none fits, the text's
-/// first `last_resort` characters stripped, or `fallback` when that is shorter than 3
-/// characters (task2_multimodal.py:717-755 documents, 785-827 queries).
+/// Which of BGE-VL's text cuts the reference code applies: it has one per task and role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BgeVlCut {
+    /// Task 2 documents (task2_multimodal.py:717-755): limits 150 ... 40; a cut under 5
+    /// characters (stripped) becomes the first 40 stripped; none fits: the first 20
+    /// stripped, `document` when that is under 3 characters.
+    Task2Document,
+    /// Task 2 queries (task2_multimodal.py:785-827): limits 150 ... 20; a cut under 3
+    /// characters becomes the first 20 stripped; none fits: the first 15 stripped, or `query`
+    /// when the whole query is blank.
+    Task2Query,
+    /// Task 3 queries, embedded apart from their image (task3_image.py:707-720): the
+    /// 150-character cut (`query` when empty); when it does not fit, the 60-character cut of
+    /// that (`query` when empty), whether it fits or not.
+    Task3Query,
+    /// Task 4 pair documents (task4_pair.py:758-772): limits 150 ... 20; a cut under 3
+    /// characters becomes the first 20 stripped (`document` when empty); none fits: the
+    /// first 15 stripped (`document` when empty).
+    Task4Document,
+    /// Task 4 queries (task4_pair.py:814-828): as Task 4 documents, with `query`.
+    Task4Query,
+}
+
+impl BgeVlCut {
+    /// The cut of Tasks 1-2 for a role (what the index's documents are embedded with).
+    pub fn for_role(role: crate::Role) -> BgeVlCut {
+        match role {
+            crate::Role::Passage => BgeVlCut::Task2Document,
+            crate::Role::Query => BgeVlCut::Task2Query,
+        }
+    }
+}
+
+/// BGE-VL's text for `text` under `cut`: the first character limit at which `fits` holds,
+/// each cut by [`ultra_safe_truncate`], with the cut's rules for short results and for when
+/// nothing fits ([`BgeVlCut`]).
+pub fn bge_vl_cut(
+    text: &str,
+    cut: BgeVlCut,
+    mut fits: impl FnMut(&str) -> crate::Result<bool>,
+) -> crate::Result<String> {
+    let or = |t: &str, fallback: &str| {
+        if t.is_empty() {
+            fallback.to_string()
+        } else {
+            t.to_string()
+        }
+    };
+    let first = |n: usize| py_strip(first_chars(text, n)).to_string();
+    match cut {
+        BgeVlCut::Task3Query => {
+            let t = or(&ultra_safe_truncate(text, 150), "query");
+            if fits(&t)? {
+                return Ok(t);
+            }
+            Ok(or(&ultra_safe_truncate(&t, 60), "query"))
+        }
+        BgeVlCut::Task2Document | BgeVlCut::Task2Query => {
+            let doc = cut == BgeVlCut::Task2Document;
+            let (limits, min_len, short): (&[usize], usize, usize) = if doc {
+                (&BGE_VL_DOC_LIMITS, 5, 40)
+            } else {
+                (&BGE_VL_QUERY_LIMITS, 3, 20)
+            };
+            for &limit in limits {
+                let mut t = ultra_safe_truncate(text, limit);
+                if py_strip(&t).chars().count() < min_len {
+                    t = first(short);
+                }
+                if fits(&t)? {
+                    return Ok(t);
+                }
+            }
+            Ok(if doc {
+                let t = first(20);
+                if t.chars().count() < 3 {
+                    "document".to_string()
+                } else {
+                    t
+                }
+            } else if py_strip(text).is_empty() {
+                "query".to_string()
+            } else {
+                first(15)
+            })
+        }
+        BgeVlCut::Task4Document | BgeVlCut::Task4Query => {
+            let fallback = if cut == BgeVlCut::Task4Document {
+                "document"
+            } else {
+                "query"
+            };
+            for &limit in &BGE_VL_QUERY_LIMITS {
+                let mut t = ultra_safe_truncate(text, limit);
+                if t.chars().count() < 3 {
+                    t = or(&first(20), fallback);
+                }
+                if fits(&t)? {
+                    return Ok(t);
+                }
+            }
+            Ok(or(&first(15), fallback))
+        }
+    }
+}
+
+/// BGE-VL's text for `text` of `role` in Tasks 1-2 ([`bge_vl_cut`] with
+/// [`BgeVlCut::for_role`]).
 pub fn bge_vl_text(
     text: &str,
     role: crate::Role,
-    mut fits: impl FnMut(&str) -> crate::Result<bool>,
+    fits: impl FnMut(&str) -> crate::Result<bool>,
 ) -> crate::Result<String> {
-    let (limits, min_len, short, last_resort, fallback): (&[usize], usize, usize, usize, &str) =
-        match role {
-            crate::Role::Passage => (&BGE_VL_DOC_LIMITS, 5, 40, 20, "document"),
-            crate::Role::Query => (&BGE_VL_QUERY_LIMITS, 3, 20, 15, "query"),
-        };
-    for &limit in limits {
-        let mut t = ultra_safe_truncate(text, limit);
-        if py_strip(&t).chars().count() < min_len {
-            t = py_strip(first_chars(text, short)).to_string();
-        }
-        if fits(&t)? {
-            return Ok(t);
-        }
-    }
-    let t = py_strip(first_chars(text, last_resort));
-    Ok(if t.chars().count() < 3 {
-        fallback.to_string()
-    } else {
-        t.to_string()
-    })
+    bge_vl_cut(text, BgeVlCut::for_role(role), fits)
 }
 
 /// The text the reference code embeds for `text` of `role` with `model`, when it cuts
@@ -184,6 +270,65 @@ mod tests {
             bge_vl_text("  ", Role::Passage, |_| Ok(false)).unwrap(),
             "document"
         );
+    }
+
+    /// Each task's cut as the reference's Python gives it (transcribed from the lines each
+    /// [`BgeVlCut`] names), on texts that reach its short-text and last-resort branches.
+    #[test]
+    fn bge_vl_cuts_differ_per_task_as_the_released_code_does() {
+        let long = "token ".repeat(60);
+        let fits_70 = |t: &str| Ok(t.chars().count() <= 70);
+        // Task 3 queries: 150, then 60 of that, nothing in between
+        let mut tried = Vec::new();
+        let t = bge_vl_cut(&long, BgeVlCut::Task3Query, |t| {
+            tried.push(t.chars().count());
+            fits_70(t)
+        })
+        .unwrap();
+        assert_eq!(tried, vec![149]);
+        assert_eq!(t, ultra_safe_truncate(&ultra_safe_truncate(&long, 150), 60));
+        assert_eq!(
+            bge_vl_cut("   ", BgeVlCut::Task3Query, |_| Ok(false)).unwrap(),
+            "query"
+        );
+        // Task 4: down to 20 characters; nothing fits: the first 15 stripped
+        let mut tried = Vec::new();
+        bge_vl_cut(&long, BgeVlCut::Task4Document, |t| {
+            tried.push(t.chars().count());
+            Ok(false)
+        })
+        .unwrap();
+        assert_eq!(tried, vec![149, 119, 95, 77, 59, 35, 17]);
+        assert_eq!(
+            bge_vl_cut(&long, BgeVlCut::Task4Document, |_| Ok(false)).unwrap(),
+            "token token tok"
+        );
+        // a cut under 3 characters: the first 20 stripped, else the fallback
+        assert_eq!(
+            bge_vl_cut("ab", BgeVlCut::Task4Query, |_| Ok(true)).unwrap(),
+            "ab"
+        );
+        assert_eq!(
+            bge_vl_cut(" \u{1f} ", BgeVlCut::Task4Query, |_| Ok(true)).unwrap(),
+            "query"
+        );
+        assert_eq!(
+            bge_vl_cut("  ", BgeVlCut::Task4Document, |_| Ok(false)).unwrap(),
+            "document"
+        );
+        // Task 2 queries' last resort: the first 15 stripped however short; `query` only
+        // when the whole query is blank (the previous rule gave `query` under 3 characters)
+        let odd = format!("{}x", " ".repeat(15));
+        assert_eq!(
+            bge_vl_cut(&odd, BgeVlCut::Task2Query, |_| Ok(false)).unwrap(),
+            ""
+        );
+        assert_eq!(
+            bge_vl_cut("\u{1c}\u{1d}", BgeVlCut::Task2Query, |_| Ok(false)).unwrap(),
+            "query"
+        );
+        // Python's strip() takes U+001C-U+001F too
+        assert_eq!(ultra_safe_truncate("\u{1f}abc\u{1c}", 150), "abc");
     }
 
     #[test]

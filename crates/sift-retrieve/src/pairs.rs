@@ -104,11 +104,24 @@ pub fn reference_pair_vectors(
             prepared.push(img);
         }
         let one: Vec<[&PreparedImage; 1]> = prepared.iter().map(|p| [p]).collect();
-        let inputs: Vec<JointInput<'_>> = chunk
+        // BGE-VL cuts Task 4 pair texts by a rule of their own (down to 20 characters)
+        let texts: Vec<String> = chunk
+            .iter()
+            .map(|&i| {
+                let text = passages[pairs.pairs[i].0 as usize];
+                match model {
+                    ReferenceModel::BgeVl => {
+                        embedder.reference_text(text, sift_embed::profile::BgeVlCut::Task4Document)
+                    }
+                    _ => Ok(text.to_string()),
+                }
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        let inputs: Vec<JointInput<'_>> = texts
             .iter()
             .zip(&one)
-            .map(|(&i, img)| JointInput {
-                text: Some(passages[pairs.pairs[i].0 as usize]),
+            .map(|(t, img)| JointInput {
+                text: Some(t.as_str()),
                 images: img,
             })
             .collect();

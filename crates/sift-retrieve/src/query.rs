@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use sift_core::{Example, WarningKind, Warnings};
+use sift_embed::profile::BgeVlCut;
 use sift_embed::{Embedder, JointInput, PreparedImage, ReferenceModel, Role};
 use sift_eval::Task;
 
@@ -575,13 +576,28 @@ fn reference_vectors(
     // Nomic's Task 4 queries: the first 8,000 characters, then the prefix
     // (task4_pair.py:1147)
     let cut = embedder.reference_model() == ReferenceModel::Nomic && task == Task::Pairs;
+    // BGE-VL's queries: each task's own character cut (Task 2's is the embedder's own)
+    let bge_cut = match (embedder.reference_model(), task) {
+        (ReferenceModel::BgeVl, Task::Images) => Some(BgeVlCut::Task3Query),
+        (ReferenceModel::BgeVl, Task::Pairs) => Some(BgeVlCut::Task4Query),
+        _ => None,
+    };
+    let bge_texts: Vec<String> = match bge_cut {
+        Some(c) => queries
+            .iter()
+            .map(|q| embedder.reference_text(&q.query, c))
+            .collect::<std::result::Result<_, _>>()?,
+        None => Vec::new(),
+    };
     let texts: Vec<&str> = queries
         .iter()
-        .map(|q| match cut {
-            true => {
+        .enumerate()
+        .map(|(i, q)| match (cut, bge_cut) {
+            (true, _) => {
                 sift_embed::profile::first_chars(&q.query, sift_embed::profile::NOMIC_DOC_CHARS)
             }
-            false => q.query.as_str(),
+            (false, Some(_)) => bge_texts[i].as_str(),
+            (false, None) => q.query.as_str(),
         })
         .collect();
     let Some(rule) = reference_rule(embedder.reference_model(), task) else {
@@ -759,7 +775,10 @@ mod tests {
         assert_eq!(warnings.count(WarningKind::MissingImageBytes), 1);
         assert_eq!(warnings.count(WarningKind::UndecodableImage), 1);
         let v = clip.as_vision().unwrap();
-        let gradient = v.prepare(&[&image("gradient_rgb_64x64.png")]).pop().unwrap();
+        let gradient = v
+            .prepare(&[&image("gradient_rgb_64x64.png")])
+            .pop()
+            .unwrap();
         let want = raw_sum(&clip, "why does the circuit oscillate", gradient.unwrap());
         assert!(cosine(&got[0], &want) > 0.99999);
         // none loads: the rule's stand-in (CLIP: the white image), as for a query without one
@@ -887,6 +906,47 @@ mod tests {
         let got = reference(&bge, Task::Images);
         assert!(cosine(&got[0], &unit) > 0.99999);
         assert!(cosine(&got[1], &text[1]) > 0.99999);
+    }
+
+    /// BGE-VL's query texts are cut per task: a blank query is `query` in Tasks 3 and 4
+    /// (task3_image.py:707-720, task4_pair.py:814-828) and stays blank in Task 2.
+    #[test]
+    fn bge_vl_query_texts_are_cut_by_each_tasks_rule() {
+        let bge = load("bge_vl/tiny-bge-vl");
+        let blank = Example {
+            id: "blank".into(),
+            query: "   ".into(),
+            ..Example::default()
+        };
+        let run = |task| {
+            let mut w = Warnings::new();
+            reference_vectors(
+                &bge,
+                task,
+                std::slice::from_ref(&blank),
+                &HashMap::new(),
+                None,
+                &mut w,
+                Path::new("t"),
+            )
+            .unwrap()
+            .pop()
+            .unwrap()
+        };
+        let word = bge
+            .embed_texts(&["query"], Role::Query)
+            .unwrap()
+            .pop()
+            .unwrap();
+        let empty = bge.embed_texts(&[""], Role::Query).unwrap().pop().unwrap();
+        assert!(
+            cosine(&empty, &word) < 0.9999,
+            "the fixture tells them apart"
+        );
+        for task in [Task::Images, Task::Pairs] {
+            assert!(cosine(&run(task), &word) > 0.99999, "{task:?}");
+        }
+        assert!(cosine(&run(Task::MultimodalPassages), &empty) > 0.99999);
     }
 
     #[test]
