@@ -451,22 +451,39 @@ fn fused_vectors(
         .collect())
 }
 
-/// Each query's images prepared for `embedder` as one input holds them (all, or the first
-/// only); images that are missing or do not decode are skipped and counted in `warnings`.
+/// Which of a query's images to prepare.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// Every one.
+    All,
+    /// `image_paths[0]` only.
+    First,
+    /// The first that loads: the reference code's data loader drops the query's images that
+    /// are missing or do not decode before it takes the first (MM-BRIGHT `src/data.py`
+    /// 186-222: `_load_images_parquet` keeps the images Pillow decodes,
+    /// `get_query_pil_images` the query's paths among them), so the first image is the
+    /// first that loads, not `image_paths[0]`.
+    FirstThatLoads,
+}
+
+/// Each query's images prepared for `embedder` as one input holds them (those `take` names);
+/// images that are missing or do not decode are skipped and counted in `warnings`.
 fn prepare_query_images(
     embedder: &Embedder,
     queries: &[Example],
-    first_only: bool,
+    take: Take,
     query_images: &HashMap<String, Vec<u8>>,
     warnings: &mut Warnings,
     source: &Path,
 ) -> Vec<Vec<PreparedImage>> {
     let mut prepared: Vec<Vec<PreparedImage>> = Vec::with_capacity(queries.len());
     for q in queries {
-        let paths: &[String] = match first_only {
-            false => &q.image_paths,
-            true => &q.image_paths[..q.image_paths.len().min(1)],
+        let paths: &[String] = match take {
+            Take::All | Take::FirstThatLoads => &q.image_paths,
+            Take::First => &q.image_paths[..q.image_paths.len().min(1)],
         };
+        // each image's share of one input: a single image has it whole
+        let share = if take == Take::All { paths.len() } else { 1 };
         let mut imgs = Vec::new();
         for p in paths {
             let Some(bytes) = query_images.get(p) else {
@@ -478,8 +495,13 @@ fn prepare_query_images(
                 );
                 continue;
             };
-            match embedder.prepare_query_image(bytes, paths.len()) {
-                Ok(img) => imgs.push(img),
+            match embedder.prepare_query_image(bytes, share) {
+                Ok(img) => {
+                    imgs.push(img);
+                    if take == Take::FirstThatLoads {
+                        break;
+                    }
+                }
                 Err(e) => warnings.push(
                     WarningKind::UndecodableImage,
                     source,
@@ -506,8 +528,12 @@ fn joint_vectors(
     warnings: &mut Warnings,
     source: &Path,
 ) -> Result<Vec<Vec<f32>>> {
-    let first = mode != QueryImages::All;
-    let prepared = prepare_query_images(embedder, queries, first, query_images, warnings, source);
+    let take = if mode == QueryImages::All {
+        Take::All
+    } else {
+        Take::First
+    };
+    let prepared = prepare_query_images(embedder, queries, take, query_images, warnings, source);
     let refs: Vec<Vec<&PreparedImage>> = prepared.iter().map(|v| v.iter().collect()).collect();
     let inputs: Vec<JointInput<'_>> = queries
         .iter()
@@ -520,49 +546,9 @@ fn joint_vectors(
     Ok(embedder.embed_joint_queries(&inputs, Role::Query, instruction)?)
 }
 
-/// Each query's first image that loads: the reference code's data loader drops the query's
-/// images that are missing or do not decode before it takes the first (MM-BRIGHT
-/// `src/data.py` 186-222: `_load_images_parquet` keeps the images Pillow decodes,
-/// `get_query_pil_images` the query's paths among them), so the first image is the first
-/// that loads, not `image_paths[0]`. The ones passed over are counted in `warnings`.
-fn first_loadable_images(
-    embedder: &Embedder,
-    queries: &[Example],
-    query_images: &HashMap<String, Vec<u8>>,
-    warnings: &mut Warnings,
-    source: &Path,
-) -> Vec<Option<PreparedImage>> {
-    queries
-        .iter()
-        .map(|q| {
-            for p in &q.image_paths {
-                let Some(bytes) = query_images.get(p) else {
-                    warnings.push(
-                        WarningKind::MissingImageBytes,
-                        source,
-                        q.id.clone(),
-                        format!("query image {p:?} is not in examples_images: passed over"),
-                    );
-                    continue;
-                };
-                match embedder.prepare_query_image(bytes, 1) {
-                    Ok(img) => return Some(img),
-                    Err(e) => warnings.push(
-                        WarningKind::UndecodableImage,
-                        source,
-                        q.id.clone(),
-                        format!("query image {p:?}: {e}: passed over"),
-                    ),
-                }
-            }
-            None
-        })
-        .collect()
-}
-
 /// [`QueryImages::Reference`]: each query's text and first image fused by the reference
 /// code's rule for the model and task ([`reference_rule`]). The first image is the first
-/// that loads ([`first_loadable_images`]); a query none of whose images loads has none (the
+/// that loads ([`Take::FirstThatLoads`]); a query none of whose images loads has none (the
 /// images passed over are counted in `warnings`).
 fn reference_vectors(
     embedder: &Embedder,
@@ -603,7 +589,17 @@ fn reference_vectors(
     let Some(rule) = reference_rule(embedder.reference_model(), task) else {
         return Ok(embedder.embed_queries(&texts, instruction)?);
     };
-    let firsts = first_loadable_images(embedder, queries, query_images, warnings, source);
+    let firsts: Vec<Option<PreparedImage>> = prepare_query_images(
+        embedder,
+        queries,
+        Take::FirstThatLoads,
+        query_images,
+        warnings,
+        source,
+    )
+    .into_iter()
+    .map(|v| v.into_iter().next())
+    .collect();
     let blank = match rule.missing {
         MissingImage::WhiteImage => Some(embedder.blank_image()?),
         MissingImage::TextAlone => None,

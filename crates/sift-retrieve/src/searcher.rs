@@ -795,7 +795,8 @@ pub fn search_domains(
             parts.len()
         )));
     }
-    let stats = if uses_bm25(retriever) {
+    // one domain's own statistics are what its BM25 uses anyway: summing is for several
+    let stats = if uses_bm25(retriever) && parts.len() > 1 {
         let each = parts
             .par_iter()
             .zip(scratches.par_iter_mut())

@@ -192,19 +192,23 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
-            let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
-            let essence = ct.split(';').next().unwrap_or("").trim();
-            if !(essence == "application/json" || essence.ends_with("+json")) {
-                return Err(ApiError::new(
-                    ErrorKind::UnsupportedMediaType,
-                    format!("content type {essence:?}: send application/json"),
-                ));
-            }
-        }
-        let bytes = Bytes::from_request(req, state).await.map_err(bad_body)?;
-        parse_json(&bytes).map(JsonBody)
+        parse_json(&json_bytes(req, state).await?).map(JsonBody)
     }
+}
+
+/// A request's body when its content type (if it gives one) is JSON; else a 415.
+async fn json_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
+        let essence = ct.split(';').next().unwrap_or("").trim();
+        if !(essence == "application/json" || essence.ends_with("+json")) {
+            return Err(ApiError::new(
+                ErrorKind::UnsupportedMediaType,
+                format!("content type {essence:?}: send application/json"),
+            ));
+        }
+    }
+    Bytes::from_request(req, state).await.map_err(bad_body)
 }
 
 /// Bodies declared larger than the limit are still read (and discarded) up to this size before
@@ -533,16 +537,8 @@ async fn check_key(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Re
 
 /// A query string's parameters, decoded (`+` as space), in order.
 fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
-    let Some(q) = query else {
-        return Vec::new();
-    };
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            let dec = |x: &str| pages::percent_decode(&x.replace('+', " "));
-            (dec(k), dec(v))
-        })
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .into_owned()
         .collect()
 }
 
@@ -936,12 +932,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Batch<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let JsonBody(v) = JsonBody::<serde_json::Value>::from_request(req, state).await?;
-        let bytes = v.to_string();
-        if v.is_array() {
-            parse_json::<Vec<T>>(bytes.as_bytes()).map(Batch::Many)
+        let bytes = json_bytes(req, state).await?;
+        // parsed once: as a list when the JSON starts with `[`
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            parse_json::<Vec<T>>(&bytes).map(Batch::Many)
         } else {
-            parse_json::<T>(bytes.as_bytes()).map(Batch::One)
+            parse_json::<T>(&bytes).map(Batch::One)
         }
     }
 }

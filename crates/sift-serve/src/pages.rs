@@ -261,26 +261,12 @@ pub fn is_web_url(s: &str) -> bool {
     starts(b"http://") || starts(b"https://")
 }
 
-/// Decodes `%XX` escapes (invalid ones are kept as written).
+/// Decodes `%XX` escapes (invalid ones are kept as written; bytes that are not UTF-8 become
+/// U+FFFD).
 pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Some(v) = std::str::from_utf8(&b[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]

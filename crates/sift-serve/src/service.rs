@@ -116,6 +116,17 @@ struct DomainCorpus {
     links: Links,
 }
 
+impl DomainCorpus {
+    /// The corpus images of the page of the passage with ordinal `ord`.
+    fn page_images(&self, ord: u32) -> Vec<String> {
+        self.links
+            .images_of(ord)
+            .iter()
+            .map(|&i| self.image_ids[i as usize].clone())
+            .collect()
+    }
+}
+
 /// One domain, open for every served retriever.
 struct Domain {
     name: String,
@@ -849,12 +860,7 @@ impl Service {
             id: id.to_string(),
             domain: domain.to_string(),
             contents: corpus.texts[ord as usize].clone(),
-            image_ids: corpus
-                .links
-                .images_of(ord)
-                .iter()
-                .map(|&i| corpus.image_ids[i as usize].clone())
-                .collect(),
+            image_ids: corpus.page_images(ord),
         })
     }
 
@@ -878,12 +884,7 @@ impl Service {
                 id: id.to_string(),
                 passage: Some(id.to_string()),
                 text: corpus.texts[ord as usize].clone(),
-                images: corpus
-                    .links
-                    .images_of(ord)
-                    .iter()
-                    .map(|&i| corpus.image_ids[i as usize].clone())
-                    .collect(),
+                images: corpus.page_images(ord),
             });
         }
         if corpus.image_ord.contains_key(id) {
