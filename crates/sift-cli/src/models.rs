@@ -23,12 +23,17 @@ pub struct ModelFlags {
     /// `{domain}` -> the domain's name and applies it to every model that takes one.
     #[arg(long)]
     pub query_instruction: Option<String>,
-    /// How each model's inputs are prepared: default (as its model card runs it) or
-    /// reference (MM-BRIGHT's reference code, model by model: Nomic documents cut to 8,000
-    /// characters without `search_document: `, GME texts to 4,000, BGE-VL texts to 150 at a
-    /// word boundary, images' transparency dropped; `sift eval` then fuses query images by
-    /// the reference's rule per model and task; docs/reference-profile.md). An index records
-    /// the profile it was built with, and searches of it use that one.
+    /// How each model's inputs are prepared: default (as its model card runs it),
+    /// reference (MM-BRIGHT's released code as it runs, model by model and task by task:
+    /// Nomic documents cut to 8,000 characters without `search_document: `, GME texts to
+    /// 4,000, BGE-VL texts by each task's character cut, images as its data loader hands
+    /// them over; `sift eval` then fuses query images by its rule per model and task,
+    /// including the white and blank images its code falls back to by accident, and scores
+    /// Task 4 with --protocol legacy) or reference-intended (the same with real images
+    /// where the code evidently meant them: Task 3 for Nomic and Jina-CLIP, Task 4 pairs for
+    /// BGE-VL and GME). docs/reference-profile.md lists every rule. An index records the
+    /// profile it was built with (both reference profiles build the same vectors), and
+    /// searches of it use that one.
     #[arg(long, value_enum, default_value = "default")]
     pub profile: Profile,
 }

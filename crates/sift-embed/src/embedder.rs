@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use candle_core::DType;
 
-use crate::image::PreprocessError;
+use crate::image::{Decode, PreprocessError};
 use crate::models::decoder::{DecoderEmbedder, DecoderOptions};
 use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions};
 use crate::models::jina_clip::{JinaClipEmbedder, JinaClipOptions};
@@ -258,6 +258,12 @@ impl Embedder {
         let model = match Family::of(&files.config) {
             Family::Gme => {
                 let defaults = GmeOptions::default();
+                // the reference code runs GME through sentence-transformers, whose length
+                // limit is not GME's own (no limit at all when no file gives one)
+                let max_length = options.profile.is_reference().then(|| {
+                    crate::models::gme::sentence_transformers_max_length(files)
+                        .unwrap_or(usize::MAX / 4)
+                });
                 Model::Gme(Box::new(GmeEmbedder::load(
                     files,
                     &device,
@@ -265,6 +271,7 @@ impl Embedder {
                         batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
                         dtype: options.dtype,
                         query_instruction: options.query_instruction.clone(),
+                        max_length,
                         ..defaults
                     },
                 )?))
@@ -476,14 +483,29 @@ impl Embedder {
             self.reference,
             ReferenceModel::Nomic | ReferenceModel::Gme | ReferenceModel::BgeVl
         );
-        let alpha = self.alpha() == crate::image::Alpha::Drop
-            && matches!(self.model, Model::Vision(_) | Model::Nomic(_));
         match input {
-            Input::Text(_) if self.profile == Profile::Reference && profiled => {
+            // both reference profiles cut texts alike: they share cached vectors
+            Input::Text(_) if self.profile.is_reference() && profiled => {
                 format!("{base}|profile=reference")
             }
-            Input::Image if alpha => format!("{base}|alpha=drop|{}", crate::image::DECODER),
-            Input::Image => format!("{base}|{}", crate::image::DECODER),
+            Input::Image => {
+                let decode = self.image_decode();
+                // GME and Jina-CLIP drop transparency in every profile: it is in their own
+                // fingerprints' meaning, not spelled out
+                let own_alpha = matches!(self.model, Model::Vision(_) | Model::Nomic(_));
+                let mut key = if own_alpha && decode.alpha == crate::image::Alpha::Drop {
+                    format!("{base}|alpha=drop|{}", crate::image::DECODER)
+                } else {
+                    format!("{base}|{}", crate::image::DECODER)
+                };
+                if !decode.orient {
+                    key.push_str("|orient=stored");
+                }
+                if decode.truncated {
+                    key.push_str("|truncated=partial");
+                }
+                key
+            }
             _ => base,
         }
     }
@@ -527,7 +549,7 @@ impl Embedder {
         let profiled = self.profiled(texts, role)?;
         let texts: Vec<&str> = profiled.iter().map(|t| t.as_ref()).collect();
         let texts = &texts[..];
-        let reference = self.profile == Profile::Reference;
+        let reference = self.profile.is_reference();
         Ok(PreparedTexts(match &self.model {
             Model::Text(m) => Prepared::Text(m.tokenize(texts, role)?),
             // the reference code embeds Nomic documents without `search_document: `
@@ -553,7 +575,7 @@ impl Embedder {
     /// pass through the embedder's own (Tasks 1-2) cut unchanged when they fit.
     pub fn reference_text(&self, text: &str, cut: crate::profile::BgeVlCut) -> Result<String> {
         match (&self.model, self.reference, self.profile) {
-            (Model::Vision(m), ReferenceModel::BgeVl, Profile::Reference) => {
+            (Model::Vision(m), ReferenceModel::BgeVl, p) if p.is_reference() => {
                 crate::profile::bge_vl_cut(text, cut, |t| m.fits(t))
             }
             _ => Ok(text.to_string()),
@@ -675,55 +697,82 @@ impl Embedder {
     /// Decodes and preprocesses encoded images in parallel: each one's model input, or why
     /// it cannot be embedded (it does not decode; for GME, it needs more tokens than the
     /// prompt has room for). A text model cannot embed images: every item is an error.
+    /// Images are decoded as the profile decodes the index's ([`Embedder::image_decode`]).
     pub fn prepare_images(
         &self,
         images: &[&[u8]],
     ) -> Vec<std::result::Result<PreparedImage, PreprocessError>> {
-        match &self.model {
-            Model::Vision(m) => m
-                .processor()
-                .prepare_all_with(images, self.alpha())
-                .into_iter()
-                .map(|r| r.map(PreparedImage::Pixels))
-                .collect(),
-            Model::Nomic(m) => m
-                .processor()
-                .prepare_all_with(images, self.alpha())
-                .into_iter()
-                .map(|r| r.map(PreparedImage::Pixels))
-                .collect(),
-            // encode_image's `convert('RGB')`: transparency dropped
-            Model::JinaClip(m) => m
-                .prepare(images)
-                .into_iter()
-                .map(|r| r.map(PreparedImage::Pixels))
-                .collect(),
-            Model::Gme(m) => m
-                .prepare(images)
-                .into_iter()
-                .map(|r| r.map(PreparedImage::Patches))
-                .collect(),
-            Model::Text(_) | Model::Decoder(_) => images
-                .iter()
-                .map(|_| {
-                    Err(PreprocessError::Size(format!(
-                        "{} is a text model: it embeds no images",
-                        self.name()
-                    )))
-                })
-                .collect(),
-        }
+        self.prepare_images_with(images, self.image_decode(), None)
     }
 
-    /// What becomes of transparency: dropped (Pillow's `convert("RGB")`) where the model's
-    /// own code or the reference code converts images so before the processor (BGE-VL's
-    /// `encode`; MM-BRIGHT's reference code for every model: task2_multimodal.py:90, 193,
-    /// task3_image.py:156), else composited onto white as transformers' processors do.
-    fn alpha(&self) -> crate::image::Alpha {
-        if self.reference == ReferenceModel::BgeVl || self.profile == Profile::Reference {
-            crate::image::Alpha::Drop
-        } else {
-            crate::image::Alpha::OverWhite
+    /// [`Embedder::prepare_images`] with the decoding `decode`, and each decoded image first
+    /// resized to `resize` (width, height) with Pillow's `Image.resize` default (bicubic)
+    /// when given: how some of the reference code's rules load an image before the model's
+    /// processor sees it.
+    pub fn prepare_images_with(
+        &self,
+        images: &[&[u8]],
+        decode: Decode,
+        resize: Option<(u32, u32)>,
+    ) -> Vec<std::result::Result<PreparedImage, PreprocessError>> {
+        use rayon::prelude::*;
+        if matches!(self.model, Model::Text(_) | Model::Decoder(_)) {
+            return images.iter().map(|_| Err(self.no_images())).collect();
+        }
+        images
+            .par_iter()
+            .map(|bytes| {
+                let img = crate::image::decode_image(bytes, decode)?;
+                self.prepare_rgb(pre_resize(img, resize))
+            })
+            .collect()
+    }
+
+    /// A decoded image prepared as this model prepares images (GME: checked to fit its
+    /// prompt alone).
+    pub fn prepare_rgb(
+        &self,
+        img: image::RgbImage,
+    ) -> std::result::Result<PreparedImage, PreprocessError> {
+        Ok(match &self.model {
+            Model::Vision(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
+            Model::Nomic(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
+            Model::JinaClip(m) => PreparedImage::Pixels(m.preprocess(&img)),
+            Model::Gme(m) => {
+                let img = m.processor().prepare_rgb(img, None)?;
+                m.check_fits(&[&img], crate::models::gme::DEFAULT_INSTRUCTION)?;
+                PreparedImage::Patches(img)
+            }
+            Model::Text(_) | Model::Decoder(_) => return Err(self.no_images()),
+        })
+    }
+
+    fn no_images(&self) -> PreprocessError {
+        PreprocessError::Size(format!(
+            "{} is a text model: it embeds no images",
+            self.name()
+        ))
+    }
+
+    /// How this model's images are decoded for the index and for queries: transformers'
+    /// `load_image` in the default profile (transparency composited onto white, except for
+    /// the models whose own code drops it: BGE-VL's `encode`, GME's `fetch_image`,
+    /// Jina-CLIP's `encode_image`); in the reference profiles, as MM-BRIGHT's data loader
+    /// hands images over ([`Decode::REFERENCE_LOADER`]: transparency dropped, stored
+    /// orientation, truncated files decoded as far as they go).
+    pub fn image_decode(&self) -> Decode {
+        if self.profile.is_reference() {
+            return Decode::REFERENCE_LOADER;
+        }
+        let drop = self.reference == ReferenceModel::BgeVl
+            || matches!(self.model, Model::Gme(_) | Model::JinaClip(_));
+        Decode {
+            alpha: if drop {
+                crate::image::Alpha::Drop
+            } else {
+                crate::image::Alpha::OverWhite
+            },
+            ..Decode::TRANSFORMERS
         }
     }
 
@@ -735,15 +784,28 @@ impl Embedder {
         bytes: &[u8],
         count: usize,
     ) -> std::result::Result<PreparedImage, PreprocessError> {
+        self.prepare_query_image_with(bytes, count, self.image_decode(), None)
+    }
+
+    /// [`Embedder::prepare_query_image`] with the decoding and first resize of
+    /// [`Embedder::prepare_images_with`].
+    pub fn prepare_query_image_with(
+        &self,
+        bytes: &[u8],
+        count: usize,
+        decode: Decode,
+        resize: Option<(u32, u32)>,
+    ) -> std::result::Result<PreparedImage, PreprocessError> {
         match &self.model {
             Model::Gme(m) => {
                 let budget = (m.max_length().saturating_sub(128) / count.max(1)) as u64;
+                let img = pre_resize(crate::image::decode_image(bytes, decode)?, resize);
                 m.processor()
-                    .prepare(bytes, Some(budget))
+                    .prepare_rgb(img, Some(budget))
                     .map(PreparedImage::Patches)
             }
             _ => self
-                .prepare_images(&[bytes])
+                .prepare_images_with(&[bytes], decode, resize)
                 .pop()
                 .expect("one result per image"),
         }
@@ -953,6 +1015,17 @@ impl Embedder {
             model: self.name().to_string(),
             message: format!("cannot {what}"),
         }
+    }
+}
+
+/// `img` resized to `to` (width, height) as Pillow's `Image.resize` does by default
+/// (bicubic, no reducing gap), or as it is.
+fn pre_resize(img: image::RgbImage, to: Option<(u32, u32)>) -> image::RgbImage {
+    match to {
+        Some((w, h)) if (w, h) != img.dimensions() => {
+            crate::image::resize_rgb8(&img, w, h, crate::image::Resample::Bicubic)
+        }
+        _ => img,
     }
 }
 

@@ -12,11 +12,20 @@ pub enum Profile {
     /// Sift's: each model as its model card runs it (prefixes, token truncation).
     #[default]
     Default,
-    /// MM-BRIGHT's reference code, model by model: Nomic documents cut to 8,000 characters
-    /// and embedded without `search_document: `; GME texts cut to 4,000 characters; BGE-VL
-    /// texts cut to 150 characters at a word boundary (shorter until they fit 77 tokens);
-    /// the query-fusion rules per model and task (`sift-retrieve`).
+    /// MM-BRIGHT's released code as it runs, model by model and task by task: Nomic
+    /// documents cut to 8,000 characters and embedded without `search_document: `; GME texts
+    /// cut to 4,000 characters; BGE-VL texts cut by each task's character rule; images as
+    /// its data loader hands them over (Pillow's `convert("RGB")`, truncated files decoded as
+    /// far as they go, undecodable ones dropped, no EXIF orientation outside Task 4); the
+    /// query-fusion rules per model and task (`sift-retrieve`), including the fallbacks its
+    /// code hits by accident: Task 3's white images for Nomic and Jina-CLIP, Task 4's blank
+    /// pair images for BGE-VL and GME.
     Reference,
+    /// [`Profile::Reference`] with the two accidents mended as the code evidently meant:
+    /// real images in Task 3 for Nomic and Jina-CLIP, and in Task 4's pairs for BGE-VL and
+    /// GME. Everything else, and the index's vectors, as [`Profile::Reference`].
+    #[cfg_attr(feature = "clap", value(name = "reference-intended"))]
+    ReferenceIntended,
 }
 
 impl Profile {
@@ -25,15 +34,32 @@ impl Profile {
         match self {
             Profile::Default => "default",
             Profile::Reference => "reference",
+            Profile::ReferenceIntended => "reference-intended",
         }
     }
 
-    /// The profile called `name` (`default`, `reference`).
+    /// The profile called `name` (`default`, `reference`, `reference-intended`).
     pub fn from_name(name: &str) -> Option<Profile> {
         match name {
             "default" => Some(Profile::Default),
             "reference" => Some(Profile::Reference),
+            "reference-intended" => Some(Profile::ReferenceIntended),
             _ => None,
+        }
+    }
+
+    /// Whether this is one of the reference code's profiles.
+    pub fn is_reference(self) -> bool {
+        matches!(self, Profile::Reference | Profile::ReferenceIntended)
+    }
+
+    /// The profile the index's vectors are made with: both reference profiles embed
+    /// passages and corpus images alike (they differ only at evaluation time), so an index
+    /// built with one serves the other.
+    pub fn vectors(self) -> Profile {
+        match self {
+            Profile::ReferenceIntended => Profile::Reference,
+            p => p,
         }
     }
 }

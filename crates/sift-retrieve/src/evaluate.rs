@@ -12,10 +12,10 @@ use sift_eval::{
 use sift_index::{IndexDir, NoProgress, Progress};
 
 use crate::models::{ModelSet, safe_name};
-use crate::pairs::{PairVectors, embeds_pairs, reference_pair_vectors};
+use crate::pairs::{PairVectors, reference_pair_vectors};
 use crate::query::{
-    Instructions, QueryImages, QueryVectors, ReferencePairs, encode_queries,
-    reference_pair_stand_ins, reference_pairs,
+    Instructions, QueryImages, QueryVectors, encode_queries, reference_image_stand_ins,
+    reference_pair_stand_ins,
 };
 use crate::searcher::{Candidates, DomainSearcher, PairStandIns, SearchSettings};
 use crate::spec::RetrieverSpec;
@@ -47,6 +47,11 @@ pub struct EvalConfig {
     pub per_query: bool,
     /// The task instruction of queries, for models that take one.
     pub instructions: Instructions,
+    /// The profile the evaluation reproduces. With a reference profile, Task 4 has pairs
+    /// only for the corpus images the reference's data loader keeps (those that decode:
+    /// `src/data.py` 164-168), whatever the retriever. Each dense model follows its own
+    /// profile ([`sift_embed::Embedder::profile`]).
+    pub profile: sift_embed::Profile,
 }
 
 impl Default for EvalConfig {
@@ -63,6 +68,7 @@ impl Default for EvalConfig {
             runs: RunOutput::default(),
             per_query: false,
             instructions: Instructions::Reference,
+            profile: sift_embed::Profile::Default,
         }
     }
 }
@@ -114,6 +120,9 @@ pub struct EvalReport {
     pub not_applicable: Vec<String>,
     /// Things worth knowing about the results (domains without image candidates, ...).
     pub notes: Vec<String>,
+    /// The reference code's rules in force, per task and dense model, for jobs that
+    /// reproduce it (query images `reference`).
+    pub reference_rules: Vec<RulesInForce>,
     /// Each task's qrels and exclusions over every domain.
     pub qrels: BTreeMap<Task, (Qrels, Exclusions)>,
     /// Queries without judgements dropped before scoring, by task and domain.
@@ -124,6 +133,20 @@ pub struct EvalReport {
     pub links: LinkReport,
     /// Problems counted while reading the inputs.
     pub warnings: Warnings,
+}
+
+/// The reference code's rules a job reproduced for one dense model in one task
+/// ([`crate::reference_rules_in_force`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RulesInForce {
+    /// The task.
+    pub task: u8,
+    /// The dense index (`dense:<name>`).
+    pub retriever: String,
+    /// The model's profile.
+    pub profile: String,
+    /// Each rule with its source.
+    pub rules: Vec<String>,
 }
 
 /// The tag of Sift's TREC runs.
@@ -206,13 +229,13 @@ pub fn evaluate(
         jobs,
         not_applicable,
         notes: Vec::new(),
+        reference_rules: reference_rules(config, models),
         qrels: BTreeMap::new(),
         dropped: BTreeMap::new(),
         protocol: config.protocol,
         links: LinkReport::new(),
         warnings: Warnings::new(),
     };
-    out.notes.extend(reference_pair_notes(config, models));
     for domain in &domains {
         index.check_domain(domain, Some(corpus))?;
         evaluate_domain(
@@ -250,12 +273,10 @@ pub fn evaluate(
     Ok(out)
 }
 
-/// Task 4 with the reference's query rule: the models whose candidate pairs are embedded at
-/// evaluation time, as the reference code embeds them (raw features, joint inputs).
-fn reference_pair_notes(config: &EvalConfig, models: &ModelSet) -> Vec<String> {
-    if !config.tasks.contains(&Task::Pairs)
-        || !config.query_images.contains(&QueryImages::Reference)
-    {
+/// The reference code's rules in force for every task and dense model that a job runs with
+/// the reference's query rule.
+fn reference_rules(config: &EvalConfig, models: &ModelSet) -> Vec<RulesInForce> {
+    if !config.query_images.contains(&QueryImages::Reference) {
         return Vec::new();
     }
     let mut names: Vec<&str> = config
@@ -265,20 +286,25 @@ fn reference_pair_notes(config: &EvalConfig, models: &ModelSet) -> Vec<String> {
         .collect();
     names.sort_unstable();
     names.dedup();
-    names
-        .into_iter()
-        .filter_map(|name| {
-            let e = models.get(name)?;
-            match reference_pairs(e.reference_model())? {
-                ReferencePairs::Embedded(how) => Some(format!(
-                    "task 4 [query images: reference]: dense:{name}'s candidate pairs were embedded \
-                     at evaluation time as the reference code embeds them ({how}), not scored \
-                     from the index's unit vectors (docs/reference-profile.md)"
-                )),
-                _ => None,
+    let mut out = Vec::new();
+    for &task in &config.tasks {
+        for &name in &names {
+            let Some(e) = models.get(name) else { continue };
+            if task == Task::Images && !e.capabilities().images {
+                continue;
             }
-        })
-        .collect()
+            let rules = crate::query::reference_rules_in_force(e, task);
+            if !rules.is_empty() {
+                out.push(RulesInForce {
+                    task: task.number(),
+                    retriever: format!("dense:{name}"),
+                    profile: e.profile().name().to_string(),
+                    rules,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The jobs `config` makes (one per task, retriever and query-image mode that applies) and
@@ -370,6 +396,14 @@ fn evaluate_domain(
     } else {
         HashMap::new()
     };
+    // the reference's loader drops corpus images that do not decode: they get no pair
+    let pair_images: Vec<String> =
+        if config.profile.is_reference() && config.tasks.contains(&Task::Pairs) {
+            let ok = crate::pairs::loadable_images(corpus, domain, &mut out.warnings)?;
+            images.iter().filter(|p| ok.contains(*p)).cloned().collect()
+        } else {
+            images.clone()
+        };
     let links = if config.tasks.contains(&Task::Pairs) {
         let examples = match config.pair_link {
             PairLink::SourceId => corpus.examples(domain, true, &mut out.warnings)?,
@@ -380,7 +414,7 @@ fn evaluate_domain(
             config.pair_link,
             domain,
             passages,
-            &images,
+            &pair_images,
             &examples,
         )?
     } else {
@@ -403,12 +437,17 @@ fn evaluate_domain(
         if !out.jobs.iter().any(|j| j.task == task) {
             continue;
         }
+        let task_images = if task == Task::Pairs {
+            &pair_images
+        } else {
+            &images
+        };
         let mut data = task.data(
             corpus,
             domain,
             &config.split,
             passages,
-            &images,
+            task_images,
             &links,
             config.protocol,
         )?;
@@ -481,7 +520,7 @@ fn evaluate_domain(
             if reference_pairs_mode {
                 for name in job.retriever.dense_names() {
                     let Some(e) = models.get(name) else { continue };
-                    if !embeds_pairs(e.reference_model()) || pair_vectors.contains_key(name) {
+                    if !e.profile().is_reference() || pair_vectors.contains_key(name) {
                         continue;
                     }
                     if passage_texts.is_none() {
@@ -500,7 +539,7 @@ fn evaluate_domain(
                         domain,
                         &pairs,
                         &refs,
-                        &images,
+                        &pair_images,
                         &mut data.warnings,
                     )?;
                     progress.finish();
@@ -508,12 +547,20 @@ fn evaluate_domain(
                 }
             }
             let no_vectors = PairVectors::new();
+            // the reference's white image for every Task 3 corpus image (Nomic, Jina-CLIP)
+            let uniform = match (task, mode) {
+                (Task::Images, Some(QueryImages::Reference)) => {
+                    reference_image_stand_ins(models, &job.retriever)?
+                }
+                _ => PairStandIns::new(),
+            };
             let candidates = match task.candidates() {
                 CandidateKind::Passages => Candidates::Passages,
-                CandidateKind::Images => Candidates::Images,
+                CandidateKind::Images if uniform.is_empty() => Candidates::Images,
+                CandidateKind::Images => Candidates::UniformImages { vectors: &uniform },
                 CandidateKind::Pairs => Candidates::Pairs {
                     pairs: &pairs,
-                    images: &images,
+                    images: &pair_images,
                     stand_ins: &stand_ins,
                     vectors: if reference_pairs_mode {
                         &pair_vectors
@@ -602,6 +649,9 @@ impl EvalReport {
         for n in &self.notes {
             markdown.push_str(&format!("\nNote: {n}\n"));
         }
+        if !self.reference_rules.is_empty() {
+            markdown.push_str(&self.reference_rules_table());
+        }
         let orphans = self.orphans();
         if self.jobs.iter().any(|j| j.task == Task::Pairs) && orphans > 0 {
             markdown.push_str(&format!(
@@ -612,6 +662,24 @@ impl EvalReport {
             markdown.push_str(&self.links_table());
         }
         markdown
+    }
+
+    /// The reference code's rules in force, per task and dense model.
+    pub fn reference_rules_table(&self) -> String {
+        let mut s = String::from(
+            "\nReference code's rules in force (docs/reference-profile.md)\n\n\
+             | task | retriever | profile | rules |\n|---|---|---|---|\n",
+        );
+        for r in &self.reference_rules {
+            s.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                r.task,
+                r.retriever,
+                r.profile,
+                r.rules.join("; ").replace('|', "\\|")
+            ));
+        }
+        s
     }
 
     /// Task 4's linking per domain: pairs made, and what was left unlinked.
@@ -694,6 +762,10 @@ impl EvalReport {
             let mut out = self.job_json(job);
             out["warnings"] = serde_json::to_value(self.warnings.to_map()).unwrap_or_default();
             out["notes"] = serde_json::to_value(&self.notes).unwrap_or_default();
+            if !self.reference_rules.is_empty() {
+                out["reference_rules"] =
+                    serde_json::to_value(&self.reference_rules).unwrap_or_default();
+            }
             if !self.links.is_empty() {
                 out["pair_links"] = serde_json::to_value(&self.links).unwrap_or_default();
             }
@@ -703,6 +775,7 @@ impl EvalReport {
             "reports": self.jobs.iter().map(|j| self.job_json(j)).collect::<Vec<_>>(),
             "not_applicable": self.not_applicable,
             "notes": self.notes,
+            "reference_rules": self.reference_rules,
             "protocol": self.protocol.name(),
             "orphan_positive_images": self.orphans(),
             "pair_links": self.links,

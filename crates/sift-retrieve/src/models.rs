@@ -50,7 +50,8 @@ impl PassageEmbedder for PassageSide<'_> {
         self.0.content_hash().to_string()
     }
     fn profile(&self) -> Option<String> {
-        let p = self.0.profile();
+        // both reference profiles make the same vectors: the index records "reference"
+        let p = self.0.profile().vectors();
         (p != Profile::Default).then(|| p.name().to_string())
     }
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, sift_embed::Error> {
@@ -138,11 +139,12 @@ impl ModelSet {
     }
 
     /// Loads the model of every dense index `retriever` names, from where the index says it
-    /// was built (or from `model_override`), with the profile its vectors were made with,
-    /// and checks that it is that model: same dimension and, where the index records it, the
-    /// same files (weights, tokenizer, configs). Asking for the reference profile
-    /// (`options.profile`) of an index built with the default one is an error: its vectors
-    /// were not made so.
+    /// was built (or from `model_override`), with the profile its vectors were made with
+    /// (or `options.profile` when that one makes the same vectors: either reference profile
+    /// on an index built with one), and checks that it is that model: same dimension and,
+    /// where the index records it, the same files (weights, tokenizer, configs). Asking for
+    /// a reference profile (`options.profile`) of an index built with the default one is an
+    /// error: its vectors were not made so.
     pub fn load_for(
         &mut self,
         index: &IndexDir,
@@ -162,7 +164,7 @@ impl ModelSet {
                     message: format!("the index records an unknown embedding profile {p:?}"),
                 })?,
             };
-            if options.profile != Profile::Default && options.profile != built {
+            if options.profile != Profile::Default && options.profile.vectors() != built {
                 return Err(Error::Model {
                     slug: slug.to_string(),
                     message: format!(
@@ -172,8 +174,14 @@ impl ModelSet {
                     ),
                 });
             }
+            // the profile asked for (one that makes these vectors), else the index's
+            let profile = if options.profile == Profile::Default {
+                built
+            } else {
+                options.profile
+            };
             let options = EmbedderOptions {
-                profile: built,
+                profile,
                 ..options.clone()
             };
             let spec = model_override.unwrap_or(&info.spec);
@@ -205,7 +213,7 @@ impl ModelSet {
             )));
         }
         let built = info.profile.as_deref().unwrap_or(Profile::Default.name());
-        if embedder.profile().name() != built {
+        if embedder.profile().vectors().name() != built {
             return Err(problem(format!(
                 "its vectors were made with the {built} profile; model {} was loaded with the {} \
                  profile",

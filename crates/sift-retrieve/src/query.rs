@@ -4,8 +4,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use sift_core::{Example, WarningKind, Warnings};
+use sift_embed::image::Decode;
 use sift_embed::profile::BgeVlCut;
-use sift_embed::{Embedder, JointInput, PreparedImage, ReferenceModel, Role};
+use sift_embed::{Embedder, JointInput, PreparedImage, Profile, ReferenceModel, Role};
 use sift_eval::Task;
 
 use crate::Result;
@@ -145,19 +146,59 @@ pub struct ReferenceRule {
     pub fusion: ReferenceFusion,
     /// A query without an image.
     pub missing: MissingImage,
+    /// The query's first image is embedded as the blank white image instead (Task 3, Nomic
+    /// and Jina-CLIP: the retriever calls `Image.open` on the PIL image the runner hands it,
+    /// which raises, and its bare `except` substitutes a white image), where `Some`: the
+    /// source of that rule.
+    pub white: Option<&'static str>,
+    /// Whether the query image's EXIF orientation is applied (`ImageOps.exif_transpose`:
+    /// Task 4's CLIP, SigLIP, Jina-CLIP and Nomic, task4_pair.py:75, 103, 357); elsewhere
+    /// the image is as the data loader decoded it, in stored orientation.
+    pub orient: bool,
+    /// The query image is first resized to this (width, height) with Pillow's default
+    /// (bicubic) `Image.resize` (SigLIP's Task 3, task3_image.py:421-422).
+    pub resize: Option<(u32, u32)>,
     /// File and lines of `mm-bright/MM-BRIGHT` (commit 2d37a4d, `src/retrievers/`).
     pub source: &'static str,
 }
 
-/// The reference code's query rule for `model` in `task` (docs/reference-profile.md); `None`
-/// for Task 1 and for models it has no multimodal rule for (their text alone).
-pub fn reference_rule(model: ReferenceModel, task: Task) -> Option<ReferenceRule> {
+/// The reference code's query rule for `model` in `task` under `profile` (one of the
+/// reference profiles; docs/reference-profile.md); `None` for Task 1 and for models it has
+/// no multimodal rule for (their text alone).
+pub fn reference_rule(
+    model: ReferenceModel,
+    task: Task,
+    profile: Profile,
+) -> Option<ReferenceRule> {
     use MissingImage::*;
     use ReferenceFusion::*;
+    // Task 4 turns CLIP's, SigLIP's, Jina-CLIP's and Nomic's query images upright; BGE-VL's
+    // and GME's queries reach their models as temporary PNGs, which carry no EXIF
+    let orient = task == Task::Pairs
+        && matches!(
+            model,
+            ReferenceModel::Clip
+                | ReferenceModel::Siglip
+                | ReferenceModel::JinaClip
+                | ReferenceModel::Nomic
+        );
+    let white = match (model, task, profile) {
+        (ReferenceModel::Nomic, Task::Images, Profile::Reference) => {
+            Some("task3_image.py:621-629 (Image.open(<PIL image>) raises; a white image instead)")
+        }
+        (ReferenceModel::JinaClip, Task::Images, Profile::Reference) => {
+            Some("task3_image.py:526-536 (Image.open(<PIL image>) raises; a white image instead)")
+        }
+        _ => None,
+    };
+    let resize = (model == ReferenceModel::Siglip && task == Task::Images).then_some((384, 384));
     let rule = |fusion, missing, source| {
         Some(ReferenceRule {
             fusion,
             missing,
+            white,
+            orient,
+            resize,
             source,
         })
     };
@@ -214,12 +255,43 @@ pub fn reference_rule(model: ReferenceModel, task: Task) -> Option<ReferenceRule
     }
 }
 
+/// Where the reference code, under `profile`, embeds every corpus image of Task 3 as the
+/// same white image (Nomic and Jina-CLIP: the runner hands the retriever PIL images, the
+/// retriever calls `Image.open` on each, which raises, and its bare `except` substitutes
+/// `Image.new("RGB", (224, 224), "white")`): the source of that rule; `None` where the
+/// corpus images are the index's.
+pub fn reference_white_corpus(model: ReferenceModel, profile: Profile) -> Option<&'static str> {
+    match (model, profile) {
+        (ReferenceModel::Nomic, Profile::Reference) => Some("task3_image.py:586-590"),
+        (ReferenceModel::JinaClip, Profile::Reference) => Some("task3_image.py:496-500"),
+        _ => None,
+    }
+}
+
+/// The white image's vector standing in for every corpus image of Task 3, for the dense
+/// indexes `retriever` uses whose model the reference code treats so
+/// ([`reference_white_corpus`]).
+pub fn reference_image_stand_ins(
+    models: &ModelSet,
+    retriever: &RetrieverSpec,
+) -> Result<crate::PairStandIns> {
+    let mut out = crate::PairStandIns::new();
+    for name in retriever.dense_names() {
+        let Some(e) = models.get(name) else { continue };
+        if reference_white_corpus(e.reference_model(), e.profile()).is_some() {
+            out.insert(name.to_string(), e.blank_image_vector()?);
+        }
+    }
+    Ok(out)
+}
+
 /// How the reference code embeds a model's Task 4 candidate pairs, and whether Sift's pair
 /// scoring reproduces it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReferencePairs {
     /// normalise(unit passage + unit image), a text-only pair as its passage: Sift's own
-    /// pair scoring.
+    /// pair scoring (pairs whose image carries an EXIF orientation are embedded at
+    /// evaluation time, upright, as [`ReferencePairs::Embedded`]).
     UnitVectors(&'static str),
     /// The same, with a white image for text-only pairs ([`crate::PairStandIns`]).
     UnitVectorsWhiteImage(&'static str),
@@ -228,10 +300,11 @@ pub enum ReferencePairs {
     Embedded(&'static str),
 }
 
-/// The reference code's Task 4 pair embedding for `model` (docs/reference-profile.md);
-/// `None` for models it has no multimodal rule for.
-pub fn reference_pairs(model: ReferenceModel) -> Option<ReferencePairs> {
+/// The reference code's Task 4 pair embedding for `model` under `profile`
+/// (docs/reference-profile.md); `None` for models it has no multimodal rule for.
+pub fn reference_pairs(model: ReferenceModel, profile: Profile) -> Option<ReferencePairs> {
     use ReferencePairs::*;
+    let blank = profile == Profile::Reference;
     Some(match model {
         ReferenceModel::Nomic => UnitVectors("task4_pair.py:1090-1121"),
         ReferenceModel::JinaClip => UnitVectorsWhiteImage("task4_pair.py:524-541"),
@@ -241,8 +314,18 @@ pub fn reference_pairs(model: ReferenceModel) -> Option<ReferencePairs> {
         ReferenceModel::Siglip => Embedded(
             "raw text + image features, a white image for text-only pairs (task4_pair.py:405-433)",
         ),
+        ReferenceModel::BgeVl if blank => Embedded(
+            "encode(images, text) per pair with the blank 224 x 224 image for every pair's \
+             image (safe_rgb_path gets a PIL image, whose str() names no file: \
+             task4_pair.py:663-670, 716), the text alone for text-only pairs (task4_pair.py:708-741)",
+        ),
         ReferenceModel::BgeVl => Embedded(
             "encode(images, text) per pair, the text alone for text-only pairs (task4_pair.py:708-741)",
+        ),
+        ReferenceModel::Gme if blank => Embedded(
+            "one joint input per pair with the blank 224 x 224 image for every pair's image \
+             (safe_img_path gets a PIL image: Image.open(str(img)) raises, task4_pair.py:895-907, \
+             953), the text alone for text-only pairs (task4_pair.py:930-957)",
         ),
         ReferenceModel::Gme => Embedded(
             "one joint input per pair, the text alone for text-only pairs (task4_pair.py:930-957)",
@@ -260,12 +343,134 @@ pub fn reference_pair_stand_ins(
     let mut out = crate::PairStandIns::new();
     for name in retriever.dense_names() {
         let Some(e) = models.get(name) else { continue };
-        if let Some(ReferencePairs::UnitVectorsWhiteImage(_)) = reference_pairs(e.reference_model())
+        if let Some(ReferencePairs::UnitVectorsWhiteImage(_)) =
+            reference_pairs(e.reference_model(), e.profile())
         {
             out.insert(name.to_string(), e.blank_image_vector()?);
         }
     }
     Ok(out)
+}
+
+/// The reference code's rules in force for `embedder` in `task` under its profile, each
+/// with its source (docs/reference-profile.md): what a report says the run reproduced.
+/// Empty in the default profile.
+pub fn reference_rules_in_force(embedder: &Embedder, task: Task) -> Vec<String> {
+    let profile = embedder.profile();
+    if !profile.is_reference() {
+        return Vec::new();
+    }
+    let model = embedder.reference_model();
+    let images = embedder.capabilities().images;
+    let mut rules = Vec::new();
+    // texts
+    match model {
+        ReferenceModel::Nomic => {
+            rules.push(
+                "documents: the first 8,000 characters, without `search_document: ` \
+                 (task2_multimodal.py:471-482, task4_pair.py:1097)"
+                    .to_string(),
+            );
+            if task == Task::Pairs {
+                rules.push(
+                    "queries: the first 8,000 characters, then `search_query: ` (task4_pair.py:1147)"
+                        .to_string(),
+                );
+            }
+        }
+        ReferenceModel::Gme => rules.push(format!(
+            "texts: the first 4,000 characters (task2_multimodal.py:936, 984); prompts cut at \
+             sentence-transformers' max_seq_length, {} tokens, not GME's 1,800 (custom_st.py:118)",
+            embedder.max_text_tokens()
+        )),
+        ReferenceModel::BgeVl => rules.push(
+            match task {
+                Task::Passages | Task::MultimodalPassages => {
+                    "texts: ultra_safe_truncate at 150 characters, shorter until 77 tokens hold them \
+                     (task2_multimodal.py:717-755, 785-827)"
+                }
+                Task::Images => {
+                    "queries: the 150-character cut, else the 60-character one (task3_image.py:707-720)"
+                }
+                Task::Pairs => {
+                    "pair texts and queries: cuts down to 20 characters, `document` / `query` as the \
+                     last resort (task4_pair.py:758-772, 814-828)"
+                }
+            }
+            .to_string(),
+        ),
+        _ => {}
+    }
+    if !images || task == Task::Passages {
+        return rules;
+    }
+    rules.push(
+        "images as the data loader hands them over: Pillow's convert('RGB') (transparency \
+         dropped), truncated files decoded as far as they go (LOAD_TRUNCATED_IMAGES, \
+         task4_pair.py:35), stored orientation (src/data.py:165, 191)"
+            .to_string(),
+    );
+    rules.push("a query's first image is the first that loads (src/data.py:186-222)".to_string());
+    if let Some(rule) = reference_rule(model, task, profile) {
+        let fusion = match rule.fusion {
+            ReferenceFusion::RawFeatures => "raw text + image features",
+            ReferenceFusion::UnitVectors => "unit text + image vectors",
+            ReferenceFusion::Joint => "one joint input",
+        };
+        let missing = match rule.missing {
+            MissingImage::WhiteImage => "a white image",
+            MissingImage::TextAlone => "the text alone",
+        };
+        rules.push(format!(
+            "queries: {fusion}; without an image, {missing} ({})",
+            rule.source
+        ));
+        if let Some(w) = rule.white {
+            rules.push(format!(
+                "queries with an image: the white image in its place ({w})"
+            ));
+        }
+        if rule.orient {
+            rules.push(
+                "query images upright (ImageOps.exif_transpose, task4_pair.py:75, 103)".to_string(),
+            );
+        }
+        if let Some((w, h)) = rule.resize {
+            rules.push(format!(
+                "query images resized to {w} x {h} (bicubic) before the processor \
+                 (task3_image.py:421-422)"
+            ));
+        }
+    }
+    match task {
+        Task::Images => {
+            if let Some(src) = reference_white_corpus(model, profile) {
+                rules.push(format!(
+                    "every corpus image is the white image ({src}: Image.open(<PIL image>) \
+                     raises): all candidates tie, ordered as trec_eval orders ties (id descending)"
+                ));
+            }
+        }
+        Task::Pairs => {
+            rules.push(
+                "corpus images that do not load have no pair (src/data.py:164-168)".to_string(),
+            );
+            match reference_pairs(model, profile) {
+                Some(ReferencePairs::Embedded(how)) => rules.push(format!("pairs: {how}")),
+                Some(ReferencePairs::UnitVectors(src)) => rules.push(format!(
+                    "pairs: normalise(unit text + unit image), text-only pairs their text; \
+                     pair images upright ({src}, task4_pair.py:75, 103)"
+                )),
+                Some(ReferencePairs::UnitVectorsWhiteImage(src)) => rules.push(format!(
+                    "pairs: normalise(unit text + unit image), text-only pairs with a white \
+                     image; pair images upright ({src}, task4_pair.py:75)"
+                )),
+                None => {}
+            }
+        }
+        _ => {}
+    }
+    rules
 }
 
 /// Query vectors by dense index name, one per query in query order.
@@ -468,10 +673,12 @@ enum Take {
 
 /// Each query's images prepared for `embedder` as one input holds them (those `take` names);
 /// images that are missing or do not decode are skipped and counted in `warnings`.
+#[allow(clippy::too_many_arguments)]
 fn prepare_query_images(
     embedder: &Embedder,
     queries: &[Example],
     take: Take,
+    load: (Decode, Option<(u32, u32)>),
     query_images: &HashMap<String, Vec<u8>>,
     warnings: &mut Warnings,
     source: &Path,
@@ -495,7 +702,7 @@ fn prepare_query_images(
                 );
                 continue;
             };
-            match embedder.prepare_query_image(bytes, share) {
+            match embedder.prepare_query_image_with(bytes, share, load.0, load.1) {
                 Ok(img) => {
                     imgs.push(img);
                     if take == Take::FirstThatLoads {
@@ -533,7 +740,16 @@ fn joint_vectors(
     } else {
         Take::First
     };
-    let prepared = prepare_query_images(embedder, queries, take, query_images, warnings, source);
+    let load = (embedder.image_decode(), None);
+    let prepared = prepare_query_images(
+        embedder,
+        queries,
+        take,
+        load,
+        query_images,
+        warnings,
+        source,
+    );
     let refs: Vec<Vec<&PreparedImage>> = prepared.iter().map(|v| v.iter().collect()).collect();
     let inputs: Vec<JointInput<'_>> = queries
         .iter()
@@ -586,13 +802,18 @@ fn reference_vectors(
             (false, None) => q.query.as_str(),
         })
         .collect();
-    let Some(rule) = reference_rule(embedder.reference_model(), task) else {
+    let Some(rule) = reference_rule(embedder.reference_model(), task, embedder.profile()) else {
         return Ok(embedder.embed_queries(&texts, instruction)?);
+    };
+    let decode = Decode {
+        orient: rule.orient,
+        ..embedder.image_decode()
     };
     let firsts: Vec<Option<PreparedImage>> = prepare_query_images(
         embedder,
         queries,
         Take::FirstThatLoads,
+        (decode, rule.resize),
         query_images,
         warnings,
         source,
@@ -600,14 +821,20 @@ fn reference_vectors(
     .into_iter()
     .map(|v| v.into_iter().next())
     .collect();
-    let blank = match rule.missing {
-        MissingImage::WhiteImage => Some(embedder.blank_image()?),
-        MissingImage::TextAlone => None,
+    let blank = match (rule.missing, rule.white) {
+        (MissingImage::WhiteImage, _) | (_, Some(_)) => Some(embedder.blank_image()?),
+        (MissingImage::TextAlone, None) => None,
     };
-    // each query's image: its first, else the stand-in (none: the text alone)
+    // each query's image: its first (or, where the rule replaces it, the white one), else
+    // the stand-in (none: the text alone)
     let images: Vec<Option<&PreparedImage>> = firsts
         .iter()
-        .map(|f| f.as_ref().or(blank.as_ref()))
+        .map(|f| match (f, rule.white, rule.missing) {
+            (Some(_), Some(_), _) => blank.as_ref(),
+            (Some(f), None, _) => Some(f),
+            (None, _, MissingImage::WhiteImage) => blank.as_ref(),
+            (None, _, MissingImage::TextAlone) => None,
+        })
         .collect();
     match rule.fusion {
         ReferenceFusion::RawFeatures | ReferenceFusion::Joint => {
@@ -655,11 +882,36 @@ mod tests {
     }
 
     fn load(rel: &str) -> Embedder {
+        load_with(rel, Profile::Reference)
+    }
+
+    fn load_with(rel: &str, profile: Profile) -> Embedder {
         let options = EmbedderOptions {
-            profile: Profile::Reference,
+            profile,
             ..Default::default()
         };
         Embedder::load(&fixture(rel), &options).unwrap()
+    }
+
+    fn reference_of(
+        model: &Embedder,
+        task: Task,
+        examples: &[Example],
+        bytes: &HashMap<String, Vec<u8>>,
+    ) -> Vec<Vec<f32>> {
+        let mut warnings = Warnings::new();
+        let v = reference_vectors(
+            model,
+            task,
+            examples,
+            bytes,
+            None,
+            &mut warnings,
+            Path::new("t"),
+        )
+        .unwrap();
+        assert!(warnings.is_empty());
+        v
     }
 
     fn image(name: &str) -> Vec<u8> {
@@ -947,7 +1199,7 @@ mod tests {
 
     #[test]
     fn jina_clip_queries_without_an_image_are_their_text_except_in_task_4() {
-        let jina = load("jina_clip/tiny-jina-clip-v1");
+        let jina = load_with("jina_clip/tiny-jina-clip-v1", Profile::ReferenceIntended);
         assert_eq!(jina.reference_model(), ReferenceModel::JinaClip);
         let text = jina
             .embed_texts(
@@ -974,16 +1226,162 @@ mod tests {
         assert!(cosine(&got[1], &white) > 0.99999, "Task 4: a white image");
     }
 
+    /// Task 3 as the released code runs it for Nomic and Jina-CLIP: `Image.open` on the
+    /// query's PIL image raises and the bare `except` embeds a white image instead
+    /// (task3_image.py:526-536, 621-629): a query with an image is normalise(text + white);
+    /// without one, Jina's is its text (a zero image vector) and Nomic's text + white. A
+    /// transcription of those lines; `reference-intended` embeds the query's own image.
+    #[test]
+    fn task_3_queries_of_nomic_and_jina_see_the_white_image_as_the_released_code_runs() {
+        for (rel, zero_without) in [
+            ("jina_clip/tiny-jina-clip-v1", true),
+            ("nomic/tiny-nomic-embed-vision-v1.5", false),
+        ] {
+            let released = load_with(rel, Profile::Reference);
+            let intended = load_with(rel, Profile::ReferenceIntended);
+            let text = released
+                .embed_texts(
+                    &["why does the circuit oscillate", "a map projection"],
+                    Role::Query,
+                )
+                .unwrap();
+            let white = released.blank_image_vector().unwrap();
+            let own = released
+                .embed_images(&[released
+                    .prepare_images(&[&image("shapes_rgb_50x37.png")])
+                    .pop()
+                    .unwrap()
+                    .unwrap()])
+                .unwrap()
+                .pop()
+                .unwrap();
+            let got = reference(&released, Task::Images);
+            assert!(
+                cosine(&got[0], &normalized_sum(&text[0], &white)) > 0.99999,
+                "{rel}"
+            );
+            assert!(
+                cosine(&got[0], &normalized_sum(&text[0], &own)) < 0.9999,
+                "{rel}"
+            );
+            let without = if zero_without {
+                text[1].clone()
+            } else {
+                normalized_sum(&text[1], &white)
+            };
+            assert!(cosine(&got[1], &without) > 0.99999, "{rel}");
+            let meant = reference(&intended, Task::Images);
+            assert!(
+                cosine(&meant[0], &normalized_sum(&text[0], &own)) > 0.99999,
+                "{rel}"
+            );
+            assert!(cosine(&meant[1], &without) > 0.99999, "{rel}");
+            // Tasks 2 and 4 are not touched by it
+            for task in [Task::MultimodalPassages, Task::Pairs] {
+                let a = reference(&released, task);
+                let b = reference(&intended, task);
+                assert!(cosine(&a[0], &b[0]) > 0.999999, "{rel} {task:?}");
+            }
+        }
+    }
+
+    /// The query image's orientation: Task 4 turns CLIP's, SigLIP's, Jina-CLIP's and
+    /// Nomic's query images upright (`_safe_open_image`'s `ImageOps.exif_transpose`,
+    /// task4_pair.py:75, 314); Tasks 2-3 embed the loader's image as stored, and BGE-VL's and
+    /// GME's Task 4 queries go through a temporary PNG, which keeps no EXIF
+    /// (pillow_facts.json).
+    #[test]
+    fn query_images_are_turned_upright_in_task_4_only() {
+        let rotated =
+            std::fs::read(fixture("reference_code/images/jpeg_orientation_6.bin")).unwrap();
+        let examples = vec![Example {
+            id: "r".into(),
+            query: "a rotated photo".into(),
+            image_paths: vec!["rot".into()],
+            ..Example::default()
+        }];
+        let bytes = HashMap::from([("rot".to_string(), rotated.clone())]);
+        let clip = load("vision/tiny-clip-quickgelu");
+        let v = clip.as_vision().unwrap();
+        let decode = |orient: bool| {
+            sift_embed::image::decode_image(
+                &rotated,
+                Decode {
+                    orient,
+                    ..Decode::REFERENCE_LOADER
+                },
+            )
+            .unwrap()
+        };
+        let stored = raw_sum(
+            &clip,
+            "a rotated photo",
+            v.processor().preprocess(&decode(false)),
+        );
+        let upright = raw_sum(
+            &clip,
+            "a rotated photo",
+            v.processor().preprocess(&decode(true)),
+        );
+        assert!(
+            cosine(&stored, &upright) < 0.99999,
+            "the fixture tells them apart"
+        );
+        for task in [Task::MultimodalPassages, Task::Images] {
+            let got = reference_of(&clip, task, &examples, &bytes);
+            assert!(cosine(&got[0], &stored) > 0.99999, "{task:?}");
+        }
+        let got = reference_of(&clip, Task::Pairs, &examples, &bytes);
+        assert!(cosine(&got[0], &upright) > 0.99999);
+        // BGE-VL's Task 4 query: a temporary PNG, stored orientation
+        let bge = load("bge_vl/tiny-bge-vl");
+        let vb = bge.as_vision().unwrap();
+        let got = reference_of(&bge, Task::Pairs, &examples, &bytes);
+        let stored = raw_sum(
+            &bge,
+            "a rotated photo",
+            vb.processor().preprocess(&decode(false)),
+        );
+        assert!(cosine(&got[0], &stored) > 0.99999);
+    }
+
+    /// SigLIP's Task 3 query images are resized to 384 x 384 by Pillow (bicubic) before the
+    /// processor (task3_image.py:421-422); Tasks 2 and 4 hand the processor the image.
+    #[test]
+    fn siglip_task_3_query_images_are_first_resized_to_384() {
+        let siglip = load("vision/tiny-siglip");
+        let v = siglip.as_vision().unwrap();
+        let (examples, bytes) = queries();
+        let img = sift_embed::image::decode_image(
+            &image("shapes_rgb_50x37.png"),
+            Decode::REFERENCE_LOADER,
+        )
+        .unwrap();
+        let square =
+            sift_embed::image::resize_rgb8(&img, 384, 384, sift_embed::image::Resample::Bicubic);
+        let text = "why does the circuit oscillate";
+        let want = raw_sum(&siglip, text, v.processor().preprocess(&square));
+        let plain = raw_sum(&siglip, text, v.processor().preprocess(&img));
+        assert!(
+            cosine(&want, &plain) < 0.99999,
+            "the fixture tells them apart"
+        );
+        let got = reference_of(&siglip, Task::Images, &examples, &bytes);
+        assert!(cosine(&got[0], &want) > 0.99999);
+        let got = reference_of(&siglip, Task::MultimodalPassages, &examples, &bytes);
+        assert!(cosine(&got[0], &plain) > 0.99999);
+    }
+
     #[test]
     fn every_rule_names_its_source() {
         use ReferenceModel::*;
         for model in [Clip, Siglip, Nomic, BgeVl, Gme, JinaClip] {
-            assert!(reference_rule(model, Task::Passages).is_none());
+            assert!(reference_rule(model, Task::Passages, Profile::Reference).is_none());
             for task in [Task::MultimodalPassages, Task::Images, Task::Pairs] {
-                let r = reference_rule(model, task).unwrap();
+                let r = reference_rule(model, task, Profile::Reference).unwrap();
                 assert!(r.source.contains(".py:"), "{model:?} {task:?}");
             }
         }
-        assert!(reference_rule(Other, Task::Images).is_none());
+        assert!(reference_rule(Other, Task::Images, Profile::Reference).is_none());
     }
 }

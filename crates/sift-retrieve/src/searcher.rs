@@ -74,6 +74,15 @@ pub enum Candidates<'p> {
     Passages,
     /// The domain's corpus images.
     Images,
+    /// The domain's corpus images, every one of which scores, for each dense index named,
+    /// as the one vector given (MM-BRIGHT's reference code embeds every Task 3 corpus image
+    /// of Nomic and Jina-CLIP as the same white image: task3_image.py:496-500, 586-590):
+    /// all of them tie, and are ordered as trec_eval orders ties (id descending). Indexes
+    /// not named rank their image vectors as [`Candidates::Images`] does.
+    UniformImages {
+        /// The vector standing in for every image, by dense index name.
+        vectors: &'p PairStandIns,
+    },
     /// Passage+image pairs (Task 4) over the domain's passages and the corpus image paths
     /// given; hits are pair ids ([`sift_eval::pair_id`]).
     Pairs {
@@ -292,7 +301,11 @@ impl DomainSearcher {
             }
             Candidates::Images => {
                 let exclude: HashSet<&str> = exclude.iter().map(String::as_str).collect();
-                self.rank_images(retriever, query, &exclude, settings)
+                self.rank_images(retriever, query, &exclude, settings, &PairStandIns::new())
+            }
+            Candidates::UniformImages { vectors } => {
+                let exclude: HashSet<&str> = exclude.iter().map(String::as_str).collect();
+                self.rank_images(retriever, query, &exclude, settings, vectors)
             }
             Candidates::Pairs {
                 pairs,
@@ -456,6 +469,7 @@ impl DomainSearcher {
         q: &Query<'_>,
         exclude: &HashSet<&str>,
         settings: &SearchSettings,
+        uniform: &PairStandIns,
     ) -> Result<Vec<RunEntry>> {
         Ok(match retriever {
             RetrieverSpec::Bm25 => {
@@ -469,6 +483,25 @@ impl DomainSearcher {
                         "dense:{name} has no image index here: it cannot rank images (Task 3)"
                     )));
                 };
+                if let Some(w) = uniform.get(name) {
+                    // one score for all: trec_eval's order of ties, id descending
+                    let score = dot(q.vector(name)?, w) as f64;
+                    let mut ids: Vec<&str> = idx
+                        .ids()
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|id| !exclude.contains(id))
+                        .collect();
+                    ids.sort_unstable_by(|a, b| b.cmp(a));
+                    ids.truncate(settings.top_k);
+                    return Ok(ids
+                        .into_iter()
+                        .map(|id| RunEntry {
+                            doc: id.to_string(),
+                            score,
+                        })
+                        .collect());
+                }
                 let ords: Vec<u32> = (0..idx.len() as u32)
                     .filter(|&o| exclude.contains(idx.id(o)))
                     .collect();
@@ -484,7 +517,7 @@ impl DomainSearcher {
             RetrieverSpec::Hybrid { parts, fusion } => {
                 let lists = parts
                     .iter()
-                    .map(|p| self.rank_images(p, q, exclude, settings))
+                    .map(|p| self.rank_images(p, q, exclude, settings, uniform))
                     .collect::<Result<Vec<_>>>()?;
                 fuse(&lists, fusion, settings.top_k)
             }

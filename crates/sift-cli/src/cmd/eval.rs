@@ -48,10 +48,12 @@ pub struct Args {
     /// fusion of min-max normalised scores). Repeat to compare several.
     #[arg(long, default_value = "bm25")]
     retriever: Vec<String>,
-    /// Task 4 judgements: paper (graded 2/1/0, pairs with negative images excluded) or
-    /// legacy (every gold-passage pair relevance 1, nothing excluded).
-    #[arg(long, value_enum, default_value = "paper")]
-    protocol: Protocol,
+    /// Task 4 judgements: paper (graded 2/1/0, pairs with negative images excluded: the
+    /// paper's text) or legacy (every gold-passage pair relevance 1, nothing excluded: what
+    /// MM-BRIGHT's released code scores). Default: legacy with a reference profile, else
+    /// paper.
+    #[arg(long, value_enum)]
+    protocol: Option<Protocol>,
     /// How Task 4 links passages and corpus images into pairs: regex (equal 8-hex base keys
     /// of passage id and image path, the reference code; chunked ids such as
     /// biology/fec40b40_1635_4.txt get no image) or source-id (the image annotations'
@@ -62,8 +64,8 @@ pub struct Args {
     /// the mean of all query images, weighted equally), first (text and the first image's
     /// unit vectors, a blank white image when there is none), reference (MM-BRIGHT's
     /// reference code's rule for each model and task: the first image, fused as it fuses
-    /// that model), or both (all and first). Default: reference with `--profile
-    /// reference`, else all.
+    /// that model), or both (all and first). Default: reference with a reference
+    /// `--profile`, else all.
     #[arg(long, value_enum)]
     query_fusion: Option<QueryFusion>,
     /// Write every table (results.md, results.json), the TREC run of each task and retriever
@@ -271,13 +273,22 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     let config = EvalConfig {
         tasks,
         retrievers,
-        protocol: a.protocol,
+        // the released code's qrels: every pair of a gold passage relevant, and its
+        // negative ids (passage ids) never match a pair id (eval_runner.py:260-268)
+        protocol: a
+            .protocol
+            .unwrap_or(if a.model_flags.profile.is_reference() {
+                Protocol::Legacy
+            } else {
+                Protocol::Paper
+            }),
         pair_link: a.pair_link,
         query_images: a
             .query_fusion
-            .unwrap_or(match a.model_flags.profile {
-                sift_embed::Profile::Reference => QueryFusion::Reference,
-                sift_embed::Profile::Default => QueryFusion::All,
+            .unwrap_or(if a.model_flags.profile.is_reference() {
+                QueryFusion::Reference
+            } else {
+                QueryFusion::All
             })
             .modes(),
         settings: SearchSettings {
@@ -296,6 +307,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         },
         per_query: a.per_query,
         instructions,
+        profile: a.model_flags.profile,
     };
     let jobs = sift_retrieve::count_jobs(&config, &models);
     if jobs != 1 && (a.run_out.is_some() || a.qrels_out.is_some()) {

@@ -64,6 +64,9 @@ pub struct GmeOptions {
     pub positions: GmePositions,
     /// Instruction (system prompt) for queries; GME's default when `None`.
     pub query_instruction: Option<String>,
+    /// The prompt's length limit in tokens; `config.json`'s `max_length` (else 1,800, the
+    /// default of GME's code) when `None`.
+    pub max_length: Option<usize>,
 }
 
 impl Default for GmeOptions {
@@ -73,6 +76,7 @@ impl Default for GmeOptions {
             dtype: DType::F32,
             positions: GmePositions::Sequential,
             query_instruction: None,
+            max_length: None,
         }
     }
 }
@@ -303,7 +307,16 @@ impl GmeProcessor {
         bytes: &[u8],
         max_tokens: Option<u64>,
     ) -> std::result::Result<GmeImage, PreprocessError> {
-        let img = decode_rgb_with(bytes, Alpha::Drop)?;
+        self.prepare_rgb(decode_rgb_with(bytes, Alpha::Drop)?, max_tokens)
+    }
+
+    /// Preprocesses a decoded image, with at most `max_tokens` merged tokens (the
+    /// processor's bound when `None`).
+    pub fn prepare_rgb(
+        &self,
+        img: RgbImage,
+        max_tokens: Option<u64>,
+    ) -> std::result::Result<GmeImage, PreprocessError> {
         let unit = (self.factor() as u64).pow(2);
         let img = self.resize(img, max_tokens.map(|t| t.max(1) * unit))?;
         Ok(self.patchify(&img))
@@ -329,6 +342,30 @@ pub struct GmeEmbedder {
 }
 
 use crate::files::read_json;
+
+/// The length limit GME's sentence-transformers module (`custom_st.py`, which MM-BRIGHT's
+/// released code runs) truncates its prompts at: `self.max_seq_length` (custom_st.py:118),
+/// which sentence-transformers takes from the checkpoint's `sentence_bert_config.json`, else
+/// as `min(config.max_position_embeddings, tokenizer.model_max_length)` (a tokenizer
+/// without `model_max_length` has no limit of its own); `None` when neither file says
+/// (no truncation at all). Not `custom_st.py`'s own `max_length` of 1,800, which the
+/// module keeps but never passes to its processor.
+pub fn sentence_transformers_max_length(files: &ModelFiles) -> Option<usize> {
+    let dir = files.config.parent()?;
+    let number = |path: &Path, key: &str| -> Option<u64> {
+        read_json::<Value>(path).ok()?.get(key)?.as_u64()
+    };
+    if let Some(n) = number(&dir.join("sentence_bert_config.json"), "max_seq_length") {
+        return Some(n as usize);
+    }
+    let config = read_json::<Value>(&files.config).ok()?;
+    let positions = config
+        .get("max_position_embeddings")
+        .or_else(|| config.get("text_config")?.get("max_position_embeddings"))?
+        .as_u64()?;
+    let tokenizer = number(&dir.join("tokenizer_config.json"), "model_max_length");
+    Some(tokenizer.map_or(positions, |t| t.min(positions)) as usize)
+}
 
 /// Whether `config.json` describes a Qwen2-VL model (GME).
 pub fn is_gme_model(config: &Path) -> bool {
@@ -383,7 +420,9 @@ impl GmeEmbedder {
             gme_key("min_image_tokens", 256),
             gme_key("max_image_tokens", 1280),
         );
-        let max_length = gme_key("max_length", 1800) as usize;
+        let max_length = options
+            .max_length
+            .unwrap_or(gme_key("max_length", 1800) as usize);
         // the prompt around an empty text must fit, or every input is cut inside GME's template
         let template = tokenizer
             .encode(
@@ -661,7 +700,7 @@ impl GmeEmbedder {
 
     /// Whether `images` survive the cut at `max_length` in one prompt with `instruction`
     /// and no text (GME cuts prompts there; an image cut short cannot be embedded).
-    fn check_fits(
+    pub(crate) fn check_fits(
         &self,
         images: &[&GmeImage],
         instruction: &str,
