@@ -2177,6 +2177,43 @@ fn reference_profile_indexes_and_evaluates_every_task_for_each_model() {
             let v = r["metrics"]["ndcg@10"].as_f64().unwrap();
             assert!((0.0..=1.0).contains(&v), "{slug}: {label}");
         }
+        // Task 4 is scored as the released code scores it, and the report says which of
+        // its rules were in force for each task
+        assert!(
+            reports.iter().any(|r| r["task"] == "4 (legacy)"),
+            "{slug}: {reports:?}"
+        );
+        let rules = e["reference_rules"].as_array().unwrap();
+        for t in [2, 3, 4] {
+            assert!(
+                rules
+                    .iter()
+                    .any(|r| r["task"] == t && r["profile"] == "reference"),
+                "{slug}: task {t}: {rules:?}"
+            );
+        }
+        // the same index serves the intended profile, and --protocol still decides
+        let intended = json(&ok(&[
+            "eval",
+            "--corpus",
+            s(&sample()),
+            "--index",
+            s(&index),
+            "--task",
+            "4",
+            "--retriever",
+            &retriever,
+            "--profile",
+            "reference-intended",
+            "--protocol",
+            "paper",
+            "--json",
+        ]));
+        assert_eq!(intended["task"], "4 (paper)", "{slug}");
+        assert_eq!(
+            intended["reference_rules"][0]["profile"], "reference-intended",
+            "{slug}"
+        );
         // a search of the index embeds queries with the profile it was built with
         ok(&[
             "search",

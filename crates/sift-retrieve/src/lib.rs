@@ -47,15 +47,18 @@ mod spec;
 
 pub use error::{Error, Result, SpecError};
 pub use evaluate::{
-    EvalConfig, EvalReport, JobReport, RUN_TAG, RunOutput, TABLE_COLUMNS, count_jobs, evaluate,
-    evaluate_quietly, run_file_name,
+    EvalConfig, EvalReport, JobReport, RUN_TAG, RulesInForce, RunOutput, TABLE_COLUMNS, count_jobs,
+    evaluate, evaluate_quietly, run_file_name,
 };
 pub use models::{ImageSide, ModelSet, PassageSide, Sides, safe_name, slug};
-pub use pairs::{PairVectors, embeds_pairs, passage_texts, reference_pair_vectors};
+pub use pairs::{
+    PairVectors, embeds_pairs, loadable_images, passage_texts, reference_pair_vectors,
+};
 pub use query::{
     Instructions, MissingImage, QueryImages, QueryVectors, ReferenceFusion, ReferencePairs,
-    ReferenceRule, encode_queries, normalized_sum, reference_pair_stand_ins, reference_pairs,
-    reference_rule,
+    ReferenceRule, encode_queries, normalized_sum, reference_image_stand_ins,
+    reference_pair_stand_ins, reference_pairs, reference_rule, reference_rules_in_force,
+    reference_white_corpus,
 };
 pub use searcher::{
     AUTO_EXACT_MAX, Ann, Candidates, DomainPart, DomainSearcher, PairStandIns, PairTable, Query,

@@ -295,12 +295,245 @@ fn reference_task4_pairs_are_embedded_as_the_reference_code_embeds_them() {
         ..Default::default()
     };
     let report = evaluate(&corpus, &index, &models, &config, &NoProgress).unwrap();
+    let rules = &report.reference_rules;
     assert!(
-        report
-            .notes
-            .iter()
-            .any(|n| n.contains("dense:tiny-clip-quickgelu") && n.contains("evaluation time")),
-        "{:?}",
-        report.notes
+        rules.iter().any(|r| r.task == 4
+            && r.retriever == "dense:tiny-clip-quickgelu"
+            && r.rules
+                .iter()
+                .any(|x| x.contains("raw text + image features"))),
+        "{rules:?}"
     );
+    assert!(report.to_markdown().contains("rules in force"));
+}
+
+/// An index of the sample with `model` (a fixture directory) in `profile`.
+fn index_with(
+    model: &str,
+    profile: sift_embed::Profile,
+    dir: &std::path::Path,
+) -> (IndexDir, ModelSet, RetrieverSpec) {
+    let corpus = Corpus::open(repo().join("corpora/sample")).unwrap();
+    let options = EmbedderOptions {
+        profile,
+        ..Default::default()
+    };
+    let path = repo().join("models/fixtures").join(model);
+    let e = Embedder::load(path.to_str().unwrap(), &options).unwrap();
+    let index = IndexDir::build(
+        dir.to_path_buf(),
+        &corpus,
+        &corpus.domains().unwrap(),
+        &BuildOptions {
+            threads: 2,
+            ..Default::default()
+        },
+        &[Sides::new(&e, false).dense_build(slug(&e), path.display().to_string())],
+        &NoProgress,
+    )
+    .unwrap();
+    let dense: RetrieverSpec = format!("dense:{}", slug(&e)).parse().unwrap();
+    let mut models = ModelSet::new();
+    models.load_for(&index, &dense, &options, None).unwrap();
+    (index, models, dense)
+}
+
+/// Task 3 as the released code runs it for Nomic and Jina-CLIP (`--profile reference`):
+/// every corpus image is the white image (task3_image.py:496-500, 586-590), so every
+/// candidate of a query has the same score, its dot product with the white image's vector,
+/// and the run lists them as trec_eval orders ties: image id descending. With
+/// `reference-intended` the images are the index's own and the scores differ.
+#[test]
+fn reference_task3_ranks_every_corpus_image_of_nomic_and_jina_as_the_white_image() {
+    use sift_embed::Profile;
+    let corpus = Corpus::open(repo().join("corpora/sample")).unwrap();
+    for model in [
+        "jina_clip/tiny-jina-clip-v1",
+        "nomic/tiny-nomic-embed-vision-v1.5",
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (index, models, dense) = index_with(model, Profile::Reference, &tmp.path().join("i"));
+        let config = EvalConfig {
+            tasks: vec![Task::Images],
+            retrievers: vec![dense.clone()],
+            query_images: vec![QueryImages::Reference],
+            profile: Profile::Reference,
+            runs: sift_retrieve::RunOutput {
+                memory: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let report = evaluate(&corpus, &index, &models, &config, &NoProgress).unwrap();
+        let job = &report.jobs[0];
+        assert!(!job.run.is_empty());
+        for (qid, hits) in &job.run {
+            assert!(hits.len() > 1, "{model} {qid}");
+            assert!(
+                hits.iter().all(|h| h.score == hits[0].score),
+                "{model} {qid}: all tie"
+            );
+            assert!(
+                hits.windows(2).all(|w| w[0].doc > w[1].doc),
+                "{model} {qid}: id descending"
+            );
+        }
+        assert!(
+            report.reference_rules.iter().any(|r| r.task == 3
+                && r.rules
+                    .iter()
+                    .any(|x| x.contains("every corpus image is the white image"))),
+            "{model}: {:?}",
+            report.reference_rules
+        );
+        // reference-intended: the same index, real images
+        let mut intended = ModelSet::new();
+        let options = EmbedderOptions {
+            profile: Profile::ReferenceIntended,
+            ..Default::default()
+        };
+        intended.load_for(&index, &dense, &options, None).unwrap();
+        let config = EvalConfig {
+            profile: Profile::ReferenceIntended,
+            ..config
+        };
+        let report = evaluate(&corpus, &index, &intended, &config, &NoProgress).unwrap();
+        let spread = report.jobs[0]
+            .run
+            .values()
+            .filter(|hits| hits.iter().any(|h| h.score != hits[0].score))
+            .count();
+        assert!(spread > 0, "{model}: real images score apart");
+    }
+}
+
+/// Task 4 pairs of BGE-VL and GME as the released code embeds them: every pair with an
+/// image gets the blank 224 x 224 image instead (safe_rgb_path / safe_img_path receive PIL
+/// images, whose str() names no file: task4_pair.py:663-670, 716; 895-907, 953), so all the
+/// image pairs of a passage have one vector, the pair text with the blank image. With
+/// `reference-intended`, each pair's own image.
+#[test]
+fn reference_task4_pairs_of_bge_vl_and_gme_embed_the_blank_image() {
+    use sift_embed::{JointInput, Profile, Role};
+    let corpus = Corpus::open(repo().join("corpora/sample")).unwrap();
+    let domain = "gis";
+    for model in ["bge_vl/tiny-bge-vl", "gme/tiny-gme"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (index, models, dense) = index_with(model, Profile::Reference, &tmp.path().join("i"));
+        let name = dense.dense_names()[0].to_string();
+        let e = models.get(&name).unwrap();
+        let searcher =
+            sift_retrieve::DomainSearcher::open(&index, domain, &dense, &models, true).unwrap();
+        let texts = sift_retrieve::passage_texts(&corpus, domain, searcher.passage_ids()).unwrap();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let images: Vec<String> = corpus
+            .image_paths(domain)
+            .unwrap()
+            .map(|r| r.unwrap().path)
+            .collect();
+        let pairs = sift_eval::Pairs::build(domain, searcher.passage_ids(), &images);
+        assert!(pairs.pairs.iter().any(|p| p.1.is_some()));
+        let mut w = sift_core::Warnings::new();
+        let pv = sift_retrieve::reference_pair_vectors(
+            e, &corpus, domain, &pairs, &refs, &images, &mut w,
+        )
+        .unwrap();
+        let blank = e.blank_image().unwrap();
+        let cut = |t: &str| {
+            e.reference_text(t, sift_embed::profile::BgeVlCut::Task4Document)
+                .unwrap()
+        };
+        for (i, &(p, img)) in pairs.pairs.iter().enumerate() {
+            match img {
+                None => assert!(pv[i].is_none(), "{model}: a text-only pair is its passage"),
+                Some(_) => {
+                    let text = cut(refs[p as usize]);
+                    let input = [JointInput {
+                        text: Some(&text),
+                        images: &[&blank],
+                    }];
+                    let want = e.embed_joint(&input, Role::Passage).unwrap();
+                    let got = pv[i].as_ref().unwrap();
+                    let cos: f32 = got.iter().zip(&want[0]).map(|(a, b)| a * b).sum();
+                    assert!(cos > 0.99999, "{model} pair {i}: {cos}");
+                }
+            }
+        }
+        // reference-intended: the pair's own image
+        let options = EmbedderOptions {
+            profile: Profile::ReferenceIntended,
+            ..Default::default()
+        };
+        let mut intended = ModelSet::new();
+        intended.load_for(&index, &dense, &options, None).unwrap();
+        let ei = intended.get(&name).unwrap();
+        let pi = sift_retrieve::reference_pair_vectors(
+            ei, &corpus, domain, &pairs, &refs, &images, &mut w,
+        )
+        .unwrap();
+        let differ = pairs
+            .pairs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.1.is_some())
+            .filter(|(i, _)| {
+                let (a, b) = (pv[*i].as_ref().unwrap(), pi[*i].as_ref().unwrap());
+                a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() < 0.9999
+            })
+            .count();
+        assert!(differ > 0, "{model}: real images give other vectors");
+    }
+}
+
+/// The released data loader drops corpus images that do not decode (src/data.py:164-168),
+/// so they have no Task 4 pair, for any retriever: the sample's broken PNG
+/// (physics/physics_95c2e7d1_0002/image_1.png) is a pair in the default profile, not in the
+/// reference ones, which count it.
+#[test]
+fn reference_profiles_give_undecodable_corpus_images_no_task4_pair() {
+    use sift_embed::Profile;
+    let corpus = Corpus::open(repo().join("corpora/sample")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let index = IndexDir::build(
+        tmp.path().join("index"),
+        &corpus,
+        &["physics".to_string()],
+        &BuildOptions::default(),
+        &[],
+        &NoProgress,
+    )
+    .unwrap();
+    let broken = "physics/physics_95c2e7d1_0002/image_1.png";
+    let run = |profile: Profile| {
+        let config = EvalConfig {
+            tasks: vec![Task::Pairs],
+            retrievers: vec![RetrieverSpec::Bm25],
+            profile,
+            runs: sift_retrieve::RunOutput {
+                memory: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        evaluate(&corpus, &index, &ModelSet::new(), &config, &NoProgress).unwrap()
+    };
+    let has_broken = |r: &sift_retrieve::EvalReport| {
+        r.jobs[0]
+            .run
+            .values()
+            .flatten()
+            .any(|h| h.doc.ends_with(broken))
+    };
+    let default = run(Profile::Default);
+    assert!(has_broken(&default));
+    for profile in [Profile::Reference, Profile::ReferenceIntended] {
+        let r = run(profile);
+        assert!(!has_broken(&r), "{profile:?}");
+        assert!(r.warnings.count(sift_core::WarningKind::UndecodableImage) >= 1);
+        assert_eq!(
+            r.links["physics"].images + 1,
+            default.links["physics"].images,
+            "{profile:?}"
+        );
+    }
 }

@@ -176,7 +176,24 @@ pub fn run(a: Args) -> Result<()> {
         .filter(|_| a.candidates == CandidateArg::Pairs)
         .map(|dir| a.corpus_flags.open(dir))
         .transpose()?;
+    // a reference profile asked for, or the one the index's models were built with
+    let reference = a.model_flags.profile.is_reference()
+        || retriever
+            .dense_names()
+            .iter()
+            .any(|n| models.get(n).is_some_and(|m| m.profile().is_reference()));
     let pair_images: Vec<String> = match (a.candidates, &corpus) {
+        // the reference's loader drops corpus images that do not decode: no pair
+        (CandidateArg::Pairs, Some(corpus)) if reference => {
+            let mut w = Warnings::new();
+            let ok = sift_retrieve::loadable_images(corpus, &domain, &mut w)?;
+            report_warnings("corpus images", &w);
+            corpus
+                .image_paths(&domain)?
+                .map(|r| r.map(|r| r.path))
+                .filter(|r| r.as_ref().map_or(true, |p| ok.contains(p)))
+                .collect::<sift_core::Result<_>>()?
+        }
         (CandidateArg::Pairs, Some(corpus)) => corpus
             .image_paths(&domain)?
             .map(|r| r.map(|r| r.path))
@@ -252,10 +269,15 @@ pub fn run(a: Args) -> Result<()> {
             let Some(model) = models.get(name) else {
                 continue;
             };
-            if !sift_retrieve::embeds_pairs(model.reference_model()) {
+            if !model.profile().is_reference() {
                 continue;
             }
             let Some(corpus) = &corpus else {
+                // Nomic's and Jina-CLIP's pairs follow from the index (but for rotated
+                // images, which need the corpus to be seen)
+                if !sift_retrieve::embeds_pairs(model.reference_model()) {
+                    continue;
+                }
                 bail!(
                     "the reference code embeds dense:{name}'s pairs from their passage texts and \
                      images: give --corpus"
@@ -277,9 +299,17 @@ pub fn run(a: Args) -> Result<()> {
             pair_vectors.insert(name.to_string(), v);
         }
     }
+    // the reference's white image for every corpus image (Nomic, Jina-CLIP in Task 3)
+    let uniform =
+        if a.candidates == CandidateArg::Images && a.query_fusion == QueryImages::Reference {
+            sift_retrieve::reference_image_stand_ins(&models, &retriever)?
+        } else {
+            sift_retrieve::PairStandIns::new()
+        };
     let candidates = match a.candidates {
         CandidateArg::Passages => Candidates::Passages,
-        CandidateArg::Images => Candidates::Images,
+        CandidateArg::Images if uniform.is_empty() => Candidates::Images,
+        CandidateArg::Images => Candidates::UniformImages { vectors: &uniform },
         CandidateArg::Pairs => Candidates::Pairs {
             pairs: &pairs,
             images: &pair_images,
