@@ -321,7 +321,7 @@ fn index_with(
     let path = repo().join("models/fixtures").join(model);
     let e = Embedder::load(path.to_str().unwrap(), &options).unwrap();
     let index = IndexDir::build(
-        dir.to_path_buf(),
+        dir,
         &corpus,
         &corpus.domains().unwrap(),
         &BuildOptions {
