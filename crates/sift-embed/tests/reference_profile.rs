@@ -159,3 +159,42 @@ fn clip_texts_are_unchanged_and_transparency_is_dropped() {
         default.fingerprint(Input::Image)
     );
 }
+
+/// GME's prompts in the reference profiles are cut where the sentence-transformers module
+/// the released code runs cuts them (`custom_st.py:118`, `max_length=self.max_seq_length`):
+/// `sentence_bert_config.json`'s `max_seq_length`, else min(config
+/// `max_position_embeddings`, tokenizer `model_max_length`), not the checkpoint's own
+/// `max_length` (the tiny one: 128) that the default profile keeps.
+#[test]
+fn gme_length_limit_is_sentence_transformers_in_the_reference_profiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::path::PathBuf::from(fixture("gme/tiny-gme"));
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    let load = |profile| {
+        let options = EmbedderOptions {
+            profile,
+            ..Default::default()
+        };
+        Embedder::load(dir.path().to_str().unwrap(), &options).unwrap()
+    };
+    assert_eq!(load(Profile::Default).max_text_tokens(), 128);
+    // config.json: max_position_embeddings 32768; tokenizer_config.json: model_max_length 32768
+    assert_eq!(load(Profile::Reference).max_text_tokens(), 32768);
+    assert_eq!(load(Profile::ReferenceIntended).max_text_tokens(), 32768);
+    std::fs::write(
+        dir.path().join("sentence_bert_config.json"),
+        br#"{"max_seq_length": 512, "do_lower_case": false}"#,
+    )
+    .unwrap();
+    assert_eq!(load(Profile::Reference).max_text_tokens(), 512);
+    // a text longer than the checkpoint's 128 tokens is cut by the default profile only
+    let long = long_document(" domesticated", 2000);
+    let reference = load(Profile::Reference);
+    let default = load(Profile::Default);
+    let a = reference.embed_texts(&[&long], Role::Query).unwrap();
+    let b = default.embed_texts(&[&long], Role::Query).unwrap();
+    assert!(cosine(&a[0], &b[0]) < 0.9999);
+}
