@@ -10,6 +10,9 @@ use candle_core::Device;
 use crate::files::{ModelFiles, read_json};
 use crate::image::{ImageProcessor, PreprocessError};
 use crate::models::nomic_vision::{NomicVision, NomicVisionConfig};
+
+/// The text model Nomic's vision checkpoints share their space with.
+const NOMIC_TEXT: &str = "nomic-ai/nomic-embed-text-v1.5";
 use crate::models::text::{TextEmbedder, TextEmbedderOptions};
 use crate::nn::ops::l2_normalize;
 use crate::{Error, Result};
@@ -92,12 +95,19 @@ impl NomicEmbedder {
         let vision = NomicVision::load(vb, &cfg)
             .map_err(|e| unsupported(format!("weights do not match a Nomic vision model: {e}")))?;
         let text_files = Self::text_partner(files, options.text_model.as_deref())?;
+        // whatever its directory is called, the partner is Nomic Embed Text v1.5: its task
+        // prefixes (`search_query: `, `search_document: `) put texts in the images' space
         let text = TextEmbedder::load(
             &text_files,
             device,
             TextEmbedderOptions {
                 batch_size: options.batch_size,
                 dtype: options.dtype,
+                registry_fallback: options
+                    .text
+                    .registry_fallback
+                    .clone()
+                    .or_else(|| Some(NOMIC_TEXT.to_string())),
                 ..options.text.clone()
             },
         )?;

@@ -37,6 +37,10 @@ pub struct TextEmbedderOptions {
     /// Matryoshka dimension: vectors cut to their first `dim` values before L2 (Nomic
     /// Embed v1.5: 768, 512, 256, 128 or 64); the full width when `None`.
     pub dim: Option<usize>,
+    /// The registry entry whose prefixes and prompt format the model takes when the registry
+    /// does not know it by its own name (the text tower of a Nomic vision checkpoint is Nomic
+    /// Embed Text v1.5, whatever its directory is called).
+    pub registry_fallback: Option<String>,
 }
 
 impl Default for TextEmbedderOptions {
@@ -47,6 +51,7 @@ impl Default for TextEmbedderOptions {
             max_seq_len: None,
             query_instruction: None,
             dim: None,
+            registry_fallback: None,
         }
     }
 }
@@ -238,7 +243,12 @@ impl TextEmbedder {
         max_seq_len: usize,
         hidden: usize,
     ) -> Result<Self> {
-        let info = registry::find(&files.name);
+        let info = registry::find(&files.name).or_else(|| {
+            options
+                .registry_fallback
+                .as_deref()
+                .and_then(registry::find)
+        });
         let mut tokenizer = files.load_tokenizer()?;
         tokenizer
             .with_truncation(Some(TruncationParams {
