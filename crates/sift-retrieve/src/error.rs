@@ -38,6 +38,14 @@ pub enum Error {
     /// What was asked cannot be done with these retrievers, tasks or corpus.
     #[error("{0}")]
     Unsupported(String),
+    /// A query image cannot be embedded ([`crate::encode_query`]).
+    #[error("images[{index}]: {message}")]
+    QueryImage {
+        /// Its position among the query's images.
+        index: usize,
+        /// Why.
+        message: String,
+    },
 }
 
 /// A retriever spec that cannot be parsed.

@@ -6,16 +6,15 @@ use std::path::{Path, PathBuf};
 use sift_core::{Corpus, Layout, Qrels, WarningKind, Warnings};
 use sift_eval::RunWriter;
 use sift_eval::{
-    CandidateKind, DomainResult, Exclusions, LinkReport, Links, Metrics, PairLink, Pairs, Protocol,
+    CandidateKind, DomainResult, Exclusions, LinkReport, Links, Metrics, PairLink, Protocol,
     Report, Run, Task, check_exclusions, check_qrels_ids, evaluate as score,
 };
 use sift_index::{IndexDir, NoProgress, Progress};
 
+use crate::candidates::{PairCandidates, PairLinking};
 use crate::models::{ModelSet, safe_name};
-use crate::pairs::{PairVectors, reference_pair_vectors};
 use crate::query::{
     Instructions, QueryImages, QueryVectors, encode_queries, reference_image_stand_ins,
-    reference_pair_stand_ins,
 };
 use crate::searcher::{Candidates, DomainSearcher, PairStandIns, SearchSettings};
 use crate::spec::RetrieverSpec;
@@ -378,8 +377,6 @@ fn evaluate_domain(
         ));
     }
     let passages = searcher.passage_ids();
-    // passage texts by ordinal, read when reference-mode Task 4 embeds pairs
-    let mut passage_texts: Option<Vec<String>> = None;
     let images: Vec<String> = if needs_images {
         corpus
             .image_paths(domain)?
@@ -396,41 +393,36 @@ fn evaluate_domain(
     } else {
         HashMap::new()
     };
-    // the reference's loader drops corpus images that do not decode: they get no pair
-    let pair_images: Vec<String> =
-        if config.profile.is_reference() && config.tasks.contains(&Task::Pairs) {
-            let ok = crate::pairs::loadable_images(corpus, domain, &mut out.warnings)?;
-            images.iter().filter(|p| ok.contains(*p)).cloned().collect()
-        } else {
-            images.clone()
+    // Task 4's pairs, linked once for every job (the reference's loader drops corpus images
+    // that do not decode: they get no pair)
+    let mut pairs = if config.tasks.contains(&Task::Pairs) {
+        let linking = PairLinking {
+            link: config.pair_link,
+            loadable_only: config.profile.is_reference(),
+            knowledge_base: false,
         };
-    let links = if config.tasks.contains(&Task::Pairs) {
-        let examples = match config.pair_link {
-            PairLink::SourceId => corpus.examples(domain, true, &mut out.warnings)?,
-            PairLink::Regex | PairLink::Row => Vec::new(),
-        };
-        Links::for_corpus(
-            corpus,
-            config.pair_link,
-            domain,
-            passages,
-            &pair_images,
-            &examples,
+        PairCandidates::link(
+            &searcher,
+            combined,
+            Some(corpus),
+            linking,
+            &mut out.warnings,
         )?
     } else {
-        Links::new(
+        PairCandidates::default()
+    };
+    let links = match pairs.links.take() {
+        Some(links) => {
+            out.links.insert(domain.to_string(), links.stats().clone());
+            links
+        }
+        None => Links::new(
             config.pair_link,
             domain,
             &[] as &[&str],
             &[] as &[&str],
             &[],
-        )
-    };
-    let pairs = if config.tasks.contains(&Task::Pairs) {
-        out.links.insert(domain.to_string(), links.stats().clone());
-        Pairs::from_links(&links)
-    } else {
-        Pairs::default()
+        ),
     };
     let source = corpus.root().join("examples_images");
     for &task in &config.tasks {
@@ -438,7 +430,7 @@ fn evaluate_domain(
             continue;
         }
         let task_images = if task == Task::Pairs {
-            &pair_images
+            &pairs.images
         } else {
             &images
         };
@@ -481,8 +473,6 @@ fn evaluate_domain(
                 .unwrap_or_default()
         };
         let mut vectors: BTreeMap<Option<QueryImages>, QueryVectors> = BTreeMap::new();
-        // the reference's pair vectors, per dense index, embedded once per domain
-        let mut pair_vectors = PairVectors::new();
         for (job, writers) in out
             .jobs
             .iter_mut()
@@ -509,44 +499,18 @@ fn evaluate_domain(
                 )?);
             }
             let qv = &vectors[&mode];
-            // the reference's stand-in image of text-only pairs (Jina-CLIP's white one)
-            let stand_ins = match (task, mode) {
-                (Task::Pairs, Some(QueryImages::Reference)) => {
-                    reference_pair_stand_ins(models, &job.retriever)?
-                }
-                _ => PairStandIns::new(),
-            };
+            // the reference's stand-ins and pair vectors for this retriever's models
             let reference_pairs_mode = task == Task::Pairs && mode == Some(QueryImages::Reference);
             if reference_pairs_mode {
-                for name in job.retriever.dense_names() {
-                    let Some(e) = models.get(name) else { continue };
-                    if !e.profile().is_reference() || pair_vectors.contains_key(name) {
-                        continue;
-                    }
-                    if passage_texts.is_none() {
-                        passage_texts =
-                            Some(crate::pairs::passage_texts(corpus, domain, passages)?);
-                    }
-                    let texts = passage_texts.as_ref().expect("set above");
-                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                    progress.start(
-                        &format!("{domain} t4 pairs dense:{name}"),
-                        Some(pairs.pairs.len() as u64),
-                    );
-                    let v = reference_pair_vectors(
-                        e,
-                        corpus,
-                        domain,
-                        &pairs,
-                        &refs,
-                        &pair_images,
-                        &mut data.warnings,
-                    )?;
-                    progress.finish();
-                    pair_vectors.insert(name.to_string(), v);
-                }
+                pairs.add_reference(
+                    &searcher,
+                    models,
+                    &job.retriever,
+                    Some(corpus),
+                    &mut data.warnings,
+                    progress,
+                )?;
             }
-            let no_vectors = PairVectors::new();
             // the reference's white image for every Task 3 corpus image (Nomic, Jina-CLIP)
             let uniform = match (task, mode) {
                 (Task::Images, Some(QueryImages::Reference)) => {
@@ -558,16 +522,7 @@ fn evaluate_domain(
                 CandidateKind::Passages => Candidates::Passages,
                 CandidateKind::Images if uniform.is_empty() => Candidates::Images,
                 CandidateKind::Images => Candidates::UniformImages { vectors: &uniform },
-                CandidateKind::Pairs => Candidates::Pairs {
-                    pairs: &pairs,
-                    images: &pair_images,
-                    stand_ins: &stand_ins,
-                    vectors: if reference_pairs_mode {
-                        &pair_vectors
-                    } else {
-                        &no_vectors
-                    },
-                },
+                CandidateKind::Pairs => pairs.candidates(reference_pairs_mode),
             };
             progress.start(
                 &format!("{domain} t{task}"),

@@ -36,6 +36,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod candidates;
 mod error;
 mod evaluate;
 pub mod fusion;
@@ -45,6 +46,7 @@ mod query;
 mod searcher;
 mod spec;
 
+pub use candidates::{PairCandidates, PairLinking};
 pub use error::{Error, Result, SpecError};
 pub use evaluate::{
     EvalConfig, EvalReport, JobReport, RUN_TAG, RulesInForce, RunOutput, TABLE_COLUMNS, count_jobs,
@@ -56,7 +58,7 @@ pub use pairs::{
 };
 pub use query::{
     Instructions, MissingImage, QueryImages, QueryVectors, ReferenceFusion, ReferencePairs,
-    ReferenceRule, encode_queries, normalized_sum, reference_image_stand_ins,
+    ReferenceRule, encode_queries, encode_query, normalized_sum, reference_image_stand_ins,
     reference_pair_stand_ins, reference_pairs, reference_rule, reference_rules_in_force,
     reference_white_corpus,
 };

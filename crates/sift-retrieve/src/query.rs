@@ -557,6 +557,80 @@ pub fn encode_queries(
     Ok(out)
 }
 
+/// One query's vectors for every dense index `retriever` uses: its text and its images
+/// (encoded bytes, in order), fused as `images_mode` says for `task`, as [`encode_queries`]
+/// does for a task's queries. A query with images and no text is the mean of its images'
+/// unit vectors, renormalised. Images that are missing or do not decode are counted in
+/// `warnings` (as `images[i]`), or, for a query of images alone, refused.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_query(
+    models: &ModelSet,
+    retriever: &RetrieverSpec,
+    task: Task,
+    text: &str,
+    images: &[&[u8]],
+    images_mode: Option<QueryImages>,
+    instructions: &Instructions,
+    domain: &str,
+    warnings: &mut Warnings,
+) -> Result<QueryVectors> {
+    let mut names = retriever.dense_names();
+    names.sort_unstable();
+    names.dedup();
+    if text.trim().is_empty() && !images.is_empty() {
+        let mut out = QueryVectors::default();
+        for name in names {
+            let model = models
+                .get(name)
+                .ok_or_else(|| crate::Error::Unsupported(format!("dense:{name} is not loaded")))?;
+            let prepared = model
+                .prepare_images(images)
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    r.map_err(|e| crate::Error::QueryImage {
+                        index: i,
+                        message: e.to_string(),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let vecs = model.embed_images(&prepared)?;
+            let mut mean = vec![0f32; model.dim()];
+            for v in &vecs {
+                mean.iter_mut().zip(v).for_each(|(m, x)| *m += x);
+            }
+            let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+            mean.iter_mut().for_each(|x| *x /= norm);
+            out.insert(name, vec![mean]);
+        }
+        return Ok(out);
+    }
+    let ids: Vec<String> = (0..images.len()).map(|i| format!("images[{i}]")).collect();
+    let query_images: HashMap<String, Vec<u8>> = ids
+        .iter()
+        .cloned()
+        .zip(images.iter().map(|b| b.to_vec()))
+        .collect();
+    let example = Example {
+        id: "query".into(),
+        query: text.to_string(),
+        image_paths: ids,
+        ..Example::default()
+    };
+    encode_queries(
+        models,
+        retriever,
+        task,
+        std::slice::from_ref(&example),
+        images_mode,
+        &query_images,
+        instructions,
+        domain,
+        warnings,
+        Path::new("query"),
+    )
+}
+
 /// `normalise(a + b)`.
 pub fn normalized_sum(a: &[f32], b: &[f32]) -> Vec<f32> {
     let mut v: Vec<f32> = a.iter().zip(b).map(|(x, y)| x + y).collect();

@@ -2,17 +2,17 @@
 //! by every request. Everything here is synchronous and CPU-bound; the HTTP and MCP layers
 //! run it on blocking threads.
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use sift_core::{Corpus, Example, Warnings};
+use sift_core::{Corpus, Warnings};
 use sift_embed::{EmbedderOptions, Role};
-use sift_eval::{Links, NO_IMAGE, PAIR_SEP, PairLink, Pairs, RunEntry, Task};
+use sift_eval::{Links, NO_IMAGE, PAIR_SEP, PairLink, RunEntry, Task};
 use sift_index::{IndexDir, Scratch};
 use sift_retrieve::{
-    Candidates as Ranked, DomainPart, DomainSearcher, Instructions, ModelSet, PairStandIns,
-    PairTable, PairVectors, QueryImages, QueryVectors, RankFusion, RetrieverSpec, SearchSettings,
-    encode_queries, search_domains,
+    Candidates as Ranked, DomainPart, DomainSearcher, Instructions, ModelSet, PairCandidates,
+    PairLinking, PairTable, QueryImages, QueryVectors, RankFusion, RetrieverSpec, SearchSettings,
+    search_domains,
 };
 
 use crate::api::{
@@ -132,7 +132,7 @@ struct Domain {
     name: String,
     searchers: Vec<DomainSearcher>,
     /// Task 4 pairs over the domain's passages and images (when a retriever ranks images).
-    pairs: Option<(Pairs, Vec<String>)>,
+    pairs: Option<PairCandidates>,
     /// Per served retriever: what ranking the pairs needs that no query changes, made at
     /// load (retrievers that rank images).
     tables: Vec<Option<PairTable<'static>>>,
@@ -191,8 +191,9 @@ pub struct Service {
     has_corpus: bool,
 }
 
-static NO_STAND_INS: std::sync::LazyLock<PairStandIns> =
-    std::sync::LazyLock::new(PairStandIns::new);
+/// A domain's pairs where there are none (no served retriever ranks images).
+static NO_PAIRS: std::sync::LazyLock<PairCandidates> =
+    std::sync::LazyLock::new(PairCandidates::default);
 
 impl Service {
     /// Opens the index, loads the models of every retriever, and reads the corpus (passage
@@ -280,40 +281,36 @@ impl Service {
                 Some(c) => Some(read_domain(c, &name, &passage_ids)?),
                 None => None,
             };
-            let pairs = any_images.then(|| {
-                let images: Vec<String> = match &corpus {
-                    Some(c) => c.image_ids.clone(),
-                    None => retrievers
+            // Task 4's pairs: the corpus's own links (MM-BRIGHT's base keys, a knowledge
+            // base's rows), else base keys over the images the first retriever that ranks
+            // images indexed (a knowledge base without its file: text-only pairs)
+            let pairs = match (&corpus, any_images) {
+                (_, false) => None,
+                (Some(c), true) => Some(PairCandidates::from_links(
+                    &name,
+                    c.image_ids.clone(),
+                    &c.links,
+                )),
+                (None, true) => {
+                    let (r, s) = retrievers
                         .iter()
                         .zip(&searchers)
-                        .filter(|(r, _)| r.ranks_images)
-                        .find_map(|(r, s)| r.spec.dense_names().iter().find_map(|n| s.image_ids(n)))
-                        .map(<[String]>::to_vec)
-                        .unwrap_or_default(),
-                };
-                let pairs = match &corpus {
-                    // the corpus's own links: MM-BRIGHT's base keys, a knowledge base's rows
-                    Some(c) => Pairs::from_links(&c.links),
-                    // a knowledge base's rows are its links: without it, text-only pairs
-                    None if kb => Pairs::from_links(&Links::from_pairs(&passage_ids, &images, &[])),
-                    None => Pairs::from_links(&Links::new(
-                        PairLink::Regex,
-                        &name,
-                        &passage_ids,
-                        &images,
-                        &[],
-                    )),
-                };
-                (pairs, images)
-            });
+                        .find(|(r, _)| r.ranks_images)
+                        .expect("a retriever ranks images");
+                    let linking = PairLinking {
+                        link: PairLink::Regex,
+                        loadable_only: false,
+                        knowledge_base: kb,
+                    };
+                    let mut w = sift_core::Warnings::new();
+                    Some(PairCandidates::link(s, &r.spec, None, linking, &mut w)?)
+                }
+            };
             let tables = retrievers
                 .iter()
                 .zip(&searchers)
                 .map(|(r, s)| match (&pairs, r.ranks_images) {
-                    (Some((p, i)), true) => s
-                        .pair_table(p, i, &NO_STAND_INS, &NO_VECTORS)
-                        .map(Some)
-                        .map_err(Error::from),
+                    (Some(p), true) => p.table(s).map(Some).map_err(Error::from),
                     _ => Ok(None),
                 })
                 .collect::<Result<Vec<_>, Error>>()?;
@@ -615,7 +612,6 @@ impl Service {
             &images,
             req.fusion,
         )?;
-        let empty_pairs = Pairs::default();
         let parts: Vec<DomainPart> = targets
             .iter()
             .map(|d| DomainPart {
@@ -623,18 +619,7 @@ impl Service {
                 candidates: match req.candidates {
                     Candidates::Passages => Ranked::Passages,
                     Candidates::Images => Ranked::Images,
-                    Candidates::Pairs => {
-                        let (pairs, images) = match &d.pairs {
-                            Some((p, i)) => (p, i.as_slice()),
-                            None => (&empty_pairs, &[][..]),
-                        };
-                        Ranked::Pairs {
-                            pairs,
-                            images,
-                            stand_ins: &NO_STAND_INS,
-                            vectors: &NO_VECTORS,
-                        }
-                    }
+                    Candidates::Pairs => d.pairs.as_ref().unwrap_or(&NO_PAIRS).candidates(false),
                 },
                 table: match req.candidates {
                     Candidates::Pairs => d.tables[ri].as_ref(),
@@ -760,67 +745,30 @@ impl Service {
         images: &[Vec<u8>],
         fusion: Fusion,
     ) -> Result<QueryVectors, ApiError> {
-        let names = served.spec.dense_names();
-        if names.is_empty() {
-            return Ok(QueryVectors::default());
-        }
-        if text.trim().is_empty() {
-            // images alone: the mean of their unit vectors, renormalised
-            let mut out = QueryVectors::default();
-            for name in names {
-                let model = self.models.get(name).ok_or_else(|| {
-                    ApiError::new(ErrorKind::Internal, format!("{name} not loaded"))
-                })?;
-                let refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-                let prepared = model
-                    .prepare_images(&refs)
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        r.map_err(|e| ApiError::invalid(format!("images[{i}]"), e.to_string()))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let vecs = model.embed_images(&prepared)?;
-                let mut mean = vec![0f32; model.dim()];
-                for v in &vecs {
-                    mean.iter_mut().zip(v).for_each(|(m, x)| *m += x);
-                }
-                let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-                mean.iter_mut().for_each(|x| *x /= norm);
-                out.insert(name, vec![mean]);
-            }
-            return Ok(out);
-        }
-        let mut query_images = HashMap::new();
-        let mut image_paths = Vec::new();
-        for (i, bytes) in images.iter().enumerate() {
-            let id = format!("images[{i}]");
-            query_images.insert(id.clone(), bytes.clone());
-            image_paths.push(id);
-        }
-        let example = Example {
-            id: "query".into(),
-            query: text.to_string(),
-            image_paths,
-            ..Example::default()
-        };
         let mode = match fusion {
             Fusion::All => QueryImages::All,
             Fusion::First => QueryImages::First,
         };
+        let refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
         let mut warnings = Warnings::new();
-        let vectors = encode_queries(
+        // text and images as the evaluator encodes a query; images alone: their mean
+        let vectors = sift_retrieve::encode_query(
             &self.models,
             &served.spec,
             task,
-            std::slice::from_ref(&example),
+            text,
+            &refs,
             (!images.is_empty()).then_some(mode),
-            &query_images,
             &Instructions::Reference,
             domain,
             &mut warnings,
-            Path::new("request"),
-        )?;
+        )
+        .map_err(|e| match e {
+            sift_retrieve::Error::QueryImage { index, message } => {
+                ApiError::invalid(format!("images[{index}]"), message)
+            }
+            e => ApiError::from(e),
+        })?;
         if let Some(w) = warnings.examples().first() {
             return Err(ApiError::invalid("images", w.message.clone()));
         }
@@ -1204,8 +1152,6 @@ fn page_of(domain: &Domain, image: &str) -> Option<String> {
     let p = *c.links.passages_of(i).first()?;
     domain.searchers[0].passage_ids().get(p as usize).cloned()
 }
-
-static NO_VECTORS: std::sync::LazyLock<PairVectors> = std::sync::LazyLock::new(PairVectors::new);
 
 /// `rrf`, `rrf:<k>` or `weighted:<w1>,<w2>,...` over `lists` lists.
 fn parse_fusion(method: &str, lists: usize) -> Result<RankFusion, ApiError> {

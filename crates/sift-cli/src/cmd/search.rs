@@ -1,13 +1,12 @@
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use sift_core::{Example, Warnings};
-use sift_eval::{NO_IMAGE, PAIR_SEP, Pairs};
+use sift_core::Warnings;
+use sift_eval::{NO_IMAGE, PAIR_SEP};
 use sift_index::IndexDir;
 use sift_retrieve::{
-    Ann, Candidates, DomainSearcher, ModelSet, Query, QueryImages, RetrieverSpec, SearchSettings,
-    encode_queries,
+    Ann, Candidates, DomainSearcher, ModelSet, PairCandidates, PairLinking, Query, QueryImages,
+    RetrieverSpec, SearchSettings,
 };
 
 use crate::cmd::report_warnings;
@@ -127,24 +126,17 @@ pub fn run(a: Args) -> Result<()> {
     let searcher = DomainSearcher::open(&index, &domain, &retriever, &models, needs_images)
         .with_context(|| format!("opening domain {domain}"))?;
 
-    // the query, as the evaluator sees one: text and named images
-    let mut query_images = HashMap::new();
-    let mut image_paths = Vec::new();
+    // the query: its text and images, encoded as the evaluator encodes a task's queries
+    let mut images = Vec::new();
     for path in &a.image {
-        let bytes = a
-            .image_limits
-            .read(path)
-            .with_context(|| format!("reading the query image {}", path.display()))?;
-        let id = path.display().to_string();
-        query_images.insert(id.clone(), bytes);
-        image_paths.push(id);
+        images.push(
+            a.image_limits
+                .read(path)
+                .with_context(|| format!("reading the query image {}", path.display()))?,
+        );
     }
-    let example = Example {
-        id: "query".into(),
-        query: a.query.clone().unwrap_or_default(),
-        image_paths,
-        ..Example::default()
-    };
+    let image_refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+    let text = a.query.clone().unwrap_or_default();
     let mut warnings = Warnings::new();
     let task = match a.candidates {
         CandidateArg::Passages => sift_eval::Task::MultimodalPassages,
@@ -153,19 +145,19 @@ pub fn run(a: Args) -> Result<()> {
     };
     // the reference's rule applies to queries without images too (a white image for CLIP)
     let fuse = !a.image.is_empty() || a.query_fusion == QueryImages::Reference;
-    let vectors = encode_queries(
+    let vectors = sift_retrieve::encode_query(
         &models,
         &retriever,
         task,
-        std::slice::from_ref(&example),
+        &text,
+        &image_refs,
         fuse.then_some(a.query_fusion),
-        &query_images,
         // --query-instruction went into the model when it loaded
         &sift_retrieve::Instructions::Reference,
         &domain,
         &mut warnings,
-        std::path::Path::new("--image"),
-    )?;
+    )
+    .map_err(|e| anyhow::anyhow!("{e} (the --image files in order)"))?;
     report_warnings("query images", &warnings);
 
     let kb_index = m.layout == Some(sift_core::Layout::Kb);
@@ -176,146 +168,78 @@ pub fn run(a: Args) -> Result<()> {
         .filter(|_| a.candidates == CandidateArg::Pairs)
         .map(|dir| a.corpus_flags.open(dir))
         .transpose()?;
+    let is_kb_corpus = corpus
+        .as_ref()
+        .is_some_and(|c| c.layout() == sift_core::Layout::Kb);
+    match (a.candidates, &corpus, a.pair_link) {
+        (CandidateArg::Pairs, None, _) if kb_index => bail!(
+            "the pairs of a knowledge base link each row's passage to its image: give --corpus \
+             (the knowledge-base file)"
+        ),
+        (CandidateArg::Pairs, Some(_), sift_eval::PairLink::SourceId) if is_kb_corpus => bail!(
+            "--pair-link source-id reads image annotations, which a knowledge base has none \
+             of: its rows link each passage to its image"
+        ),
+        (CandidateArg::Pairs, None, sift_eval::PairLink::SourceId) => {
+            bail!("--pair-link source-id reads the image annotations: give --corpus")
+        }
+        (CandidateArg::Pairs, None, _)
+            if !retriever
+                .dense_names()
+                .iter()
+                .any(|n| searcher.image_ids(n).is_some()) =>
+        {
+            bail!(
+                "pairs need the corpus images: give --corpus, or a retriever with a model that \
+                 indexed images"
+            )
+        }
+        _ => {}
+    }
     // a reference profile asked for, or the one the index's models were built with
     let reference = a.model_flags.profile.is_reference()
         || retriever
             .dense_names()
             .iter()
             .any(|n| models.get(n).is_some_and(|m| m.profile().is_reference()));
-    let pair_images: Vec<String> = match (a.candidates, &corpus) {
-        // the reference's loader drops corpus images that do not decode: no pair
-        (CandidateArg::Pairs, Some(corpus)) if reference => {
-            let mut w = Warnings::new();
-            let ok = sift_retrieve::loadable_images(corpus, &domain, &mut w)?;
-            report_warnings("corpus images", &w);
-            corpus
-                .image_paths(&domain)?
-                .map(|r| r.map(|r| r.path))
-                .filter(|r| r.as_ref().map_or(true, |p| ok.contains(p)))
-                .collect::<sift_core::Result<_>>()?
-        }
-        (CandidateArg::Pairs, Some(corpus)) => corpus
-            .image_paths(&domain)?
-            .map(|r| r.map(|r| r.path))
-            .collect::<sift_core::Result<_>>()?,
-        (CandidateArg::Pairs, None) if kb_index => bail!(
-            "the pairs of a knowledge base link each row's passage to its image: give --corpus \
-             (the knowledge-base file)"
-        ),
-        (CandidateArg::Pairs, None) => retriever
-            .dense_names()
-            .iter()
-            .find_map(|n| searcher.image_ids(n))
-            .map(<[String]>::to_vec)
-            .context(
-                "pairs need the corpus images: give --corpus, or a retriever with a model that \
-                 indexed images",
-            )?,
-        _ => Vec::new(),
-    };
+    let reference_fusion = a.query_fusion == QueryImages::Reference;
     let pairs = if a.candidates == CandidateArg::Pairs {
-        let is_kb = corpus
-            .as_ref()
-            .is_some_and(|c| c.layout() == sift_core::Layout::Kb);
-        let examples = match (a.pair_link, &corpus) {
-            (sift_eval::PairLink::SourceId, Some(_)) if is_kb => bail!(
-                "--pair-link source-id reads image annotations, which a knowledge base has none \
-                 of: its rows link each passage to its image"
-            ),
-            (sift_eval::PairLink::Regex | sift_eval::PairLink::Row, _) => Vec::new(),
-            (sift_eval::PairLink::SourceId, Some(corpus)) => {
-                let mut w = Warnings::new();
-                let ex = corpus.examples(&domain, true, &mut w)?;
-                report_warnings("corpus annotations", &w);
-                ex
-            }
-            (sift_eval::PairLink::SourceId, None) => {
-                bail!("--pair-link source-id reads the image annotations: give --corpus")
-            }
+        let mut w = Warnings::new();
+        let linking = PairLinking {
+            link: a.pair_link,
+            loadable_only: reference,
+            knowledge_base: kb_index,
         };
-        let links = match &corpus {
-            // a knowledge base links by its rows
-            Some(corpus) => sift_eval::Links::for_corpus(
-                corpus,
-                a.pair_link,
-                &domain,
-                searcher.passage_ids(),
-                &pair_images,
-                &examples,
-            )?,
-            None => sift_eval::Links::new(
-                a.pair_link,
-                &domain,
-                searcher.passage_ids(),
-                &pair_images,
-                &examples,
-            ),
-        };
-        Pairs::from_links(&links)
-    } else {
-        Pairs::default()
-    };
-    // the reference's stand-in image of text-only pairs (Jina-CLIP's white one)
-    let stand_ins =
-        if a.candidates == CandidateArg::Pairs && a.query_fusion == QueryImages::Reference {
-            sift_retrieve::reference_pair_stand_ins(&models, &retriever)?
-        } else {
-            sift_retrieve::PairStandIns::new()
-        };
-    // the reference's pair vectors of models whose pairs do not follow from unit vectors
-    let mut pair_vectors = sift_retrieve::PairVectors::new();
-    if a.candidates == CandidateArg::Pairs && a.query_fusion == QueryImages::Reference {
-        for name in retriever.dense_names() {
-            let Some(model) = models.get(name) else {
-                continue;
-            };
-            if !model.profile().is_reference() {
-                continue;
-            }
-            let Some(corpus) = &corpus else {
-                // Nomic's and Jina-CLIP's pairs follow from the index (but for rotated
-                // images, which need the corpus to be seen)
-                if !sift_retrieve::embeds_pairs(model.reference_model()) {
-                    continue;
-                }
-                bail!(
-                    "the reference code embeds dense:{name}'s pairs from their passage texts and \
-                     images: give --corpus"
-                );
-            };
-            let texts = sift_retrieve::passage_texts(corpus, &domain, searcher.passage_ids())?;
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let mut w = Warnings::new();
-            let v = sift_retrieve::reference_pair_vectors(
-                model,
-                corpus,
-                &domain,
-                &pairs,
-                &refs,
-                &pair_images,
+        let mut pairs =
+            PairCandidates::link(&searcher, &retriever, corpus.as_ref(), linking, &mut w)?;
+        // the reference's stand-in images and pair vectors of models whose pairs do not
+        // follow from unit vectors
+        if reference_fusion {
+            pairs.add_reference(
+                &searcher,
+                &models,
+                &retriever,
+                corpus.as_ref(),
                 &mut w,
+                &sift_index::NoProgress,
             )?;
-            report_warnings("pairs", &w);
-            pair_vectors.insert(name.to_string(), v);
         }
-    }
+        report_warnings("pairs", &w);
+        pairs
+    } else {
+        PairCandidates::default()
+    };
     // the reference's white image for every corpus image (Nomic, Jina-CLIP in Task 3)
-    let uniform =
-        if a.candidates == CandidateArg::Images && a.query_fusion == QueryImages::Reference {
-            sift_retrieve::reference_image_stand_ins(&models, &retriever)?
-        } else {
-            sift_retrieve::PairStandIns::new()
-        };
+    let uniform = if a.candidates == CandidateArg::Images && reference_fusion {
+        sift_retrieve::reference_image_stand_ins(&models, &retriever)?
+    } else {
+        sift_retrieve::PairStandIns::new()
+    };
     let candidates = match a.candidates {
         CandidateArg::Passages => Candidates::Passages,
         CandidateArg::Images if uniform.is_empty() => Candidates::Images,
         CandidateArg::Images => Candidates::UniformImages { vectors: &uniform },
-        CandidateArg::Pairs => Candidates::Pairs {
-            pairs: &pairs,
-            images: &pair_images,
-            stand_ins: &stand_ins,
-            vectors: &pair_vectors,
-        },
+        CandidateArg::Pairs => pairs.candidates(reference_fusion),
     };
     let settings = SearchSettings {
         bm25: params,
@@ -328,7 +252,7 @@ pub fn run(a: Args) -> Result<()> {
         &candidates,
         &Query {
             index: 0,
-            text: &example.query,
+            text: &text,
             vectors: &vectors,
             bm25: None,
         },
