@@ -1,0 +1,171 @@
+//! Activations, the softmax row, and the element-wise CPU kernels (parallel, dispatched to
+//! AVX-512 / AVX2 / portable code).
+use candle_core::{Result, Tensor};
+
+/// Activation functions of Hugging Face configs (`hidden_act`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    /// Exact GELU, `x * Phi(x)` (`gelu`).
+    Gelu,
+    /// Tanh approximation of GELU (`gelu_pytorch_tanh`, `gelu_new`, `gelu_fast`).
+    GeluTanh,
+    /// `x * sigmoid(1.702 x)` (`quick_gelu`, CLIP).
+    QuickGelu,
+    /// `max(x, 0)`.
+    Relu,
+    /// `x * sigmoid(x)` (`silu`, `swish`: Qwen2's MLP gate).
+    Silu,
+}
+
+impl Act {
+    /// Parses a `hidden_act` value.
+    pub fn parse(name: &str) -> Option<Act> {
+        Some(match name {
+            "gelu" => Act::Gelu,
+            "gelu_pytorch_tanh" | "gelu_new" | "gelu_fast" => Act::GeluTanh,
+            "quick_gelu" => Act::QuickGelu,
+            "relu" => Act::Relu,
+            "silu" | "swish" => Act::Silu,
+            _ => return None,
+        })
+    }
+
+    /// Applies the activation with candle's ops (any device and dtype; on the CPU with f32
+    /// the layers apply it inside [`linear_act`] instead).
+    pub fn apply(self, xs: &Tensor) -> Result<Tensor> {
+        match self {
+            Act::Gelu => xs.gelu_erf(),
+            Act::GeluTanh => xs.gelu(),
+            Act::QuickGelu => xs * candle_nn::ops::sigmoid(&(xs * 1.702)?)?,
+            Act::Relu => xs.relu(),
+            Act::Silu => xs.silu(),
+        }
+    }
+}
+
+/// erf with absolute error below 1.5e-7 (Abramowitz & Stegun 7.1.26).
+#[inline]
+pub(crate) fn erf(x: f32) -> f32 {
+    let s = x.signum();
+    let a = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let y = 1.0
+        - (((((1.061_405_4 * t - 1.453_152_1) * t) + 1.421_413_8) * t - 0.284_496_72) * t
+            + 0.254_829_6)
+            * t
+            * exp_approx(-a * a);
+    s * y
+}
+
+/// e^x for f32 without branches or calls, so loops over it vectorise (Cephes' expf: range
+/// reduction by ln 2, degree-6 polynomial, exponent bits; relative error about 1e-7). Inputs
+/// are clamped to [-87.3, 88.3] (results from about 1e-38 to 2e38).
+#[inline(always)]
+pub(crate) fn exp_approx(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.3, 88.3);
+    let n = (x * LOG2E + 0.5).floor();
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_2e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    y * f32::from_bits(((n as i32 + 127) << 23) as u32)
+}
+
+#[inline(always)]
+fn act_f32(act: Act, x: f32) -> f32 {
+    match act {
+        Act::Gelu => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
+        Act::GeluTanh => {
+            // PyTorch's gelu(approximate="tanh"): 0.5 x (1 + tanh z) = x sigmoid(2 z)
+            const K2: f32 = 2.0 * 0.797_884_6; // 2 sqrt(2 / pi)
+            x / (1.0 + exp_approx(-K2 * (x + 0.044_715 * x * x * x)))
+        }
+        Act::QuickGelu => x / (1.0 + exp_approx(-1.702 * x)),
+        Act::Relu => x.max(0.0),
+        Act::Silu => x / (1.0 + exp_approx(-x)),
+    }
+}
+
+/// Whether the AVX2 + FMA versions of the element-wise kernels can run.
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    sift_simd::level() != sift_simd::Level::Baseline
+}
+
+/// Whether the AVX-512 versions of the element-wise kernels can run.
+#[cfg(target_arch = "x86_64")]
+fn has_avx512() -> bool {
+    sift_simd::level() == sift_simd::Level::Avx512
+}
+
+/// Defines `$name`, which runs `$portable` compiled for AVX-512, for AVX2/FMA or for
+/// baseline x86-64, whichever the processor has (the portable loops are written so the
+/// compiler vectorises them; the crate itself is built for baseline x86-64).
+macro_rules! simd_dispatch {
+    ($(#[$meta:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $portable:ident) => {
+        $(#[$meta])*
+        pub(crate) fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                /// # Safety: the processor must have AVX-512F, AVX2 and FMA.
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    $portable($($arg),*)
+                }
+                /// # Safety: the processor must have AVX2 and FMA.
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) {
+                    $portable($($arg),*)
+                }
+                if has_avx512() {
+                    // SAFETY: the features were detected.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if has_avx2() {
+                    // SAFETY: the features were detected.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $portable($($arg),*)
+        }
+    };
+}
+
+simd_dispatch!(
+    /// Applies `act` to every value.
+    fn act_slice(act: Act, xs: &mut [f32]) => act_slice_portable
+);
+
+#[inline(always)]
+fn act_slice_portable(act: Act, xs: &mut [f32]) {
+    match act {
+        Act::Gelu => xs.iter_mut().for_each(|x| *x = act_f32(Act::Gelu, *x)),
+        Act::GeluTanh => xs.iter_mut().for_each(|x| *x = act_f32(Act::GeluTanh, *x)),
+        Act::QuickGelu => xs.iter_mut().for_each(|x| *x = act_f32(Act::QuickGelu, *x)),
+        Act::Relu => xs.iter_mut().for_each(|x| *x = x.max(0.0)),
+        Act::Silu => xs.iter_mut().for_each(|x| *x = act_f32(Act::Silu, *x)),
+    }
+}
+
+simd_dispatch!(
+    /// Softmax of one row in place over its first `visible` values (the rest set to 0).
+    fn softmax_row(row: &mut [f32], visible: usize) => softmax_row_portable
+);
+
+#[inline(always)]
+fn softmax_row_portable(row: &mut [f32], visible: usize) {
+    let (head, tail) = row.split_at_mut(visible.min(row.len()));
+    let max = head.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    head.iter_mut().for_each(|x| *x = exp_approx(*x - max));
+    let sum: f32 = head.iter().sum();
+    let inv = 1.0 / sum;
+    head.iter_mut().for_each(|x| *x *= inv);
+    tail.iter_mut().for_each(|x| *x = 0.0);
+}

@@ -1,0 +1,175 @@
+//! Attention on the CPU in one op over every (sequence, head) pair.
+use crate::nn::act::*;
+use crate::nn::attention::*;
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape};
+
+/// Attention on the CPU in one op: every (sequence, head) pair in parallel, reading Q, K and
+/// V in place from the packed `qkv` matrix through strides and writing its context straight
+/// into the output (no per-head copies, transposes or concatenation).
+pub(crate) struct AttentionOp {
+    pub(crate) segments: Vec<Segment>,
+    pub(crate) heads: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) causal: bool,
+    /// Causal sliding window (tokens seen, the query's own included).
+    pub(crate) window: Option<usize>,
+    /// ALiBi slopes per head ([`ScoreBias::alibi`]).
+    pub(crate) alibi: Option<Vec<f32>>,
+    /// Score bias per key row ([`ScoreBias::keys`]).
+    pub(crate) key_bias: Option<Vec<f32>>,
+}
+
+/// Scores computed at once per (sequence, head) task: 128 Ki values (512 KiB), about a
+/// core's L2 cache.
+const SCORE_BLOCK_VALUES: usize = 128 * 1024;
+
+/// A raw output pointer shared by tasks that write disjoint parts of one buffer.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: each task writes only its own (rows of a sequence) x (columns of a head) block,
+// and `check_segments` has made sure the sequences' rows do not overlap.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl CustomOp1 for AttentionOp {
+    fn name(&self) -> &'static str {
+        "attention-packed"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        use rayon::prelude::*;
+        let CpuStorage::F32(data) = storage else {
+            candle_core::bail!("attention: f32 only")
+        };
+        let Some((a, b)) = layout.contiguous_offsets() else {
+            candle_core::bail!("attention: contiguous input only")
+        };
+        let qkv = &data[a..b];
+        let (tokens, width) = layout.shape().dims2()?;
+        let (heads, d) = (self.heads, self.head_dim);
+        let h = heads * d;
+        if width != 3 * h {
+            candle_core::bail!("attention: qkv of width {width}, expected {}", 3 * h)
+        }
+        check_segments(&self.segments, tokens)?;
+        if self.alibi.as_ref().is_some_and(|a| a.len() != heads)
+            || self.key_bias.as_ref().is_some_and(|k| k.len() != tokens)
+        {
+            candle_core::bail!("attention: score biases do not match {heads} heads, {tokens} rows")
+        }
+        let mut out = vec![0f32; tokens * h];
+        let out_ptr = OutPtr(out.as_mut_ptr());
+        let tasks: Vec<(usize, usize)> = (0..self.segments.len())
+            .flat_map(|s| (0..heads).map(move |hd| (s, hd)))
+            .collect();
+        let w = 3 * h;
+        tasks
+            .par_iter()
+            .for_each_init(Vec::new, |scores, &(si, hd)| {
+                let seg = self.segments[si];
+                let (len, keys) = (seg.len, seg.visible_keys());
+                if len == 0 {
+                    return;
+                }
+                // Query rows go in blocks whose scores stay in the core's cache while they
+                // are computed, soft-maxed and multiplied by V (long sequences, e.g. GME's
+                // thousands of image patches, would otherwise stream len x keys scores
+                // through memory three times); causal blocks skip the keys no row sees.
+                let block = (SCORE_BLOCK_VALUES / keys).clamp(16, 512).min(len);
+                scores.clear();
+                scores.resize(block * keys, 0.0);
+                let base = seg.start * w;
+                let dst = out_ptr;
+                for r0 in (0..len).step_by(block) {
+                    let rows = block.min(len - r0);
+                    let kv = if self.causal {
+                        (r0 + rows).min(keys)
+                    } else {
+                        keys
+                    };
+                    let q = qkv[base + r0 * w + hd * d..].as_ptr();
+                    let k = qkv[base + h + hd * d..].as_ptr();
+                    let v = qkv[base + 2 * h + hd * d..].as_ptr();
+                    // SAFETY: q, k, v point into qkv with rows `w` apart; the extents read
+                    // are within the segment's rows; `scores` holds rows x kv values.
+                    unsafe {
+                        gemm::gemm(
+                            rows,
+                            kv,
+                            d,
+                            scores.as_mut_ptr(),
+                            1,
+                            kv as isize,
+                            false,
+                            q,
+                            1,
+                            w as isize,
+                            k,
+                            w as isize,
+                            1,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            gemm::Parallelism::None,
+                        );
+                    }
+                    for (i, row) in scores[..rows * kv].chunks_mut(kv).enumerate() {
+                        let visible = if self.causal {
+                            (r0 + i + 1).min(kv)
+                        } else {
+                            kv
+                        };
+                        // keys that slid out of the window weigh nothing: the softmax runs
+                        // over the window alone (the query's own position is always in it)
+                        let first = self
+                            .window
+                            .map_or(0, |wn| (r0 + i + 1).saturating_sub(wn).min(visible));
+                        row[..first].fill(0.0);
+                        let qi = r0 + i;
+                        if let Some(slopes) = &self.alibi {
+                            let sl = slopes[hd];
+                            for (j, x) in row[first..visible].iter_mut().enumerate() {
+                                *x -= sl * (qi as f32 - (first + j) as f32).abs();
+                            }
+                        }
+                        if let Some(kb) = &self.key_bias {
+                            let kb = &kb[seg.start + first..seg.start + visible];
+                            row[first..visible]
+                                .iter_mut()
+                                .zip(kb)
+                                .for_each(|(x, b)| *x += b);
+                        }
+                        softmax_row(&mut row[first..], visible - first);
+                    }
+                    // SAFETY: this task alone writes rows start..start+len, columns
+                    // hd*d..(hd+1)*d.
+                    unsafe {
+                        gemm::gemm(
+                            rows,
+                            d,
+                            kv,
+                            dst.0.add((seg.start + r0) * h + hd * d),
+                            1,
+                            h as isize,
+                            false,
+                            scores.as_ptr(),
+                            1,
+                            kv as isize,
+                            v,
+                            1,
+                            w as isize,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            gemm::Parallelism::None,
+                        );
+                    }
+                }
+            });
+        Ok((CpuStorage::F32(out), Shape::from((tokens, h))))
+    }
+}

@@ -1,0 +1,400 @@
+//! Linear layers: the fused CPU layer (bias and residual pre-filled, gemm accumulates,
+//! activation in place), its bfloat16-weight twin [`PackedLinear`], [`Proj`] holding either,
+//! and the loaders.
+use crate::nn::act::*;
+use crate::nn::kernels::*;
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Module, Result, Shape, Tensor,
+};
+use candle_nn::{Linear, VarBuilder};
+
+/// `act(x W^T + b) (+ residual)` for a 2-D `x` (the activation, when given, applies before
+/// the residual; layers use one or the other).
+///
+/// On the CPU with f32 this is one custom op over the gemm kernel candle itself uses: the
+/// output starts as the bias (plus the residual) and the matrix product accumulates into
+/// it, then the activation runs in place, in parallel. That saves the zero fill, the copies
+/// and the separate passes of `matmul` + `broadcast_add` + `add` + activation.
+pub fn linear_act(
+    l: &Linear,
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    act: Option<Act>,
+) -> Result<Tensor> {
+    let cpu_f32 = fused_cpu(x.device()) && x.dtype() == DType::F32 && x.rank() == 2;
+    if cpu_f32 {
+        let op = LinearOp {
+            bias: l.bias().map(|b| b.to_vec1::<f32>()).transpose()?,
+            act,
+        };
+        let x = x.contiguous()?;
+        let w = l.weight().contiguous()?;
+        return match residual {
+            Some(r) => x.apply_op3_no_bwd(&w, &r.contiguous()?, &op),
+            None => x.apply_op2_no_bwd(&w, &op),
+        };
+    }
+    let mut y = l.forward(x)?;
+    if let Some(a) = act {
+        y = a.apply(&y)?;
+    }
+    match residual {
+        Some(r) => y + r,
+        None => Ok(y),
+    }
+}
+
+/// `x W^T (+ b) (+ residual)` for a 2-D `x` (see [`linear_act`]).
+pub fn linear(l: &Linear, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+    linear_act(l, x, residual, None)
+}
+
+/// The fused CPU linear layer of [`linear_act`].
+struct LinearOp {
+    bias: Option<Vec<f32>>,
+    act: Option<Act>,
+}
+
+impl LinearOp {
+    fn compute(
+        &self,
+        x: &CpuStorage,
+        xl: &Layout,
+        w: &CpuStorage,
+        wl: &Layout,
+        residual: Option<(&CpuStorage, &Layout)>,
+    ) -> Result<(CpuStorage, Shape)> {
+        use rayon::prelude::*;
+        let (CpuStorage::F32(x), CpuStorage::F32(w)) = (x, w) else {
+            candle_core::bail!("linear: f32 only")
+        };
+        let (Some((x0, x1)), Some((w0, w1))) = (xl.contiguous_offsets(), wl.contiguous_offsets())
+        else {
+            candle_core::bail!("linear: contiguous inputs only")
+        };
+        let (m, k) = xl.shape().dims2()?;
+        let (n, k2) = wl.shape().dims2()?;
+        if k != k2 {
+            candle_core::bail!("linear: input of {k} features, weight of {k2}")
+        }
+        let (x, w) = (&x[x0..x1], &w[w0..w1]);
+        let mut dst = vec![0f32; m * n];
+        let rows = (16384 / n.max(1)).max(1);
+        match residual {
+            Some((r, rl)) => {
+                let CpuStorage::F32(r) = r else {
+                    candle_core::bail!("linear: f32 residual only")
+                };
+                let Some((r0, r1)) = rl.contiguous_offsets() else {
+                    candle_core::bail!("linear: contiguous residual only")
+                };
+                let r = &r[r0..r1];
+                if r.len() != m * n {
+                    candle_core::bail!("linear: residual of {} values for {m}x{n}", r.len())
+                }
+                dst.par_chunks_mut(rows * n)
+                    .zip(r.par_chunks(rows * n))
+                    .for_each(|(d, r)| {
+                        d.copy_from_slice(r);
+                        if let Some(b) = &self.bias {
+                            for row in d.chunks_mut(n) {
+                                row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+                            }
+                        }
+                    });
+            }
+            None => {
+                if let Some(b) = &self.bias {
+                    dst.par_chunks_mut(rows * n).for_each(|d| {
+                        for row in d.chunks_mut(n) {
+                            row.copy_from_slice(b);
+                        }
+                    });
+                }
+            }
+        }
+        let read_dst = residual.is_some() || self.bias.is_some();
+        let threads = candle_core::utils::get_num_threads();
+        let parallelism = if threads > 1 {
+            gemm::Parallelism::Rayon(threads)
+        } else {
+            gemm::Parallelism::None
+        };
+        // SAFETY: dst is m x n row-major, x is m x k row-major, w is n x k row-major (read as
+        // the k x n matrix W^T through its strides); every pointer covers its full extent.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                read_dst,
+                x.as_ptr(),
+                1,
+                k as isize,
+                w.as_ptr(),
+                k as isize,
+                1,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+        if let Some(act) = self.act {
+            dst.par_chunks_mut(8192).for_each(|d| act_slice(act, d));
+        }
+        Ok((CpuStorage::F32(dst), Shape::from((m, n))))
+    }
+}
+
+impl CustomOp2 for LinearOp {
+    fn name(&self) -> &'static str {
+        "linear-fused"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.compute(s1, l1, s2, l2, None)
+    }
+}
+
+impl CustomOp3 for LinearOp {
+    fn name(&self) -> &'static str {
+        "linear-fused-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.compute(s1, l1, s2, l2, Some((s3, l3)))
+    }
+}
+
+/// A linear layer as a model runs it: candle's (any device and dtype; on the CPU with f32
+/// the fused op of [`linear_act`]), or bfloat16 weights packed for the CPU's bfloat16
+/// kernels ([`PackedLinear`]).
+pub enum Proj {
+    /// candle's layer.
+    Dense(Linear),
+    /// Packed bfloat16 weights; f32 in and out.
+    Packed(PackedLinear),
+}
+
+impl Proj {
+    /// Loads `weight` `(out, inp)` (and `bias`): packed when `packed`.
+    pub fn load(vb: &VarBuilder, inp: usize, out: usize, bias: bool, packed: bool) -> Result<Proj> {
+        let l = load_linear(vb, inp, out, bias)?;
+        if packed {
+            Ok(Proj::Packed(PackedLinear::new(l.weight(), l.bias(), None)?))
+        } else {
+            Ok(Proj::Dense(l))
+        }
+    }
+
+    /// `act(x W^T + b) (+ residual)` for a 2-D `x` (see [`linear_act`]).
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        residual: Option<&Tensor>,
+        act: Option<Act>,
+    ) -> Result<Tensor> {
+        match self {
+            Proj::Dense(l) => linear_act(l, x, residual, act),
+            Proj::Packed(p) => p.forward(x, residual, act),
+        }
+    }
+}
+
+/// A linear layer whose weight is bfloat16 packed for [`sift_simd::bf16`]'s CPU kernels
+/// (AVX512-BF16 dot products where the processor has them, else the weights widened to
+/// f32): the weights take half the memory of f32 and are read once per product, while the
+/// activations, bias, scale, activation function and residual stay f32.
+pub struct PackedLinear {
+    w: sift_simd::bf16::PackedBf16,
+    bias: Option<Vec<f32>>,
+    /// Per-output factors: `(x W^T + b) * scale` (an attention scale applied to the query
+    /// outputs without rounding it into the bfloat16 weights).
+    scale: Option<Vec<f32>>,
+}
+
+impl PackedLinear {
+    /// Packs `weight` `(out, in)` (rounded to bfloat16 unless it is already), with an
+    /// optional bias and per-output scale.
+    pub fn new(weight: &Tensor, bias: Option<&Tensor>, scale: Option<Vec<f32>>) -> Result<Self> {
+        use half::slice::HalfFloatSliceExt;
+        let (n, k) = weight.dims2()?;
+        let values = weight
+            .to_dtype(DType::BF16)?
+            .flatten_all()?
+            .to_vec1::<half::bf16>()?;
+        let w = sift_simd::bf16::PackedBf16::pack(values.reinterpret_cast(), n, k);
+        drop(values);
+        let bias = bias
+            .map(|b| b.to_dtype(DType::F32)?.to_vec1::<f32>())
+            .transpose()?;
+        for (what, v) in [("bias", &bias), ("scale", &scale)] {
+            if let Some(v) = v
+                && v.len() != n
+            {
+                candle_core::bail!(
+                    "packed linear: {what} of {} values for {n} outputs",
+                    v.len()
+                )
+            }
+        }
+        Ok(PackedLinear { w, bias, scale })
+    }
+
+    /// `act((x W^T + b) * scale) (+ residual)` for a 2-D f32 `x` on the CPU.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        residual: Option<&Tensor>,
+        act: Option<Act>,
+    ) -> Result<Tensor> {
+        if !x.device().is_cpu() || x.dtype() != DType::F32 || x.rank() != 2 {
+            candle_core::bail!(
+                "packed linear: a 2-D f32 input on the CPU, not {:?} {:?} on {:?}",
+                x.dtype(),
+                x.shape(),
+                x.device().location()
+            )
+        }
+        if residual.is_some() && self.scale.is_some() {
+            candle_core::bail!("packed linear: a residual with a scale")
+        }
+        let op = PackedOp { l: self, act };
+        let x = x.contiguous()?;
+        match residual {
+            Some(r) => x.apply_op2_no_bwd(&r.to_dtype(DType::F32)?.contiguous()?, &op),
+            None => x.apply_op1_no_bwd(&op),
+        }
+    }
+}
+
+/// The CPU op of [`PackedLinear::forward`].
+struct PackedOp<'a> {
+    l: &'a PackedLinear,
+    act: Option<Act>,
+}
+
+impl PackedOp<'_> {
+    fn compute(
+        &self,
+        x: &CpuStorage,
+        xl: &Layout,
+        residual: Option<(&CpuStorage, &Layout)>,
+    ) -> Result<(CpuStorage, Shape)> {
+        use rayon::prelude::*;
+        let CpuStorage::F32(x) = x else {
+            candle_core::bail!("packed linear: f32 input only")
+        };
+        let Some((x0, x1)) = xl.contiguous_offsets() else {
+            candle_core::bail!("packed linear: contiguous input only")
+        };
+        let (m, k) = xl.shape().dims2()?;
+        let (n, l) = (self.l.w.rows(), self.l);
+        if k != l.w.cols() {
+            candle_core::bail!(
+                "packed linear: input of {k} features, weight of {}",
+                l.w.cols()
+            )
+        }
+        let mut dst = match residual {
+            Some((CpuStorage::F32(r), rl)) => {
+                let Some((r0, r1)) = rl.contiguous_offsets() else {
+                    candle_core::bail!("packed linear: contiguous residual only")
+                };
+                if r1 - r0 != m * n {
+                    candle_core::bail!("packed linear: residual of {} values for {m}x{n}", r1 - r0)
+                }
+                r[r0..r1].to_vec()
+            }
+            Some(_) => candle_core::bail!("packed linear: f32 residual only"),
+            None => vec![0f32; m * n],
+        };
+        l.w.matmul_acc(&x[x0..x1], m, &mut dst);
+        let rows = (16384 / n.max(1)).max(1);
+        if l.bias.is_some() || l.scale.is_some() || self.act.is_some() {
+            dst.par_chunks_mut(rows * n).for_each(|d| {
+                for row in d.chunks_mut(n) {
+                    if let Some(b) = &l.bias {
+                        row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+                    }
+                    if let Some(s) = &l.scale {
+                        row.iter_mut().zip(s).for_each(|(o, s)| *o *= s);
+                    }
+                }
+                if let Some(act) = self.act {
+                    act_slice(act, d);
+                }
+            });
+        }
+        Ok((CpuStorage::F32(dst), Shape::from((m, n))))
+    }
+}
+
+impl CustomOp1 for PackedOp<'_> {
+    fn name(&self) -> &'static str {
+        "packed-bf16-linear"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        self.compute(s, l, None)
+    }
+}
+
+impl CustomOp2 for PackedOp<'_> {
+    fn name(&self) -> &'static str {
+        "packed-bf16-linear-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.compute(s1, l1, Some((s2, l2)))
+    }
+}
+
+/// Loads `weight` `(out, inp)` and, when `bias`, `bias` `(out)`.
+pub fn load_linear(vb: &VarBuilder, inp: usize, out: usize, bias: bool) -> Result<Linear> {
+    let b = if bias {
+        Some(vb.get(out, "bias")?)
+    } else {
+        None
+    };
+    Ok(Linear::new(vb.get((out, inp), "weight")?, b))
+}
+
+/// Fuses separate Q, K, V projections into one `(3 * hidden, hidden)` linear layer, with the
+/// attention scale `1/sqrt(head_dim)` folded into the query part.
+pub fn fuse_qkv(q: &Linear, k: &Linear, v: &Linear, head_dim: usize) -> Result<Linear> {
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    let w = Tensor::cat(&[&(q.weight() * scale)?, k.weight(), v.weight()], 0)?;
+    let b = match (q.bias(), k.bias(), v.bias()) {
+        (Some(qb), Some(kb), Some(vb)) => Some(Tensor::cat(&[&(qb * scale)?, kb, vb], 0)?),
+        (None, None, None) => None,
+        _ => candle_core::bail!("some but not all of the Q/K/V projections have a bias"),
+    };
+    Ok(Linear::new(w, b))
+}
