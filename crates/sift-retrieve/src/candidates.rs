@@ -7,7 +7,7 @@ use sift_index::Progress;
 use crate::Result;
 use crate::models::ModelSet;
 use crate::pairs::{PairVectors, loadable_images, passage_texts, reference_pair_vectors};
-use crate::query::reference_pair_stand_ins;
+use crate::reference::reference_pair_stand_ins;
 use crate::searcher::{Candidates, DomainSearcher, PairStandIns, PairTable};
 use crate::spec::RetrieverSpec;
 

@@ -13,9 +13,8 @@ use sift_index::{IndexDir, NoProgress, Progress};
 
 use crate::candidates::{PairCandidates, PairLinking};
 use crate::models::{ModelSet, safe_name};
-use crate::query::{
-    Instructions, QueryImages, QueryVectors, encode_queries, reference_image_stand_ins,
-};
+use crate::query::{Instructions, QueryImages, QueryVectors, encode_queries};
+use crate::reference::reference_image_stand_ins;
 use crate::searcher::{Candidates, DomainSearcher, PairStandIns, SearchSettings};
 use crate::spec::RetrieverSpec;
 use crate::{Error, Result};
@@ -292,7 +291,7 @@ fn reference_rules(config: &EvalConfig, models: &ModelSet) -> Vec<RulesInForce> 
             if task == Task::Images && !e.capabilities().images {
                 continue;
             }
-            let rules = crate::query::reference_rules_in_force(e, task);
+            let rules = crate::reference::reference_rules_in_force(e, task);
             if !rules.is_empty() {
                 out.push(RulesInForce {
                     task: task.number(),

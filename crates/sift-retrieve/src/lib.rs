@@ -43,6 +43,7 @@ pub mod fusion;
 mod models;
 mod pairs;
 mod query;
+mod reference;
 mod searcher;
 mod spec;
 
@@ -57,8 +58,10 @@ pub use pairs::{
     PairVectors, embeds_pairs, loadable_images, passage_texts, reference_pair_vectors,
 };
 pub use query::{
-    Instructions, MissingImage, QueryImages, QueryVectors, ReferenceFusion, ReferencePairs,
-    ReferenceRule, encode_queries, encode_query, normalized_sum, reference_image_stand_ins,
+    Instructions, QueryImages, QueryVectors, encode_queries, encode_query, normalized_sum,
+};
+pub use reference::{
+    MissingImage, ReferenceFusion, ReferencePairs, ReferenceRule, reference_image_stand_ins,
     reference_pair_stand_ins, reference_pairs, reference_rule, reference_rules_in_force,
     reference_white_corpus,
 };
