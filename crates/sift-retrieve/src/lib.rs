@@ -40,6 +40,7 @@ mod candidates;
 mod error;
 mod evaluate;
 pub mod fusion;
+mod merge;
 mod models;
 mod pairs;
 mod query;
@@ -53,6 +54,7 @@ pub use evaluate::{
     EvalConfig, EvalReport, JobReport, RUN_TAG, RulesInForce, RunOutput, TABLE_COLUMNS, count_jobs,
     evaluate, evaluate_quietly, run_file_name,
 };
+pub use merge::{DomainPart, search_domains};
 pub use models::{ImageSide, ModelSet, PassageSide, Sides, safe_name, slug};
 pub use pairs::{
     PairVectors, embeds_pairs, loadable_images, passage_texts, reference_pair_vectors,
@@ -66,7 +68,7 @@ pub use reference::{
     reference_white_corpus,
 };
 pub use searcher::{
-    AUTO_EXACT_MAX, Ann, Candidates, DomainPart, DomainSearcher, PairStandIns, PairTable, Query,
-    SearchSettings, fuse, search_domains,
+    AUTO_EXACT_MAX, Ann, Candidates, DomainSearcher, PairStandIns, PairTable, Query,
+    SearchSettings, fuse,
 };
 pub use spec::{RRF_K, RankFusion, RetrieverSpec};
