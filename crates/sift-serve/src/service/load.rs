@@ -1,0 +1,233 @@
+//! Loading a service: the index, its models, each domain's searchers and pairs, and the
+//! corpus's texts and images.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use sift_core::Corpus;
+use sift_eval::{Links, PairLink};
+use sift_index::IndexDir;
+use sift_retrieve::{
+    DomainSearcher, ModelSet, PairCandidates, PairLinking, RetrieverSpec, SearchSettings,
+};
+
+use crate::error::Error;
+
+use super::*;
+
+impl Service {
+    /// Opens the index, loads the models of every retriever, and reads the corpus (passage
+    /// texts into memory; images into memory from parquet, or listed from folders).
+    pub fn load(config: &ServeConfig) -> Result<Service, Error> {
+        let index = IndexDir::open(&config.index)?;
+        let manifest = index.manifest();
+        let bm25 = config.bm25.unwrap_or(manifest.bm25);
+        bm25.validate()?;
+        let specs: Vec<RetrieverSpec> = if config.retrievers.is_empty() {
+            std::iter::once(Ok(RetrieverSpec::Bm25))
+                .chain(
+                    manifest
+                        .dense
+                        .keys()
+                        .map(|slug| Ok(RetrieverSpec::Dense(slug.clone()))),
+                )
+                .collect::<Result<_, Error>>()?
+        } else {
+            config
+                .retrievers
+                .iter()
+                .map(|s| s.parse().map_err(Error::from))
+                .collect::<Result<_, Error>>()?
+        };
+        let mut models = ModelSet::new();
+        for spec in &specs {
+            models.load_for(&index, spec, &config.model_options, None)?;
+        }
+        let mut model_ids: Vec<String> = specs
+            .iter()
+            .flat_map(|s| s.dense_names())
+            .map(str::to_string)
+            .collect();
+        model_ids.sort();
+        model_ids.dedup();
+        let retrievers: Vec<Served> = specs
+            .into_iter()
+            .map(|spec| Served {
+                name: spec.to_string(),
+                ranks_images: models.ranks_images(&spec),
+                takes_images: models.sees_images(&spec),
+                spec,
+            })
+            .collect();
+        let names: Vec<String> = if config.domains.is_empty() {
+            manifest.domains.keys().cloned().collect()
+        } else {
+            for d in &config.domains {
+                if !manifest.domains.contains_key(d) {
+                    return Err(Error::Config(format!(
+                        "domain {d:?} is not in the index (it has {})",
+                        manifest
+                            .domains
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
+            config.domains.clone()
+        };
+        let corpus = match &config.corpus {
+            Some(dir) => Some(Corpus::open(dir)?),
+            None => None,
+        };
+        let any_images = retrievers.iter().any(|r| r.ranks_images);
+        let kb = manifest.layout == Some(sift_core::Layout::Kb);
+        let mut domains = Vec::new();
+        for name in names {
+            // the corpus must be the one indexed: its texts are what the hits return
+            if let Some(c) = &corpus {
+                index.check_domain(&name, Some(c))?;
+            }
+            let searchers = retrievers
+                .iter()
+                .map(|r| {
+                    DomainSearcher::open(&index, &name, &r.spec, &models, r.ranks_images)
+                        .map_err(Error::from)
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            let passage_ids = searchers[0].passage_ids().to_vec();
+            let corpus = match &corpus {
+                Some(c) => Some(read_domain(c, &name, &passage_ids)?),
+                None => None,
+            };
+            // Task 4's pairs: the corpus's own links (MM-BRIGHT's base keys, a knowledge
+            // base's rows), else base keys over the images the first retriever that ranks
+            // images indexed (a knowledge base without its file: text-only pairs)
+            let pairs = match (&corpus, any_images) {
+                (_, false) => None,
+                (Some(c), true) => Some(PairCandidates::from_links(
+                    &name,
+                    c.image_ids.clone(),
+                    &c.links,
+                )),
+                (None, true) => {
+                    let (r, s) = retrievers
+                        .iter()
+                        .zip(&searchers)
+                        .find(|(r, _)| r.ranks_images)
+                        .expect("a retriever ranks images");
+                    let linking = PairLinking {
+                        link: PairLink::Regex,
+                        loadable_only: false,
+                        knowledge_base: kb,
+                    };
+                    let mut w = sift_core::Warnings::new();
+                    Some(PairCandidates::link(s, &r.spec, None, linking, &mut w)?)
+                }
+            };
+            let tables = retrievers
+                .iter()
+                .zip(&searchers)
+                .map(|(r, s)| match (&pairs, r.ranks_images) {
+                    (Some(p), true) => p.table(s).map(Some).map_err(Error::from),
+                    _ => Ok(None),
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            domains.push(Domain {
+                name,
+                scratch: searchers.iter().map(|_| Mutex::new(Vec::new())).collect(),
+                searchers,
+                pairs,
+                tables,
+                corpus,
+            });
+        }
+        let index_name = config
+            .index
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| config.index.display().to_string());
+        Ok(Service {
+            index_name,
+            created: manifest.created_unix,
+            domains,
+            retrievers,
+            models,
+            model_ids,
+            settings: SearchSettings {
+                bm25,
+                ..config.settings.clone()
+            },
+            limits: config.limits,
+            has_corpus: corpus.is_some(),
+            _index: index,
+        })
+    }
+}
+
+/// Reads one domain of the corpus: the texts of the index's passages (a passage the
+/// corpus lacks is an error: the index was built from another corpus) and its images.
+pub(super) fn read_domain(
+    corpus: &Corpus,
+    domain: &str,
+    passage_ids: &[String],
+) -> Result<DomainCorpus, Error> {
+    let ord: HashMap<&str, usize> = passage_ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), i))
+        .collect();
+    let mut texts: Vec<Option<String>> = vec![None; passage_ids.len()];
+    for p in corpus.passages(domain)? {
+        let p = p?;
+        if let Some(&i) = ord.get(p.id.as_str()) {
+            texts[i] = Some(p.text);
+        }
+    }
+    let missing = texts.iter().filter(|t| t.is_none()).count();
+    if missing > 0 {
+        let first = texts
+            .iter()
+            .position(Option::is_none)
+            .expect("one is missing");
+        return Err(Error::CorpusMismatch {
+            path: corpus.root().to_path_buf(),
+            message: format!(
+                "domain {domain}: {missing} indexed passages are not in the corpus (the first: \
+                 {:?}); give the corpus the index was built from",
+                passage_ids[first]
+            ),
+        });
+    }
+    let mut image_ids = Vec::new();
+    let mut images = Vec::new();
+    for r in corpus.images(domain)? {
+        let r = r?;
+        let from_parquet = r.file.extension().is_some_and(|e| e == "parquet");
+        images.push(if from_parquet {
+            ImageSource::Bytes(Arc::from(r.bytes))
+        } else {
+            ImageSource::File(r.file)
+        });
+        image_ids.push(r.path);
+    }
+    let links = Links::for_corpus(
+        corpus,
+        PairLink::Regex,
+        domain,
+        passage_ids,
+        &image_ids,
+        &[],
+    )?;
+    Ok(DomainCorpus {
+        texts: texts.into_iter().map(Option::unwrap_or_default).collect(),
+        image_ord: image_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i as u32))
+            .collect(),
+        image_ids,
+        images,
+        links,
+    })
+}
