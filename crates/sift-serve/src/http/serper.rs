@@ -1,0 +1,241 @@
+//! Serper's API (POST and GET, batches, paging) and SerpAPI's engines on `GET /search`.
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+
+use crate::api::{SerperLens, SerperNewsResponse, SerperQuery, SerperVideosResponse};
+use crate::error::ApiError;
+use crate::shapes::{self};
+
+use super::*;
+
+/// A Serper body: one query, or a JSON array of them (Serper's batch form, answered with an
+/// array of answers).
+pub(super) enum Batch<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Batch<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = json_bytes(req, state).await?;
+        // parsed once: as a list when the JSON starts with `[`
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            parse_json::<Vec<T>>(&bytes).map(Batch::Many)
+        } else {
+            parse_json::<T>(&bytes).map(Batch::One)
+        }
+    }
+}
+
+/// A GET's query string as the JSON object of a Serper body (every value a string).
+pub(super) fn serper_params<T: DeserializeOwned>(query: Option<&str>) -> Result<T, ApiError> {
+    let map: serde_json::Map<String, serde_json::Value> = query_pairs(query)
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    parse_json(serde_json::Value::Object(map).to_string().as_bytes())
+}
+
+/// Answers each query of a batch with `f` (a failing one fails the batch).
+pub(super) async fn batch<T, R>(
+    s: Arc<Shared>,
+    headers: &HeaderMap,
+    body: Batch<T>,
+    f: fn(&crate::service::Service, &T, &str) -> Result<R, ApiError>,
+) -> Result<Response, ApiError>
+where
+    T: Send + 'static,
+    R: serde::Serialize + Send + 'static,
+{
+    let base = base_url(headers);
+    match body {
+        Batch::One(q) => s
+            .run(move |svc| f(svc, &q, &base))
+            .await
+            .map(|r| Json(r).into_response()),
+        Batch::Many(qs) => {
+            if qs.len() > 100 {
+                return Err(ApiError::invalid(
+                    "body",
+                    format!("{} queries in one batch: at most 100", qs.len()),
+                ));
+            }
+            s.run(move |svc| {
+                qs.iter()
+                    .enumerate()
+                    .map(|(i, q)| {
+                        f(svc, q, &base).map_err(|mut e| {
+                            e.field = Some(match e.field {
+                                Some(f) => format!("[{i}].{f}"),
+                                None => format!("[{i}]"),
+                            });
+                            e
+                        })
+                    })
+                    .collect::<Result<Vec<R>, ApiError>>()
+            })
+            .await
+            .map(|r| Json(r).into_response())
+        }
+    }
+}
+
+pub(super) async fn serper_search(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Batch<SerperQuery>,
+) -> Result<Response, ApiError> {
+    batch(s, &headers, body, shapes::serper_search).await
+}
+
+/// `GET /search`: SerpAPI's when it names an `engine`, else Serper's (smolagents'
+/// `GoogleSearchTool(provider="serper")` sends `?q=&api_key=`).
+pub(super) async fn search_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Response {
+    let query = req.uri().query().map(str::to_string);
+    if query_pairs(query.as_deref())
+        .iter()
+        .any(|(k, _)| k == "engine")
+    {
+        return serpapi_answer(s, &headers, query).await;
+    }
+    let result: Result<Response, ApiError> = async {
+        let q: SerperQuery = serper_params(query.as_deref())?;
+        batch(s, &headers, Batch::One(q), shapes::serper_search).await
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `GET /search.json`: SerpAPI (`engine` defaults to `google`).
+pub(super) async fn serpapi_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Response {
+    let query = req.uri().query().map(str::to_string);
+    serpapi_answer(s, &headers, query).await
+}
+
+pub(super) async fn serpapi_answer(
+    s: Arc<Shared>,
+    headers: &HeaderMap,
+    query: Option<String>,
+) -> Response {
+    let base = base_url(headers);
+    let params: std::collections::BTreeMap<String, String> =
+        query_pairs(query.as_deref()).into_iter().collect();
+    let raw = query.unwrap_or_default();
+    let result = s
+        .run(move |svc| Ok(shapes::serpapi(svc, &params, &base, &raw)))
+        .await
+        .unwrap_or_else(|e| Err(e.into()));
+    match result {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => (
+            StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
+            Json(serde_json::json!({ "error": e.message })),
+        )
+            .into_response(),
+    }
+}
+
+pub(super) async fn serper_images(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Batch<SerperQuery>,
+) -> Result<Response, ApiError> {
+    batch(s, &headers, body, shapes::serper_images).await
+}
+
+pub(super) async fn serper_images_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let q: SerperQuery = serper_params(req.uri().query())?;
+    batch(s, &headers, Batch::One(q), shapes::serper_images).await
+}
+
+pub(super) async fn serper_lens(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Batch<SerperLens>,
+) -> Result<Response, ApiError> {
+    batch(s, &headers, body, shapes::serper_lens).await
+}
+
+pub(super) async fn serper_lens_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let q: SerperLens = serper_params(req.uri().query())?;
+    batch(s, &headers, Batch::One(q), shapes::serper_lens).await
+}
+
+pub(super) fn videos(
+    _: &crate::service::Service,
+    q: &SerperQuery,
+    _: &str,
+) -> Result<SerperVideosResponse, ApiError> {
+    Ok(SerperVideosResponse {
+        search_parameters: shapes::serper_nothing(q, "videos")?,
+        videos: Vec::new(),
+    })
+}
+
+pub(super) fn news(
+    _: &crate::service::Service,
+    q: &SerperQuery,
+    _: &str,
+) -> Result<SerperNewsResponse, ApiError> {
+    Ok(SerperNewsResponse {
+        search_parameters: shapes::serper_nothing(q, "news")?,
+        news: Vec::new(),
+    })
+}
+
+pub(super) async fn serper_videos(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Batch<SerperQuery>,
+) -> Result<Response, ApiError> {
+    batch(s, &headers, body, videos).await
+}
+
+pub(super) async fn serper_videos_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let q: SerperQuery = serper_params(req.uri().query())?;
+    batch(s, &headers, Batch::One(q), videos).await
+}
+
+pub(super) async fn serper_news(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Batch<SerperQuery>,
+) -> Result<Response, ApiError> {
+    batch(s, &headers, body, news).await
+}
+
+pub(super) async fn serper_news_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let q: SerperQuery = serper_params(req.uri().query())?;
+    batch(s, &headers, Batch::One(q), news).await
+}
