@@ -32,9 +32,10 @@ enum Command {
     Search(cmd::search::Args),
     /// Evaluate a retriever on a task, or score an existing TREC run against qrels.
     Eval(cmd::eval::Args),
-    /// Benchmarks: HNSW recall/QPS against exact search.
+    /// Benchmarks: HNSW against exact search, embedding throughput, index build rates.
     Bench(cmd::bench::Args),
-    /// Embed texts with a text model and write the vectors (JSONL or .npy).
+    /// Embed texts, or images with a vision-language model, and write the vectors (JSONL or
+    /// .npy).
     Embed(cmd::embed::Args),
     /// List, inspect and download embedding models.
     Models(cmd::models::Args),

@@ -120,9 +120,11 @@ pub enum Precision {
     /// 32-bit floats (the CPU default).
     #[default]
     F32,
-    /// 16-bit floats (GPUs).
+    /// 16-bit floats (GPUs, through candle's generic operations).
     F16,
-    /// bfloat16 (GPUs).
+    /// bfloat16: on GPUs through candle's generic operations; on the CPU, decoders (and GME's
+    /// language model) keep bfloat16 weights packed for the processor's bfloat16 dot
+    /// products, other models run candle's generic operations.
     Bf16,
 }
 

@@ -23,9 +23,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The families ([`models`]): BERT-family sentence encoders ([`TextEmbedder`]: pooling from
-//! sentence-transformers' `1_Pooling/config.json` or the [`registry`], prefixes, truncation),
-//! CLIP and SigLIP ([`VisionEmbedder`]), and GME ([`GmeEmbedder`], over Qwen2-VL). Images are
+//! The families ([`models`], [`Family`]): BERT-family sentence encoders ([`TextEmbedder`]:
+//! pooling from sentence-transformers' `1_Pooling/config.json` or the [`registry`], prefixes,
+//! truncation), CLIP and SigLIP ([`VisionEmbedder`]; BGE-VL is a CLIP checkpoint), GME
+//! ([`GmeEmbedder`], over Qwen2-VL), decoder LLM embedders ([`DecoderEmbedder`]: Mistral,
+//! Qwen2, Qwen3, Llama), Nomic Embed v1.5 text and vision ([`NomicEmbedder`]) and
+//! Jina-CLIP v1 and v2 ([`JinaClipEmbedder`]). Images are
 //! decoded and preprocessed exactly as transformers' processors do ([`image`](mod@image)); [`bench`](mod@bench)
 //! measures throughput.
 #![warn(missing_docs)]

@@ -29,12 +29,13 @@ pub enum Task {
 
 /// What a task ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum CandidateKind {
-    /// The domain's passages.
+    /// The domain's passages
     Passages,
-    /// The domain's corpus images.
+    /// The domain's corpus images
     Images,
-    /// Passage+image pairs ([`Pairs`]).
+    /// Passage+image pairs (Task 4)
     Pairs,
 }
 

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use sift_core::Warnings;
-use sift_eval::{NO_IMAGE, PAIR_SEP};
+use sift_eval::{CandidateKind, NO_IMAGE, PAIR_SEP};
 use sift_index::IndexDir;
 use sift_retrieve::{
     Ann, Candidates, DomainSearcher, ModelSet, PairCandidates, PairLinking, Query, QueryImages,
@@ -38,7 +38,7 @@ pub struct Args {
     retriever: String,
     /// What to rank: passages, corpus images, or passage+image pairs (Task 4).
     #[arg(long, value_enum, default_value = "passages")]
-    candidates: CandidateArg,
+    candidates: CandidateKind,
     /// Domain to search (required when the index has several).
     #[arg(long)]
     domain: Option<String>,
@@ -84,13 +84,6 @@ pub struct Args {
     json: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum CandidateArg {
-    Passages,
-    Images,
-    Pairs,
-}
-
 pub fn run(a: Args) -> Result<()> {
     let index = IndexDir::open(&a.index)?;
     let m = index.manifest();
@@ -119,10 +112,10 @@ pub fn run(a: Args) -> Result<()> {
     if !a.image.is_empty() && !models.sees_images(&retriever) {
         bail!("--image needs a retriever with a model that embeds images ({retriever} has none)");
     }
-    if a.candidates == CandidateArg::Images && !models.ranks_images(&retriever) {
+    if a.candidates == CandidateKind::Images && !models.ranks_images(&retriever) {
         bail!("{retriever} cannot rank images: every part must be a model that embeds images");
     }
-    let needs_images = a.candidates != CandidateArg::Passages;
+    let needs_images = a.candidates != CandidateKind::Passages;
     let searcher = DomainSearcher::open(&index, &domain, &retriever, &models, needs_images)
         .with_context(|| format!("opening domain {domain}"))?;
 
@@ -139,9 +132,9 @@ pub fn run(a: Args) -> Result<()> {
     let text = a.query.clone().unwrap_or_default();
     let mut warnings = Warnings::new();
     let task = match a.candidates {
-        CandidateArg::Passages => sift_eval::Task::MultimodalPassages,
-        CandidateArg::Images => sift_eval::Task::Images,
-        CandidateArg::Pairs => sift_eval::Task::Pairs,
+        CandidateKind::Passages => sift_eval::Task::MultimodalPassages,
+        CandidateKind::Images => sift_eval::Task::Images,
+        CandidateKind::Pairs => sift_eval::Task::Pairs,
     };
     // the reference's rule applies to queries without images too (a white image for CLIP)
     let fuse = !a.image.is_empty() || a.query_fusion == QueryImages::Reference;
@@ -165,25 +158,25 @@ pub fn run(a: Args) -> Result<()> {
     let corpus = a
         .corpus
         .as_deref()
-        .filter(|_| a.candidates == CandidateArg::Pairs)
+        .filter(|_| a.candidates == CandidateKind::Pairs)
         .map(|dir| a.corpus_flags.open(dir))
         .transpose()?;
     let is_kb_corpus = corpus
         .as_ref()
         .is_some_and(|c| c.layout() == sift_core::Layout::Kb);
     match (a.candidates, &corpus, a.pair_link) {
-        (CandidateArg::Pairs, None, _) if kb_index => bail!(
+        (CandidateKind::Pairs, None, _) if kb_index => bail!(
             "the pairs of a knowledge base link each row's passage to its image: give --corpus \
              (the knowledge-base file)"
         ),
-        (CandidateArg::Pairs, Some(_), sift_eval::PairLink::SourceId) if is_kb_corpus => bail!(
+        (CandidateKind::Pairs, Some(_), sift_eval::PairLink::SourceId) if is_kb_corpus => bail!(
             "--pair-link source-id reads image annotations, which a knowledge base has none \
              of: its rows link each passage to its image"
         ),
-        (CandidateArg::Pairs, None, sift_eval::PairLink::SourceId) => {
+        (CandidateKind::Pairs, None, sift_eval::PairLink::SourceId) => {
             bail!("--pair-link source-id reads the image annotations: give --corpus")
         }
-        (CandidateArg::Pairs, None, _)
+        (CandidateKind::Pairs, None, _)
             if !retriever
                 .dense_names()
                 .iter()
@@ -203,7 +196,7 @@ pub fn run(a: Args) -> Result<()> {
             .iter()
             .any(|n| models.get(n).is_some_and(|m| m.profile().is_reference()));
     let reference_fusion = a.query_fusion == QueryImages::Reference;
-    let pairs = if a.candidates == CandidateArg::Pairs {
+    let pairs = if a.candidates == CandidateKind::Pairs {
         let mut w = Warnings::new();
         let linking = PairLinking {
             link: a.pair_link,
@@ -230,16 +223,16 @@ pub fn run(a: Args) -> Result<()> {
         PairCandidates::default()
     };
     // the reference's white image for every corpus image (Nomic, Jina-CLIP in Task 3)
-    let uniform = if a.candidates == CandidateArg::Images && reference_fusion {
+    let uniform = if a.candidates == CandidateKind::Images && reference_fusion {
         sift_retrieve::reference_image_stand_ins(&models, &retriever)?
     } else {
         sift_retrieve::PairStandIns::new()
     };
     let candidates = match a.candidates {
-        CandidateArg::Passages => Candidates::Passages,
-        CandidateArg::Images if uniform.is_empty() => Candidates::Images,
-        CandidateArg::Images => Candidates::UniformImages { vectors: &uniform },
-        CandidateArg::Pairs => pairs.candidates(reference_fusion),
+        CandidateKind::Passages => Candidates::Passages,
+        CandidateKind::Images if uniform.is_empty() => Candidates::Images,
+        CandidateKind::Images => Candidates::UniformImages { vectors: &uniform },
+        CandidateKind::Pairs => pairs.candidates(reference_fusion),
     };
     let settings = SearchSettings {
         bm25: params,
@@ -273,7 +266,7 @@ pub fn run(a: Args) -> Result<()> {
             .enumerate()
             .map(|(i, h)| {
                 let mut hit = serde_json::json!({"rank": i + 1, "id": h.doc, "score": h.score});
-                if a.candidates == CandidateArg::Pairs {
+                if a.candidates == CandidateKind::Pairs {
                     let (p, img) = split(&h.doc);
                     hit["passage"] = p.into();
                     hit["image"] = img.into();
@@ -299,7 +292,7 @@ pub fn run(a: Args) -> Result<()> {
         }
         for (i, h) in hits.iter().enumerate() {
             match a.candidates {
-                CandidateArg::Pairs => {
+                CandidateKind::Pairs => {
                     let (p, img) = split(&h.doc);
                     println!(
                         "{:>4}  {:>9.4}  {p}  {}",
