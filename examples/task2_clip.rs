@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let clip = Embedder::load(&model, &EmbedderOptions::default())?;
     let tmp = tempfile::tempdir()?;
     // passages with the text tower, the domains' corpus images with the image tower
-    let sides = Sides::new(&clip, false);
+    let sides = Sides::new(&clip, sift_retrieve::Indexed::PassagesAndImages);
     let index = IndexDir::build(
         tmp.path().join("index"),
         &corpus,

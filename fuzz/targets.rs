@@ -273,7 +273,8 @@ fn shared() -> &'static std::sync::Arc<sift_serve::Shared> {
             let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
             let spec = clip.display().to_string();
             let model = sift_embed::Embedder::load(&spec, &Default::default()).unwrap();
-            let sides = sift_retrieve::Sides::new(&model, false);
+            let sides =
+                sift_retrieve::Sides::new(&model, sift_retrieve::Indexed::PassagesAndImages);
             let dense = [sides.dense_build(sift_retrieve::slug(&model), spec)];
             let options = sift_index::BuildOptions {
                 threads: 1,

@@ -31,6 +31,17 @@ impl Bm25Flags {
     }
 }
 
+/// How dense indexes are searched.
+#[derive(Args, Debug, Clone)]
+pub struct SearchFlags {
+    /// Dense search: exact, hnsw, or auto (exact up to 20,000 vectors, HNSW above).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub ann: sift_retrieve::Ann,
+    /// HNSW candidate list size at query time (`sift serve`: 1 to 100000).
+    #[arg(long, default_value_t = 128, value_parser = crate::options::positive)]
+    pub ef_search: usize,
+}
+
 /// Analyzer flags; at search time they are only checked against the index.
 #[derive(Args, Debug, Clone, Default)]
 pub struct AnalyzerFlags {
@@ -178,7 +189,7 @@ pub fn threads(s: &str) -> Result<usize, String> {
     }
 }
 
-/// Parses a count that must be at least 1 (`--top-k`, `--ef-search`, ...).
+/// Parses a count that must be at least 1 (`--top-k`, `--batch-size`, ...).
 pub fn positive(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),

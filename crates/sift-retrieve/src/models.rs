@@ -106,13 +106,22 @@ pub struct Sides<'a> {
     images: Option<ImageSide<'a>>,
 }
 
+/// What a dense index holds of a model that embeds images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Indexed {
+    /// Passage vectors only.
+    Passages,
+    /// Passage vectors, and corpus image vectors when the model embeds images.
+    PassagesAndImages,
+}
+
 impl<'a> Sides<'a> {
-    /// Passage and (unless `text_only`, and when the model has one) image side of
-    /// `embedder`.
-    pub fn new(embedder: &'a Embedder, text_only: bool) -> Sides<'a> {
+    /// The passage side of `embedder` and, when `indexed` asks for it and the model has one,
+    /// its image side.
+    pub fn new(embedder: &'a Embedder, indexed: Indexed) -> Sides<'a> {
         Sides {
             passages: PassageSide(embedder),
-            images: ImageSide::of(embedder).filter(|_| !text_only),
+            images: ImageSide::of(embedder).filter(|_| indexed == Indexed::PassagesAndImages),
         }
     }
 

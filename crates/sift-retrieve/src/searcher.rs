@@ -29,12 +29,12 @@ pub enum Ann {
 }
 
 impl Ann {
-    /// The [`SearchSettings::ann`] of this choice, with `ef_search` for HNSW.
-    pub fn mode(self, ef_search: usize) -> Option<AnnMode> {
+    /// How an index of `len` vectors is searched under this choice, HNSW with `ef_search`.
+    pub fn mode(self, len: usize, ef_search: usize) -> AnnMode {
         match self {
-            Ann::Auto => None,
-            Ann::Exact => Some(AnnMode::Exact),
-            Ann::Hnsw => Some(AnnMode::Hnsw(ef_search)),
+            Ann::Auto if len <= AUTO_EXACT_MAX => AnnMode::Exact,
+            Ann::Exact => AnnMode::Exact,
+            Ann::Auto | Ann::Hnsw => AnnMode::Hnsw(ef_search),
         }
     }
 }
@@ -46,9 +46,9 @@ pub struct SearchSettings {
     pub bm25: Bm25Params,
     /// Results per query (and per fused component).
     pub top_k: usize,
-    /// Exact or HNSW; `None`: exact up to [`AUTO_EXACT_MAX`] vectors, HNSW above.
-    pub ann: Option<AnnMode>,
-    /// ef_search for HNSW in automatic mode.
+    /// Exact or HNSW ([`Ann::mode`]).
+    pub ann: Ann,
+    /// The HNSW candidate list size.
     pub ef_search: usize,
 }
 
@@ -57,7 +57,7 @@ impl Default for SearchSettings {
         SearchSettings {
             bm25: Bm25Params::default(),
             top_k: 1000,
-            ann: None,
+            ann: Ann::Auto,
             ef_search: 128,
         }
     }
@@ -411,11 +411,7 @@ impl DomainSearcher {
     }
 
     fn dense_mode(&self, len: usize, settings: &SearchSettings) -> AnnMode {
-        settings.ann.unwrap_or(if len <= AUTO_EXACT_MAX {
-            AnnMode::Exact
-        } else {
-            AnnMode::Hnsw(settings.ef_search)
-        })
+        settings.ann.mode(len, settings.ef_search)
     }
 
     fn rank_passages(

@@ -77,7 +77,8 @@ fn compare(
             threads: 2,
             ..Default::default()
         },
-        &[Sides::new(&e, false).dense_build(slug(&e), dir.display().to_string())],
+        &[Sides::new(&e, sift_retrieve::Indexed::PassagesAndImages)
+            .dense_build(slug(&e), dir.display().to_string())],
         &NoProgress,
     )
     .unwrap();

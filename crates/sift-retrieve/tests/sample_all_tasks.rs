@@ -19,7 +19,7 @@ fn all_four_tasks_with_bm25_and_clip() {
     let clip_dir = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
     let clip = Embedder::load(clip_dir.to_str().unwrap(), &EmbedderOptions::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let sides = Sides::new(&clip, false);
+    let sides = Sides::new(&clip, sift_retrieve::Indexed::PassagesAndImages);
     let index = IndexDir::build(
         tmp.path().join("index"),
         &corpus,
@@ -105,7 +105,8 @@ fn reference_task4_pairs_are_embedded_as_the_reference_code_embeds_them() {
             threads: 2,
             ..Default::default()
         },
-        &[Sides::new(&jina, false).dense_build(slug(&jina), dir.display().to_string())],
+        &[Sides::new(&jina, sift_retrieve::Indexed::PassagesAndImages)
+            .dense_build(slug(&jina), dir.display().to_string())],
         &NoProgress,
     )
     .unwrap();
@@ -192,7 +193,8 @@ fn reference_task4_pairs_are_embedded_as_the_reference_code_embeds_them() {
         &corpus,
         &corpus.domains().unwrap(),
         &BuildOptions::default(),
-        &[Sides::new(&clip, false).dense_build(slug(&clip), clip_dir.display().to_string())],
+        &[Sides::new(&clip, sift_retrieve::Indexed::PassagesAndImages)
+            .dense_build(slug(&clip), clip_dir.display().to_string())],
         &NoProgress,
     )
     .unwrap();
@@ -328,7 +330,8 @@ fn index_with(
             threads: 2,
             ..Default::default()
         },
-        &[Sides::new(&e, false).dense_build(slug(&e), path.display().to_string())],
+        &[Sides::new(&e, sift_retrieve::Indexed::PassagesAndImages)
+            .dense_build(slug(&e), path.display().to_string())],
         &NoProgress,
     )
     .unwrap();

@@ -39,7 +39,7 @@ fn several_domains_search_as_their_union_does() {
     let tmp = tempfile::tempdir().unwrap();
     let mut names: Vec<String> = DOMAINS.iter().map(|d| d.to_string()).collect();
     names.push("all".into());
-    let sides = Sides::new(&clip, true);
+    let sides = Sides::new(&clip, sift_retrieve::Indexed::Passages);
     let index = IndexDir::build(
         tmp.path().join("index"),
         &source,

@@ -9,7 +9,7 @@ use sift_eval::{
 };
 use sift_index::IndexDir;
 use sift_retrieve::{
-    Ann, EvalConfig, Instructions, ModelSet, QueryImages, RetrieverSpec, RunOutput, SearchSettings,
+    EvalConfig, Instructions, ModelSet, QueryImages, RetrieverSpec, RunOutput, SearchSettings,
     TABLE_COLUMNS,
 };
 
@@ -72,12 +72,8 @@ pub struct Args {
     /// (runs/) and each task's qrels and exclusions (qrels/) into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Dense search: exact, hnsw, or auto (exact up to 20,000 passages, HNSW above).
-    #[arg(long, value_enum, default_value = "auto")]
-    ann: Ann,
-    /// HNSW candidate list size at query time.
-    #[arg(long, default_value_t = 128, value_parser = crate::options::positive)]
-    ef_search: usize,
+    #[command(flatten)]
+    search: crate::options::SearchFlags,
     /// Load dense models from here instead of the location recorded in the index.
     #[arg(long)]
     model: Option<String>,
@@ -294,8 +290,8 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         settings: SearchSettings {
             bm25: params,
             top_k: a.top_k,
-            ann: a.ann.mode(a.ef_search),
-            ef_search: a.ef_search,
+            ann: a.search.ann,
+            ef_search: a.search.ef_search,
         },
         domains: (!wanted.is_empty()).then_some(wanted),
         split: a.split.clone(),

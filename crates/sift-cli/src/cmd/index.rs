@@ -91,7 +91,12 @@ pub fn run(a: Args) -> Result<()> {
         .iter()
         .map(|spec| a.model.load(spec))
         .collect::<Result<Vec<_>>>()?;
-    let sides: Vec<Sides> = models.iter().map(|m| Sides::new(m, a.no_images)).collect();
+    let indexed = if a.no_images {
+        sift_retrieve::Indexed::Passages
+    } else {
+        sift_retrieve::Indexed::PassagesAndImages
+    };
+    let sides: Vec<Sides> = models.iter().map(|m| Sides::new(m, indexed)).collect();
     let hnsw = HnswParams {
         m: a.hnsw_m,
         ef_construction: a.ef_construction,

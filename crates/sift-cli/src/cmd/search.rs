@@ -5,7 +5,7 @@ use sift_core::Warnings;
 use sift_eval::{CandidateKind, NO_IMAGE, PAIR_SEP};
 use sift_index::IndexDir;
 use sift_retrieve::{
-    Ann, Candidates, DomainSearcher, ModelSet, PairCandidates, PairLinking, Query, QueryImages,
+    Candidates, DomainSearcher, ModelSet, PairCandidates, PairLinking, Query, QueryImages,
     RetrieverSpec, SearchSettings,
 };
 
@@ -62,12 +62,8 @@ pub struct Args {
     /// code) or source-id (the annotations' source_passage_id; needs --corpus).
     #[arg(long, value_enum, default_value = "regex")]
     pair_link: sift_eval::PairLink,
-    /// Dense search: exact, hnsw, or auto (exact up to 20,000 vectors, HNSW above).
-    #[arg(long, value_enum, default_value = "auto")]
-    ann: Ann,
-    /// HNSW candidate list size.
-    #[arg(long, default_value_t = 128, value_parser = crate::options::positive)]
-    ef_search: usize,
+    #[command(flatten)]
+    search: crate::options::SearchFlags,
     /// Load dense models from here instead of the location recorded in the index.
     #[arg(long)]
     model: Option<String>,
@@ -237,8 +233,8 @@ pub fn run(a: Args) -> Result<()> {
     let settings = SearchSettings {
         bm25: params,
         top_k: a.top_k,
-        ann: a.ann.mode(a.ef_search),
-        ef_search: a.ef_search,
+        ann: a.search.ann,
+        ef_search: a.search.ef_search,
     };
     let hits = searcher.search(
         &retriever,

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use sift_retrieve::{Ann, SearchSettings};
+use sift_retrieve::SearchSettings;
 use sift_serve::{AccessLog, HttpOptions, Limits, ServeConfig, Service, Shared};
 
 use crate::models::ModelFlags;
@@ -99,12 +99,8 @@ pub struct Args {
     /// Characters of each result's text when a request does not say (0 to 100000000).
     #[arg(long, default_value_t = 1200)]
     text_chars: usize,
-    /// Dense search: exact, hnsw, or auto (exact up to 20,000 vectors, HNSW above).
-    #[arg(long, value_enum, default_value = "auto")]
-    ann: Ann,
-    /// HNSW candidate list size (1 to 100000).
-    #[arg(long, default_value_t = 128, value_parser = crate::options::positive)]
-    ef_search: usize,
+    #[command(flatten)]
+    search: crate::options::SearchFlags,
     #[command(flatten)]
     model_flags: ModelFlags,
     #[command(flatten)]
@@ -155,7 +151,7 @@ fn http_options(a: &Args) -> Result<HttpOptions> {
     within("--max-images", a.max_images, 1, 1024)?;
     within("--max-top-k", a.max_top_k, 1, 1_000_000)?;
     within("--text-chars", a.text_chars, 0, 100_000_000)?;
-    within("--ef-search", a.ef_search, 1, 100_000)?;
+    within("--ef-search", a.search.ef_search, 1, 100_000)?;
     let mut options = HttpOptions {
         timeout: seconds("--timeout", a.timeout, 0.001, 86_400.0)?,
         header_timeout: seconds("--header-timeout", a.header_timeout, 0.001, 3_600.0)?,
@@ -192,8 +188,8 @@ pub fn run(a: Args) -> Result<()> {
         model_options: a.model_flags.options()?,
         bm25: Some(a.bm25.apply(base_bm25)),
         settings: SearchSettings {
-            ann: a.ann.mode(a.ef_search),
-            ef_search: a.ef_search,
+            ann: a.search.ann,
+            ef_search: a.search.ef_search,
             ..SearchSettings::default()
         },
         limits: Limits {

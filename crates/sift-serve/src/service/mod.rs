@@ -503,9 +503,6 @@ impl Service {
                 ));
             }
             settings.ef_search = ef;
-            if let Some(sift_index::AnnMode::Hnsw(_)) = settings.ann {
-                settings.ann = Some(sift_index::AnnMode::Hnsw(ef));
-            }
         }
         let mut scratches: Vec<Option<Scratch>> =
             targets.iter().map(|d| d.take_scratch(ri)).collect();
