@@ -113,6 +113,7 @@ fn read_only_indexes_can_be_searched() {
             "--json",
         ],
     ];
+    // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     for a in &args {
         let out = ok(a);
@@ -1689,6 +1690,7 @@ fn single_threaded_builds_are_reproducible() {
 /// Runs sift as the unprivileged user `nobody` (through `setpriv`), when the tests run as
 /// root; `None` otherwise (a non-root user cannot switch users).
 fn sift_as_nobody(args: &[&str]) -> Option<std::process::Output> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return None;
     }

@@ -457,12 +457,12 @@ unsafe fn rows_f32(
     let _ = level;
     #[cfg(target_arch = "x86_64")]
     match level {
-        // SAFETY: the caller's level is the processor's or below; the rest is forwarded.
         crate::Level::Avx512 => {
+            // SAFETY: the caller's level is the processor's or below; the rest is forwarded.
             return unsafe { rows_widen_avx512(x, xs, k0, block, dst, ld, r0, col0, cols) };
         }
-        // SAFETY: as above.
         crate::Level::Avx2 => {
+            // SAFETY: as above.
             return unsafe { rows_f32_avx2(x, xs, k0, block, dst, ld, r0, col0, cols) };
         }
         crate::Level::Baseline => {}

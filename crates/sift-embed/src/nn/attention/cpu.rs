@@ -29,6 +29,7 @@ struct OutPtr(*mut f32);
 // SAFETY: each task writes only its own (rows of a sequence) x (columns of a head) block,
 // and `check_segments` has made sure the sequences' rows do not overlap.
 unsafe impl Send for OutPtr {}
+// SAFETY: as for `Send`: tasks share the pointer, never the same element.
 unsafe impl Sync for OutPtr {}
 
 impl CustomOp1 for AttentionOp {
