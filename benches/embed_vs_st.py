@@ -39,11 +39,10 @@ import shlex
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # Shared with the BM25 driver: result parsing, running a command from the repo root, number format.
-from bm25_vs_bm25s import write_report, fmt, last_json_object, run_cmd  # noqa: E402
+from bm25_vs_bm25s import write_report, fmt, run_cmd  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "st_embed_peer.py")

@@ -394,7 +394,9 @@ def versions(sift: Path, java: str, jar: str) -> dict:
             pk[p] = m.version(p)
         except m.PackageNotFoundError:
             pk[p] = None
-    git = lambda *a: subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
     dirty = git("status", "--porcelain", "--", "crates", "Cargo.toml", "Cargo.lock")
     return {
         "sift": subprocess.run([str(sift), "--version"], capture_output=True, text=True).stdout.strip(),

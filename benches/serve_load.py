@@ -20,7 +20,6 @@ import base64
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -148,7 +147,9 @@ def main():
     reqs.append(("POST", "/v1/search", {"images": [{"data": base64.b64encode(sample_img).decode()}],
                                         "domain": "biology", "candidates": "images"}))
     req_file = work / "requests.tsv"
-    body = lambda b: json.dumps(b) if b != "" else ""
+    def body(b):
+        return json.dumps(b) if b != "" else ""
+
     req_file.write_text("".join(f"{m}\t{path}\t{body(b)}\n" for m, path, b in reqs))
     lua = work / "mix.lua"
     lua.write_text(LUA)

@@ -46,7 +46,6 @@ and exits non-zero on a mismatch. No network access is needed (nothing is downlo
 """
 
 import argparse
-import json
 import re
 import string
 import sys

@@ -15,7 +15,6 @@ failure.
         --bridge tests/clients/pyserini_bridge.py
 """
 import argparse
-import base64
 import json
 import re
 import subprocess

@@ -112,7 +112,7 @@ pub struct Query<'q> {
     /// The vectors of every dense index ([`crate::encode_queries`]).
     pub vectors: &'q QueryVectors,
     /// The collection statistics BM25 scores with (`None`: the searched domain's); several
-    /// domains' summed make their scores comparable ([`search_domains`] does this).
+    /// domains' summed make their scores comparable ([`crate::search_domains`] does this).
     pub bm25: Option<&'q Bm25Stats>,
 }
 

@@ -47,7 +47,8 @@ def main():
     ap.add_argument("--out", default="crates/sift-index/src/lucene/tables.rs")
     args = ap.parse_args()
     ucd = Ucd(args.ucd)
-    wb = lambda v: ucd.points(f"Word_Break/{v}")
+    def wb(v):
+        return ucd.points(f"Word_Break/{v}")
 
     sets = {
         # ExtFmtZwj: WB Format | Extend | ZWJ

@@ -32,7 +32,6 @@ timestamps); Anserini 1.7.1 (Lucene 9.9.1) and gensim 4.4.0 produced the committ
 import argparse
 import glob
 import gzip
-import io
 import json
 import os
 import shutil

@@ -35,7 +35,6 @@ import argparse
 import importlib
 import importlib.machinery
 import importlib.util
-import io
 import json
 import sys
 import tempfile
