@@ -354,6 +354,16 @@ pub fn count_jobs(config: &EvalConfig, models: &ModelSet) -> usize {
     plan_jobs(config, models).0.len()
 }
 
+/// One domain opened for every job: its searcher, corpus image ids, query images, and
+/// Task 4's pairs with their links.
+struct OpenDomain {
+    searcher: DomainSearcher,
+    images: Vec<String>,
+    query_images: HashMap<String, Vec<u8>>,
+    pairs: PairCandidates,
+    links: Links,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn evaluate_domain(
     corpus: &Corpus,
@@ -368,6 +378,39 @@ fn evaluate_domain(
     writers: &mut [Vec<RunWriter>],
     progress: &dyn Progress,
 ) -> Result<()> {
+    let mut d = open_domain(
+        corpus,
+        index,
+        models,
+        config,
+        domain,
+        combined,
+        needs_images,
+        multimodal,
+        out,
+    )?;
+    for &task in &config.tasks {
+        if out.jobs.iter().any(|j| j.task == task) {
+            evaluate_task(
+                corpus, models, config, domain, combined, task, &mut d, out, writers, progress,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn open_domain(
+    corpus: &Corpus,
+    index: &IndexDir,
+    models: &ModelSet,
+    config: &EvalConfig,
+    domain: &str,
+    combined: &RetrieverSpec,
+    needs_images: bool,
+    multimodal: bool,
+    out: &mut EvalReport,
+) -> Result<OpenDomain> {
     let searcher = DomainSearcher::open(index, domain, combined, models, needs_images)?;
     for name in searcher.empty_image_indexes() {
         out.notes.push(format!(
@@ -375,7 +418,6 @@ fn evaluate_domain(
              decodable): Task 3 has no candidates there and Task 4 ranks its passage-only pairs"
         ));
     }
-    let passages = searcher.passage_ids();
     let images: Vec<String> = if needs_images {
         corpus
             .image_paths(domain)?
@@ -423,146 +465,198 @@ fn evaluate_domain(
             &[],
         ),
     };
+    Ok(OpenDomain {
+        searcher,
+        images,
+        query_images,
+        pairs,
+        links,
+    })
+}
+
+/// Every job of `task` on one domain: the task's queries and judgements read once, each
+/// query-image mode's vectors encoded once, each job's run scored and written.
+#[allow(clippy::too_many_arguments)]
+fn evaluate_task(
+    corpus: &Corpus,
+    models: &ModelSet,
+    config: &EvalConfig,
+    domain: &str,
+    combined: &RetrieverSpec,
+    task: Task,
+    d: &mut OpenDomain,
+    out: &mut EvalReport,
+    writers: &mut [Vec<RunWriter>],
+    progress: &dyn Progress,
+) -> Result<()> {
+    let task_images = if task == Task::Pairs {
+        &d.pairs.images
+    } else {
+        &d.images
+    };
+    let mut data = task.data(
+        corpus,
+        domain,
+        &config.split,
+        d.searcher.passage_ids(),
+        task_images,
+        &d.links,
+        config.protocol,
+    )?;
+    match task.candidates() {
+        CandidateKind::Passages => {
+            let known = |id: &str| d.searcher.passage_ord(id).is_some();
+            check_qrels_ids(&data.qrels, known, corpus.root(), &mut data.warnings);
+            check_exclusions(
+                &data.exclusions,
+                &data.qrels,
+                known,
+                corpus.root(),
+                &mut data.warnings,
+            );
+        }
+        CandidateKind::Images => {
+            let known: HashSet<&str> = d.images.iter().map(String::as_str).collect();
+            check_qrels_ids(
+                &data.qrels,
+                |id| known.contains(id),
+                corpus.root(),
+                &mut data.warnings,
+            )
+        }
+        CandidateKind::Pairs => {}
+    }
     let source = corpus.root().join("examples_images");
-    for &task in &config.tasks {
-        if !out.jobs.iter().any(|j| j.task == task) {
-            continue;
-        }
-        let task_images = if task == Task::Pairs {
-            &pairs.images
+    let mut vectors: BTreeMap<Option<QueryImages>, QueryVectors> = BTreeMap::new();
+    for (job, writers) in out
+        .jobs
+        .iter_mut()
+        .zip(writers.iter_mut())
+        .filter(|(j, _)| j.task == task)
+    {
+        let mode = if task.has_query_images() {
+            job.query_images
         } else {
-            &images
+            None
         };
-        let mut data = task.data(
-            corpus,
-            domain,
-            &config.split,
-            passages,
-            task_images,
-            &links,
-            config.protocol,
-        )?;
-        match task.candidates() {
-            CandidateKind::Passages => {
-                let known = |id: &str| searcher.passage_ord(id).is_some();
-                check_qrels_ids(&data.qrels, known, corpus.root(), &mut data.warnings);
-                check_exclusions(
-                    &data.exclusions,
-                    &data.qrels,
-                    known,
-                    corpus.root(),
-                    &mut data.warnings,
-                );
-            }
-            CandidateKind::Images => {
-                let known: HashSet<&str> = images.iter().map(String::as_str).collect();
-                check_qrels_ids(
-                    &data.qrels,
-                    |id| known.contains(id),
-                    corpus.root(),
-                    &mut data.warnings,
-                )
-            }
-            CandidateKind::Pairs => {}
-        }
-        let exclusions = |qid: &str| -> Vec<String> {
-            data.exclusions
-                .get(qid)
-                .map(|x| x.iter().cloned().collect())
-                .unwrap_or_default()
-        };
-        let mut vectors: BTreeMap<Option<QueryImages>, QueryVectors> = BTreeMap::new();
-        for (job, writers) in out
-            .jobs
-            .iter_mut()
-            .zip(writers.iter_mut())
-            .filter(|(j, _)| j.task == task)
-        {
-            let mode = if task.has_query_images() {
-                job.query_images
-            } else {
-                None
-            };
-            if let std::collections::btree_map::Entry::Vacant(slot) = vectors.entry(mode) {
-                slot.insert(encode_queries(
-                    models,
-                    combined,
-                    task,
-                    &data.queries,
-                    mode,
-                    &query_images,
-                    &config.instructions,
-                    domain,
-                    &mut data.warnings,
-                    &source,
-                )?);
-            }
-            let qv = &vectors[&mode];
-            // the reference's stand-ins and pair vectors for this retriever's models
-            let reference_pairs_mode = task == Task::Pairs && mode == Some(QueryImages::Reference);
-            if reference_pairs_mode {
-                pairs.add_reference(
-                    &searcher,
-                    models,
-                    &job.retriever,
-                    Some(corpus),
-                    &mut data.warnings,
-                    progress,
-                )?;
-            }
-            // the reference's white image for every Task 3 corpus image (Nomic, Jina-CLIP)
-            let uniform = match (task, mode) {
-                (Task::Images, Some(QueryImages::Reference)) => {
-                    reference_image_stand_ins(models, &job.retriever)?
-                }
-                _ => PairStandIns::new(),
-            };
-            let candidates = match task.candidates() {
-                CandidateKind::Passages => Candidates::Passages,
-                CandidateKind::Images if uniform.is_empty() => Candidates::Images,
-                CandidateKind::Images => Candidates::UniformImages { vectors: &uniform },
-                CandidateKind::Pairs => pairs.candidates(reference_pairs_mode),
-            };
-            progress.start(
-                &format!("{domain} t{task}"),
-                Some(data.queries.len() as u64),
-            );
-            let results = searcher.run(
-                &job.retriever,
-                &candidates,
+        if let std::collections::btree_map::Entry::Vacant(slot) = vectors.entry(mode) {
+            slot.insert(encode_queries(
+                models,
+                combined,
+                task,
                 &data.queries,
-                qv,
-                &exclusions,
-                &config.settings,
-                &|| progress.inc(1),
-            );
-            progress.finish();
-            let run: Run = results?.into_iter().collect();
-            // complete = true: a judged query with no hit at all scores 0
-            let ev = score(&run, &data.qrels, &data.exclusions, true);
-            job.report.per_domain.push(DomainResult {
-                domain: domain.to_string(),
-                queries: ev.per_query.len(),
-                metrics: ev.mean.clone(),
-            });
-            if config.per_query {
-                job.per_query.insert(domain.to_string(), ev.per_query);
-            }
-            for w in writers.iter_mut() {
-                w.write_all(&run)?;
-            }
-            if config.runs.memory {
-                job.run.extend(run);
-            }
+                mode,
+                &d.query_images,
+                &config.instructions,
+                domain,
+                &mut data.warnings,
+                &source,
+            )?);
         }
-        out.dropped
-            .entry(task)
-            .or_default()
-            .insert(domain.to_string(), data.dropped_no_qrels);
-        let entry = out.qrels.entry(task).or_default();
-        entry.0.extend(data.qrels);
-        entry.1.extend(data.exclusions);
-        out.warnings.extend(data.warnings);
+        run_job(
+            corpus,
+            models,
+            config,
+            domain,
+            task,
+            mode,
+            &vectors[&mode],
+            d,
+            &mut data,
+            job,
+            writers,
+            progress,
+        )?;
+    }
+    out.dropped
+        .entry(task)
+        .or_default()
+        .insert(domain.to_string(), data.dropped_no_qrels);
+    let entry = out.qrels.entry(task).or_default();
+    entry.0.extend(data.qrels);
+    entry.1.extend(data.exclusions);
+    out.warnings.extend(data.warnings);
+    Ok(())
+}
+
+/// One job on one domain: its candidates (with the reference code's stand-ins where its
+/// query images follow the reference rule), its run over the task's queries, scored.
+#[allow(clippy::too_many_arguments)]
+fn run_job(
+    corpus: &Corpus,
+    models: &ModelSet,
+    config: &EvalConfig,
+    domain: &str,
+    task: Task,
+    mode: Option<QueryImages>,
+    qv: &QueryVectors,
+    d: &mut OpenDomain,
+    data: &mut sift_eval::TaskData,
+    job: &mut JobReport,
+    writers: &mut [RunWriter],
+    progress: &dyn Progress,
+) -> Result<()> {
+    // the reference's stand-ins and pair vectors for this retriever's models
+    let reference_pairs_mode = task == Task::Pairs && mode == Some(QueryImages::Reference);
+    if reference_pairs_mode {
+        d.pairs.add_reference(
+            &d.searcher,
+            models,
+            &job.retriever,
+            Some(corpus),
+            &mut data.warnings,
+            progress,
+        )?;
+    }
+    // the reference's white image for every Task 3 corpus image (Nomic, Jina-CLIP)
+    let uniform = match (task, mode) {
+        (Task::Images, Some(QueryImages::Reference)) => {
+            reference_image_stand_ins(models, &job.retriever)?
+        }
+        _ => PairStandIns::new(),
+    };
+    let candidates = match task.candidates() {
+        CandidateKind::Passages => Candidates::Passages,
+        CandidateKind::Images if uniform.is_empty() => Candidates::Images,
+        CandidateKind::Images => Candidates::UniformImages { vectors: &uniform },
+        CandidateKind::Pairs => d.pairs.candidates(reference_pairs_mode),
+    };
+    let exclusions = |qid: &str| -> Vec<String> {
+        data.exclusions
+            .get(qid)
+            .map(|x| x.iter().cloned().collect())
+            .unwrap_or_default()
+    };
+    progress.start(
+        &format!("{domain} t{task}"),
+        Some(data.queries.len() as u64),
+    );
+    let results = d.searcher.run(
+        &job.retriever,
+        &candidates,
+        &data.queries,
+        qv,
+        &exclusions,
+        &config.settings,
+        &|| progress.inc(1),
+    );
+    progress.finish();
+    let run: Run = results?.into_iter().collect();
+    // complete = true: a judged query with no hit at all scores 0
+    let ev = score(&run, &data.qrels, &data.exclusions, true);
+    job.report.per_domain.push(DomainResult {
+        domain: domain.to_string(),
+        queries: ev.per_query.len(),
+        metrics: ev.mean.clone(),
+    });
+    if config.per_query {
+        job.per_query.insert(domain.to_string(), ev.per_query);
+    }
+    for w in writers.iter_mut() {
+        w.write_all(&run)?;
+    }
+    if config.runs.memory {
+        job.run.extend(run);
     }
     Ok(())
 }

@@ -115,106 +115,12 @@ pub fn run(a: Args) -> Result<()> {
     let searcher = DomainSearcher::open(&index, &domain, &retriever, &models, needs_images)
         .with_context(|| format!("opening domain {domain}"))?;
 
-    // the query: its text and images, encoded as the evaluator encodes a task's queries
-    let mut images = Vec::new();
-    for path in &a.image {
-        images.push(
-            a.image_limits
-                .read(path)
-                .with_context(|| format!("reading the query image {}", path.display()))?,
-        );
-    }
-    let image_refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-    let text = a.query.clone().unwrap_or_default();
-    let mut warnings = Warnings::new();
-    let task = match a.candidates {
-        CandidateKind::Passages => sift_eval::Task::MultimodalPassages,
-        CandidateKind::Images => sift_eval::Task::Images,
-        CandidateKind::Pairs => sift_eval::Task::Pairs,
-    };
-    // the reference's rule applies to queries without images too (a white image for CLIP)
-    let fuse = !a.image.is_empty() || a.query_fusion == QueryImages::Reference;
-    let vectors = sift_retrieve::encode_query(
-        &models,
-        &retriever,
-        task,
-        &text,
-        &image_refs,
-        fuse.then_some(a.query_fusion),
-        // --query-instruction went into the model when it loaded
-        &sift_retrieve::Instructions::Reference,
-        &domain,
-        &mut warnings,
-    )
-    .map_err(|e| anyhow::anyhow!("{e} (the --image files in order)"))?;
-    report_warnings("query images", &warnings);
+    let (text, vectors) = encode(&a, &models, &retriever, &domain)?;
 
     let kb_index = m.layout == Some(sift_core::Layout::Kb);
-    // only pairs read the corpus
-    let corpus = a
-        .corpus
-        .as_deref()
-        .filter(|_| a.candidates == CandidateKind::Pairs)
-        .map(|dir| a.corpus_flags.open(dir))
-        .transpose()?;
-    let is_kb_corpus = corpus
-        .as_ref()
-        .is_some_and(|c| c.layout() == sift_core::Layout::Kb);
-    match (a.candidates, &corpus, a.pair_link) {
-        (CandidateKind::Pairs, None, _) if kb_index => bail!(
-            "the pairs of a knowledge base link each row's passage to its image: give --corpus \
-             (the knowledge-base file)"
-        ),
-        (CandidateKind::Pairs, Some(_), sift_eval::PairLink::SourceId) if is_kb_corpus => bail!(
-            "--pair-link source-id reads image annotations, which a knowledge base has none \
-             of: its rows link each passage to its image"
-        ),
-        (CandidateKind::Pairs, None, sift_eval::PairLink::SourceId) => {
-            bail!("--pair-link source-id reads the image annotations: give --corpus")
-        }
-        (CandidateKind::Pairs, None, _)
-            if !retriever
-                .dense_names()
-                .iter()
-                .any(|n| searcher.image_ids(n).is_some()) =>
-        {
-            bail!(
-                "pairs need the corpus images: give --corpus, or a retriever with a model that \
-                 indexed images"
-            )
-        }
-        _ => {}
-    }
-    // a reference profile asked for, or the one the index's models were built with
-    let reference = a.model_flags.profile.is_reference()
-        || retriever
-            .dense_names()
-            .iter()
-            .any(|n| models.get(n).is_some_and(|m| m.profile().is_reference()));
     let reference_fusion = a.query_fusion == QueryImages::Reference;
     let pairs = if a.candidates == CandidateKind::Pairs {
-        let mut w = Warnings::new();
-        let linking = PairLinking {
-            link: a.pair_link,
-            loadable_only: reference,
-            knowledge_base: kb_index,
-        };
-        let mut pairs =
-            PairCandidates::link(&searcher, &retriever, corpus.as_ref(), linking, &mut w)?;
-        // the reference's stand-in images and pair vectors of models whose pairs do not
-        // follow from unit vectors
-        if reference_fusion {
-            pairs.add_reference(
-                &searcher,
-                &models,
-                &retriever,
-                corpus.as_ref(),
-                &mut w,
-                &sift_index::NoProgress,
-            )?;
-        }
-        report_warnings("pairs", &w);
-        pairs
+        pair_candidates(&a, kb_index, &searcher, &models, &retriever)?
     } else {
         PairCandidates::default()
     };
@@ -249,6 +155,131 @@ pub fn run(a: Args) -> Result<()> {
         &settings,
         &mut searcher.scratch(),
     )?;
+    print_hits(&a, &domain, &retriever, &hits)
+}
+
+/// The query's vectors: its text and images, encoded as the evaluator encodes a task's.
+fn encode(
+    a: &Args,
+    models: &ModelSet,
+    retriever: &RetrieverSpec,
+    domain: &str,
+) -> Result<(String, sift_retrieve::QueryVectors)> {
+    let mut images = Vec::new();
+    for path in &a.image {
+        images.push(
+            a.image_limits
+                .read(path)
+                .with_context(|| format!("reading the query image {}", path.display()))?,
+        );
+    }
+    let image_refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+    let text = a.query.clone().unwrap_or_default();
+    let mut warnings = Warnings::new();
+    let task = match a.candidates {
+        CandidateKind::Passages => sift_eval::Task::MultimodalPassages,
+        CandidateKind::Images => sift_eval::Task::Images,
+        CandidateKind::Pairs => sift_eval::Task::Pairs,
+    };
+    // the reference's rule applies to queries without images too (a white image for CLIP)
+    let fuse = !a.image.is_empty() || a.query_fusion == QueryImages::Reference;
+    let vectors = sift_retrieve::encode_query(
+        models,
+        retriever,
+        task,
+        &text,
+        &image_refs,
+        fuse.then_some(a.query_fusion),
+        // --query-instruction went into the model when it loaded
+        &sift_retrieve::Instructions::Reference,
+        domain,
+        &mut warnings,
+    )
+    .map_err(|e| anyhow::anyhow!("{e} (the --image files in order)"))?;
+    report_warnings("query images", &warnings);
+
+    Ok((text, vectors))
+}
+
+/// Task 4's pairs of the searched domain, linked as `--corpus` and `--pair-link` say, with
+/// the reference code's stand-ins and pair vectors for `--query-fusion reference`.
+fn pair_candidates(
+    a: &Args,
+    kb_index: bool,
+    searcher: &DomainSearcher,
+    models: &ModelSet,
+    retriever: &RetrieverSpec,
+) -> Result<PairCandidates> {
+    // only pairs read the corpus
+    let corpus = a
+        .corpus
+        .as_deref()
+        .map(|dir| a.corpus_flags.open(dir))
+        .transpose()?;
+    let is_kb_corpus = corpus
+        .as_ref()
+        .is_some_and(|c| c.layout() == sift_core::Layout::Kb);
+    match (&corpus, a.pair_link) {
+        (None, _) if kb_index => bail!(
+            "the pairs of a knowledge base link each row's passage to its image: give --corpus \
+             (the knowledge-base file)"
+        ),
+        (Some(_), sift_eval::PairLink::SourceId) if is_kb_corpus => bail!(
+            "--pair-link source-id reads image annotations, which a knowledge base has none \
+             of: its rows link each passage to its image"
+        ),
+        (None, sift_eval::PairLink::SourceId) => {
+            bail!("--pair-link source-id reads the image annotations: give --corpus")
+        }
+        (None, _)
+            if !retriever
+                .dense_names()
+                .iter()
+                .any(|n| searcher.image_ids(n).is_some()) =>
+        {
+            bail!(
+                "pairs need the corpus images: give --corpus, or a retriever with a model that \
+                 indexed images"
+            )
+        }
+        _ => {}
+    }
+    // a reference profile asked for, or the one the index's models were built with
+    let reference = a.model_flags.profile.is_reference()
+        || retriever
+            .dense_names()
+            .iter()
+            .any(|n| models.get(n).is_some_and(|m| m.profile().is_reference()));
+    let mut w = Warnings::new();
+    let linking = PairLinking {
+        link: a.pair_link,
+        loadable_only: reference,
+        knowledge_base: kb_index,
+    };
+    let mut pairs = PairCandidates::link(searcher, retriever, corpus.as_ref(), linking, &mut w)?;
+    // the reference's stand-in images and pair vectors of models whose pairs do not follow
+    // from unit vectors
+    if a.query_fusion == QueryImages::Reference {
+        pairs.add_reference(
+            searcher,
+            models,
+            retriever,
+            corpus.as_ref(),
+            &mut w,
+            &sift_index::NoProgress,
+        )?;
+    }
+    report_warnings("pairs", &w);
+    Ok(pairs)
+}
+
+/// Prints the hits: a table, or with `--json` one object.
+fn print_hits(
+    a: &Args,
+    domain: &str,
+    retriever: &RetrieverSpec,
+    hits: &[sift_eval::RunEntry],
+) -> Result<()> {
     let split = |id: &str| -> (String, Option<String>) {
         match id.split_once(PAIR_SEP) {
             Some((p, i)) if i == NO_IMAGE => (p.to_string(), None),
