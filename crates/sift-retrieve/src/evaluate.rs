@@ -354,6 +354,16 @@ pub fn count_jobs(config: &EvalConfig, models: &ModelSet) -> usize {
     plan_jobs(config, models).0.len()
 }
 
+/// What every domain of an evaluation shares.
+struct Ctx<'a> {
+    corpus: &'a Corpus,
+    models: &'a ModelSet,
+    config: &'a EvalConfig,
+    /// Every retriever's parts as one (what the searcher opens, what queries encode for).
+    combined: &'a RetrieverSpec,
+    progress: &'a dyn Progress,
+}
+
 /// One domain opened for every job: its searcher, corpus image ids, query images, and
 /// Task 4's pairs with their links.
 struct OpenDomain {
@@ -378,40 +388,32 @@ fn evaluate_domain(
     writers: &mut [Vec<RunWriter>],
     progress: &dyn Progress,
 ) -> Result<()> {
-    let mut d = open_domain(
+    let cx = Ctx {
         corpus,
-        index,
         models,
         config,
-        domain,
         combined,
-        needs_images,
-        multimodal,
-        out,
-    )?;
+        progress,
+    };
+    let mut d = open_domain(&cx, index, domain, needs_images, multimodal, out)?;
     for &task in &config.tasks {
         if out.jobs.iter().any(|j| j.task == task) {
-            evaluate_task(
-                corpus, models, config, domain, combined, task, &mut d, out, writers, progress,
-            )?;
+            evaluate_task(&cx, domain, task, &mut d, out, writers)?;
         }
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn open_domain(
-    corpus: &Corpus,
+    cx: &Ctx<'_>,
     index: &IndexDir,
-    models: &ModelSet,
-    config: &EvalConfig,
     domain: &str,
-    combined: &RetrieverSpec,
     needs_images: bool,
     multimodal: bool,
     out: &mut EvalReport,
 ) -> Result<OpenDomain> {
-    let searcher = DomainSearcher::open(index, domain, combined, models, needs_images)?;
+    let (corpus, config, combined) = (cx.corpus, cx.config, cx.combined);
+    let searcher = DomainSearcher::open(index, domain, combined, cx.models, needs_images)?;
     for name in searcher.empty_image_indexes() {
         out.notes.push(format!(
             "domain {domain}: dense:{name} indexed no corpus images (none in the corpus, or none \
@@ -476,19 +478,15 @@ fn open_domain(
 
 /// Every job of `task` on one domain: the task's queries and judgements read once, each
 /// query-image mode's vectors encoded once, each job's run scored and written.
-#[allow(clippy::too_many_arguments)]
 fn evaluate_task(
-    corpus: &Corpus,
-    models: &ModelSet,
-    config: &EvalConfig,
+    cx: &Ctx<'_>,
     domain: &str,
-    combined: &RetrieverSpec,
     task: Task,
     d: &mut OpenDomain,
     out: &mut EvalReport,
     writers: &mut [Vec<RunWriter>],
-    progress: &dyn Progress,
 ) -> Result<()> {
+    let (corpus, config) = (cx.corpus, cx.config);
     let task_images = if task == Task::Pairs {
         &d.pairs.images
     } else {
@@ -541,8 +539,8 @@ fn evaluate_task(
         };
         if let std::collections::btree_map::Entry::Vacant(slot) = vectors.entry(mode) {
             slot.insert(encode_queries(
-                models,
-                combined,
+                cx.models,
+                cx.combined,
                 task,
                 &data.queries,
                 mode,
@@ -554,9 +552,7 @@ fn evaluate_task(
             )?);
         }
         run_job(
-            corpus,
-            models,
-            config,
+            cx,
             domain,
             task,
             mode,
@@ -565,7 +561,6 @@ fn evaluate_task(
             &mut data,
             job,
             writers,
-            progress,
         )?;
     }
     out.dropped
@@ -583,9 +578,7 @@ fn evaluate_task(
 /// query images follow the reference rule), its run over the task's queries, scored.
 #[allow(clippy::too_many_arguments)]
 fn run_job(
-    corpus: &Corpus,
-    models: &ModelSet,
-    config: &EvalConfig,
+    cx: &Ctx<'_>,
     domain: &str,
     task: Task,
     mode: Option<QueryImages>,
@@ -594,8 +587,8 @@ fn run_job(
     data: &mut sift_eval::TaskData,
     job: &mut JobReport,
     writers: &mut [RunWriter],
-    progress: &dyn Progress,
 ) -> Result<()> {
+    let (models, config, progress) = (cx.models, cx.config, cx.progress);
     // the reference's stand-ins and pair vectors for this retriever's models
     let reference_pairs_mode = task == Task::Pairs && mode == Some(QueryImages::Reference);
     if reference_pairs_mode {
@@ -603,7 +596,7 @@ fn run_job(
             &d.searcher,
             models,
             &job.retriever,
-            Some(corpus),
+            Some(cx.corpus),
             &mut data.warnings,
             progress,
         )?;

@@ -63,8 +63,6 @@ pub fn reference_rule(
     task: Task,
     profile: Profile,
 ) -> Option<ReferenceRule> {
-    use MissingImage::*;
-    use ReferenceFusion::*;
     // Task 4 turns CLIP's, SigLIP's, Jina-CLIP's and Nomic's query images upright; BGE-VL's
     // and GME's queries reach their models as temporary PNGs, which carry no EXIF
     let orient = task == Task::Pairs
@@ -85,68 +83,130 @@ pub fn reference_rule(
         _ => None,
     };
     let resize = (model == ReferenceModel::Siglip && task == Task::Images).then_some((384, 384));
-    let rule = |fusion, missing, source| {
-        Some(ReferenceRule {
-            fusion,
-            missing,
-            white,
-            orient,
-            resize,
-            source,
-        })
-    };
-    match (model, task) {
-        (_, Task::Passages) | (ReferenceModel::Other, _) => None,
-        (ReferenceModel::Clip, Task::MultimodalPassages) => {
-            rule(RawFeatures, WhiteImage, "task2_multimodal.py:82-115")
-        }
-        (ReferenceModel::Clip, Task::Images) => {
-            rule(RawFeatures, WhiteImage, "task3_image.py:252-282")
-        }
-        (ReferenceModel::Clip, Task::Pairs) => {
-            rule(RawFeatures, WhiteImage, "task4_pair.py:307-327")
-        }
-        (ReferenceModel::Siglip, Task::MultimodalPassages) => {
-            rule(RawFeatures, WhiteImage, "task2_multimodal.py:187-216")
-        }
-        (ReferenceModel::Siglip, Task::Images) => {
-            rule(RawFeatures, WhiteImage, "task3_image.py:408-453")
-        }
-        (ReferenceModel::Siglip, Task::Pairs) => {
-            rule(RawFeatures, WhiteImage, "task4_pair.py:455-477")
-        }
-        (ReferenceModel::Nomic, Task::MultimodalPassages) => {
-            rule(UnitVectors, TextAlone, "task2_multimodal.py:507-533")
-        }
-        (ReferenceModel::Nomic, Task::Images) => {
-            rule(UnitVectors, WhiteImage, "task3_image.py:612-637")
-        }
-        (ReferenceModel::Nomic, Task::Pairs) => {
-            rule(UnitVectors, TextAlone, "task4_pair.py:1147-1176")
-        }
-        (ReferenceModel::BgeVl, Task::MultimodalPassages) => {
-            rule(Joint, TextAlone, "task2_multimodal.py:785-812")
-        }
-        (ReferenceModel::BgeVl, Task::Images) => {
-            rule(UnitVectors, TextAlone, "task3_image.py:801-835")
-        }
-        (ReferenceModel::BgeVl, Task::Pairs) => rule(Joint, TextAlone, "task4_pair.py:796-830"),
-        (ReferenceModel::Gme, Task::MultimodalPassages) => {
-            rule(Joint, TextAlone, "task2_multimodal.py:983-1002")
-        }
-        (ReferenceModel::Gme, Task::Images) => rule(Joint, TextAlone, "task3_image.py:917-944"),
-        (ReferenceModel::Gme, Task::Pairs) => rule(Joint, TextAlone, "task4_pair.py:993-1036"),
-        (ReferenceModel::JinaClip, Task::MultimodalPassages) => {
-            rule(UnitVectors, TextAlone, "task2_multimodal.py:281-333")
-        }
-        (ReferenceModel::JinaClip, Task::Images) => {
-            rule(UnitVectors, TextAlone, "task3_image.py:514-540")
-        }
-        (ReferenceModel::JinaClip, Task::Pairs) => {
-            rule(UnitVectors, WhiteImage, "task4_pair.py:563-588")
-        }
-    }
+    let (_, _, fusion, missing, source) =
+        *RULES.iter().find(|(m, t, ..)| *m == model && *t == task)?;
+    Some(ReferenceRule {
+        fusion,
+        missing,
+        white,
+        orient,
+        resize,
+        source,
+    })
 }
+
+/// The reference code's query rule per model and Tasks 2-4: how it fuses the text and the
+/// first image, what a query without one gets, and where it is written.
+const RULES: [(ReferenceModel, Task, ReferenceFusion, MissingImage, &str); 18] = {
+    use MissingImage::*;
+    use ReferenceFusion::*;
+    use ReferenceModel::*;
+    use Task::{Images, MultimodalPassages as Task2, Pairs};
+    [
+        (
+            Clip,
+            Task2,
+            RawFeatures,
+            WhiteImage,
+            "task2_multimodal.py:82-115",
+        ),
+        (
+            Clip,
+            Images,
+            RawFeatures,
+            WhiteImage,
+            "task3_image.py:252-282",
+        ),
+        (
+            Clip,
+            Pairs,
+            RawFeatures,
+            WhiteImage,
+            "task4_pair.py:307-327",
+        ),
+        (
+            Siglip,
+            Task2,
+            RawFeatures,
+            WhiteImage,
+            "task2_multimodal.py:187-216",
+        ),
+        (
+            Siglip,
+            Images,
+            RawFeatures,
+            WhiteImage,
+            "task3_image.py:408-453",
+        ),
+        (
+            Siglip,
+            Pairs,
+            RawFeatures,
+            WhiteImage,
+            "task4_pair.py:455-477",
+        ),
+        (
+            Nomic,
+            Task2,
+            UnitVectors,
+            TextAlone,
+            "task2_multimodal.py:507-533",
+        ),
+        (
+            Nomic,
+            Images,
+            UnitVectors,
+            WhiteImage,
+            "task3_image.py:612-637",
+        ),
+        (
+            Nomic,
+            Pairs,
+            UnitVectors,
+            TextAlone,
+            "task4_pair.py:1147-1176",
+        ),
+        (
+            BgeVl,
+            Task2,
+            Joint,
+            TextAlone,
+            "task2_multimodal.py:785-812",
+        ),
+        (
+            BgeVl,
+            Images,
+            UnitVectors,
+            TextAlone,
+            "task3_image.py:801-835",
+        ),
+        (BgeVl, Pairs, Joint, TextAlone, "task4_pair.py:796-830"),
+        (Gme, Task2, Joint, TextAlone, "task2_multimodal.py:983-1002"),
+        (Gme, Images, Joint, TextAlone, "task3_image.py:917-944"),
+        (Gme, Pairs, Joint, TextAlone, "task4_pair.py:993-1036"),
+        (
+            JinaClip,
+            Task2,
+            UnitVectors,
+            TextAlone,
+            "task2_multimodal.py:281-333",
+        ),
+        (
+            JinaClip,
+            Images,
+            UnitVectors,
+            TextAlone,
+            "task3_image.py:514-540",
+        ),
+        (
+            JinaClip,
+            Pairs,
+            UnitVectors,
+            WhiteImage,
+            "task4_pair.py:563-588",
+        ),
+    ]
+};
 
 /// Where the reference code, under `profile`, embeds every corpus image of Task 3 as the
 /// same white image (Nomic and Jina-CLIP: the runner hands the retriever PIL images, the
