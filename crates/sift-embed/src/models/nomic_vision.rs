@@ -10,7 +10,7 @@ use candle_core::{D, DType, Device, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::encoder::{patchify, rotate_qk};
+use crate::nn::encoder::{rotate_qk, vit_tokens};
 use crate::nn::ops::{self, Act, Segment, load_layer_norm as layer_norm};
 
 /// A Nomic vision `config.json` (GPT-2 key names; `n_inner` may be a float).
@@ -266,14 +266,9 @@ impl NomicVision {
                 g * p
             )
         }
-        let patches = patchify(pixels, p)?;
         let h = self.heads * self.head_dim;
-        let t = 1 + g * g;
-        let x = ops::linear(&self.proj, &patches, None)?.reshape((n, g * g, h))?;
-        let cls = self.cls.unsqueeze(0)?.broadcast_as((n, 1, h))?;
-        let x = Tensor::cat(&[&cls.to_dtype(x.dtype())?, &x], 1)?
-            .broadcast_add(&self.pos.unsqueeze(0)?)?;
-        let mut x = x.reshape((n * t, h))?;
+        let (mut x, t) = vit_tokens(pixels, p, &self.proj, &self.cls, &self.pos)?;
+        debug_assert_eq!(t, 1 + g * g);
         let segments = Segment::packed(std::iter::repeat_n(t, n));
         let attention = ops::Attention::new(&segments, self.heads, self.head_dim);
         for b in &self.blocks {

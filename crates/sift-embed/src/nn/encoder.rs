@@ -184,6 +184,28 @@ impl TextEmbeddings {
     }
 }
 
+/// A ViT's input rows with a class token (EVA02, Nomic's vision tower): each image's patches
+/// through the patch embedding `proj` (the stride-`patch` convolution as a linear layer),
+/// the class token `cls` `(1, hidden)` in front, the positions `pos` `(1 + grid^2, hidden)`
+/// added; `(images * (1 + grid^2), hidden)`, and the tokens per image.
+pub fn vit_tokens(
+    pixels: &Tensor,
+    patch: usize,
+    proj: &candle_nn::Linear,
+    cls: &Tensor,
+    pos: &Tensor,
+) -> Result<(Tensor, usize)> {
+    let n = pixels.dim(0)?;
+    let patches = patchify(pixels, patch)?;
+    let h = cls.dim(1)?;
+    let cells = patches.dim(0)? / n.max(1);
+    let x = super::ops::linear(proj, &patches, None)?.reshape((n, cells, h))?;
+    let cls = cls.unsqueeze(0)?.broadcast_as((n, 1, h))?;
+    let x = Tensor::cat(&[&cls.to_dtype(x.dtype())?, &x], 1)?.broadcast_add(&pos.unsqueeze(0)?)?;
+    let t = 1 + cells;
+    Ok((x.reshape((n * t, h))?, t))
+}
+
 /// Patch embedding as a matrix product: `(batch, channels, height, width)` pixels cut into
 /// `patch x patch` squares, each flattened in (channel, row, column) order like a convolution
 /// kernel, times the kernel matrix. Returns `(batch * patches, hidden)`, patches row-major.
