@@ -7,7 +7,7 @@ use candle_core::{Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::encoder::{Encoder, EncoderSizes, TextStack, patch_grid, patch_linear, patchify};
+use crate::nn::encoder::{Encoder, PatchEmbed, TextStack, hf_sizes};
 use crate::nn::ops::{self, Act, Segment};
 
 /// An image or patch size: one number, or `[height, width]`.
@@ -135,19 +135,7 @@ impl ClipText {
         let h = t.hidden_size;
         let m = vb.pp("text_model");
         Ok(ClipText {
-            stack: TextStack::load(
-                &m,
-                t.vocab_size,
-                t.max_position_embeddings,
-                EncoderSizes {
-                    hidden: h,
-                    intermediate: t.intermediate_size,
-                    layers: t.num_hidden_layers,
-                    heads: t.num_attention_heads,
-                    eps: t.layer_norm_eps,
-                    act: act(&t.hidden_act)?,
-                },
-            )?,
+            stack: TextStack::load(&m, t.vocab_size, t.max_position_embeddings, hf_sizes!(t))?,
             projection: ops::load_linear(&vb.pp("text_projection"), h, c.projection_dim, false)?,
             eos: t.eos_token_id,
         })
@@ -190,9 +178,7 @@ impl ClipText {
 
 /// CLIP's vision tower with its projection.
 pub struct ClipVision {
-    patch: Linear,
-    patch_size: usize,
-    image_size: usize,
+    patch: PatchEmbed,
     class: Tensor,
     position: Tensor,
     pre_norm: LayerNorm,
@@ -205,37 +191,20 @@ impl ClipVision {
     fn load(vb: &VarBuilder, c: &ClipConfig) -> Result<ClipVision> {
         let v = &c.vision_config;
         let h = v.hidden_size;
-        let (image_size, patch_size, patches) = patch_grid(
-            v.image_size.square("image_size")?,
-            v.patch_size.square("patch_size")?,
-        )?;
         let m = vb.pp("vision_model");
         let e = m.pp("embeddings");
+        let sides = (
+            v.image_size.square("image_size")?,
+            v.patch_size.square("patch_size")?,
+        );
+        let (patch, patches) = PatchEmbed::load(&e, h, v.num_channels, sides, false)?;
         Ok(ClipVision {
-            patch: patch_linear(
-                &e.pp("patch_embedding"),
-                h,
-                v.num_channels,
-                patch_size,
-                false,
-            )?,
-            patch_size,
-            image_size,
+            patch,
             class: e.get(h, "class_embedding")?,
             position: e.pp("position_embedding").get((patches + 1, h), "weight")?,
             // transformers' spelling
             pre_norm: ops::load_layer_norm(&m.pp("pre_layrnorm"), h, v.layer_norm_eps)?,
-            encoder: Encoder::load(
-                m.pp("encoder"),
-                EncoderSizes {
-                    hidden: h,
-                    intermediate: v.intermediate_size,
-                    layers: v.num_hidden_layers,
-                    heads: v.num_attention_heads,
-                    eps: v.layer_norm_eps,
-                    act: act(&v.hidden_act)?,
-                },
-            )?,
+            encoder: Encoder::load(m.pp("encoder"), hf_sizes!(v))?,
             post_norm: ops::load_layer_norm(&m.pp("post_layernorm"), h, v.layer_norm_eps)?,
             projection: ops::load_linear(&vb.pp("visual_projection"), h, c.projection_dim, false)?,
         })
@@ -243,23 +212,14 @@ impl ClipVision {
 
     /// Input resolution (square).
     pub fn image_size(&self) -> usize {
-        self.image_size
+        self.patch.image_size()
     }
 
     /// Projected image features `(batch, projection_dim)` of `(batch, 3, size, size)` pixels,
     /// not normalised.
     pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
-        let (b, _, hh, ww) = pixels.dims4()?;
-        if hh != self.image_size || ww != self.image_size {
-            candle_core::bail!(
-                "pixels of {hh}x{ww}, the model takes {0}x{0}",
-                self.image_size
-            )
-        }
-        let h = self.class.dim(0)?;
-        let patches = ops::linear(&self.patch, &patchify(pixels, self.patch_size)?, None)?;
-        let np = patches.dim(0)? / b;
-        let patches = patches.reshape((b, np, h))?;
+        let patches = self.patch.forward(pixels)?;
+        let (b, np, h) = patches.dims3()?;
         let class = self.class.reshape((1, 1, h))?.broadcast_as((b, 1, h))?;
         let x = Tensor::cat(&[&class, &patches], 1)?.broadcast_add(&self.position.unsqueeze(0)?)?;
         let x = self.pre_norm.forward(&x.reshape((b * (np + 1), h))?)?;

@@ -10,7 +10,7 @@ use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use crate::models::clip::{Side, act};
-use crate::nn::encoder::{Encoder, EncoderSizes, TextStack, patch_grid, patch_linear, patchify};
+use crate::nn::encoder::{Encoder, EncoderSizes, PatchEmbed, TextStack, hf_sizes};
 use crate::nn::ops::{self, Segment};
 
 /// `text_config` of a SigLIP `config.json`.
@@ -105,19 +105,7 @@ impl SiglipText {
         let h = t.hidden_size;
         let m = vb.pp("text_model");
         Ok(SiglipText {
-            stack: TextStack::load(
-                &m,
-                t.vocab_size,
-                t.max_position_embeddings,
-                EncoderSizes {
-                    hidden: h,
-                    intermediate: t.intermediate_size,
-                    layers: t.num_hidden_layers,
-                    heads: t.num_attention_heads,
-                    eps: t.layer_norm_eps,
-                    act: act(&t.hidden_act)?,
-                },
-            )?,
+            stack: TextStack::load(&m, t.vocab_size, t.max_position_embeddings, hf_sizes!(t))?,
             head: ops::load_linear(&m.pp("head"), h, t.projection_size.unwrap_or(h), true)?,
         })
     }
@@ -222,9 +210,7 @@ impl PoolingHead {
 
 /// SigLIP's vision tower.
 pub struct SiglipVision {
-    patch: Linear,
-    patch_size: usize,
-    image_size: usize,
+    patch: PatchEmbed,
     position: Tensor,
     encoder: Encoder,
     post_norm: LayerNorm,
@@ -240,34 +226,17 @@ impl SiglipVision {
             )
         }
         let h = v.hidden_size;
-        let (image_size, patch_size, patches) = patch_grid(
-            v.image_size.square("image_size")?,
-            v.patch_size.square("patch_size")?,
-        )?;
         let m = vb.pp("vision_model");
         let e = m.pp("embeddings");
+        let sides = (
+            v.image_size.square("image_size")?,
+            v.patch_size.square("patch_size")?,
+        );
+        let (patch, patches) = PatchEmbed::load(&e, h, v.num_channels, sides, true)?;
         Ok(SiglipVision {
-            patch: patch_linear(
-                &e.pp("patch_embedding"),
-                h,
-                v.num_channels,
-                patch_size,
-                true,
-            )?,
-            patch_size,
-            image_size,
+            patch,
             position: e.pp("position_embedding").get((patches, h), "weight")?,
-            encoder: Encoder::load(
-                m.pp("encoder"),
-                EncoderSizes {
-                    hidden: h,
-                    intermediate: v.intermediate_size,
-                    layers: v.num_hidden_layers,
-                    heads: v.num_attention_heads,
-                    eps: v.layer_norm_eps,
-                    act: act(&v.hidden_act)?,
-                },
-            )?,
+            encoder: Encoder::load(m.pp("encoder"), hf_sizes!(v))?,
             post_norm: ops::load_layer_norm(&m.pp("post_layernorm"), h, v.layer_norm_eps)?,
             head: PoolingHead::load(&m.pp("head"), v)?,
         })
@@ -275,22 +244,14 @@ impl SiglipVision {
 
     /// Input resolution (square).
     pub fn image_size(&self) -> usize {
-        self.image_size
+        self.patch.image_size()
     }
 
     /// Image features `(batch, hidden)` of `(batch, 3, size, size)` pixels, not normalised.
     pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
-        let (b, _, hh, ww) = pixels.dims4()?;
-        if hh != self.image_size || ww != self.image_size {
-            candle_core::bail!(
-                "pixels of {hh}x{ww}, the model takes {0}x{0}",
-                self.image_size
-            )
-        }
-        let (np, h) = self.position.dims2()?;
-        let x = ops::linear(&self.patch, &patchify(pixels, self.patch_size)?, None)?;
+        let x = self.patch.forward(pixels)?;
+        let (b, np, h) = x.dims3()?;
         let x = x
-            .reshape((b, np, h))?
             .broadcast_add(&self.position.unsqueeze(0)?)?
             .reshape((b * np, h))?;
         let segments = Segment::packed(std::iter::repeat_n(np, b));

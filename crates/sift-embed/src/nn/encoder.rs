@@ -26,6 +26,26 @@ pub struct EncoderSizes {
     pub act: Act,
 }
 
+/// The [`EncoderSizes`] of a Hugging Face tower config (CLIP's and SigLIP's text and vision
+/// configs), whose fields are named alike: `hidden_size`, `intermediate_size`,
+/// `num_hidden_layers`, `num_attention_heads`, `layer_norm_eps`, `hidden_act` (by name; an
+/// unknown one is an error).
+macro_rules! hf_sizes {
+    ($c:expr) => {
+        $crate::nn::encoder::EncoderSizes {
+            hidden: $c.hidden_size,
+            intermediate: $c.intermediate_size,
+            layers: $c.num_hidden_layers,
+            heads: $c.num_attention_heads,
+            eps: $c.layer_norm_eps,
+            act: $crate::nn::act::Act::parse(&$c.hidden_act).ok_or_else(|| {
+                candle_core::Error::Msg(format!("hidden_act {:?}", $c.hidden_act))
+            })?,
+        }
+    };
+}
+pub(crate) use hf_sizes;
+
 impl EncoderSizes {
     /// Checks that the hidden size splits into the heads.
     pub fn head_dim(&self) -> Result<usize> {
@@ -260,6 +280,61 @@ pub fn rotate_qk(
         candle_nn::rotary_emb::rope_i(&x, &cos, &sin)?.reshape((rows, h))
     };
     Tensor::cat(&[&turn(0)?, &turn(1)?, &qkv.narrow(1, 2 * h, h)?], 1)
+}
+
+/// A ViT's patch embedding (CLIP, SigLIP): square images of one size cut into square
+/// patches, each through the stride-`patch` convolution as a linear layer.
+pub struct PatchEmbed {
+    linear: Linear,
+    patch: usize,
+    image: usize,
+}
+
+impl PatchEmbed {
+    /// Loads `patch_embedding` under `embeddings` for `image`-pixel square images of
+    /// `channels` channels, `patch`-pixel patches (an error when the patch does not fit);
+    /// with the number of patches per image.
+    pub fn load(
+        embeddings: &VarBuilder,
+        hidden: usize,
+        channels: usize,
+        (image, patch): (usize, usize),
+        bias: bool,
+    ) -> Result<(PatchEmbed, usize)> {
+        let (image, patch, patches) = patch_grid(image, patch)?;
+        let linear = patch_linear(
+            &embeddings.pp("patch_embedding"),
+            hidden,
+            channels,
+            patch,
+            bias,
+        )?;
+        Ok((
+            PatchEmbed {
+                linear,
+                patch,
+                image,
+            },
+            patches,
+        ))
+    }
+
+    /// Input resolution (square).
+    pub fn image_size(&self) -> usize {
+        self.image
+    }
+
+    /// The patch tokens `(batch, patches, hidden)` of `(batch, channels, size, size)` pixels;
+    /// an error for another size.
+    pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
+        let (b, _, hh, ww) = pixels.dims4()?;
+        if hh != self.image || ww != self.image {
+            candle_core::bail!("pixels of {hh}x{ww}, the model takes {0}x{0}", self.image)
+        }
+        let x = super::ops::linear(&self.linear, &patchify(pixels, self.patch)?, None)?;
+        let (rows, h) = x.dims2()?;
+        x.reshape((b, rows / b.max(1), h))
+    }
 }
 
 /// A patch-embedding convolution's weight `(hidden, channels, patch, patch)` as a linear layer
