@@ -285,18 +285,14 @@ pub(crate) fn build_dense(
                 ),
             });
         }
-        progress.start(&format!("{domain} hnsw"), None);
-        let written = dense::write(
+        write_graph(
             &paths::dense(gen_dir, &build.slug, domain),
+            &format!("{domain} hnsw"),
             embedder.name(),
-            dim,
-            &vectors,
-            &ids,
-            build.dtype,
-            build.hnsw,
-        );
-        progress.finish();
-        written?;
+            (dim, &vectors, &ids),
+            build,
+            progress,
+        )?;
     }
     Ok(DenseInfo {
         model: embedder.name().to_string(),
@@ -480,18 +476,14 @@ pub(crate) fn build_images(
             Ok(())
         })?;
         progress.finish();
-        progress.start(&format!("{domain} image hnsw"), None);
-        let written = dense::write(
+        write_graph(
             &paths::images(gen_dir, &build.slug, domain),
+            &format!("{domain} image hnsw"),
             embedder.name(),
-            dim,
-            &vectors,
-            &ids,
-            build.dtype,
-            build.hnsw,
-        );
-        progress.finish();
-        written?;
+            (dim, &vectors, &ids),
+            build,
+            progress,
+        )?;
         info.images.insert(domain.clone(), ids.len() as u64);
         if skipped > 0 {
             info.undecodable.insert(domain.clone(), skipped);
@@ -525,4 +517,20 @@ fn check_output(
         Some(j) => Err(non_finite(j)),
         None => Ok(()),
     }
+}
+
+/// Writes one domain's vectors and their HNSW graph to `dir`, shown as `label` while the
+/// graph is built.
+fn write_graph(
+    dir: &std::path::Path,
+    label: &str,
+    model: &str,
+    (dim, vectors, ids): (usize, &[f32], &[String]),
+    build: &DenseBuild<'_>,
+    progress: &dyn Progress,
+) -> Result<()> {
+    progress.start(label, None);
+    let written = dense::write(dir, model, dim, vectors, ids, build.dtype, build.hnsw);
+    progress.finish();
+    written.map(|_| ())
 }

@@ -307,6 +307,24 @@ fn as_bh(v: std::arch::x86_64::__m512i) -> std::arch::x86_64::__m512bh {
     unsafe { std::mem::transmute::<std::arch::x86_64::__m512i, std::arch::x86_64::__m512bh>(v) }
 }
 
+/// Runs a tile kernel over `rows` rows: tiles of `$full` rows, then one tile of the rest.
+/// `$kernel!(R, i)` runs the `R`-row tile starting at row `i`.
+macro_rules! row_tiles {
+    ($kernel:ident, $rows:expr, $full:literal, [$($r:literal),+]) => {{
+        let rows = $rows;
+        let mut i = 0;
+        while i + $full <= rows {
+            $kernel!($full, i);
+            i += $full;
+        }
+        match rows - i {
+            0 => {}
+            $($r => $kernel!($r, i),)+
+            _ => unreachable!("a whole tile of rows remains"),
+        }
+    }};
+}
+
 /// Row tiles of one panel block on the AVX512-BF16 kernel.
 ///
 /// # Safety
@@ -326,24 +344,14 @@ unsafe fn rows_dot_bf16(
     col0: usize,
     cols: usize,
 ) {
-    let rows = x.len() / xs;
-    let mut i = 0;
+    macro_rules! tile {
+        ($r:literal, $i:expr) => {
+            tile_dot_bf16::<$r>(x, xs, $i, k0, block, dst, ld, r0 + $i, col0, cols)
+        };
+    }
     // SAFETY: forwarded from the caller; the tile kernels read rows i.. of x and write the
     // rows r0 + i.. of dst.
-    unsafe {
-        while i + 6 <= rows {
-            tile_dot_bf16::<6>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols);
-            i += 6;
-        }
-        match rows - i {
-            0 => {}
-            1 => tile_dot_bf16::<1>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-            2 => tile_dot_bf16::<2>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-            3 => tile_dot_bf16::<3>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-            4 => tile_dot_bf16::<4>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-            _ => tile_dot_bf16::<5>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-        }
-    }
+    unsafe { row_tiles!(tile, x.len() / xs, 6, [1, 2, 3, 4, 5]) }
 }
 
 /// Adds an `R` x 64 tile of accumulators into rows `row..row + R`, columns
@@ -490,21 +498,13 @@ unsafe fn rows_widen_avx512(
     col0: usize,
     cols: usize,
 ) {
-    let rows = x.len() / xs;
-    let mut i = 0;
-    // SAFETY: forwarded; each tile covers rows i..i + R.
-    unsafe {
-        while i + 4 <= rows {
-            tile_widen_avx512::<4>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols);
-            i += 4;
-        }
-        match rows - i {
-            0 => {}
-            1 => tile_widen_avx512::<1>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-            2 => tile_widen_avx512::<2>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-            _ => tile_widen_avx512::<3>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-        }
+    macro_rules! tile {
+        ($r:literal, $i:expr) => {
+            tile_widen_avx512::<$r>(x, xs, $i, k0, block, dst, ld, r0 + $i, col0, cols)
+        };
     }
+    // SAFETY: forwarded; each tile covers rows i..i + R.
+    unsafe { row_tiles!(tile, x.len() / xs, 4, [1, 2, 3]) }
 }
 
 /// `R` rows × 64 columns, weights widened to f32.
@@ -595,21 +595,13 @@ unsafe fn rows_f32_generic<const FMA: bool>(
     col0: usize,
     cols: usize,
 ) {
-    let rows = x.len() / xs;
-    let mut i = 0;
-    // SAFETY: forwarded; tile t covers rows i..i + R.
-    unsafe {
-        while i + 4 <= rows {
-            tile_f32::<4, FMA>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols);
-            i += 4;
-        }
-        match rows - i {
-            0 => {}
-            1 => tile_f32::<1, FMA>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-            2 => tile_f32::<2, FMA>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-            _ => tile_f32::<3, FMA>(x, xs, i, k0, block, dst, ld, r0 + i, col0, cols),
-        }
+    macro_rules! tile {
+        ($r:literal, $i:expr) => {
+            tile_f32::<$r, FMA>(x, xs, $i, k0, block, dst, ld, r0 + $i, col0, cols)
+        };
     }
+    // SAFETY: forwarded; tile t covers rows i..i + R.
+    unsafe { row_tiles!(tile, x.len() / xs, 4, [1, 2, 3]) }
 }
 
 /// `R` rows × 64 columns of the widening kernel.
