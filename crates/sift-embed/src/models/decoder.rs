@@ -17,7 +17,8 @@ use serde_json::Value;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use crate::files::{ModelFiles, read_json};
-use crate::models::qwen2vl::{Position, TextConfig, TextModel};
+use crate::models::decoder_config::DecoderConfig;
+use crate::models::qwen2vl::{Position, TextModel};
 use crate::models::text::Role;
 use crate::nn::ops::{Segment, l2_normalize};
 use crate::registry;
@@ -123,81 +124,11 @@ impl DecoderEmbedder {
                 DECODER_MODEL_TYPES.join(", ")
             )));
         }
-        let mut cfg: TextConfig = serde_json::from_value(value.clone())
+        let raw: DecoderConfig = serde_json::from_value(value.clone())
             .map_err(|e| unsupported(format!("not a {model_type} config: {e}")))?;
-        let lookup = |key: &str| {
-            value
-                .get(key)
-                .or_else(|| value.get("rope_parameters").and_then(|r| r.get(key)))
-        };
-        cfg.rope_theta = lookup("rope_theta")
-            .and_then(Value::as_f64)
-            .unwrap_or(10_000.0);
-        // rotary scaling: transformers 4's `rope_scaling`, or 5's `rope_parameters`
-        let scaling = value
-            .get("rope_scaling")
-            .filter(|v| !v.is_null())
-            .or_else(|| value.get("rope_parameters"));
-        let rope_type = scaling
-            .and_then(|r| r.get("rope_type").or_else(|| r.get("type")))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
-        match rope_type {
-            "default" => {}
-            "llama3" => {
-                let r = scaling.expect("a rope type comes from a scaling object");
-                let num = |k: &str| -> Result<f64> {
-                    r.get(k)
-                        .and_then(Value::as_f64)
-                        .ok_or_else(|| unsupported(format!("llama3 rotary scaling without {k}")))
-                };
-                cfg.llama3_rope = Some(crate::models::qwen2vl::Llama3Rope {
-                    factor: num("factor")?,
-                    low_freq_factor: num("low_freq_factor")?,
-                    high_freq_factor: num("high_freq_factor")?,
-                    original_max_position_embeddings: num("original_max_position_embeddings")?,
-                });
-            }
-            other => {
-                return Err(unsupported(format!(
-                    "rotary scaling {other:?} is not supported yet"
-                )));
-            }
-        }
-        if cfg.num_attention_heads == 0
-            || cfg.num_key_value_heads == 0
-            || !cfg
-                .num_attention_heads
-                .is_multiple_of(cfg.num_key_value_heads)
-        {
-            return Err(unsupported(
-                "num_attention_heads / num_key_value_heads do not divide".into(),
-            ));
-        }
-        match value.get("head_dim").and_then(Value::as_u64) {
-            Some(d) => cfg.head_dim_override = Some(d as usize),
-            None if !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) => {
-                return Err(unsupported(
-                    "hidden_size is not a multiple of num_attention_heads, and no head_dim".into(),
-                ));
-            }
-            None => {}
-        }
-        if !cfg.head_dim().is_multiple_of(2) {
-            return Err(unsupported(format!("odd head_dim {}", cfg.head_dim())));
-        }
-        // plain rotary positions: every frequency follows the one position
-        cfg.mrope_section = vec![cfg.head_dim() / 2, 0, 0];
-        cfg.qkv_bias = match value.get("attention_bias").and_then(Value::as_bool) {
-            Some(b) => b,
-            None => model_type == "qwen2",
-        };
-        cfg.qk_norm = model_type == "qwen3";
+        let mut cfg = raw.resolve().map_err(&unsupported)?;
         let info = registry::find(&files.name);
-        let max_pos = value
-            .get("max_position_embeddings")
-            .and_then(Value::as_u64)
-            .unwrap_or(4096) as usize;
+        let max_pos = raw.max_position_embeddings.unwrap_or(4096);
         let max_seq_len = options
             .max_seq_len
             .or(info.map(|m| m.max_seq_len))
@@ -206,12 +137,10 @@ impl DecoderEmbedder {
         // a sliding window shorter than the input: Mistral's (every layer, causal) runs;
         // Qwen2's / Qwen3's per-layer windows (`max_window_layers`) and windows over
         // bidirectional attention are refused
-        let window = value
-            .get("sliding_window")
-            .and_then(Value::as_u64)
-            .map(|w| w as usize)
+        let window = raw
+            .sliding_window
             .filter(|&w| w < max_seq_len)
-            .filter(|_| value.get("use_sliding_window").and_then(Value::as_bool) != Some(false));
+            .filter(|_| raw.use_sliding_window != Some(false));
         let pooling = options.pooling.unwrap_or(match info.map(|m| m.pooling) {
             Some(crate::registry::Pooling::Mean) => DecoderPooling::MeanAfterPrefix,
             _ => DecoderPooling::LastToken,
@@ -260,12 +189,11 @@ impl DecoderEmbedder {
         let query_tokenizer = (query_max_seq_len != max_seq_len)
             .then(|| truncating(query_max_seq_len))
             .transpose()?;
-        let eos = match value.get("eos_token_id") {
-            Some(Value::Number(n)) => n.as_u64().map(|n| n as u32),
-            Some(Value::Array(a)) => a.first().and_then(Value::as_u64).map(|n| n as u32),
-            _ => None,
-        }
-        .ok_or_else(|| unsupported("no eos_token_id".into()))?;
+        let eos = raw
+            .eos_token_id
+            .as_ref()
+            .and_then(|e| e.first())
+            .ok_or_else(|| unsupported("no eos_token_id".into()))?;
         let query_template = info.and_then(|m| m.query_template.clone());
         let (query_prefix, passage_prefix) = match (&options.prefixes, &options.query_instruction) {
             (Some(p), _) => p.clone(),

@@ -6,6 +6,7 @@
 pub mod bert;
 pub mod clip;
 pub mod decoder;
+pub mod decoder_config;
 pub mod eva;
 pub mod gme;
 pub mod jina_bert;

@@ -18,6 +18,8 @@
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, RmsNorm, VarBuilder};
 use serde::Deserialize;
+
+use crate::models::decoder_config::DecoderConfig;
 use serde_json::Value;
 
 use crate::nn::ops::{self, Act, Proj, Segment};
@@ -73,9 +75,9 @@ impl VisionConfig {
     }
 }
 
-/// The language model's settings (transformers' `Qwen2VLTextConfig` defaults).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+/// The language model's settings, resolved from a `config.json` by
+/// [`DecoderConfig::resolve`](crate::models::decoder_config::DecoderConfig::resolve).
+#[derive(Debug, Clone)]
 pub struct TextConfig {
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -94,28 +96,21 @@ pub struct TextConfig {
     /// RMSNorm epsilon.
     pub rms_norm_eps: f64,
     /// Rotary base (`rope_theta`, or `rope_parameters.rope_theta`).
-    #[serde(skip)]
     pub rope_theta: f64,
     /// Frequency bands of the temporal, height and width positions (halves of the head
     /// dimension; `rope_scaling.mrope_section` or `rope_parameters.mrope_section`).
-    #[serde(skip)]
     pub mrope_section: Vec<usize>,
     /// Whether the query / key / value projections have biases (Qwen2: yes; Mistral,
     /// Llama, Qwen3: no).
-    #[serde(skip)]
     pub qkv_bias: bool,
     /// RMSNorm of each query and key head before the rotation (Qwen3's `q_norm`, `k_norm`).
-    #[serde(skip)]
     pub qk_norm: bool,
     /// Head dimension when the config gives one that is not hidden / heads (Qwen3).
-    #[serde(skip)]
     pub head_dim_override: Option<usize>,
     /// Llama 3's rotary frequency scaling (`rope_type` llama3).
-    #[serde(skip)]
     pub llama3_rope: Option<Llama3Rope>,
     /// Mistral's sliding window: each token attends to this many latest positions (causal
     /// attention only; every layer).
-    #[serde(skip)]
     pub attention_window: Option<usize>,
 }
 
@@ -182,28 +177,6 @@ mod llama3_tests {
     }
 }
 
-impl Default for TextConfig {
-    fn default() -> Self {
-        TextConfig {
-            vocab_size: 152064,
-            hidden_size: 8192,
-            intermediate_size: 29568,
-            num_hidden_layers: 80,
-            num_attention_heads: 64,
-            num_key_value_heads: 8,
-            hidden_act: "silu".into(),
-            rms_norm_eps: 1e-5,
-            rope_theta: Default::default(),
-            mrope_section: Default::default(),
-            qkv_bias: true,
-            qk_norm: false,
-            head_dim_override: None,
-            llama3_rope: None,
-            attention_window: None,
-        }
-    }
-}
-
 impl TextConfig {
     /// Dimension of one attention head.
     pub fn head_dim(&self) -> usize {
@@ -227,33 +200,33 @@ impl Qwen2VlConfig {
     /// Parses `config.json` (flat transformers-4 form, or with `text_config`).
     pub fn from_json(value: &Value) -> std::result::Result<Self, String> {
         let text_value = value.get("text_config").unwrap_or(value);
-        let mut text: TextConfig =
+        let mut raw: DecoderConfig =
             serde_json::from_value(text_value.clone()).map_err(|e| format!("text config: {e}"))?;
+        // the language model of a Qwen2-VL checkpoint, whatever its text config calls itself
+        raw.model_type = Some("qwen2_vl".into());
+        // transformers 5 keeps the rotary settings and the image token at the top level
+        if raw.rope_scaling.is_none() && raw.rope_parameters.is_none() {
+            let top: DecoderConfig =
+                serde_json::from_value(value.clone()).map_err(|e| format!("config: {e}"))?;
+            raw.rope_scaling = top.rope_scaling.or(top.rope_parameters);
+            raw.rope_theta = raw.rope_theta.or(top.rope_theta);
+        }
+        let text = raw.resolve()?;
         let vision: VisionConfig = match value.get("vision_config") {
             Some(v) => {
                 serde_json::from_value(v.clone()).map_err(|e| format!("vision_config: {e}"))?
             }
             None => VisionConfig::default(),
         };
-        let lookup = |key: &str| -> Option<&Value> {
-            [text_value, value].into_iter().find_map(|v| {
-                v.get(key)
-                    .or_else(|| v.get("rope_parameters").and_then(|r| r.get(key)))
-                    .or_else(|| v.get("rope_scaling").and_then(|r| r.get(key)))
+        let image_token_id = raw
+            .image_token_id
+            .or_else(|| {
+                value
+                    .get("image_token_id")
+                    .and_then(Value::as_u64)
+                    .map(|v| v as u32)
             })
-        };
-        text.rope_theta = lookup("rope_theta")
-            .and_then(Value::as_f64)
-            .unwrap_or(1_000_000.0);
-        text.mrope_section = match lookup("mrope_section") {
-            Some(v) => {
-                serde_json::from_value(v.clone()).map_err(|e| format!("mrope_section: {e}"))?
-            }
-            None => vec![16, 24, 24],
-        };
-        let image_token_id = lookup("image_token_id")
-            .and_then(Value::as_u64)
-            .unwrap_or(151_655) as u32;
+            .unwrap_or(151_655);
         let cfg = Qwen2VlConfig {
             text,
             vision,
