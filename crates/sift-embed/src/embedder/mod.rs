@@ -7,14 +7,19 @@ use std::borrow::Cow;
 use candle_core::DType;
 
 use crate::image::{Decode, PreprocessError};
-use crate::models::decoder::{DecoderEmbedder, DecoderOptions};
-use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions};
-use crate::models::jina_clip::{JinaClipEmbedder, JinaClipOptions};
-use crate::models::nomic_pair::{NomicEmbedder, NomicOptions};
-use crate::models::text::{Role, TextEmbedder, TextEmbedderOptions};
-use crate::models::vision::{VisionArch, VisionEmbedder, VisionOptions};
+use crate::models::decoder::DecoderEmbedder;
+use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput};
+use crate::models::jina_clip::JinaClipEmbedder;
+use crate::models::nomic_pair::NomicEmbedder;
+use crate::models::text::{Role, TextEmbedder};
+use crate::models::vision::VisionEmbedder;
 use crate::profile::{Profile, ReferenceModel};
-use crate::{DevicePref, Error, ModelFiles, Result, select_device};
+use crate::{DevicePref, Error, ModelFiles, Result};
+
+mod load;
+mod towers;
+
+use towers::Tower;
 
 /// A model family, told from `config.json`'s `model_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -172,7 +177,7 @@ pub enum Input {
 pub struct PreparedTexts(Prepared);
 
 #[derive(Debug, Clone)]
-enum Prepared {
+pub(crate) enum Prepared {
     Text(Vec<Vec<u32>>),
     Vision(Vec<(Vec<u32>, usize)>),
     /// GME tokenises inside its forward pass (queries with this instruction, when not the
@@ -219,18 +224,9 @@ pub struct JointInput<'a> {
     pub images: &'a [&'a PreparedImage],
 }
 
-enum Model {
-    Text(Box<TextEmbedder>),
-    Vision(Box<VisionEmbedder>),
-    Gme(Box<GmeEmbedder>),
-    Decoder(Box<DecoderEmbedder>),
-    Nomic(Box<NomicEmbedder>),
-    JinaClip(Box<JinaClipEmbedder>),
-}
-
 /// Any supported embedding model behind one API (see the module docs).
 pub struct Embedder {
-    model: Model,
+    model: Box<dyn Tower>,
     profile: Profile,
     reference: ReferenceModel,
 }
@@ -254,124 +250,17 @@ impl Embedder {
         Self::from_files(&ModelFiles::resolve(spec)?, options)
     }
 
-    /// Loads the model whose files are `files`.
-    pub fn from_files(files: &ModelFiles, options: &EmbedderOptions) -> Result<Embedder> {
-        let device = select_device(options.device)?;
-        let model = match Family::of(&files.config) {
-            Family::Gme => {
-                let defaults = GmeOptions::default();
-                // the reference code runs GME through sentence-transformers, whose length
-                // limit is not GME's own (no limit at all when no file gives one)
-                let max_length = options.profile.is_reference().then(|| {
-                    crate::models::gme::sentence_transformers_max_length(files)
-                        .unwrap_or(usize::MAX / 4)
-                });
-                Model::Gme(Box::new(GmeEmbedder::load(
-                    files,
-                    &device,
-                    GmeOptions {
-                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
-                        dtype: options.dtype,
-                        query_instruction: options.query_instruction.clone(),
-                        max_length,
-                        ..defaults
-                    },
-                )?))
-            }
-            Family::Clip | Family::Siglip => {
-                if options.query_instruction.is_some() {
-                    return Err(Error::Unsupported {
-                        path: files.config.clone(),
-                        message: format!("{} takes no query instruction", files.name),
-                    });
-                }
-                let defaults = VisionOptions::default();
-                Model::Vision(Box::new(VisionEmbedder::load(
-                    files,
-                    &device,
-                    VisionOptions {
-                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
-                        dtype: options.dtype,
-                        ..defaults
-                    },
-                )?))
-            }
-            Family::Nomic => {
-                let defaults = NomicOptions::default();
-                Model::Nomic(Box::new(NomicEmbedder::load(
-                    files,
-                    &device,
-                    NomicOptions {
-                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
-                        dtype: options.dtype,
-                        text_model: None,
-                        text: TextEmbedderOptions {
-                            query_instruction: options.query_instruction.clone(),
-                            ..TextEmbedderOptions::default()
-                        },
-                    },
-                )?))
-            }
-            Family::JinaClip => {
-                if options.query_instruction.is_some() {
-                    return Err(Error::Unsupported {
-                        path: files.config.clone(),
-                        message: format!("{} takes no query instruction", files.name),
-                    });
-                }
-                let defaults = JinaClipOptions::default();
-                Model::JinaClip(Box::new(JinaClipEmbedder::load(
-                    files,
-                    &device,
-                    JinaClipOptions {
-                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
-                        dtype: options.dtype,
-                        ..defaults
-                    },
-                )?))
-            }
-            Family::Decoder => {
-                let defaults = DecoderOptions::default();
-                Model::Decoder(Box::new(DecoderEmbedder::load(
-                    files,
-                    &device,
-                    DecoderOptions {
-                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
-                        dtype: options.dtype,
-                        query_instruction: options.query_instruction.clone(),
-                        ..defaults
-                    },
-                )?))
-            }
-            Family::Text => {
-                let defaults = TextEmbedderOptions::default();
-                Model::Text(Box::new(TextEmbedder::load(
-                    files,
-                    &device,
-                    TextEmbedderOptions {
-                        batch_size: options.batch_size.unwrap_or(defaults.batch_size).max(1),
-                        dtype: options.dtype,
-                        query_instruction: options.query_instruction.clone(),
-                        ..defaults
-                    },
-                )?))
-            }
-        };
-        let bge_vl = is_bge_vl(files);
-        Ok(Embedder::new(model, bge_vl).with_profile(options.profile))
-    }
-
     /// `bge_vl`: the model is BGE-VL (a CLIP checkpoint whose joint input sums the towers'
     /// raw features).
-    fn new(model: Model, bge_vl: bool) -> Embedder {
-        let reference = match &model {
-            Model::Vision(m) if m.arch() == VisionArch::Siglip => ReferenceModel::Siglip,
-            Model::Vision(_) if bge_vl => ReferenceModel::BgeVl,
-            Model::Vision(_) => ReferenceModel::Clip,
-            Model::Nomic(_) => ReferenceModel::Nomic,
-            Model::Gme(_) => ReferenceModel::Gme,
-            Model::Text(_) | Model::Decoder(_) => ReferenceModel::Other,
-            Model::JinaClip(_) => ReferenceModel::JinaClip,
+    fn new(model: Box<dyn Tower>, bge_vl: bool) -> Embedder {
+        let reference = match model.family() {
+            Family::Siglip => ReferenceModel::Siglip,
+            Family::Clip if bge_vl => ReferenceModel::BgeVl,
+            Family::Clip => ReferenceModel::Clip,
+            Family::Nomic => ReferenceModel::Nomic,
+            Family::Gme => ReferenceModel::Gme,
+            Family::JinaClip => ReferenceModel::JinaClip,
+            Family::Text | Family::Decoder => ReferenceModel::Other,
         };
         Embedder {
             model,
@@ -398,89 +287,58 @@ impl Embedder {
 
     /// A text encoder already loaded.
     pub fn from_text(model: TextEmbedder) -> Embedder {
-        Embedder::new(Model::Text(Box::new(model)), false)
+        Embedder::new(Box::new(model), false)
     }
 
     /// A CLIP / SigLIP model already loaded.
     pub fn from_vision(model: VisionEmbedder) -> Embedder {
         let bge_vl = is_bge_vl_name(model.name());
-        Embedder::new(Model::Vision(Box::new(model)), bge_vl)
+        Embedder::new(Box::new(model), bge_vl)
     }
 
     /// A decoder embedder already loaded.
     pub fn from_decoder(model: DecoderEmbedder) -> Embedder {
-        Embedder::new(Model::Decoder(Box::new(model)), false)
+        Embedder::new(Box::new(model), false)
     }
 
     /// A GME model already loaded.
     pub fn from_gme(model: GmeEmbedder) -> Embedder {
-        Embedder::new(Model::Gme(Box::new(model)), false)
+        Embedder::new(Box::new(model), false)
     }
 
     /// Model name (hub id or directory name).
     pub fn name(&self) -> &str {
-        match &self.model {
-            Model::Text(m) => m.name(),
-            Model::Vision(m) => m.name(),
-            Model::Gme(m) => m.name(),
-            Model::Decoder(m) => m.name(),
-            Model::Nomic(m) => m.name(),
-            Model::JinaClip(m) => m.name(),
-        }
+        self.model.name()
     }
 
     /// Embedding dimension.
     pub fn dim(&self) -> usize {
-        match &self.model {
-            Model::Text(m) => m.dim(),
-            Model::Vision(m) => m.dim(),
-            Model::Gme(m) => m.dim(),
-            Model::Decoder(m) => m.dim(),
-            Model::Nomic(m) => m.dim(),
-            Model::JinaClip(m) => m.dim(),
-        }
+        self.model.dim()
     }
 
     /// The family.
     pub fn family(&self) -> Family {
-        match &self.model {
-            Model::Text(_) => Family::Text,
-            Model::Vision(m) => match m.arch() {
-                VisionArch::Clip => Family::Clip,
-                VisionArch::Siglip => Family::Siglip,
-            },
-            Model::Gme(_) => Family::Gme,
-            Model::Decoder(_) => Family::Decoder,
-            Model::Nomic(_) => Family::Nomic,
-            Model::JinaClip(_) => Family::JinaClip,
-        }
+        self.model.family()
     }
 
     /// What the model can embed.
     pub fn capabilities(&self) -> Capabilities {
         Capabilities {
-            images: !matches!(self.model, Model::Text(_) | Model::Decoder(_)),
-            joint: matches!(self.model, Model::Gme(_)) || self.reference == ReferenceModel::BgeVl,
+            images: self.model.images().is_some(),
+            joint: self.family() == Family::Gme || self.reference == ReferenceModel::BgeVl,
         }
     }
 
     /// [`ModelFiles::content_hash`] of the files the model was loaded from.
     pub fn content_hash(&self) -> &str {
-        match &self.model {
-            Model::Text(m) => m.content_hash(),
-            Model::Vision(m) => m.content_hash(),
-            Model::Gme(m) => m.content_hash(),
-            Model::Decoder(m) => m.content_hash(),
-            Model::Nomic(m) => m.content_hash(),
-            Model::JinaClip(m) => m.content_hash(),
-        }
+        self.model.content_hash()
     }
 
     /// Everything besides the input that decides the vectors of `input` (the model's files,
     /// settings, dtype, device kind): a cache key. GME's query instruction is not in it:
     /// only queries use it, and queries are not cached.
     pub fn fingerprint(&self, input: Input) -> String {
-        let base = self.family_fingerprint(input);
+        let base = self.model.fingerprint(input);
         let profiled = matches!(
             self.reference,
             ReferenceModel::Nomic | ReferenceModel::Gme | ReferenceModel::BgeVl
@@ -494,7 +352,7 @@ impl Embedder {
                 let decode = self.image_decode();
                 // GME and Jina-CLIP drop transparency in every profile: it is in their own
                 // fingerprints' meaning, not spelled out
-                let own_alpha = matches!(self.model, Model::Vision(_) | Model::Nomic(_));
+                let own_alpha = self.model.images().is_some_and(|i| !i.drops_alpha());
                 let mut key = if own_alpha && decode.alpha == crate::image::Alpha::Drop {
                     format!("{base}|alpha=drop|{}", crate::image::DECODER)
                 } else {
@@ -512,72 +370,28 @@ impl Embedder {
         }
     }
 
-    fn family_fingerprint(&self, input: Input) -> String {
-        match (&self.model, input) {
-            (Model::Text(m), Input::Text(role)) => m.fingerprint(role),
-            (Model::Text(m), Input::Image) => format!("{}|no images", m.fingerprint(Role::Passage)),
-            (Model::Vision(m), Input::Text(_)) => m.fingerprint("text"),
-            (Model::Vision(m), Input::Image) => m.fingerprint("image"),
-            (Model::Gme(m), Input::Text(Role::Query)) => m.fingerprint("query"),
-            (Model::Gme(m), Input::Text(Role::Passage)) => m.fingerprint("passage"),
-            (Model::Gme(m), Input::Image) => m.fingerprint("image"),
-            (Model::Decoder(m), Input::Text(role)) => m.fingerprint(role),
-            (Model::Decoder(m), Input::Image) => {
-                format!("{}|no images", m.fingerprint(Role::Passage))
-            }
-            (Model::Nomic(m), Input::Text(role)) => {
-                format!("{}|{}", m.text().fingerprint(role), m.content_hash())
-            }
-            (Model::Nomic(m), Input::Image) => m.fingerprint_images(),
-            (Model::JinaClip(m), Input::Text(role)) => m.text_fingerprint(role),
-            (Model::JinaClip(m), Input::Image) => m.fingerprint("image"),
-        }
-    }
-
     /// The longest text input in tokens, special tokens included.
     pub fn max_text_tokens(&self) -> usize {
-        match &self.model {
-            Model::Text(m) => m.max_seq_len(),
-            Model::Vision(m) => m.max_text_len(),
-            Model::Gme(m) => m.max_length(),
-            Model::Decoder(m) => m.max_seq_len(),
-            Model::Nomic(m) => m.text().max_seq_len(),
-            Model::JinaClip(m) => m.max_seq_len(),
-        }
+        self.model.max_text_tokens()
     }
 
     /// Tokenises texts of `role` (with the model's prefix or prompt).
     pub fn prepare_texts(&self, texts: &[&str], role: Role) -> Result<PreparedTexts> {
         let profiled = self.profiled(texts, role)?;
         let texts: Vec<&str> = profiled.iter().map(|t| t.as_ref()).collect();
-        let texts = &texts[..];
-        let reference = self.profile.is_reference();
-        Ok(PreparedTexts(match &self.model {
-            Model::Text(m) => Prepared::Text(m.tokenize(texts, role)?),
-            // the reference code embeds Nomic documents without `search_document: `
-            // (task2_multimodal.py:471-478)
-            Model::Nomic(m) if reference && role == Role::Passage => {
-                Prepared::Text(m.text().tokenize_with_prefix(texts, "")?)
-            }
-            Model::Nomic(m) => Prepared::Text(m.text().tokenize(texts, role)?),
-            // v2: queries as encode_text(task="retrieval.query"), passages with no task
-            Model::JinaClip(m) => Prepared::Text(m.tokenize_role(texts, role)?),
-            Model::Vision(m) => Prepared::Vision(m.tokenize(texts)?),
-            Model::Gme(_) => {
-                Prepared::Gme(texts.iter().map(|t| t.to_string()).collect(), role, None)
-            }
-            Model::Decoder(m) => {
-                Prepared::Decoder(m.tokenize(texts, role)?, m.role_prefix_tokens(role))
-            }
-        }))
+        Ok(PreparedTexts(self.model.prepare_texts(
+            &texts,
+            role,
+            self.profile.is_reference(),
+        )?))
     }
 
     /// `text` cut by BGE-VL's rule `cut` of the reference profile ([`crate::profile::bge_vl_cut`],
     /// which differs per task); any other model or profile: `text` as it is. Texts cut so
     /// pass through the embedder's own (Tasks 1-2) cut unchanged when they fit.
     pub fn reference_text(&self, text: &str, cut: crate::profile::BgeVlCut) -> Result<String> {
-        match (&self.model, self.reference, self.profile) {
-            (Model::Vision(m), ReferenceModel::BgeVl, p) if p.is_reference() => {
+        match (self.as_vision(), self.reference, self.profile) {
+            (Some(m), ReferenceModel::BgeVl, p) if p.is_reference() => {
                 crate::profile::bge_vl_cut(text, cut, |t| m.fits(t))
             }
             _ => Ok(text.to_string()),
@@ -590,8 +404,8 @@ impl Embedder {
         if self.profile == Profile::Default {
             return Ok(texts.iter().map(|t| Cow::Borrowed(*t)).collect());
         }
-        match (&self.model, self.reference) {
-            (Model::Vision(m), ReferenceModel::BgeVl) => texts
+        match (self.as_vision(), self.reference) {
+            (Some(m), ReferenceModel::BgeVl) => texts
                 .iter()
                 .map(|t| crate::profile::bge_vl_text(t, role, |cut| m.fits(cut)).map(Cow::Owned))
                 .collect(),
@@ -606,14 +420,7 @@ impl Embedder {
     /// format for one ([`crate::registry::ModelInfo::query_template`]), or it is GME (whose
     /// instruction is the system prompt).
     pub fn takes_instruction(&self) -> bool {
-        match &self.model {
-            Model::Text(m) => m.instruction_prefix("").is_some(),
-            Model::Nomic(m) => m.text().instruction_prefix("").is_some(),
-            Model::Decoder(m) => m.instruction_prefix("").is_some(),
-            Model::Gme(_) => true,
-            Model::Vision(_) => false,
-            Model::JinaClip(_) => false,
-        }
+        self.model.prepare_instructed(&[], "").is_some()
     }
 
     /// BRIGHT's task instruction for this model, `{domain}` standing for the domain (the
@@ -635,32 +442,10 @@ impl Embedder {
         };
         let profiled = self.profiled(texts, Role::Query)?;
         let texts: Vec<&str> = profiled.iter().map(|t| t.as_ref()).collect();
-        let texts = &texts[..];
-        let no = || self.cannot("take a query instruction (no prompt format for one)");
-        Ok(PreparedTexts(match &self.model {
-            Model::Text(m) => {
-                let prefix = m.instruction_prefix(instruction).ok_or_else(no)?;
-                Prepared::Text(m.tokenize_with_prefix(texts, &prefix)?)
-            }
-            Model::Nomic(m) => {
-                let prefix = m.text().instruction_prefix(instruction).ok_or_else(no)?;
-                Prepared::Text(m.text().tokenize_with_prefix(texts, &prefix)?)
-            }
-            Model::Decoder(m) => {
-                let prefix = m.instruction_prefix(instruction).ok_or_else(no)?;
-                Prepared::Decoder(
-                    m.tokenize_with_prefix(texts, Role::Query, &prefix)?,
-                    m.prefix_tokens(&prefix)?,
-                )
-            }
-            Model::Gme(_) => Prepared::Gme(
-                texts.iter().map(|t| t.to_string()).collect(),
-                Role::Query,
-                Some(instruction.to_string()),
-            ),
-            Model::Vision(_) => return Err(no()),
-            Model::JinaClip(_) => return Err(no()),
-        }))
+        match self.model.prepare_instructed(&texts, instruction) {
+            Some(prepared) => Ok(PreparedTexts(prepared?)),
+            None => Err(self.cannot("take a query instruction (no prompt format for one)")),
+        }
     }
 
     /// Unit vectors of queries carrying `instruction` ([`Embedder::prepare_queries`]).
@@ -674,21 +459,9 @@ impl Embedder {
 
     /// Unit vectors of prepared texts, in order.
     pub fn embed_prepared_texts(&self, texts: &PreparedTexts) -> Result<Vec<Vec<f32>>> {
-        match (&self.model, &texts.0) {
-            (Model::Text(m), Prepared::Text(ids)) => m.embed_tokens(ids),
-            (Model::Nomic(m), Prepared::Text(ids)) => m.text().embed_tokens(ids),
-            (Model::JinaClip(m), Prepared::Text(ids)) => m.embed_tokens(ids),
-            (Model::Decoder(m), Prepared::Decoder(ids, skip)) => m.embed_tokens_after(ids, *skip),
-            (Model::Vision(m), Prepared::Vision(ids)) => m.embed_tokenized(ids),
-            (Model::Gme(m), Prepared::Gme(t, role, instruction)) => {
-                let refs: Vec<&str> = t.iter().map(String::as_str).collect();
-                match (role, instruction) {
-                    (Role::Query, Some(i)) => m.embed_texts_instructed(&refs, i),
-                    _ => m.embed_texts(&refs, *role == Role::Query),
-                }
-            }
-            _ => Err(self.cannot("embed texts prepared for another model")),
-        }
+        self.model
+            .embed_prepared(&texts.0)
+            .unwrap_or_else(|| Err(self.cannot("embed texts prepared for another model")))
     }
 
     /// Unit vectors of texts of `role`, in order.
@@ -718,7 +491,7 @@ impl Embedder {
         resize: Option<(u32, u32)>,
     ) -> Vec<std::result::Result<PreparedImage, PreprocessError>> {
         use rayon::prelude::*;
-        if matches!(self.model, Model::Text(_) | Model::Decoder(_)) {
+        if self.model.images().is_none() {
             return images.iter().map(|_| Err(self.no_images())).collect();
         }
         images
@@ -736,17 +509,10 @@ impl Embedder {
         &self,
         img: image::RgbImage,
     ) -> std::result::Result<PreparedImage, PreprocessError> {
-        Ok(match &self.model {
-            Model::Vision(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
-            Model::Nomic(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
-            Model::JinaClip(m) => PreparedImage::Pixels(m.preprocess(&img)),
-            Model::Gme(m) => {
-                let img = m.processor().prepare_rgb(img, None)?;
-                m.check_fits(&[&img], crate::models::gme::DEFAULT_INSTRUCTION)?;
-                PreparedImage::Patches(img)
-            }
-            Model::Text(_) | Model::Decoder(_) => return Err(self.no_images()),
-        })
+        match self.model.images() {
+            Some(images) => images.prepare_rgb(img),
+            None => Err(self.no_images()),
+        }
     }
 
     fn no_images(&self) -> PreprocessError {
@@ -767,7 +533,7 @@ impl Embedder {
             return Decode::REFERENCE_LOADER;
         }
         let drop = self.reference == ReferenceModel::BgeVl
-            || matches!(self.model, Model::Gme(_) | Model::JinaClip(_));
+            || self.model.images().is_some_and(|i| i.drops_alpha());
         Decode {
             alpha: if drop {
                 crate::image::Alpha::Drop
@@ -798,54 +564,27 @@ impl Embedder {
         decode: Decode,
         resize: Option<(u32, u32)>,
     ) -> std::result::Result<PreparedImage, PreprocessError> {
-        match &self.model {
-            Model::Gme(m) => {
+        match self.as_gme() {
+            Some(m) => {
                 let budget = (m.max_length().saturating_sub(128) / count.max(1)) as u64;
                 let img = pre_resize(crate::image::decode_image(bytes, decode)?, resize);
                 m.processor()
                     .prepare_rgb(img, Some(budget))
                     .map(PreparedImage::Patches)
             }
-            _ => self
+            None => self
                 .prepare_images_with(&[bytes], decode, resize)
                 .pop()
                 .expect("one result per image"),
         }
     }
 
-    /// The pixels of images prepared for a model that takes pixels (CLIP, SigLIP, Nomic).
-    fn pixels(&self, images: &[PreparedImage]) -> Result<Vec<Vec<f32>>> {
-        images
-            .iter()
-            .map(|i| match i {
-                PreparedImage::Pixels(p) => Ok(p.clone()),
-                PreparedImage::Patches(_) => Err(self.cannot("embed an image prepared for GME")),
-            })
-            .collect()
-    }
-
     /// Unit vectors of prepared images, in order.
     pub fn embed_images(&self, images: &[PreparedImage]) -> Result<Vec<Vec<f32>>> {
-        match &self.model {
-            Model::Vision(m) => m.embed_prepared(&self.pixels(images)?),
-            Model::Nomic(m) => m.embed_prepared(&self.pixels(images)?),
-            Model::JinaClip(m) => m.embed_prepared(&self.pixels(images)?),
-            Model::Gme(m) => {
-                let patches = images
-                    .iter()
-                    .map(|i| match i {
-                        PreparedImage::Patches(p) => Ok(p.clone()),
-                        PreparedImage::Pixels(_) => {
-                            Err(self.cannot("embed an image prepared for CLIP / SigLIP"))
-                        }
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                m.embed_images(&patches)
-            }
-            Model::Text(_) | Model::Decoder(_) if images.is_empty() => Ok(Vec::new()),
-            Model::Text(_) | Model::Decoder(_) => {
-                Err(self.cannot("embed images: it is a text model"))
-            }
+        match self.model.images() {
+            Some(tower) => tower.embed_images(images),
+            None if images.is_empty() => Ok(Vec::new()),
+            None => Err(self.cannot("embed images: it is a text model")),
         }
     }
 
@@ -867,7 +606,7 @@ impl Embedder {
         if self.reference == ReferenceModel::BgeVl {
             return self.embed_features_summed(inputs, role);
         }
-        let Model::Gme(m) = &self.model else {
+        let Some(m) = self.as_gme() else {
             return Err(
                 self.cannot("embed a text and images as one input (it embeds them separately)")
             );
@@ -916,24 +655,18 @@ impl Embedder {
         inputs: &[JointInput<'_>],
         role: Role,
     ) -> Result<Vec<Vec<f32>>> {
-        let Model::Vision(m) = &self.model else {
+        let Some(m) = self.as_vision() else {
             return Err(self.cannot("sum raw text and image features (not a CLIP-style model)"));
         };
         let texts: Vec<&str> = inputs.iter().map(|i| i.text.unwrap_or("")).collect();
         let profiled = self.profiled(&texts, role)?;
         let refs: Vec<&str> = profiled.iter().map(|t| t.as_ref()).collect();
         let text = m.text_feature_rows(&m.tokenize(&refs)?)?;
-        let pixels: Vec<Vec<f32>> = inputs
+        let images: Vec<PreparedImage> = inputs
             .iter()
-            .flat_map(|i| {
-                i.images
-                    .iter()
-                    .map(|img| self.pixels(std::slice::from_ref(*img)))
-            })
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .flatten()
+            .flat_map(|i| i.images.iter().map(|img| (*img).clone()))
             .collect();
+        let pixels = towers::pixels(self.name(), &images)?;
         let mut images = m.image_feature_rows(&pixels)?.into_iter();
         Ok(inputs
             .iter()
@@ -974,42 +707,30 @@ impl Embedder {
     /// same after resizing).
     pub fn blank_image(&self) -> Result<PreparedImage> {
         let img = image::RgbImage::from_pixel(224, 224, image::Rgb([255, 255, 255]));
-        Ok(match &self.model {
-            Model::Vision(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
-            Model::Nomic(m) => PreparedImage::Pixels(m.processor().preprocess(&img)),
-            Model::JinaClip(m) => PreparedImage::Pixels(m.preprocess(&img)),
-            Model::Gme(m) => {
-                let resized = m.processor().resize(img, None)?;
-                PreparedImage::Patches(m.processor().patchify(&resized))
-            }
-            Model::Text(_) | Model::Decoder(_) => {
-                return Err(self.cannot("embed images: it is a text model"));
-            }
-        })
+        match self.model.images() {
+            Some(tower) => tower.prepare_blank(img),
+            None => Err(self.cannot("embed images: it is a text model")),
+        }
+    }
+
+    /// The concrete model, when it is a `T`.
+    fn downcast<T: 'static>(&self) -> Option<&T> {
+        self.model.as_any().downcast_ref::<T>()
     }
 
     /// The BERT-family encoder, when that is the family (for its tokenizer and settings).
     pub fn as_text(&self) -> Option<&TextEmbedder> {
-        match &self.model {
-            Model::Text(m) => Some(m),
-            _ => None,
-        }
+        self.downcast()
     }
 
     /// The CLIP / SigLIP model, when that is the family.
     pub fn as_vision(&self) -> Option<&VisionEmbedder> {
-        match &self.model {
-            Model::Vision(m) => Some(m),
-            _ => None,
-        }
+        self.downcast()
     }
 
     /// The GME model, when that is the family.
     pub fn as_gme(&self) -> Option<&GmeEmbedder> {
-        match &self.model {
-            Model::Gme(m) => Some(m),
-            _ => None,
-        }
+        self.downcast()
     }
 
     fn cannot(&self, what: &str) -> Error {
