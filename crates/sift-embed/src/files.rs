@@ -396,7 +396,7 @@ fn shards(index: &Path) -> Result<Vec<String>> {
 /// has no tokenizer of its own.
 fn image_only(config: &Path) -> bool {
     read_json::<serde_json::Value>(config)
-        .is_ok_and(|v| crate::models::nomic_pair::NomicEmbedder::is_vision_config(&v))
+        .is_ok_and(|v| crate::embedders::nomic_pair::NomicEmbedder::is_vision_config(&v))
 }
 
 /// Safetensors checkpoints read tensor by tensor with positioned reads (not memory-mapped):

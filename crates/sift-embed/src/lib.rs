@@ -23,7 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The families ([`models`], [`Family`]): BERT-family sentence encoders ([`TextEmbedder`]:
+//! The families ([`embedders`] over [`networks`], [`Family`]): BERT-family sentence encoders ([`TextEmbedder`]:
 //! pooling from sentence-transformers' `1_Pooling/config.json` or the [`registry`], prefixes,
 //! truncation), CLIP and SigLIP ([`VisionEmbedder`]; BGE-VL is a CLIP checkpoint), GME
 //! ([`GmeEmbedder`], over Qwen2-VL), decoder LLM embedders ([`DecoderEmbedder`]: Mistral,
@@ -36,10 +36,11 @@
 pub mod bench;
 mod device;
 mod embedder;
+pub mod embedders;
 mod error;
 mod files;
 pub mod image;
-pub mod models;
+pub mod networks;
 mod nn;
 pub mod profile;
 pub mod registry;
@@ -49,19 +50,21 @@ pub use embedder::{
     Capabilities, Embedder, EmbedderOptions, Family, Input, JointInput, Precision, PreparedImage,
     PreparedTexts,
 };
-pub use error::{Error, Result};
-pub use files::{ModelFiles, read_json};
-pub use image::PreprocessError;
-pub use models::decoder::{DECODER_MODEL_TYPES, DecoderEmbedder, DecoderOptions, DecoderPooling};
-pub use models::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
-pub use models::jina_clip::{JinaClipEmbedder, JinaClipOptions};
-pub use models::nomic_pair::{NomicEmbedder, NomicOptions};
-pub use models::nomic_vision::{NomicVision, NomicVisionConfig};
-pub use models::text::{Role, TextEmbedder, TextEmbedderOptions};
-pub use models::vision::{
+pub use embedders::decoder::{
+    DECODER_MODEL_TYPES, DecoderEmbedder, DecoderOptions, DecoderPooling,
+};
+pub use embedders::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
+pub use embedders::jina_clip::{JinaClipEmbedder, JinaClipOptions};
+pub use embedders::nomic_pair::{NomicEmbedder, NomicOptions};
+pub use embedders::text::{Role, TextEmbedder, TextEmbedderOptions};
+pub use embedders::vision::{
     VisionArch, VisionEmbedder, VisionOptions, is_vision_model, siglip_canonicalize,
     siglip_canonicalize_with,
 };
+pub use error::{Error, Result};
+pub use files::{ModelFiles, read_json};
+pub use image::PreprocessError;
+pub use networks::nomic_vision::{NomicVision, NomicVisionConfig};
 pub use nn::ops::Kernels;
 pub use profile::{Profile, ReferenceModel};
 pub use registry::{ModelInfo, Pooling};

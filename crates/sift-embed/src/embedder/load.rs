@@ -1,12 +1,12 @@
 //! Loading: the family from `config.json`, and its loader with the options it takes.
 use super::towers::Tower;
 use super::{Embedder, EmbedderOptions, Family, is_bge_vl};
-use crate::models::decoder::{DecoderEmbedder, DecoderOptions};
-use crate::models::gme::{GmeEmbedder, GmeOptions};
-use crate::models::jina_clip::{JinaClipEmbedder, JinaClipOptions};
-use crate::models::nomic_pair::{NomicEmbedder, NomicOptions};
-use crate::models::text::{TextEmbedder, TextEmbedderOptions};
-use crate::models::vision::{VisionEmbedder, VisionOptions};
+use crate::embedders::decoder::{DecoderEmbedder, DecoderOptions};
+use crate::embedders::gme::{GmeEmbedder, GmeOptions};
+use crate::embedders::jina_clip::{JinaClipEmbedder, JinaClipOptions};
+use crate::embedders::nomic_pair::{NomicEmbedder, NomicOptions};
+use crate::embedders::text::{TextEmbedder, TextEmbedderOptions};
+use crate::embedders::vision::{VisionEmbedder, VisionOptions};
 use crate::{Error, ModelFiles, Result, select_device};
 
 impl Embedder {
@@ -31,7 +31,7 @@ impl Embedder {
                 // the reference code runs GME through sentence-transformers, whose length
                 // limit is not GME's own (no limit at all when no file gives one)
                 let max_length = options.profile.is_reference().then(|| {
-                    crate::models::gme::sentence_transformers_max_length(files)
+                    crate::embedders::gme::sentence_transformers_max_length(files)
                         .unwrap_or(usize::MAX / 4)
                 });
                 let o = GmeOptions {

@@ -6,13 +6,13 @@ use std::borrow::Cow;
 
 use candle_core::DType;
 
+use crate::embedders::decoder::DecoderEmbedder;
+use crate::embedders::gme::{GmeEmbedder, GmeImage, GmeInput};
+use crate::embedders::jina_clip::JinaClipEmbedder;
+use crate::embedders::nomic_pair::NomicEmbedder;
+use crate::embedders::text::{Role, TextEmbedder};
+use crate::embedders::vision::VisionEmbedder;
 use crate::image::{Decode, PreprocessError};
-use crate::models::decoder::DecoderEmbedder;
-use crate::models::gme::{GmeEmbedder, GmeImage, GmeInput};
-use crate::models::jina_clip::JinaClipEmbedder;
-use crate::models::nomic_pair::NomicEmbedder;
-use crate::models::text::{Role, TextEmbedder};
-use crate::models::vision::VisionEmbedder;
 use crate::profile::{Profile, ReferenceModel};
 use crate::{DevicePref, Error, ModelFiles, Result};
 
@@ -627,7 +627,7 @@ impl Embedder {
             .collect::<Result<_>>()?;
         let instruction = match role {
             Role::Query => instruction.unwrap_or(m.query_instruction()),
-            Role::Passage => crate::models::gme::DEFAULT_INSTRUCTION,
+            Role::Passage => crate::embedders::gme::DEFAULT_INSTRUCTION,
         };
         let texts: Vec<&str> = inputs.iter().map(|i| i.text.unwrap_or("")).collect();
         let profiled = self.profiled(&texts, role)?;

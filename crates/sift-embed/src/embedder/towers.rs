@@ -5,13 +5,13 @@ use std::any::Any;
 use image::RgbImage;
 
 use super::{Family, Input, Prepared, PreparedImage};
+use crate::embedders::decoder::DecoderEmbedder;
+use crate::embedders::gme::{DEFAULT_INSTRUCTION, GmeEmbedder};
+use crate::embedders::jina_clip::JinaClipEmbedder;
+use crate::embedders::nomic_pair::NomicEmbedder;
+use crate::embedders::text::{Role, TextEmbedder};
+use crate::embedders::vision::{VisionArch, VisionEmbedder};
 use crate::image::PreprocessError;
-use crate::models::decoder::DecoderEmbedder;
-use crate::models::gme::{DEFAULT_INSTRUCTION, GmeEmbedder};
-use crate::models::jina_clip::JinaClipEmbedder;
-use crate::models::nomic_pair::NomicEmbedder;
-use crate::models::text::{Role, TextEmbedder};
-use crate::models::vision::{VisionArch, VisionEmbedder};
 use crate::{Error, Result};
 
 /// A model family as the embedder drives it: texts (every family), images (those with an

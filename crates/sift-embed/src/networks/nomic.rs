@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::models::qwen2vl::{inv_freq, rotate_qkv, tables};
+use crate::networks::qwen2vl::{inv_freq, rotate_qkv, tables};
 use crate::nn::ops::{self, Act, Segment, load_layer_norm as layer_norm};
 
 /// A NomicBERT `config.json` (`model_type` nomic_bert, GPT-2 key names), with the published

@@ -3,8 +3,8 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::models::bert::{Bert, BertConfig};
-use crate::models::nomic::{NomicBert, NomicConfig, card_head};
+use crate::networks::bert::{Bert, BertConfig};
+use crate::networks::nomic::{NomicBert, NomicConfig, card_head};
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 

@@ -9,11 +9,11 @@ use candle_core::Device;
 
 use crate::files::{ModelFiles, read_json};
 use crate::image::{ImageProcessor, PreprocessError};
-use crate::models::nomic_vision::{NomicVision, NomicVisionConfig};
+use crate::networks::nomic_vision::{NomicVision, NomicVisionConfig};
 
 /// The text model Nomic's vision checkpoints share their space with.
 const NOMIC_TEXT: &str = "nomic-ai/nomic-embed-text-v1.5";
-use crate::models::text::{TextEmbedder, TextEmbedderOptions};
+use crate::embedders::text::{TextEmbedder, TextEmbedderOptions};
 use crate::nn::ops::l2_normalize;
 use crate::{Error, Result};
 

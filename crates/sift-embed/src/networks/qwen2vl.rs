@@ -19,7 +19,7 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, RmsNorm, VarBuilder};
 use serde::Deserialize;
 
-use crate::models::decoder_config::DecoderConfig;
+use crate::networks::decoder_config::DecoderConfig;
 use serde_json::Value;
 
 use crate::nn::ops::{self, Act, Proj, Segment};
@@ -76,7 +76,7 @@ impl VisionConfig {
 }
 
 /// The language model's settings, resolved from a `config.json` by
-/// [`DecoderConfig::resolve`](crate::models::decoder_config::DecoderConfig::resolve).
+/// [`DecoderConfig::resolve`](crate::networks::decoder_config::DecoderConfig::resolve).
 #[derive(Debug, Clone)]
 pub struct TextConfig {
     /// Vocabulary size.

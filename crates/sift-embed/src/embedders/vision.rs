@@ -16,8 +16,8 @@ use tokenizers::{
 
 use crate::files::ModelFiles;
 use crate::image::{ImageProcessor, PreprocessError};
-use crate::models::clip::{Clip, ClipConfig};
-use crate::models::siglip::{Siglip, SiglipConfig};
+use crate::networks::clip::{Clip, ClipConfig};
+use crate::networks::siglip::{Siglip, SiglipConfig};
 use crate::nn::ops::l2_normalize;
 use crate::{Error, Result};
 

@@ -35,7 +35,7 @@ use crate::image::{
     Alpha, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, PreprocessError, Resample, decode_rgb_with,
     resize_rgb8,
 };
-use crate::models::qwen2vl::{Position, Qwen2VlConfig, TextModel, VisionTower};
+use crate::networks::qwen2vl::{Position, Qwen2VlConfig, TextModel, VisionTower};
 use crate::nn::ops::{Segment, l2_normalize};
 use crate::{Error, Result};
 

@@ -1,25 +1,15 @@
-//! The model families, one module each, named after their upstream weights: BERT-family
-//! sentence encoders ([`text`] over [`bert`]), CLIP and SigLIP ([`vision`] over [`clip`] and
-//! [`siglip`]), GME ([`gme`] over [`qwen2vl`]), decoder LLMs ([`decoder`]), Nomic Embed
-//! ([`nomic_pair`] over [`nomic`] and [`nomic_vision`]), and Jina-CLIP v1 ([`jina_clip`] over
-//! [`jina_bert`] and [`eva`]; v2 over [`xlm_roberta`] and [`eva`]).
-pub mod bert;
-pub mod clip;
+//! The embedders: a model's files, tokenizer, prompts, pooling and image processing around
+//! its network ([`crate::networks`]): BERT-family sentence encoders ([`text`]), CLIP and
+//! SigLIP ([`vision`]), GME ([`gme`]), decoder LLMs ([`decoder`]), Nomic Embed ([`nomic_pair`])
+//! and Jina-CLIP v1 and v2 ([`jina_clip`]); early truncation of long texts for every
+//! tokenizer ([`truncate`]).
 pub mod decoder;
-pub mod decoder_config;
-pub mod eva;
 pub mod gme;
-pub mod jina_bert;
 pub mod jina_clip;
-pub mod nomic;
 pub mod nomic_pair;
-pub mod nomic_vision;
-pub mod qwen2vl;
-pub mod siglip;
 pub mod text;
 pub mod truncate;
 pub mod vision;
-pub mod xlm_roberta;
 
 /// Prepared images, each `(3, height, width)` channels first as the image processors give
 /// them, stacked into one `(images, 3, height, width)` tensor on `device`; an input of another

@@ -9,7 +9,7 @@ use candle_core::{D, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::models::clip::{Side, act};
+use crate::networks::clip::{Side, act};
 use crate::nn::encoder::{Encoder, EncoderSizes, PatchEmbed, TextStack, hf_sizes};
 use crate::nn::ops::{self, Segment};
 

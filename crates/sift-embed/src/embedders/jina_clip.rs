@@ -29,9 +29,9 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 
 use crate::files::{ModelFiles, read_json};
 use crate::image::{ImageProcessor, PreprocessError, Resample, Resize};
-use crate::models::eva::{EvaConfig, EvaVision};
-use crate::models::jina_bert::{JinaBert, JinaBertConfig};
-use crate::models::xlm_roberta::{XlmRoberta, XlmRobertaConfig};
+use crate::networks::eva::{EvaConfig, EvaVision};
+use crate::networks::jina_bert::{JinaBert, JinaBertConfig};
+use crate::networks::xlm_roberta::{XlmRoberta, XlmRobertaConfig};
 use crate::nn::ops::{self, l2_normalize};
 use crate::{Error, Result, Role};
 

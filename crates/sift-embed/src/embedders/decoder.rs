@@ -16,10 +16,10 @@ use candle_core::{DType, Device};
 use serde_json::Value;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
+use crate::embedders::text::Role;
 use crate::files::{ModelFiles, read_json};
-use crate::models::decoder_config::DecoderConfig;
-use crate::models::qwen2vl::{Position, TextModel};
-use crate::models::text::Role;
+use crate::networks::decoder_config::DecoderConfig;
+use crate::networks::qwen2vl::{Position, TextModel};
 use crate::nn::ops::{Segment, l2_normalize};
 use crate::registry;
 use crate::{Error, Result};
