@@ -43,7 +43,7 @@ impl ModelFlags {
     pub fn options(&self) -> Result<EmbedderOptions> {
         Ok(EmbedderOptions {
             device: self.device.parse()?,
-            dtype: self.dtype.dtype(),
+            dtype: self.dtype,
             batch_size: Some(self.batch_size.max(1)),
             query_instruction: self.query_instruction.clone(),
             profile: self.profile,

@@ -80,7 +80,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 /// The text tower in the suites' dtype (`SIFT_TEST_DTYPE`; see `common`).
 fn text_options() -> EmbedderOptions {
     EmbedderOptions {
-        dtype: common::dtype(),
+        dtype: common::precision(),
         ..Default::default()
     }
 }

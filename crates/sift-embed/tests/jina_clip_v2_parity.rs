@@ -134,7 +134,7 @@ fn check_vectors(what: &str, got: &[Vec<f32>], want: &[&Vec<f32>]) -> f64 {
 /// The text tower in the suites' dtype (`SIFT_TEST_DTYPE`; see `common`).
 fn text_options() -> EmbedderOptions {
     EmbedderOptions {
-        dtype: common::dtype(),
+        dtype: common::precision(),
         ..Default::default()
     }
 }

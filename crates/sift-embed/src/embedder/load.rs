@@ -14,7 +14,7 @@ impl Embedder {
     pub fn from_files(files: &ModelFiles, options: &EmbedderOptions) -> Result<Embedder> {
         let device = select_device(options.device)?;
         let family = Family::of(&files.config);
-        let (dtype, instruction) = (options.dtype, options.query_instruction.clone());
+        let (dtype, instruction) = (options.dtype.dtype(), options.query_instruction.clone());
         if instruction.is_some()
             && matches!(family, Family::Clip | Family::Siglip | Family::JinaClip)
         {

@@ -94,8 +94,9 @@ pub struct Capabilities {
 pub struct EmbedderOptions {
     /// Device.
     pub device: DevicePref,
-    /// Weights and activations (f32 on the CPU).
-    pub dtype: DType,
+    /// Weights and activations: f32, or f16 / bf16 (on the CPU, bf16 packs the decoders'
+    /// linear layers for the processor's bfloat16 dot products).
+    pub dtype: Precision,
     /// Inputs per forward pass; the family's default when `None`.
     pub batch_size: Option<usize>,
     /// A task instruction for queries: in the model's prompt format for models the registry
@@ -110,7 +111,7 @@ impl Default for EmbedderOptions {
     fn default() -> Self {
         EmbedderOptions {
             device: DevicePref::Cpu,
-            dtype: DType::F32,
+            dtype: Precision::F32,
             batch_size: None,
             query_instruction: None,
             profile: Profile::Default,

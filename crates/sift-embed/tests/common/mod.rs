@@ -16,6 +16,12 @@ pub const BF16_MIN_COSINE: f64 = 0.99;
 /// The dtype models load in: `SIFT_TEST_DTYPE` (`f32`, the default, or `bf16`). Also checks
 /// that the kernels asked for with `SIFT_KERNELS` are the ones running.
 pub fn dtype() -> DType {
+    precision().dtype()
+}
+
+/// [`dtype`] as the embedder's option.
+#[allow(dead_code)]
+pub fn precision() -> sift_embed::Precision {
     let generic = std::env::var("SIFT_KERNELS").as_deref() == Ok("generic");
     assert_eq!(
         sift_embed::Kernels::current() == sift_embed::Kernels::Generic,
@@ -23,8 +29,8 @@ pub fn dtype() -> DType {
         "SIFT_KERNELS is not in effect"
     );
     match std::env::var("SIFT_TEST_DTYPE").as_deref() {
-        Err(_) | Ok("") | Ok("f32") => DType::F32,
-        Ok("bf16") => DType::BF16,
+        Err(_) | Ok("") | Ok("f32") => sift_embed::Precision::F32,
+        Ok("bf16") => sift_embed::Precision::Bf16,
         Ok(other) => panic!("SIFT_TEST_DTYPE={other:?}: expected f32 or bf16"),
     }
 }
