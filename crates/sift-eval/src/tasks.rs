@@ -27,15 +27,18 @@ pub enum Task {
     Pairs,
 }
 
-/// What a task ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a task (or a search) ranks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum CandidateKind {
     /// The domain's passages
+    #[default]
     Passages,
-    /// The domain's corpus images
+    /// The domain's corpus images (retrievers whose models embed images)
     Images,
-    /// Passage+image pairs (Task 4)
+    /// Passage+image pairs of the same page (MM-BRIGHT Task 4), text-only pairs included
     Pairs,
 }
 

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{
-    Candidates, Document, EvalRequest, EvalResponse, FuseRequest, FuseResponse, IndexInfo,
+    CandidateKind, Document, EvalRequest, EvalResponse, FuseRequest, FuseResponse, IndexInfo,
     LocalResponse, LocalSearchRequest, McpSearchRequest, PyseriniQuery, SearchRequest,
     SearchResponse,
 };
@@ -65,7 +65,7 @@ pub struct ImageQuery {
     pub bbox: Option<[u32; 4]>,
     /// What to rank: images (default) or passages.
     #[serde(default = "images")]
-    pub candidates: Candidates,
+    pub candidates: CandidateKind,
     /// Number of results.
     #[serde(default = "ten", alias = "k")]
     pub top_k: usize,
@@ -84,8 +84,8 @@ fn ten() -> usize {
     10
 }
 
-fn images() -> Candidates {
-    Candidates::Images
+fn images() -> CandidateKind {
+    CandidateKind::Images
 }
 
 /// The MCP server over a [`Shared`] service.
@@ -210,7 +210,7 @@ impl SiftMcp {
                     domain: a.domain,
                     top_k: a.top_k,
                     retriever: a.retriever,
-                    candidates: Candidates::Images,
+                    candidates: CandidateKind::Images,
                     ..SearchRequest::default()
                 })
             })

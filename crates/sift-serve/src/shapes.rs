@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::api::{
-    Candidates, Hit, ImageInput, LocalResponse, LocalResult, LocalSearchRequest, SearchRequest,
+    CandidateKind, Hit, ImageInput, LocalResponse, LocalResult, LocalSearchRequest, SearchRequest,
     SerpApiImage, SerpApiInformation, SerpApiMetadata, SerpApiOrganic, SerpApiResponse,
     SerpApiVisualMatch, SerperImage, SerperImagesResponse, SerperLens, SerperLensResponse,
     SerperOrganic, SerperParameters, SerperQuery, SerperSearchResponse,
@@ -221,7 +221,7 @@ pub fn serper_images(
         SearchRequest {
             query: req.q.clone(),
             domain: req.domain.clone().filter(|d| !d.is_empty()),
-            candidates: Candidates::Images,
+            candidates: CandidateKind::Images,
             max_text_chars: Some(0),
             ..SearchRequest::default()
         },
@@ -299,7 +299,7 @@ fn lens(
         SearchRequest {
             images: vec![image],
             domain: domain.clone(),
-            candidates: Candidates::Images,
+            candidates: CandidateKind::Images,
             max_text_chars: Some(SNIPPET_CHARS),
             ..SearchRequest::default()
         },
@@ -448,7 +448,7 @@ pub fn serpapi(
     let (mut organic, mut images, mut matches) = (None, None, None);
     let found = match engine {
         "google" => {
-            let hits = text_search(Candidates::Passages)?;
+            let hits = text_search(CandidateKind::Passages)?;
             let n = hits.len();
             organic = Some(
                 hits.into_iter()
@@ -468,7 +468,7 @@ pub fn serpapi(
             n
         }
         "google_images" => {
-            let hits = text_search(Candidates::Images)?;
+            let hits = text_search(CandidateKind::Images)?;
             let n = hits.len();
             images = Some(
                 hits.into_iter()
@@ -500,7 +500,7 @@ pub fn serpapi(
                     images: vec![image],
                     domain: domain.clone().or(linked),
                     top_k,
-                    candidates: Candidates::Images,
+                    candidates: CandidateKind::Images,
                     max_text_chars: Some(0),
                     ..SearchRequest::default()
                 })
@@ -608,8 +608,8 @@ pub fn local(
             domain,
             top_k: req.top_k,
             candidates: match tool {
-                LocalTool::Text => Candidates::Passages,
-                LocalTool::TextToImage | LocalTool::Image => Candidates::Images,
+                LocalTool::Text => CandidateKind::Passages,
+                LocalTool::TextToImage | LocalTool::Image => CandidateKind::Images,
             },
             max_text_chars: Some(req.max_text_chars),
             ..SearchRequest::default()

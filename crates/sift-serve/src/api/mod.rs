@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+pub use sift_eval::CandidateKind;
 
 mod compat;
 
@@ -15,19 +16,6 @@ pub const DEFAULT_TOP_K: usize = 10;
 
 pub(crate) fn default_top_k() -> usize {
     DEFAULT_TOP_K
-}
-
-/// What a search ranks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Candidates {
-    /// The domain's passages.
-    #[default]
-    Passages,
-    /// The domain's corpus images (retrievers whose models embed images).
-    Images,
-    /// Passage+image pairs of the same page (MM-BRIGHT Task 4); text-only pairs included.
-    Pairs,
 }
 
 /// How a query's text and images become one vector, for models that embed images.
@@ -72,7 +60,7 @@ pub struct UploadQuery {
     pub domain: Option<String>,
     /// What to rank: images (default), passages or pairs.
     #[serde(default)]
-    pub candidates: Option<Candidates>,
+    pub candidates: Option<CandidateKind>,
     /// Number of results.
     #[serde(default)]
     pub top_k: Option<usize>,
@@ -116,7 +104,7 @@ pub struct SearchRequest {
     pub top_k: usize,
     /// What to rank.
     #[serde(default)]
-    pub candidates: Candidates,
+    pub candidates: CandidateKind,
     /// How query text and images combine.
     #[serde(default)]
     pub fusion: Fusion,
@@ -185,7 +173,7 @@ pub struct McpSearchRequest {
     pub top_k: usize,
     /// What to rank.
     #[serde(default)]
-    pub candidates: Candidates,
+    pub candidates: CandidateKind,
     /// How query text and images combine.
     #[serde(default)]
     pub fusion: Fusion,
@@ -261,7 +249,7 @@ pub struct SearchResponse {
     /// Retriever used.
     pub retriever: String,
     /// What was ranked.
-    pub candidates: Candidates,
+    pub candidates: CandidateKind,
     /// Results, best first.
     pub hits: Vec<Hit>,
 }

@@ -382,7 +382,7 @@ async fn upload_search(
         retriever: q.retriever,
         domain: q.domain,
         top_k: q.top_k.unwrap_or(crate::api::DEFAULT_TOP_K),
-        candidates: q.candidates.unwrap_or(crate::api::Candidates::Images),
+        candidates: q.candidates.unwrap_or(crate::api::CandidateKind::Images),
         max_text_chars: q.max_text_chars,
         ..SearchRequest::default()
     };

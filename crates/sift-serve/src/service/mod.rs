@@ -10,12 +10,12 @@ use sift_embed::EmbedderOptions;
 use sift_eval::{Links, NO_IMAGE, PAIR_SEP, RunEntry, Task};
 use sift_index::{IndexDir, Scratch};
 use sift_retrieve::{
-    Candidates as Ranked, DomainPart, DomainSearcher, Instructions, ModelSet, PairCandidates,
-    PairTable, QueryImages, QueryVectors, RetrieverSpec, SearchSettings, search_domains,
+    Candidates, DomainPart, DomainSearcher, Instructions, ModelSet, PairCandidates, PairTable,
+    QueryImages, QueryVectors, RetrieverSpec, SearchSettings, search_domains,
 };
 
 use crate::api::{
-    Candidates, Document, DomainInfo, Fusion, Hit, ImageInput, IndexInfo, RetrieverInfo,
+    CandidateKind, Document, DomainInfo, Fusion, Hit, ImageInput, IndexInfo, RetrieverInfo,
     SearchRequest, SearchResponse,
 };
 use crate::error::{ApiError, ErrorKind};
@@ -271,7 +271,7 @@ impl Service {
     fn retriever(
         &self,
         name: Option<&str>,
-        candidates: Candidates,
+        candidates: CandidateKind,
         with_images: bool,
     ) -> Result<usize, ApiError> {
         let served = || {
@@ -297,7 +297,7 @@ impl Service {
                 .retrievers
                 .iter()
                 .position(|r| {
-                    (candidates == Candidates::Passages || r.ranks_images)
+                    (candidates == CandidateKind::Passages || r.ranks_images)
                         && (!with_images || r.takes_images)
                 })
                 .ok_or_else(|| {
@@ -305,7 +305,7 @@ impl Service {
                         "retriever",
                         format!(
                             "no served retriever {} (served: {})",
-                            if candidates == Candidates::Passages {
+                            if candidates == CandidateKind::Passages {
                                 "takes query images"
                             } else {
                                 "ranks images"
@@ -316,7 +316,7 @@ impl Service {
                 })?,
         };
         let r = &self.retrievers[i];
-        if candidates != Candidates::Passages && !r.ranks_images {
+        if candidates != CandidateKind::Passages && !r.ranks_images {
             return Err(ApiError::invalid(
                 "candidates",
                 format!(
@@ -446,10 +446,10 @@ impl Service {
             .map(|(i, input)| self.image_bytes(&targets, &format!("images[{i}]"), input))
             .collect::<Result<_, _>>()?;
         let task = match req.candidates {
-            Candidates::Passages if images.is_empty() => Task::Passages,
-            Candidates::Passages => Task::MultimodalPassages,
-            Candidates::Images => Task::Images,
-            Candidates::Pairs => Task::Pairs,
+            CandidateKind::Passages if images.is_empty() => Task::Passages,
+            CandidateKind::Passages => Task::MultimodalPassages,
+            CandidateKind::Images => Task::Images,
+            CandidateKind::Pairs => Task::Pairs,
         };
         // the service's queries carry no per-domain instruction: one set of vectors serves
         // every domain
@@ -466,12 +466,12 @@ impl Service {
             .map(|d| DomainPart {
                 searcher: &d.searchers[ri],
                 candidates: match req.candidates {
-                    Candidates::Passages => Ranked::Passages,
-                    Candidates::Images => Ranked::Images,
-                    Candidates::Pairs => d.pairs.as_ref().unwrap_or(&NO_PAIRS).candidates(false),
+                    CandidateKind::Passages => Candidates::Passages,
+                    CandidateKind::Images => Candidates::Images,
+                    CandidateKind::Pairs => d.pairs.as_ref().unwrap_or(&NO_PAIRS).candidates(false),
                 },
                 table: match req.candidates {
-                    Candidates::Pairs => d.tables[ri].as_ref(),
+                    CandidateKind::Pairs => d.tables[ri].as_ref(),
                     _ => None,
                 },
                 exclude: &[],
@@ -535,15 +535,15 @@ impl Service {
     fn hit(
         &self,
         domain: &Domain,
-        candidates: Candidates,
+        candidates: CandidateKind,
         rank: usize,
         h: &RunEntry,
         chars: usize,
     ) -> Hit {
         let (passage, image) = match candidates {
-            Candidates::Passages => (Some(h.doc.clone()), None),
-            Candidates::Images => (None, Some(h.doc.clone())),
-            Candidates::Pairs => match h.doc.split_once(PAIR_SEP) {
+            CandidateKind::Passages => (Some(h.doc.clone()), None),
+            CandidateKind::Images => (None, Some(h.doc.clone())),
+            CandidateKind::Pairs => match h.doc.split_once(PAIR_SEP) {
                 Some((p, i)) if i == NO_IMAGE => (Some(p.to_string()), None),
                 Some((p, i)) => (Some(p.to_string()), Some(i.to_string())),
                 None => (Some(h.doc.clone()), None),
