@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use rayon::prelude::*;
 use sift_core::Corpus;
-use sift_eval::{Run, RunEntry, evaluate, task1};
+use sift_eval::{Run, RunEntry, score_run, task1};
 use sift_index::{BuildOptions, IndexDir, NoProgress};
 
 #[derive(Parser)]
@@ -135,7 +135,7 @@ fn main() -> Result<()> {
         std::hint::black_box(hits);
     }
     lat.sort_by(f64::total_cmp);
-    let ev = evaluate(&run, &task.qrels, &Default::default(), true);
+    let ev = score_run(&run, &task.qrels, &Default::default(), true);
     let out = serde_json::json!({
         "engine": "sift",
         "version": env!("CARGO_PKG_VERSION"),

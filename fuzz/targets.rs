@@ -98,7 +98,7 @@ pub fn trec_run(data: &[u8]) {
         if let Ok(run) = sift_eval::read_run(p) {
             let mut w = sift_core::Warnings::new();
             let qrels = sift_eval::read_qrels(p, &mut w).unwrap_or_default();
-            let ev = sift_eval::evaluate(&run, &qrels, &Default::default(), true);
+            let ev = sift_eval::score_run(&run, &qrels, &Default::default(), true);
             let dir = scratch();
             let _ = sift_eval::write_run(&dir.path().join("out.trec"), &run, "fuzz");
             let _ = ev;

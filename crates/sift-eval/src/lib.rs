@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use sift_core::Qrels;
-//! use sift_eval::{Exclusions, Run, RunEntry, evaluate};
+//! use sift_eval::{Exclusions, Run, RunEntry, score_run};
 //!
 //! let mut run = Run::new();
 //! run.insert("q1".into(), vec![
@@ -16,7 +16,7 @@
 //! ]);
 //! let mut qrels = Qrels::new();
 //! qrels.insert("q1".into(), [("d2".to_string(), 1)].into());
-//! let ev = evaluate(&run, &qrels, &Exclusions::new(), false);
+//! let ev = score_run(&run, &qrels, &Exclusions::new(), false);
 //! assert_eq!(ev.mean["mrr"], 0.5); // the relevant document is second
 //! ```
 #![warn(missing_docs)]
@@ -31,8 +31,8 @@ mod trec;
 pub use error::{Error, Result};
 pub use links::{LinkReport, LinkStats, Links, PairLink};
 pub use metrics::{
-    CUTOFFS, Evaluation, Exclusions, Metrics, Run, RunEntry, evaluate, evaluate_query,
-    metric_names, trec_order, trec_score_key,
+    CUTOFFS, Evaluation, Exclusions, Metrics, Run, RunEntry, evaluate_query, metric_names,
+    score_run, trec_order, trec_score_key,
 };
 pub use report::{DomainResult, Report};
 pub use tasks::{

@@ -142,7 +142,7 @@ pub struct Evaluation {
 /// judgement (of any grade); queries without judgements are ignored. With `complete = false`
 /// (trec_eval's default) a judged query absent from the run is ignored too; with
 /// `complete = true` (trec_eval `-c`) it is evaluated with an empty ranking and scores 0.
-pub fn evaluate(run: &Run, qrels: &Qrels, exclusions: &Exclusions, complete: bool) -> Evaluation {
+pub fn score_run(run: &Run, qrels: &Qrels, exclusions: &Exclusions, complete: bool) -> Evaluation {
     let empty = Vec::new();
     let mut per_query = BTreeMap::new();
     for (qid, judgments) in qrels {
@@ -251,9 +251,9 @@ mod tests {
         let mut run = Run::new();
         run.insert("judged".into(), entries(&[("d", 1.0)]));
         run.insert("unjudged".into(), entries(&[("d", 1.0)]));
-        let ev = evaluate(&run, &qrels, &Exclusions::new(), false);
+        let ev = score_run(&run, &qrels, &Exclusions::new(), false);
         assert_eq!(ev.per_query.keys().collect::<Vec<_>>(), ["judged"]);
-        let ev = evaluate(&run, &qrels, &Exclusions::new(), true);
+        let ev = score_run(&run, &qrels, &Exclusions::new(), true);
         assert_eq!(
             ev.per_query.keys().collect::<Vec<_>>(),
             ["judged", "no_run"]

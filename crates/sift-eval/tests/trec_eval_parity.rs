@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use sift_core::Warnings;
-use sift_eval::{evaluate, read_exclusions, read_qrels, read_run};
+use sift_eval::{read_exclusions, read_qrels, read_run, score_run};
 
 fn reference_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../eval/reference/trec_eval")
@@ -45,7 +45,7 @@ fn check_case(prefix: &str) {
     )
     .expect("json");
 
-    let ev = evaluate(&run, &qrels, &exclusions, false);
+    let ev = score_run(&run, &qrels, &exclusions, false);
     let per_query = expected["per_query"].as_object().expect("per_query");
     assert_eq!(
         ev.per_query.keys().collect::<Vec<_>>(),

@@ -7,7 +7,7 @@ use sift_core::{Corpus, Layout, Qrels, WarningKind, Warnings};
 use sift_eval::RunWriter;
 use sift_eval::{
     CandidateKind, DomainResult, Exclusions, LinkReport, Links, Metrics, PairLink, Protocol,
-    Report, Run, Task, check_exclusions, check_qrels_ids, evaluate as score,
+    Report, Run, Task, check_exclusions, check_qrels_ids, score_run,
 };
 use sift_index::{IndexDir, NoProgress, Progress};
 
@@ -636,7 +636,7 @@ fn run_job(
     progress.finish();
     let run: Run = results?.into_iter().collect();
     // complete = true: a judged query with no hit at all scores 0
-    let ev = score(&run, &data.qrels, &data.exclusions, true);
+    let ev = score_run(&run, &data.qrels, &data.exclusions, true);
     job.report.per_domain.push(DomainResult {
         domain: domain.to_string(),
         queries: ev.per_query.len(),

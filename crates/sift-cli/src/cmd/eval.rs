@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use sift_core::Warnings;
 use sift_eval::{
-    DomainResult, Exclusions, Protocol, Report, Task, evaluate, metric_names, read_exclusions,
-    read_qrels, read_run, write_exclusions, write_qrels,
+    DomainResult, Exclusions, Protocol, Report, Task, metric_names, read_exclusions, read_qrels,
+    read_run, score_run, write_exclusions, write_qrels,
 };
 use sift_index::IndexDir;
 use sift_retrieve::{
@@ -161,7 +161,7 @@ impl QueryFusion {
 pub fn run(a: Args) -> Result<()> {
     match (&a.corpus, &a.index, &a.run, &a.qrels) {
         (Some(c), Some(i), None, None) => run_task(&a, c, i),
-        (None, None, Some(r), Some(q)) => score_run(&a, r, q),
+        (None, None, Some(r), Some(q)) => score_file(&a, r, q),
         // a usage error: clap's message and exit status 2
         _ => clap::Error::raw(
             clap::error::ErrorKind::MissingRequiredArgument,
@@ -171,7 +171,7 @@ pub fn run(a: Args) -> Result<()> {
     }
 }
 
-fn score_run(a: &Args, run_path: &Path, qrels_path: &Path) -> Result<()> {
+fn score_file(a: &Args, run_path: &Path, qrels_path: &Path) -> Result<()> {
     let run = read_run(run_path)?;
     let mut warnings = Warnings::new();
     let qrels = read_qrels(qrels_path, &mut warnings)?;
@@ -179,7 +179,7 @@ fn score_run(a: &Args, run_path: &Path, qrels_path: &Path) -> Result<()> {
         Some(p) => read_exclusions(p)?,
         None => Exclusions::new(),
     };
-    let ev = evaluate(&run, &qrels, &exclusions, a.complete);
+    let ev = score_run(&run, &qrels, &exclusions, a.complete);
     if ev.per_query.is_empty() {
         bail!(
             "nothing to score: none of the {} queries of {} is judged in {} ({} judged queries){}",

@@ -121,7 +121,7 @@ pub fn score_hits(req: &EvalRequest) -> Result<EvalResponse, ApiError> {
             }
         }
     }
-    let e = sift_eval::evaluate(&run, &qrels, &Default::default(), false);
+    let e = sift_eval::score_run(&run, &qrels, &Default::default(), false);
     if e.per_query.is_empty() {
         return Err(ApiError::invalid(
             "qrels",
