@@ -16,6 +16,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::Service;
 use crate::api::{
     CandidateKind, Document, EvalRequest, EvalResponse, FuseRequest, FuseResponse, IndexInfo,
     LocalResponse, LocalSearchRequest, McpSearchRequest, PyseriniQuery, SearchRequest,
@@ -109,27 +110,25 @@ impl SiftMcp {
         }
     }
 
-    async fn image_query(&self, a: ImageQuery, crop: bool) -> Result<SearchResponse, String> {
+    async fn image_query(&self, a: ImageQuery, crop: bool) -> Result<Json<SearchResponse>, String> {
         if crop && a.bbox.is_none() {
             return Err("bbox: crop_search needs a box [x1, y1, x2, y2] (0-1000)".into());
         }
-        self.shared
-            .run(move |svc| {
-                let (linked, mut image) =
-                    shapes::image_ref(svc, a.domain.as_deref(), &a.image, "image")?;
-                image.bbox = a.bbox;
-                svc.search(&SearchRequest {
-                    images: vec![image],
-                    domain: a.domain.or(linked),
-                    top_k: a.top_k,
-                    candidates: a.candidates,
-                    retriever: a.retriever,
-                    max_text_chars: a.max_text_chars,
-                    ..SearchRequest::default()
-                })
+        self.call(move |svc| {
+            let (linked, mut image) =
+                shapes::image_ref(svc, a.domain.as_deref(), &a.image, "image")?;
+            image.bbox = a.bbox;
+            svc.search(&SearchRequest {
+                images: vec![image],
+                domain: a.domain.or(linked),
+                top_k: a.top_k,
+                candidates: a.candidates,
+                retriever: a.retriever,
+                max_text_chars: a.max_text_chars,
+                ..SearchRequest::default()
             })
-            .await
-            .map_err(text)
+        })
+        .await
     }
 
     #[tool(
@@ -143,44 +142,41 @@ impl SiftMcp {
         &self,
         Parameters(a): Parameters<McpSearchRequest>,
     ) -> Result<Json<SearchResponse>, String> {
-        self.shared
-            .run(move |svc| {
-                let mut images = a.images;
-                let query = match a.query {
-                    PyseriniQuery::Text(t) => t,
-                    PyseriniQuery::Parts {
-                        query_txt,
-                        query_img_path,
-                    } => {
-                        if let Some(img) = query_img_path.filter(|p| !p.trim().is_empty()) {
-                            let (_, image) = shapes::image_ref(
-                                svc,
-                                a.domain.as_deref(),
-                                &img,
-                                "query.query_img_path",
-                            )?;
-                            images.push(image);
-                        }
-                        query_txt.unwrap_or_default()
+        self.call(move |svc| {
+            let mut images = a.images;
+            let query = match a.query {
+                PyseriniQuery::Text(t) => t,
+                PyseriniQuery::Parts {
+                    query_txt,
+                    query_img_path,
+                } => {
+                    if let Some(img) = query_img_path.filter(|p| !p.trim().is_empty()) {
+                        let (_, image) = shapes::image_ref(
+                            svc,
+                            a.domain.as_deref(),
+                            &img,
+                            "query.query_img_path",
+                        )?;
+                        images.push(image);
                     }
-                };
-                svc.search(&SearchRequest {
-                    query,
-                    images,
-                    retriever: a.retriever,
-                    domain: a.domain,
-                    top_k: a.top_k,
-                    candidates: a.candidates,
-                    fusion: a.fusion,
-                    max_text_chars: a.max_text_chars,
-                    k1: a.k1,
-                    b: a.b,
-                    ef_search: a.ef_search,
-                })
+                    query_txt.unwrap_or_default()
+                }
+            };
+            svc.search(&SearchRequest {
+                query,
+                images,
+                retriever: a.retriever,
+                domain: a.domain,
+                top_k: a.top_k,
+                candidates: a.candidates,
+                fusion: a.fusion,
+                max_text_chars: a.max_text_chars,
+                k1: a.k1,
+                b: a.b,
+                ef_search: a.ef_search,
             })
-            .await
-            .map(Json)
-            .map_err(text)
+        })
+        .await
     }
 
     #[tool(description = "Fetch a passage's text and the images of its page by id.")]
@@ -188,14 +184,11 @@ impl SiftMcp {
         &self,
         Parameters(a): Parameters<GetDocument>,
     ) -> Result<Json<Document>, String> {
-        self.shared
-            .run(move |svc| {
-                let domain = svc.domain_of_passage(a.domain.as_deref(), &a.docid)?;
-                svc.document(&domain, &a.docid)
-            })
-            .await
-            .map(Json)
-            .map_err(text)
+        self.call(move |svc| {
+            let domain = svc.domain_of_passage(a.domain.as_deref(), &a.docid)?;
+            svc.document(&domain, &a.docid)
+        })
+        .await
     }
 
     #[tool(description = "Search corpus images by text.")]
@@ -203,20 +196,17 @@ impl SiftMcp {
         &self,
         Parameters(a): Parameters<ImageSearch>,
     ) -> Result<Json<SearchResponse>, String> {
-        self.shared
-            .run(move |svc| {
-                svc.search(&SearchRequest {
-                    query: a.query,
-                    domain: a.domain,
-                    top_k: a.top_k,
-                    retriever: a.retriever,
-                    candidates: CandidateKind::Images,
-                    ..SearchRequest::default()
-                })
+        self.call(move |svc| {
+            svc.search(&SearchRequest {
+                query: a.query,
+                domain: a.domain,
+                top_k: a.top_k,
+                retriever: a.retriever,
+                candidates: CandidateKind::Images,
+                ..SearchRequest::default()
             })
-            .await
-            .map(Json)
-            .map_err(text)
+        })
+        .await
     }
 
     #[tool(
@@ -227,7 +217,7 @@ impl SiftMcp {
         &self,
         Parameters(a): Parameters<ImageQuery>,
     ) -> Result<Json<SearchResponse>, String> {
-        self.image_query(a, false).await.map(Json)
+        self.image_query(a, false).await
     }
 
     #[tool(
@@ -238,7 +228,7 @@ impl SiftMcp {
         &self,
         Parameters(a): Parameters<ImageQuery>,
     ) -> Result<Json<SearchResponse>, String> {
-        self.image_query(a, true).await.map(Json)
+        self.image_query(a, true).await
     }
 
     #[tool(description = "The domains, retrievers and models this server searches.")]
@@ -251,11 +241,7 @@ impl SiftMcp {
         &self,
         Parameters(req): Parameters<FuseRequest>,
     ) -> Result<Json<FuseResponse>, String> {
-        self.shared
-            .run(move |svc| svc.fuse(&req))
-            .await
-            .map(Json)
-            .map_err(text)
+        self.call(move |svc| svc.fuse(&req)).await
     }
 
     #[tool(
@@ -266,11 +252,7 @@ impl SiftMcp {
         &self,
         Parameters(req): Parameters<EvalRequest>,
     ) -> Result<Json<EvalResponse>, String> {
-        self.shared
-            .run(move |svc| svc.eval(&req))
-            .await
-            .map(Json)
-            .map_err(text)
+        self.call(move |svc| svc.eval(&req)).await
     }
 
     #[tool(
@@ -305,16 +287,21 @@ impl SiftMcp {
 }
 
 impl SiftMcp {
+    /// Runs `f` on the service (off the runtime, within the server's limits); an error
+    /// becomes the tool's error text.
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<Json<T>, String> {
+        self.shared.run(f).await.map(Json).map_err(text)
+    }
+
     async fn local(
         &self,
         req: LocalSearchRequest,
         tool: LocalTool,
     ) -> Result<Json<LocalResponse>, String> {
-        self.shared
-            .run(move |svc| shapes::local(svc, &req, tool))
-            .await
-            .map(Json)
-            .map_err(text)
+        self.call(move |svc| shapes::local(svc, &req, tool)).await
     }
 }
 

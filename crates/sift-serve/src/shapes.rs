@@ -174,23 +174,29 @@ pub fn serper_search(
     req: &SerperQuery,
     base: &str,
 ) -> Result<SerperSearchResponse, ApiError> {
-    let page = serper_page(req);
-    let hits = paged(
-        svc,
-        SearchRequest {
-            query: req.q.clone(),
-            domain: req.domain.clone().filter(|d| !d.is_empty()),
-            max_text_chars: Some(SNIPPET_CHARS),
-            ..SearchRequest::default()
-        },
-        req.num,
-        page,
-        "q",
-    )?;
+    let (hits, page) = serper_hits(svc, req, CandidateKind::Passages, SNIPPET_CHARS)?;
     Ok(SerperSearchResponse {
         search_parameters: parameters(req, "search", page),
         organic: hits.into_iter().map(|h| organic(h, base, false)).collect(),
     })
+}
+
+/// The page of hits a Serper text query asks for, and the page's number.
+fn serper_hits(
+    svc: &Service,
+    req: &SerperQuery,
+    candidates: CandidateKind,
+    text_chars: usize,
+) -> Result<(Vec<Hit>, usize), ApiError> {
+    let page = serper_page(req);
+    let search = SearchRequest {
+        query: req.q.clone(),
+        domain: req.domain.clone().filter(|d| !d.is_empty()),
+        candidates,
+        max_text_chars: Some(text_chars),
+        ..SearchRequest::default()
+    };
+    Ok((paged(svc, search, req.num, page, "q")?, page))
 }
 
 /// A hit as a Serper organic result; `with_image`: with its `imageUrl` (a visual match).
@@ -215,20 +221,7 @@ pub fn serper_images(
     req: &SerperQuery,
     base: &str,
 ) -> Result<SerperImagesResponse, ApiError> {
-    let page = serper_page(req);
-    let hits = paged(
-        svc,
-        SearchRequest {
-            query: req.q.clone(),
-            domain: req.domain.clone().filter(|d| !d.is_empty()),
-            candidates: CandidateKind::Images,
-            max_text_chars: Some(0),
-            ..SearchRequest::default()
-        },
-        req.num,
-        page,
-        "q",
-    )?;
+    let (hits, page) = serper_hits(svc, req, CandidateKind::Images, 0)?;
     Ok(SerperImagesResponse {
         search_parameters: parameters(req, "images", page),
         images: hits.into_iter().map(|h| image_result(h, base)).collect(),

@@ -7,8 +7,8 @@ use candle_core::{Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::encoder::{Encoder, PatchEmbed, TextStack, hf_sizes};
-use crate::nn::ops::{self, Act, Segment};
+use crate::nn::encoder::{Encoder, TextStack, VisionEmbeddings, VisionStem, hf_sizes};
+use crate::nn::ops::{self, Act};
 
 /// An image or patch size: one number, or `[height, width]`.
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -118,6 +118,25 @@ impl Default for ClipConfig {
     }
 }
 
+/// The vision embeddings (under `vision_model.embeddings`) of a CLIP-style vision config.
+pub(crate) fn vision_embeddings(
+    vision_model: &VarBuilder,
+    hidden: usize,
+    channels: usize,
+    image: Side,
+    patch: Side,
+    stem: VisionStem,
+) -> Result<VisionEmbeddings> {
+    let sides = (image.square("image_size")?, patch.square("patch_size")?);
+    VisionEmbeddings::load(
+        &vision_model.pp("embeddings"),
+        hidden,
+        channels,
+        sides,
+        stem,
+    )
+}
+
 pub(crate) fn act(name: &str) -> Result<Act> {
     Act::parse(name).ok_or_else(|| candle_core::Error::Msg(format!("hidden_act {name:?}")))
 }
@@ -178,9 +197,7 @@ impl ClipText {
 
 /// CLIP's vision tower with its projection.
 pub struct ClipVision {
-    patch: PatchEmbed,
-    class: Tensor,
-    position: Tensor,
+    embeddings: VisionEmbeddings,
     pre_norm: LayerNorm,
     encoder: Encoder,
     post_norm: LayerNorm,
@@ -192,16 +209,12 @@ impl ClipVision {
         let v = &c.vision_config;
         let h = v.hidden_size;
         let m = vb.pp("vision_model");
-        let e = m.pp("embeddings");
-        let sides = (
-            v.image_size.square("image_size")?,
-            v.patch_size.square("patch_size")?,
-        );
-        let (patch, patches) = PatchEmbed::load(&e, h, v.num_channels, sides, false)?;
+        let stem = VisionStem {
+            class_token: true,
+            patch_bias: false,
+        };
         Ok(ClipVision {
-            patch,
-            class: e.get(h, "class_embedding")?,
-            position: e.pp("position_embedding").get((patches + 1, h), "weight")?,
+            embeddings: vision_embeddings(&m, h, v.num_channels, v.image_size, v.patch_size, stem)?,
             // transformers' spelling
             pre_norm: ops::load_layer_norm(&m.pp("pre_layrnorm"), h, v.layer_norm_eps)?,
             encoder: Encoder::load(m.pp("encoder"), hf_sizes!(v))?,
@@ -212,20 +225,18 @@ impl ClipVision {
 
     /// Input resolution (square).
     pub fn image_size(&self) -> usize {
-        self.patch.image_size()
+        self.embeddings.image_size()
     }
 
     /// Projected image features `(batch, projection_dim)` of `(batch, 3, size, size)` pixels,
     /// not normalised.
     pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
-        let patches = self.patch.forward(pixels)?;
-        let (b, np, h) = patches.dims3()?;
-        let class = self.class.reshape((1, 1, h))?.broadcast_as((b, 1, h))?;
-        let x = Tensor::cat(&[&class, &patches], 1)?.broadcast_add(&self.position.unsqueeze(0)?)?;
-        let x = self.pre_norm.forward(&x.reshape((b * (np + 1), h))?)?;
-        let segments = Segment::packed(std::iter::repeat_n(np + 1, b));
-        let x = self.encoder.forward(x, &segments, false)?;
-        let cls = x.reshape((b, np + 1, h))?.narrow(1, 0, 1)?.squeeze(1)?;
+        let (x, segments) = self.embeddings.forward(pixels)?;
+        let x = self
+            .encoder
+            .forward(self.pre_norm.forward(&x)?, &segments, false)?;
+        let starts: Vec<u32> = segments.iter().map(|s| s.start as u32).collect();
+        let cls = x.index_select(&Tensor::new(starts, x.device())?, 0)?;
         let pooled = self.post_norm.forward(&cls)?;
         ops::linear(&self.projection, &pooled, None)
     }

@@ -12,7 +12,7 @@ use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use crate::nn::encoder::{rotate_qk, vit_tokens};
-use crate::nn::ops::{self, Act, Segment, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, load_layer_norm as layer_norm};
 
 /// Jina-CLIP's `vision_config` (`JinaCLIPVisionConfig`), with the published class's defaults
 /// for omitted keys.
@@ -310,10 +310,7 @@ impl EvaVision {
             )
         }
         // the stride-p conv reads the top-left g * p pixels only
-        let h = self.heads * self.head_dim;
-        let (mut x, t) = vit_tokens(pixels, p, &self.proj, &self.cls, &self.pos)?;
-        debug_assert_eq!(t, 1 + g * g);
-        let segments = Segment::packed(std::iter::repeat_n(t, n));
+        let (mut x, segments) = vit_tokens(pixels, p, &self.proj, &self.cls, &self.pos)?;
         let attention = ops::Attention::new(&segments, self.heads, self.head_dim);
         for b in &self.blocks {
             let qkv = ops::linear(&b.qkv, &b.norm1.forward(&x)?, None)?;
@@ -332,6 +329,7 @@ impl EvaVision {
             x = ops::linear(&b.w3, &m, Some(&x))?;
         }
         // the final norm is per token: only token 0 is kept
+        let (t, h) = (1 + g * g, self.heads * self.head_dim);
         let cls = x.reshape((n, t, h))?.narrow(1, 0, 1)?.squeeze(1)?;
         let mut out = self.norm.forward(&cls)?;
         if let Some(head) = &self.head {

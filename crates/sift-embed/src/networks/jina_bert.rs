@@ -9,6 +9,7 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
+use crate::networks::nomic::word_and_type0;
 use crate::nn::ops::{self, Act, load_layer_norm as layer_norm};
 
 /// JinaBERT's configuration: the text tower's `hf_model_config_kwargs` over the values of
@@ -143,14 +144,7 @@ impl JinaBert {
         let h = cfg.hidden_size;
         let (heads, d) = (cfg.num_attention_heads, h / cfg.num_attention_heads);
         let e = vb.pp("embeddings");
-        let word = Embedding::new(
-            e.pp("word_embeddings").get((cfg.vocab_size, h), "weight")?,
-            h,
-        );
-        let type0 = e
-            .pp("token_type_embeddings")
-            .get((cfg.type_vocab_size.max(1), h), "weight")?
-            .get(0)?;
+        let (word, type0) = word_and_type0(&e, cfg.vocab_size, cfg.type_vocab_size, h)?;
         let eps = cfg.layer_norm_eps;
         let scale = 1.0 / (d as f64).sqrt();
         let inner = cfg.intermediate_size;
@@ -159,19 +153,11 @@ impl JinaBert {
             let l = vb.pp(format!("encoder.layers.{i}"));
             let wqkv = ops::load_linear(&l.pp("mixer.Wqkv"), h, 3 * h, true)?;
             // the attention scale goes into the query rows
-            let (w, b) = (wqkv.weight(), wqkv.bias().expect("loaded with a bias"));
-            let w = Tensor::cat(
-                &[&(w.narrow(0, 0, h)? * scale)?, &w.narrow(0, h, 2 * h)?],
-                0,
-            )?;
-            let b = Tensor::cat(
-                &[&(b.narrow(0, 0, h)? * scale)?, &b.narrow(0, h, 2 * h)?],
-                0,
-            )?;
+            let qkv = ops::scale_query_rows(&wqkv, h, scale)?;
             // gated_layers: rows 0..I are the gate (activated), I..2I the linear half
             let gated = l.pp("mlp.gated_layers").get((2 * inner, h), "weight")?;
             layers.push(Layer {
-                qkv: Linear::new(w, Some(b)),
+                qkv,
                 out: ops::load_linear(&l.pp("mixer.out_proj"), h, h, true)?,
                 norm1: layer_norm(&l.pp("norm1"), h, eps)?,
                 gate: Linear::new(gated.narrow(0, 0, inner)?.contiguous()?, None),

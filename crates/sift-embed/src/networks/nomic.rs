@@ -152,14 +152,7 @@ impl NomicBert {
         let h = cfg.n_embd;
         let (heads, d) = (cfg.n_head, cfg.n_embd / cfg.n_head);
         let e = vb.pp("embeddings");
-        let word = Embedding::new(
-            e.pp("word_embeddings").get((cfg.vocab_size, h), "weight")?,
-            h,
-        );
-        let type0 = e
-            .pp("token_type_embeddings")
-            .get((cfg.type_vocab_size.max(1), h), "weight")?
-            .get(0)?;
+        let (word, type0) = word_and_type0(&e, cfg.vocab_size, cfg.type_vocab_size, h)?;
         let emb_norm = layer_norm(&vb.pp("emb_ln"), h, cfg.layer_norm_epsilon)?;
         let scale = 1.0 / (d as f64).sqrt();
         let mut layers = Vec::with_capacity(cfg.n_layer);
@@ -167,22 +160,11 @@ impl NomicBert {
             let l = vb.pp(format!("encoder.layers.{i}"));
             let wqkv = ops::load_linear(&l.pp("attn.Wqkv"), h, 3 * h, cfg.qkv_proj_bias)?;
             // the attention scale goes into the query rows
-            let w = wqkv.weight();
-            let w = Tensor::cat(
-                &[&(w.narrow(0, 0, h)? * scale)?, &w.narrow(0, h, 2 * h)?],
-                0,
-            )?;
-            let b = match wqkv.bias() {
-                Some(b) => Some(Tensor::cat(
-                    &[&(b.narrow(0, 0, h)? * scale)?, &b.narrow(0, h, 2 * h)?],
-                    0,
-                )?),
-                None => None,
-            };
+            let qkv = ops::scale_query_rows(&wqkv, h, scale)?;
             // the MLP width is the weights' (the published code rounds n_inner up to 256)
             let inner = l.pp("mlp.fc11").get_unchecked("weight")?.dim(0)?;
             layers.push(Layer {
-                qkv: Linear::new(w, b),
+                qkv,
                 out: ops::load_linear(&l.pp("attn.out_proj"), h, h, cfg.qkv_proj_bias)?,
                 norm1: layer_norm(&l.pp("norm1"), h, cfg.layer_norm_epsilon)?,
                 fc11: ops::load_linear(&l.pp("mlp.fc11"), h, inner, cfg.mlp_fc1_bias)?,
@@ -248,4 +230,20 @@ pub fn card_head(pooled: &Tensor, dim: Option<usize>) -> Result<Tensor> {
         Some(d) if d < normed.dim(1)? => normed.narrow(1, 0, d),
         _ => Ok(normed),
     }
+}
+
+/// The embeddings of a BERT with rotary positions (NomicBERT, JinaBERT): the word table
+/// and token type 0's row (the only type these models are fed), under `e`.
+pub(crate) fn word_and_type0(
+    e: &VarBuilder,
+    vocab: usize,
+    types: usize,
+    h: usize,
+) -> Result<(Embedding, Tensor)> {
+    let word = Embedding::new(e.pp("word_embeddings").get((vocab, h), "weight")?, h);
+    let type0 = e
+        .pp("token_type_embeddings")
+        .get((types.max(1), h), "weight")?
+        .get(0)?;
+    Ok((word, type0))
 }

@@ -11,7 +11,7 @@ use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use crate::nn::encoder::{rotate_qk, vit_tokens};
-use crate::nn::ops::{self, Act, Segment, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, load_layer_norm as layer_norm};
 
 /// A Nomic vision `config.json` (GPT-2 key names; `n_inner` may be a float).
 #[derive(Debug, Clone, Deserialize)]
@@ -178,18 +178,10 @@ impl NomicVision {
             let l = vb.pp(format!("layers.{i}"));
             let wqkv = ops::load_linear(&l.pp("attn.Wqkv"), h, 3 * h, true)?;
             // the attention scale goes into the query rows (rotation is linear)
-            let (w, b) = (wqkv.weight(), wqkv.bias().expect("loaded with a bias"));
-            let w = Tensor::cat(
-                &[&(w.narrow(0, 0, h)? * scale)?, &w.narrow(0, h, 2 * h)?],
-                0,
-            )?;
-            let b = Tensor::cat(
-                &[&(b.narrow(0, 0, h)? * scale)?, &b.narrow(0, h, 2 * h)?],
-                0,
-            )?;
+            let qkv = ops::scale_query_rows(&wqkv, h, scale)?;
             blocks.push(Block {
                 norm1: layer_norm(&l.pp("norm1"), h, eps)?,
-                qkv: Linear::new(w, Some(b)),
+                qkv,
                 out: ops::load_linear(&l.pp("attn.out_proj"), h, h, true)?,
                 norm2: layer_norm(&l.pp("norm2"), h, eps)?,
                 mlp: Mlp::load(&l.pp("mlp"), h, true)?,
@@ -266,10 +258,7 @@ impl NomicVision {
                 g * p
             )
         }
-        let h = self.heads * self.head_dim;
-        let (mut x, t) = vit_tokens(pixels, p, &self.proj, &self.cls, &self.pos)?;
-        debug_assert_eq!(t, 1 + g * g);
-        let segments = Segment::packed(std::iter::repeat_n(t, n));
+        let (mut x, segments) = vit_tokens(pixels, p, &self.proj, &self.cls, &self.pos)?;
         let attention = ops::Attention::new(&segments, self.heads, self.head_dim);
         for b in &self.blocks {
             let qkv = ops::linear(&b.qkv, &b.norm1.forward(&x)?, None)?;
@@ -279,7 +268,7 @@ impl NomicVision {
             x = b.mlp.forward(&b.norm2.forward(&x)?, Some(&x))?;
         }
         // the pooling head: one latent query per image over all its tokens
-        let d = self.head_dim;
+        let (t, h, d) = (1 + g * g, self.heads * self.head_dim, self.head_dim);
         let q = ops::linear(&self.sel_q, &self.latent, None)?; // (1, h)
         let q = (q.reshape((1, self.heads, 1, d))? / (d as f64).sqrt())?;
         let kv = ops::linear(&self.sel_kv, &x, None)?.reshape((n, t, 2 * h))?;

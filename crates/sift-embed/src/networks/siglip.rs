@@ -9,9 +9,11 @@ use candle_core::{D, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::networks::clip::{Side, act};
-use crate::nn::encoder::{Encoder, EncoderSizes, PatchEmbed, TextStack, hf_sizes};
-use crate::nn::ops::{self, Segment};
+use crate::networks::clip::{Side, act, vision_embeddings};
+use crate::nn::encoder::{
+    Encoder, EncoderSizes, TextStack, VisionEmbeddings, VisionStem, hf_sizes,
+};
+use crate::nn::ops;
 
 /// `text_config` of a SigLIP `config.json`.
 #[derive(Debug, Clone, Deserialize)]
@@ -210,8 +212,7 @@ impl PoolingHead {
 
 /// SigLIP's vision tower.
 pub struct SiglipVision {
-    patch: PatchEmbed,
-    position: Tensor,
+    embeddings: VisionEmbeddings,
     encoder: Encoder,
     post_norm: LayerNorm,
     head: PoolingHead,
@@ -227,15 +228,12 @@ impl SiglipVision {
         }
         let h = v.hidden_size;
         let m = vb.pp("vision_model");
-        let e = m.pp("embeddings");
-        let sides = (
-            v.image_size.square("image_size")?,
-            v.patch_size.square("patch_size")?,
-        );
-        let (patch, patches) = PatchEmbed::load(&e, h, v.num_channels, sides, true)?;
+        let stem = VisionStem {
+            class_token: false,
+            patch_bias: true,
+        };
         Ok(SiglipVision {
-            patch,
-            position: e.pp("position_embedding").get((patches, h), "weight")?,
+            embeddings: vision_embeddings(&m, h, v.num_channels, v.image_size, v.patch_size, stem)?,
             encoder: Encoder::load(m.pp("encoder"), hf_sizes!(v))?,
             post_norm: ops::load_layer_norm(&m.pp("post_layernorm"), h, v.layer_norm_eps)?,
             head: PoolingHead::load(&m.pp("head"), v)?,
@@ -244,20 +242,15 @@ impl SiglipVision {
 
     /// Input resolution (square).
     pub fn image_size(&self) -> usize {
-        self.patch.image_size()
+        self.embeddings.image_size()
     }
 
     /// Image features `(batch, hidden)` of `(batch, 3, size, size)` pixels, not normalised.
     pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
-        let x = self.patch.forward(pixels)?;
-        let (b, np, h) = x.dims3()?;
-        let x = x
-            .broadcast_add(&self.position.unsqueeze(0)?)?
-            .reshape((b * np, h))?;
-        let segments = Segment::packed(std::iter::repeat_n(np, b));
+        let (x, segments) = self.embeddings.forward(pixels)?;
         let x = self.encoder.forward(x, &segments, false)?;
         let x = self.post_norm.forward(&x)?;
-        self.head.forward(&x, b)
+        self.head.forward(&x, segments.len())
     }
 }
 

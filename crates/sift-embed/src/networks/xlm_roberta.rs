@@ -244,17 +244,9 @@ impl XlmRoberta {
             let wqkv = linear(&l.pp("mixer.Wqkv"), h, 3 * h)?;
             // the attention scale (the published code scales k) goes into the query rows:
             // scores are bilinear and the rotation linear
-            let (w, b) = (wqkv.weight(), wqkv.bias().expect("loaded with a bias"));
-            let w = Tensor::cat(
-                &[&(w.narrow(0, 0, h)? * scale)?, &w.narrow(0, h, 2 * h)?],
-                0,
-            )?;
-            let b = Tensor::cat(
-                &[&(b.narrow(0, 0, h)? * scale)?, &b.narrow(0, h, 2 * h)?],
-                0,
-            )?;
+            let qkv = ops::scale_query_rows(&wqkv, h, scale)?;
             layers.push(Layer {
-                qkv: Linear::new(w, Some(b)),
+                qkv,
                 out: linear(&l.pp("mixer.out_proj"), h, h)?,
                 norm1: layer_norm(&l.pp("norm1"), h, eps)?,
                 fc1: linear(&l.pp("mlp.fc1"), h, inner)?,

@@ -206,24 +206,42 @@ impl TextEmbeddings {
 
 /// A ViT's input rows with a class token (EVA02, Nomic's vision tower): each image's patches
 /// through the patch embedding `proj` (the stride-`patch` convolution as a linear layer),
-/// the class token `cls` `(1, hidden)` in front, the positions `pos` `(1 + grid^2, hidden)`
-/// added; `(images * (1 + grid^2), hidden)`, and the tokens per image.
+/// then as [`vit_rows`] with the class token `cls` `(1, hidden)`.
 pub fn vit_tokens(
     pixels: &Tensor,
     patch: usize,
     proj: &candle_nn::Linear,
     cls: &Tensor,
     pos: &Tensor,
-) -> Result<(Tensor, usize)> {
+) -> Result<(Tensor, Vec<Segment>)> {
     let n = pixels.dim(0)?;
-    let patches = patchify(pixels, patch)?;
-    let h = cls.dim(1)?;
-    let cells = patches.dim(0)? / n.max(1);
-    let x = super::ops::linear(proj, &patches, None)?.reshape((n, cells, h))?;
-    let cls = cls.unsqueeze(0)?.broadcast_as((n, 1, h))?;
-    let x = Tensor::cat(&[&cls.to_dtype(x.dtype())?, &x], 1)?.broadcast_add(&pos.unsqueeze(0)?)?;
-    let t = 1 + cells;
-    Ok((x.reshape((n * t, h))?, t))
+    let x = super::ops::linear(proj, &patchify(pixels, patch)?, None)?;
+    let (rows, h) = x.dims2()?;
+    vit_rows(&x.reshape((n, rows / n.max(1), h))?, Some(cls), pos)
+}
+
+/// The encoder's input from patch tokens `(images, patches, hidden)`: the class token `cls`
+/// `(1, hidden)` in front where the model has one, the learned positions `pos`
+/// `(tokens, hidden)` added; `(images * tokens, hidden)`, and each image's tokens as a segment.
+pub fn vit_rows(
+    patches: &Tensor,
+    cls: Option<&Tensor>,
+    pos: &Tensor,
+) -> Result<(Tensor, Vec<Segment>)> {
+    let (n, cells, h) = patches.dims3()?;
+    let x = match cls {
+        Some(cls) => {
+            let cls = cls.reshape((1, 1, h))?.broadcast_as((n, 1, h))?;
+            Tensor::cat(&[&cls.to_dtype(patches.dtype())?, patches], 1)?
+        }
+        None => patches.clone(),
+    };
+    let x = x.broadcast_add(&pos.unsqueeze(0)?)?;
+    let t = cells + usize::from(cls.is_some());
+    Ok((
+        x.reshape((n * t, h))?,
+        Segment::packed(std::iter::repeat_n(t, n)),
+    ))
 }
 
 /// Patch embedding as a matrix product: `(batch, channels, height, width)` pixels cut into
@@ -282,41 +300,58 @@ pub fn rotate_qk(
     Tensor::cat(&[&turn(0)?, &turn(1)?, &qkv.narrow(1, 2 * h, h)?], 1)
 }
 
-/// A ViT's patch embedding (CLIP, SigLIP): square images of one size cut into square
-/// patches, each through the stride-`patch` convolution as a linear layer.
-pub struct PatchEmbed {
+/// What a [`VisionEmbeddings`] holds besides its patches and positions.
+#[derive(Debug, Clone, Copy)]
+pub struct VisionStem {
+    /// A class token in front of the patches (`class_embedding`: CLIP).
+    pub class_token: bool,
+    /// A bias on the patch convolution (SigLIP).
+    pub patch_bias: bool,
+}
+
+/// A ViT's input embeddings as CLIP and SigLIP name them (`patch_embedding`, CLIP's
+/// `class_embedding`, `position_embedding`): square images of one size cut into square
+/// patches, each through the stride-`patch` convolution as a linear layer, then as
+/// [`vit_rows`].
+pub struct VisionEmbeddings {
     linear: Linear,
+    class: Option<Tensor>,
+    position: Tensor,
     patch: usize,
     image: usize,
 }
 
-impl PatchEmbed {
-    /// Loads `patch_embedding` under `embeddings` for `image`-pixel square images of
-    /// `channels` channels, `patch`-pixel patches (an error when the patch does not fit);
-    /// with the number of patches per image.
+impl VisionEmbeddings {
+    /// Loads them from `embeddings` for `image`-pixel square images of `channels` channels
+    /// and `patch`-pixel patches (an error when the patch does not fit).
     pub fn load(
         embeddings: &VarBuilder,
         hidden: usize,
         channels: usize,
         (image, patch): (usize, usize),
-        bias: bool,
-    ) -> Result<(PatchEmbed, usize)> {
+        stem: VisionStem,
+    ) -> Result<VisionEmbeddings> {
         let (image, patch, patches) = patch_grid(image, patch)?;
+        let e = embeddings;
         let linear = patch_linear(
-            &embeddings.pp("patch_embedding"),
+            &e.pp("patch_embedding"),
             hidden,
             channels,
             patch,
-            bias,
+            stem.patch_bias,
         )?;
-        Ok((
-            PatchEmbed {
-                linear,
-                patch,
-                image,
-            },
-            patches,
-        ))
+        let class = match stem.class_token {
+            true => Some(e.get(hidden, "class_embedding")?.reshape((1, hidden))?),
+            false => None,
+        };
+        let tokens = patches + usize::from(stem.class_token);
+        Ok(VisionEmbeddings {
+            linear,
+            class,
+            position: e.pp("position_embedding").get((tokens, hidden), "weight")?,
+            patch,
+            image,
+        })
     }
 
     /// Input resolution (square).
@@ -324,16 +359,17 @@ impl PatchEmbed {
         self.image
     }
 
-    /// The patch tokens `(batch, patches, hidden)` of `(batch, channels, size, size)` pixels;
-    /// an error for another size.
-    pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
+    /// The encoder's input `(batch * tokens, hidden)` of `(batch, channels, size, size)`
+    /// pixels, and each image's tokens as a segment; an error for another size.
+    pub fn forward(&self, pixels: &Tensor) -> Result<(Tensor, Vec<Segment>)> {
         let (b, _, hh, ww) = pixels.dims4()?;
         if hh != self.image || ww != self.image {
             candle_core::bail!("pixels of {hh}x{ww}, the model takes {0}x{0}", self.image)
         }
         let x = super::ops::linear(&self.linear, &patchify(pixels, self.patch)?, None)?;
         let (rows, h) = x.dims2()?;
-        x.reshape((b, rows / b.max(1), h))
+        let x = x.reshape((b, rows / b.max(1), h))?;
+        vit_rows(&x, self.class.as_ref(), &self.position)
     }
 }
 

@@ -376,6 +376,20 @@ impl CustomOp2 for PackedOp<'_> {
     }
 }
 
+/// A fused `[q; k; v]` projection (`3 * h` output rows) with `scale` folded into the query
+/// rows and bias: attention scores are bilinear in q and k (and a rotary rotation is linear),
+/// so this scales the scores without a pass over them.
+pub fn scale_query_rows(qkv: &Linear, h: usize, scale: f64) -> Result<Linear> {
+    let fold = |t: &Tensor| -> Result<Tensor> {
+        Tensor::cat(
+            &[&(t.narrow(0, 0, h)? * scale)?, &t.narrow(0, h, 2 * h)?],
+            0,
+        )
+    };
+    let bias = qkv.bias().map(fold).transpose()?;
+    Ok(Linear::new(fold(qkv.weight())?, bias))
+}
+
 /// Loads `weight` `(out, inp)` and, when `bias`, `bias` `(out)`.
 pub fn load_linear(vb: &VarBuilder, inp: usize, out: usize, bias: bool) -> Result<Linear> {
     let b = if bias {
