@@ -235,29 +235,33 @@ impl PackedBf16 {
             for q0 in (0..self.pairs).step_by(PAIRS_PER_BLOCK) {
                 let q1 = (q0 + PAIRS_PER_BLOCK).min(self.pairs);
                 let block = &panel[q0 * 4..q1 * 4];
+                macro_rules! task {
+                    ($x:expr) => {
+                        Block {
+                            x: $x,
+                            xs: kp,
+                            k0: 2 * q0,
+                            lines: block,
+                            dst,
+                            ld: n,
+                            r0,
+                            col0,
+                            cols,
+                        }
+                    };
+                }
                 match kernel {
                     Kernel::DotBf16 => {
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: AVX512-BF16 was detected; rows r0..r1 of xb hold kp values
                         // each, and this task alone writes rows r0..r1, columns col0..+cols.
                         unsafe {
-                            rows_dot_bf16(
-                                &xb[r0 * kp..r1 * kp],
-                                kp,
-                                2 * q0,
-                                block,
-                                dst,
-                                n,
-                                r0,
-                                col0,
-                                cols,
-                            )
+                            rows_dot_bf16(task!(&xb[r0 * kp..r1 * kp]))
                         }
                     }
                     Kernel::F32 => {
-                        let x = &xf[r0 * kp..r1 * kp];
                         // SAFETY: as above (the widening kernels only read their inputs).
-                        unsafe { rows_f32(level, x, kp, 2 * q0, block, dst, n, r0, col0, cols) }
+                        unsafe { rows_f32(level, task!(&xf[r0 * kp..r1 * kp])) }
                     }
                 }
             }
@@ -325,62 +329,82 @@ macro_rules! row_tiles {
     }};
 }
 
+/// One task's share of a product: its rows of the activations against one block of a
+/// panel, added into the output.
+#[derive(Clone, Copy)]
+struct Block<'a, T> {
+    /// The task's rows of the activations, `xs` values each (bfloat16 bits or f32).
+    x: &'a [T],
+    xs: usize,
+    /// The block's first input value (its pairs start at `k0 / 2`).
+    k0: usize,
+    /// The block's lines, four per input pair.
+    lines: &'a [Line],
+    /// The output, `ld` columns a row.
+    dst: Out,
+    ld: usize,
+    /// Output row of `x`'s first row.
+    r0: usize,
+    /// The panel's first output column and its width (at most [`PANEL`]).
+    col0: usize,
+    cols: usize,
+}
+
+impl<T> Block<'_, T> {
+    /// Input pairs in the block.
+    fn pairs(&self) -> usize {
+        self.lines.len() / 4
+    }
+
+    /// Rows of `x`.
+    fn rows(&self) -> usize {
+        self.x.len() / self.xs
+    }
+}
+
 /// Row tiles of one panel block on the AVX512-BF16 kernel.
 ///
 /// # Safety
-/// AVX512-BF16 must be present; `dst` must be valid for rows `r0..r0 + x.len() / xs` of `ld`
-/// columns and no other thread may write columns `col0..col0 + cols` of those rows.
+/// AVX512-BF16 must be present; `b.dst` must be valid for rows `b.r0..b.r0 + b.rows()` of
+/// `b.ld` columns and no other thread may write columns `b.col0..b.col0 + b.cols` of those
+/// rows.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-unsafe fn rows_dot_bf16(
-    x: &[u16],
-    xs: usize,
-    k0: usize,
-    block: &[Line],
-    dst: Out,
-    ld: usize,
-    r0: usize,
-    col0: usize,
-    cols: usize,
-) {
+unsafe fn rows_dot_bf16(b: Block<u16>) {
     macro_rules! tile {
         ($r:literal, $i:expr) => {
-            tile_dot_bf16::<$r>(x, xs, $i, k0, block, dst, ld, r0 + $i, col0, cols)
+            tile_dot_bf16::<$r>(&b, $i)
         };
     }
     // SAFETY: forwarded from the caller; the tile kernels read rows i.. of x and write the
     // rows r0 + i.. of dst.
-    unsafe { row_tiles!(tile, x.len() / xs, 6, [1, 2, 3, 4, 5]) }
+    unsafe { row_tiles!(tile, b.rows(), 6, [1, 2, 3, 4, 5]) }
 }
 
-/// Adds an `R` x 64 tile of accumulators into rows `row..row + R`, columns
-/// `col0..col0 + cols` of `dst` (masked to `cols`).
+/// Adds an `R` x 64 tile of accumulators into the output rows of `b`'s rows `i..i + R`,
+/// columns `b.col0..b.col0 + b.cols` (masked to `b.cols`).
 ///
 /// # Safety
 /// AVX-512F must be present; those elements must be valid and this task's alone.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn add_tile<const R: usize>(
+unsafe fn add_tile<T, const R: usize>(
     c: &[[std::arch::x86_64::__m512; 4]; R],
-    dst: Out,
-    ld: usize,
-    row: usize,
-    col0: usize,
-    cols: usize,
+    b: &Block<T>,
+    i: usize,
 ) {
     use std::arch::x86_64::*;
     // SAFETY: forwarded from the caller; the loads and stores are masked to `cols`.
     unsafe {
         for (r, acc) in c.iter().enumerate() {
-            let o = dst.0.add((row + r) * ld + col0);
+            let o = b.dst.0.add((b.r0 + i + r) * b.ld + b.col0);
             for (v, a) in acc.iter().enumerate() {
                 let first = v * 16;
-                if first >= cols {
+                if first >= b.cols {
                     break;
                 }
-                let left = cols - first;
+                let left = b.cols - first;
                 let mask: __mmask16 = if left >= 16 {
                     0xFFFF
                 } else {
@@ -398,32 +422,20 @@ unsafe fn add_tile<const R: usize>(
 /// input pair, the pair of each row broadcast.
 ///
 /// # Safety
-/// As [`rows_dot_bf16`], for rows `i..i + R` of `x`.
+/// As [`rows_dot_bf16`], for rows `i..i + R` of `b.x`.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-unsafe fn tile_dot_bf16<const R: usize>(
-    x: &[u16],
-    xs: usize,
-    i: usize,
-    k0: usize,
-    block: &[Line],
-    dst: Out,
-    ld: usize,
-    row: usize,
-    col0: usize,
-    cols: usize,
-) {
+unsafe fn tile_dot_bf16<const R: usize>(b: &Block<u16>, i: usize) {
     use std::arch::x86_64::*;
-    let pairs = block.len() / 4;
-    debug_assert!((i + R) * xs <= x.len() && k0 + 2 * pairs <= xs);
+    let (xs, pairs) = (b.xs, b.pairs());
+    debug_assert!((i + R) * xs <= b.x.len() && b.k0 + 2 * pairs <= xs);
     // SAFETY: pointer reads stay inside x (rows i..i + R, values k0..k0 + 2 * pairs) and
-    // block; the stores are masked to the task's columns.
+    // the block; the stores are masked to the task's columns.
     unsafe {
         let mut c = [[_mm512_setzero_ps(); 4]; R];
-        let xp = x.as_ptr().add(i * xs + k0);
-        let wp = block.as_ptr() as *const __m512i;
+        let xp = b.x.as_ptr().add(i * xs + b.k0);
+        let wp = b.lines.as_ptr() as *const __m512i;
         for q in 0..pairs {
             let w: [__m512bh; 4] = [
                 as_bh(_mm512_load_si512(wp.add(4 * q))),
@@ -433,13 +445,13 @@ unsafe fn tile_dot_bf16<const R: usize>(
             ];
             for (r, acc) in c.iter_mut().enumerate() {
                 let pair = (xp.add(r * xs + 2 * q) as *const i32).read_unaligned();
-                let b = as_bh(_mm512_set1_epi32(pair));
+                let x = as_bh(_mm512_set1_epi32(pair));
                 for (a, w) in acc.iter_mut().zip(&w) {
-                    *a = _mm512_dpbf16_ps(*a, b, *w);
+                    *a = _mm512_dpbf16_ps(*a, x, *w);
                 }
             }
         }
-        add_tile(&c, dst, ld, row, col0, cols);
+        add_tile(&c, b, i);
     }
 }
 
@@ -448,35 +460,23 @@ unsafe fn tile_dot_bf16<const R: usize>(
 ///
 /// # Safety
 /// As [`rows_dot_bf16`], with the processor supporting `level` instead of AVX512-BF16.
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows_f32(
-    level: crate::Level,
-    x: &[f32],
-    xs: usize,
-    k0: usize,
-    block: &[Line],
-    dst: Out,
-    ld: usize,
-    r0: usize,
-    col0: usize,
-    cols: usize,
-) {
+unsafe fn rows_f32(level: crate::Level, b: Block<f32>) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = level;
     #[cfg(target_arch = "x86_64")]
     match level {
         crate::Level::Avx512 => {
             // SAFETY: the caller's level is the processor's or below; the rest is forwarded.
-            return unsafe { rows_widen_avx512(x, xs, k0, block, dst, ld, r0, col0, cols) };
+            return unsafe { rows_widen_avx512(b) };
         }
         crate::Level::Avx2 => {
             // SAFETY: as above.
-            return unsafe { rows_f32_avx2(x, xs, k0, block, dst, ld, r0, col0, cols) };
+            return unsafe { rows_f32_avx2(b) };
         }
         crate::Level::Baseline => {}
     }
     // SAFETY: forwarded.
-    unsafe { rows_f32_generic::<false>(x, xs, k0, block, dst, ld, r0, col0, cols) }
+    unsafe { rows_f32_generic::<false>(b) }
 }
 
 /// Row tiles of one panel block with AVX-512F: each line widened in registers (the even
@@ -485,57 +485,34 @@ unsafe fn rows_f32(
 /// # Safety
 /// AVX-512F must be present; otherwise as [`rows_dot_bf16`].
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn rows_widen_avx512(
-    x: &[f32],
-    xs: usize,
-    k0: usize,
-    block: &[Line],
-    dst: Out,
-    ld: usize,
-    r0: usize,
-    col0: usize,
-    cols: usize,
-) {
+unsafe fn rows_widen_avx512(b: Block<f32>) {
     macro_rules! tile {
         ($r:literal, $i:expr) => {
-            tile_widen_avx512::<$r>(x, xs, $i, k0, block, dst, ld, r0 + $i, col0, cols)
+            tile_widen_avx512::<$r>(&b, $i)
         };
     }
     // SAFETY: forwarded; each tile covers rows i..i + R.
-    unsafe { row_tiles!(tile, x.len() / xs, 4, [1, 2, 3]) }
+    unsafe { row_tiles!(tile, b.rows(), 4, [1, 2, 3]) }
 }
 
 /// `R` rows × 64 columns, weights widened to f32.
 ///
 /// # Safety
-/// As [`rows_widen_avx512`], for rows `i..i + R` of `x`.
+/// As [`rows_widen_avx512`], for rows `i..i + R` of `b.x`.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn tile_widen_avx512<const R: usize>(
-    x: &[f32],
-    xs: usize,
-    i: usize,
-    k0: usize,
-    block: &[Line],
-    dst: Out,
-    ld: usize,
-    row: usize,
-    col0: usize,
-    cols: usize,
-) {
+unsafe fn tile_widen_avx512<const R: usize>(b: &Block<f32>, i: usize) {
     use std::arch::x86_64::*;
-    let pairs = block.len() / 4;
-    debug_assert!((i + R) * xs <= x.len() && k0 + 2 * pairs <= xs);
-    // SAFETY: reads stay inside x (rows i..i + R, values k0..k0 + 2 * pairs) and block; the
-    // stores are masked to the task's columns.
+    let (xs, pairs) = (b.xs, b.pairs());
+    debug_assert!((i + R) * xs <= b.x.len() && b.k0 + 2 * pairs <= xs);
+    // SAFETY: reads stay inside x (rows i..i + R, values k0..k0 + 2 * pairs) and the block;
+    // the stores are masked to the task's columns.
     unsafe {
         let mut c = [[_mm512_setzero_ps(); 4]; R];
-        let xp = x.as_ptr().add(i * xs + k0);
-        let wp = block.as_ptr() as *const __m512i;
+        let xp = b.x.as_ptr().add(i * xs + b.k0);
+        let wp = b.lines.as_ptr() as *const __m512i;
         let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
         for q in 0..pairs {
             let mut even = [_mm512_setzero_ps(); 4];
@@ -553,26 +530,15 @@ unsafe fn tile_widen_avx512<const R: usize>(
                 }
             }
         }
-        add_tile(&c, dst, ld, row, col0, cols);
+        add_tile(&c, b, i);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn rows_f32_avx2(
-    x: &[f32],
-    xs: usize,
-    k0: usize,
-    block: &[Line],
-    dst: Out,
-    ld: usize,
-    r0: usize,
-    col0: usize,
-    cols: usize,
-) {
+unsafe fn rows_f32_avx2(b: Block<f32>) {
     // SAFETY: forwarded.
-    unsafe { rows_f32_generic::<true>(x, xs, k0, block, dst, ld, r0, col0, cols) }
+    unsafe { rows_f32_generic::<true>(b) }
 }
 
 /// The widening kernel, four rows at a time, written for the compiler to vectorise over the
@@ -582,53 +548,30 @@ unsafe fn rows_f32_avx2(
 ///
 /// # Safety
 /// As [`rows_dot_bf16`] (without the processor requirement).
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn rows_f32_generic<const FMA: bool>(
-    x: &[f32],
-    xs: usize,
-    k0: usize,
-    block: &[Line],
-    dst: Out,
-    ld: usize,
-    r0: usize,
-    col0: usize,
-    cols: usize,
-) {
+unsafe fn rows_f32_generic<const FMA: bool>(b: Block<f32>) {
     macro_rules! tile {
         ($r:literal, $i:expr) => {
-            tile_f32::<$r, FMA>(x, xs, $i, k0, block, dst, ld, r0 + $i, col0, cols)
+            tile_f32::<$r, FMA>(&b, $i)
         };
     }
     // SAFETY: forwarded; tile t covers rows i..i + R.
-    unsafe { row_tiles!(tile, x.len() / xs, 4, [1, 2, 3]) }
+    unsafe { row_tiles!(tile, b.rows(), 4, [1, 2, 3]) }
 }
 
 /// `R` rows × 64 columns of the widening kernel.
 ///
 /// # Safety
-/// As [`rows_dot_bf16`] (without the processor requirement), for rows `i..i + R` of `x`.
-#[allow(clippy::too_many_arguments)]
+/// As [`rows_dot_bf16`] (without the processor requirement), for rows `i..i + R` of `b.x`.
 #[inline(always)]
-unsafe fn tile_f32<const R: usize, const FMA: bool>(
-    x: &[f32],
-    xs: usize,
-    i: usize,
-    k0: usize,
-    block: &[Line],
-    dst: Out,
-    ld: usize,
-    row: usize,
-    col0: usize,
-    cols: usize,
-) {
-    let pairs = block.len() / 4;
+unsafe fn tile_f32<const R: usize, const FMA: bool>(b: &Block<f32>, i: usize) {
+    let (x, xs, k0) = (b.x, b.xs, b.k0);
     let mut c = [[0f32; PANEL]; R];
-    for q in 0..pairs {
+    for q in 0..b.pairs() {
         let mut even = [0f32; PANEL];
         let mut odd = [0f32; PANEL];
         for v in 0..4 {
-            let line = &block[4 * q + v].0;
+            let line = &b.lines[4 * q + v].0;
             for j in 0..16 {
                 even[16 * v + j] = bf16_to_f32(line[2 * j]);
                 odd[16 * v + j] = bf16_to_f32(line[2 * j + 1]);
@@ -647,8 +590,10 @@ unsafe fn tile_f32<const R: usize, const FMA: bool>(
         }
     }
     for (t, acc) in c.iter().enumerate() {
-        // SAFETY: row `row + t`, columns col0..col0 + cols are this task's (caller).
-        let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add((row + t) * ld + col0), cols) };
+        // SAFETY: output row `r0 + i + t`, columns col0..col0 + cols are this task's (caller).
+        let o = unsafe {
+            std::slice::from_raw_parts_mut(b.dst.0.add((b.r0 + i + t) * b.ld + b.col0), b.cols)
+        };
         for (o, a) in o.iter_mut().zip(acc) {
             *o += a;
         }
