@@ -164,13 +164,15 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    /// A file that could not be read or written.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
             source,
         }
     }
-    pub(crate) fn line(path: impl Into<PathBuf>, line: u64, message: impl Into<String>) -> Self {
+    /// A malformed line (1-based) of a text file.
+    pub fn line(path: impl Into<PathBuf>, line: u64, message: impl Into<String>) -> Self {
         Error::Line {
             path: path.into(),
             line,

@@ -149,24 +149,8 @@ impl Links {
                         sources.extend(labels.sources.iter().cloned());
                     }
                 }
-                let passage_index = index_of(passages);
-                let image_index = index_of(images);
-                let mut unknown: HashSet<&str> = HashSet::new();
-                for (img, pid) in &sources {
-                    let Some(&p) = passage_index.get(pid.as_str()) else {
-                        unknown.insert(pid);
-                        continue;
-                    };
-                    if let Some(&i) = image_index.get(img.as_str()) {
-                        by_passage[p as usize].push(i);
-                        by_image[i as usize].push(p);
-                    }
-                }
-                stats.unknown_source_passages = unknown.len();
-                for v in by_passage.iter_mut().chain(by_image.iter_mut()) {
-                    v.sort_unstable();
-                    v.dedup();
-                }
+                stats.unknown_source_passages =
+                    link_explicit(passages, images, &sources, &mut by_passage, &mut by_image);
             }
             PairLink::Row => {}
         }
@@ -211,26 +195,12 @@ impl Links {
             images: images.len(),
             ..LinkStats::default()
         };
-        let passage_index = index_of(passages);
-        let image_index = index_of(images);
-        let mut unknown: HashSet<&str> = HashSet::new();
-        let mut sources = HashSet::with_capacity(pairs.len());
-        for (pid, img) in pairs {
-            sources.insert((img.clone(), pid.clone()));
-            let Some(&p) = passage_index.get(pid.as_str()) else {
-                unknown.insert(pid);
-                continue;
-            };
-            if let Some(&i) = image_index.get(img.as_str()) {
-                by_passage[p as usize].push(i);
-                by_image[i as usize].push(p);
-            }
-        }
-        stats.unknown_source_passages = unknown.len();
-        for v in by_passage.iter_mut().chain(by_image.iter_mut()) {
-            v.sort_unstable();
-            v.dedup();
-        }
+        let sources: HashSet<(String, String)> = pairs
+            .iter()
+            .map(|(pid, img)| (img.clone(), pid.clone()))
+            .collect();
+        stats.unknown_source_passages =
+            link_explicit(passages, images, &sources, &mut by_passage, &mut by_image);
         Links::finish(PairLink::Row, "", sources, by_image, by_passage, stats)
     }
 
@@ -284,6 +254,36 @@ impl Links {
             }
         }
     }
+}
+
+/// Links explicit `(image id, passage id)` pairs into `by_passage` and `by_image` (each list
+/// sorted, without repeats). A pair naming an image not among `images` links nothing;
+/// returns how many distinct passage ids the pairs name that are not among `passages`.
+fn link_explicit(
+    passages: &[impl AsRef<str>],
+    images: &[impl AsRef<str>],
+    pairs: &HashSet<(String, String)>,
+    by_passage: &mut [Vec<u32>],
+    by_image: &mut [Vec<u32>],
+) -> usize {
+    let passage_index = index_of(passages);
+    let image_index = index_of(images);
+    let mut unknown: HashSet<&str> = HashSet::new();
+    for (img, pid) in pairs {
+        let Some(&p) = passage_index.get(pid.as_str()) else {
+            unknown.insert(pid);
+            continue;
+        };
+        if let Some(&i) = image_index.get(img.as_str()) {
+            by_passage[p as usize].push(i);
+            by_image[i as usize].push(p);
+        }
+    }
+    for v in by_passage.iter_mut().chain(by_image.iter_mut()) {
+        v.sort_unstable();
+        v.dedup();
+    }
+    unknown.len()
 }
 
 /// Each id's position in `ids`.

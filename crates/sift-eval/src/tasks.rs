@@ -152,6 +152,29 @@ pub struct TaskData {
     pub warnings: Warnings,
 }
 
+impl TaskData {
+    fn new(domain: &str) -> TaskData {
+        TaskData {
+            domain: domain.to_string(),
+            ..TaskData::default()
+        }
+    }
+
+    /// Adds `ex` judged by its gold ids (grade 1), its negative ids excluded from its
+    /// ranking (Tasks 1 and 2 on MM-BRIGHT).
+    fn push_gold(&mut self, ex: Example) {
+        let judged = self.qrels.entry(ex.id.clone()).or_default();
+        for gold in &ex.gold_ids {
+            judged.insert(gold.clone(), 1);
+        }
+        let excluded: BTreeSet<String> = ex.negative_ids.iter().cloned().collect();
+        if !excluded.is_empty() {
+            self.exclusions.insert(ex.id.clone(), excluded);
+        }
+        self.queries.push(ex);
+    }
+}
+
 /// Task 1 (query text -> passages) on `domain`.
 ///
 /// MM-BRIGHT: `examples` rows; `qrels[qid][gold_id] = 1`; each query's `negative_ids` are
@@ -159,18 +182,14 @@ pub struct TaskData {
 /// graded qrels of `split`; no exclusions. Queries with no judgements are dropped before
 /// scoring, and counted.
 pub fn task1(corpus: &Corpus, domain: &str, split: &str) -> Result<TaskData> {
-    let mut warnings = Warnings::new();
-    let examples = corpus.examples(domain, false, &mut warnings)?;
-    let mut data = TaskData {
-        domain: domain.to_string(),
-        ..TaskData::default()
-    };
+    let mut data = TaskData::new(domain);
+    let examples = corpus.examples(domain, false, &mut data.warnings)?;
     match corpus.layout() {
         Layout::MmBright => {
             for ex in examples {
                 if ex.gold_ids.is_empty() {
                     data.dropped_no_qrels += 1;
-                    warnings.push(
+                    data.warnings.push(
                         WarningKind::QueryWithoutJudgements,
                         corpus.root().join("examples"),
                         String::new(),
@@ -178,22 +197,13 @@ pub fn task1(corpus: &Corpus, domain: &str, split: &str) -> Result<TaskData> {
                     );
                     continue;
                 }
-                let judged = data.qrels.entry(ex.id.clone()).or_default();
-                for gold in &ex.gold_ids {
-                    judged.insert(gold.clone(), 1);
-                }
-                let excluded: std::collections::BTreeSet<String> =
-                    ex.negative_ids.iter().cloned().collect();
-                if !excluded.is_empty() {
-                    data.exclusions.insert(ex.id.clone(), excluded);
-                }
-                data.queries.push(ex);
+                data.push_gold(ex);
             }
         }
         // a knowledge base has no queries: `examples` above already refused it
         Layout::Beir | Layout::Kb => {
             let known: HashSet<&str> = examples.iter().map(|e| e.id.as_str()).collect();
-            data.qrels = corpus.beir_qrels(split, Some(&known), &mut warnings)?;
+            data.qrels = corpus.beir_qrels(split, Some(&known), &mut data.warnings)?;
             data.qrels.retain(|_, judged| !judged.is_empty());
             let total = examples.len();
             data.queries = examples
@@ -203,7 +213,6 @@ pub fn task1(corpus: &Corpus, domain: &str, split: &str) -> Result<TaskData> {
             data.dropped_no_qrels = total - data.queries.len();
         }
     }
-    data.warnings = warnings;
     Ok(data)
 }
 
@@ -270,28 +279,14 @@ pub fn check_exclusions(
 /// `qrels[qid][gold_id] = 1`, each query's `negative_ids` excluded (protocol, "Qrels per
 /// task" and "Exclusions"). Queries without judgements are dropped and counted.
 pub fn task2(corpus: &Corpus, domain: &str) -> Result<TaskData> {
-    let mut warnings = Warnings::new();
-    let examples = corpus.examples(domain, true, &mut warnings)?;
-    let mut data = TaskData {
-        domain: domain.to_string(),
-        ..TaskData::default()
-    };
-    for ex in examples {
+    let mut data = TaskData::new(domain);
+    for ex in corpus.examples(domain, true, &mut data.warnings)? {
         if ex.gold_ids.is_empty() {
             data.dropped_no_qrels += 1;
             continue;
         }
-        let judged = data.qrels.entry(ex.id.clone()).or_default();
-        for gold in &ex.gold_ids {
-            judged.insert(gold.clone(), 1);
-        }
-        let excluded: BTreeSet<String> = ex.negative_ids.iter().cloned().collect();
-        if !excluded.is_empty() {
-            data.exclusions.insert(ex.id.clone(), excluded);
-        }
-        data.queries.push(ex);
+        data.push_gold(ex);
     }
-    data.warnings = warnings;
     Ok(data)
 }
 
@@ -299,13 +294,8 @@ pub fn task2(corpus: &Corpus, domain: &str) -> Result<TaskData> {
 /// over the domain's `document_images`; no exclusions (the reference's `negative_ids` are
 /// passage ids and do not apply). Queries without positive images are dropped and counted.
 pub fn task3(corpus: &Corpus, domain: &str) -> Result<TaskData> {
-    let mut warnings = Warnings::new();
-    let examples = corpus.examples(domain, true, &mut warnings)?;
-    let mut data = TaskData {
-        domain: domain.to_string(),
-        ..TaskData::default()
-    };
-    for ex in examples {
+    let mut data = TaskData::new(domain);
+    for ex in corpus.examples(domain, true, &mut data.warnings)? {
         let positive = ex.images.as_ref().map_or(&[][..], |l| &l.positive[..]);
         if positive.is_empty() {
             data.dropped_no_qrels += 1;
@@ -317,7 +307,6 @@ pub fn task3(corpus: &Corpus, domain: &str) -> Result<TaskData> {
         }
         data.queries.push(ex);
     }
-    data.warnings = warnings;
     Ok(data)
 }
 
@@ -416,15 +405,11 @@ pub fn task4(
     links: &Links,
     protocol: Protocol,
 ) -> Result<TaskData> {
-    let mut warnings = Warnings::new();
-    let examples = corpus.examples(domain, true, &mut warnings)?;
+    let mut data = TaskData::new(domain);
+    let examples = corpus.examples(domain, true, &mut data.warnings)?;
     let passage_index = index_of(passages);
     let image_index = index_of(images);
     let source = corpus.root().join("examples_multimodal");
-    let mut data = TaskData {
-        domain: domain.to_string(),
-        ..TaskData::default()
-    };
     for ex in examples {
         let mut judged: BTreeMap<String, i32> = BTreeMap::new();
         let mut excluded = BTreeSet::new();
@@ -438,7 +423,7 @@ pub fn task4(
                 let orphans = orphan_positive_images(links, &ex);
                 for img in &positive {
                     if orphans.contains(img) {
-                        warnings.push(
+                        data.warnings.push(
                             WarningKind::OrphanPositiveImage,
                             &source,
                             String::new(),
@@ -486,6 +471,5 @@ pub fn task4(
         }
         data.queries.push(ex);
     }
-    data.warnings = warnings;
     Ok(data)
 }

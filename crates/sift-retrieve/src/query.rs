@@ -164,34 +164,23 @@ pub fn encode_queries(
             .ok_or_else(|| crate::Error::Unsupported(format!("dense:{name} is not loaded")))?;
         let instruction = instructions.for_model(embedder, domain)?;
         let instruction = instruction.as_deref();
+        let mut batch = Batch {
+            queries,
+            query_images,
+            instruction,
+            warnings: &mut *warnings,
+            source,
+        };
         let vectors = match images {
-            Some(QueryImages::Reference) if embedder.capabilities().images => reference_vectors(
-                embedder,
-                task,
-                queries,
-                query_images,
-                instruction,
-                warnings,
-                source,
-            )?,
-            Some(mode) if embedder.capabilities().joint => joint_vectors(
-                embedder,
-                queries,
-                mode,
-                query_images,
-                instruction,
-                warnings,
-                source,
-            )?,
-            Some(mode) if embedder.capabilities().images => fused_vectors(
-                embedder,
-                queries,
-                mode,
-                query_images,
-                instruction,
-                warnings,
-                source,
-            )?,
+            Some(QueryImages::Reference) if embedder.capabilities().images => {
+                reference_vectors(embedder, task, &mut batch)?
+            }
+            Some(mode) if embedder.capabilities().joint => {
+                joint_vectors(embedder, mode, &mut batch)?
+            }
+            Some(mode) if embedder.capabilities().images => {
+                fused_vectors(embedder, mode, &mut batch)?
+            }
             _ => {
                 let texts: Vec<&str> = queries.iter().map(|q| q.query.as_str()).collect();
                 embedder.embed_queries(&texts, instruction)?
@@ -284,16 +273,30 @@ pub fn normalized_sum(a: &[f32], b: &[f32]) -> Vec<f32> {
     v
 }
 
+/// A task's queries as one model encodes them: their image bytes (normalised path ->
+/// encoded bytes), the model's instruction, and where skipped images are counted.
+struct Batch<'a> {
+    queries: &'a [Example],
+    query_images: &'a HashMap<String, Vec<u8>>,
+    instruction: Option<&'a str>,
+    warnings: &'a mut Warnings,
+    /// The file the queries came from (named in warnings).
+    source: &'a Path,
+}
+
 /// Models with separate towers: the text vector fused with the query images' vectors.
 fn fused_vectors(
     embedder: &Embedder,
-    queries: &[Example],
     mode: QueryImages,
-    query_images: &HashMap<String, Vec<u8>>,
-    instruction: Option<&str>,
-    warnings: &mut Warnings,
-    source: &Path,
+    b: &mut Batch<'_>,
 ) -> Result<Vec<Vec<f32>>> {
+    let Batch {
+        queries,
+        query_images,
+        instruction,
+        ref mut warnings,
+        source,
+    } = *b;
     let texts: Vec<&str> = queries.iter().map(|q| q.query.as_str()).collect();
     let text = embedder.embed_queries(&texts, instruction)?;
     // embed each distinct query image once
@@ -392,16 +395,19 @@ enum Take {
 
 /// Each query's images prepared for `embedder` as one input holds them (those `take` names);
 /// images that are missing or do not decode are skipped and counted in `warnings`.
-#[allow(clippy::too_many_arguments)]
 fn prepare_query_images(
     embedder: &Embedder,
-    queries: &[Example],
+    b: &mut Batch<'_>,
     take: Take,
     load: (Decode, Option<(u32, u32)>),
-    query_images: &HashMap<String, Vec<u8>>,
-    warnings: &mut Warnings,
-    source: &Path,
 ) -> Vec<Vec<PreparedImage>> {
+    let Batch {
+        queries,
+        query_images,
+        ref mut warnings,
+        source,
+        ..
+    } = *b;
     let mut prepared: Vec<Vec<PreparedImage>> = Vec::with_capacity(queries.len());
     for q in queries {
         let paths: &[String] = match take {
@@ -447,12 +453,8 @@ fn prepare_query_images(
 /// share of the prompt length.
 fn joint_vectors(
     embedder: &Embedder,
-    queries: &[Example],
     mode: QueryImages,
-    query_images: &HashMap<String, Vec<u8>>,
-    instruction: Option<&str>,
-    warnings: &mut Warnings,
-    source: &Path,
+    b: &mut Batch<'_>,
 ) -> Result<Vec<Vec<f32>>> {
     let take = if mode == QueryImages::All {
         Take::All
@@ -460,17 +462,10 @@ fn joint_vectors(
         Take::First
     };
     let load = (embedder.image_decode(), None);
-    let prepared = prepare_query_images(
-        embedder,
-        queries,
-        take,
-        load,
-        query_images,
-        warnings,
-        source,
-    );
+    let prepared = prepare_query_images(embedder, b, take, load);
     let refs: Vec<Vec<&PreparedImage>> = prepared.iter().map(|v| v.iter().collect()).collect();
-    let inputs: Vec<JointInput<'_>> = queries
+    let inputs: Vec<JointInput<'_>> = b
+        .queries
         .iter()
         .zip(&refs)
         .map(|(q, imgs)| JointInput {
@@ -478,22 +473,15 @@ fn joint_vectors(
             images: imgs,
         })
         .collect();
-    Ok(embedder.embed_joint_queries(&inputs, Role::Query, instruction)?)
+    Ok(embedder.embed_joint_queries(&inputs, Role::Query, b.instruction)?)
 }
 
 /// [`QueryImages::Reference`]: each query's text and first image fused by the reference
 /// code's rule for the model and task ([`reference_rule`]). The first image is the first
 /// that loads ([`Take::FirstThatLoads`]); a query none of whose images loads has none (the
 /// images passed over are counted in `warnings`).
-fn reference_vectors(
-    embedder: &Embedder,
-    task: Task,
-    queries: &[Example],
-    query_images: &HashMap<String, Vec<u8>>,
-    instruction: Option<&str>,
-    warnings: &mut Warnings,
-    source: &Path,
-) -> Result<Vec<Vec<f32>>> {
+fn reference_vectors(embedder: &Embedder, task: Task, b: &mut Batch<'_>) -> Result<Vec<Vec<f32>>> {
+    let (queries, instruction) = (b.queries, b.instruction);
     // Nomic's Task 4 queries: the first 8,000 characters, then the prefix
     // (task4_pair.py:1147)
     let cut = embedder.reference_model() == ReferenceModel::Nomic && task == Task::Pairs;
@@ -528,18 +516,11 @@ fn reference_vectors(
         orient: rule.orient,
         ..embedder.image_decode()
     };
-    let firsts: Vec<Option<PreparedImage>> = prepare_query_images(
-        embedder,
-        queries,
-        Take::FirstThatLoads,
-        (decode, rule.resize),
-        query_images,
-        warnings,
-        source,
-    )
-    .into_iter()
-    .map(|v| v.into_iter().next())
-    .collect();
+    let firsts: Vec<Option<PreparedImage>> =
+        prepare_query_images(embedder, b, Take::FirstThatLoads, (decode, rule.resize))
+            .into_iter()
+            .map(|v| v.into_iter().next())
+            .collect();
     let blank = match (rule.missing, rule.white) {
         (MissingImage::WhiteImage, _) | (_, Some(_)) => Some(embedder.blank_image()?),
         (MissingImage::TextAlone, None) => None,

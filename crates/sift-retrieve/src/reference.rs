@@ -228,11 +228,24 @@ pub fn reference_image_stand_ins(
     models: &ModelSet,
     retriever: &RetrieverSpec,
 ) -> Result<crate::PairStandIns> {
+    white_image_vectors(models, retriever, |e| {
+        reference_white_corpus(e.reference_model(), e.profile()).is_some()
+    })
+}
+
+/// The white image's vector for each dense index `retriever` uses whose model `wanted` says.
+fn white_image_vectors(
+    models: &ModelSet,
+    retriever: &RetrieverSpec,
+    wanted: impl Fn(&Embedder) -> bool,
+) -> Result<crate::PairStandIns> {
     let mut out = crate::PairStandIns::new();
     for name in retriever.dense_names() {
-        let Some(e) = models.get(name) else { continue };
-        if reference_white_corpus(e.reference_model(), e.profile()).is_some() {
-            out.insert(name.to_string(), e.blank_image_vector()?);
+        match models.get(name) {
+            Some(e) if wanted(e) => {
+                out.insert(name.to_string(), e.blank_image_vector()?);
+            }
+            _ => {}
         }
     }
     Ok(out)
@@ -293,16 +306,12 @@ pub fn reference_pair_stand_ins(
     models: &ModelSet,
     retriever: &RetrieverSpec,
 ) -> Result<crate::PairStandIns> {
-    let mut out = crate::PairStandIns::new();
-    for name in retriever.dense_names() {
-        let Some(e) = models.get(name) else { continue };
-        if let Some(ReferencePairs::UnitVectorsWhiteImage(_)) =
-            reference_pairs(e.reference_model(), e.profile())
-        {
-            out.insert(name.to_string(), e.blank_image_vector()?);
-        }
-    }
-    Ok(out)
+    white_image_vectors(models, retriever, |e| {
+        matches!(
+            reference_pairs(e.reference_model(), e.profile()),
+            Some(ReferencePairs::UnitVectorsWhiteImage(_))
+        )
+    })
 }
 
 /// The reference code's rules in force for `embedder` in `task` under its profile, each

@@ -52,7 +52,9 @@ pub(crate) trait ImageTower {
     /// prompt alone).
     fn prepare_rgb(&self, img: RgbImage) -> std::result::Result<PreparedImage, PreprocessError>;
     /// A blank image prepared (no prompt check).
-    fn prepare_blank(&self, img: RgbImage) -> Result<PreparedImage>;
+    fn prepare_blank(&self, img: RgbImage) -> Result<PreparedImage> {
+        Ok(self.prepare_rgb(img)?)
+    }
     /// Unit vectors of prepared images.
     fn embed_images(&self, images: &[PreparedImage]) -> Result<Vec<Vec<f32>>>;
     /// Whether the model's own image loading drops transparency (GME's `fetch_image`,
@@ -80,18 +82,29 @@ pub(crate) fn pixels(model: &str, images: &[PreparedImage]) -> Result<Vec<Vec<f3
         .collect()
 }
 
+/// [`Tower`]'s name, dimension, content hash and `as_any`: the family's own (inherent
+/// methods, which a path through `Self` resolves to before the trait's).
+macro_rules! identity {
+    () => {
+        fn name(&self) -> &str {
+            Self::name(self)
+        }
+        fn dim(&self) -> usize {
+            Self::dim(self)
+        }
+        fn content_hash(&self) -> &str {
+            Self::content_hash(self)
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    };
+}
+
 impl Tower for TextEmbedder {
-    fn name(&self) -> &str {
-        TextEmbedder::name(self)
-    }
-    fn dim(&self) -> usize {
-        TextEmbedder::dim(self)
-    }
+    identity!();
     fn family(&self) -> Family {
         Family::Text
-    }
-    fn content_hash(&self) -> &str {
-        TextEmbedder::content_hash(self)
     }
     fn fingerprint(&self, input: Input) -> String {
         match input {
@@ -121,23 +134,12 @@ impl Tower for TextEmbedder {
             _ => None,
         }
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 impl Tower for DecoderEmbedder {
-    fn name(&self) -> &str {
-        DecoderEmbedder::name(self)
-    }
-    fn dim(&self) -> usize {
-        DecoderEmbedder::dim(self)
-    }
+    identity!();
     fn family(&self) -> Family {
         Family::Decoder
-    }
-    fn content_hash(&self) -> &str {
-        DecoderEmbedder::content_hash(self)
     }
     fn fingerprint(&self, input: Input) -> String {
         match input {
@@ -174,26 +176,15 @@ impl Tower for DecoderEmbedder {
             _ => None,
         }
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 impl Tower for VisionEmbedder {
-    fn name(&self) -> &str {
-        VisionEmbedder::name(self)
-    }
-    fn dim(&self) -> usize {
-        VisionEmbedder::dim(self)
-    }
+    identity!();
     fn family(&self) -> Family {
         match self.arch() {
             VisionArch::Clip => Family::Clip,
             VisionArch::Siglip => Family::Siglip,
         }
-    }
-    fn content_hash(&self) -> &str {
-        VisionEmbedder::content_hash(self)
     }
     fn fingerprint(&self, input: Input) -> String {
         match input {
@@ -219,16 +210,10 @@ impl Tower for VisionEmbedder {
     fn images(&self) -> Option<&dyn ImageTower> {
         Some(self)
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 impl ImageTower for VisionEmbedder {
     fn prepare_rgb(&self, img: RgbImage) -> std::result::Result<PreparedImage, PreprocessError> {
-        Ok(PreparedImage::Pixels(self.processor().preprocess(&img)))
-    }
-    fn prepare_blank(&self, img: RgbImage) -> Result<PreparedImage> {
         Ok(PreparedImage::Pixels(self.processor().preprocess(&img)))
     }
     fn embed_images(&self, images: &[PreparedImage]) -> Result<Vec<Vec<f32>>> {
@@ -237,17 +222,9 @@ impl ImageTower for VisionEmbedder {
 }
 
 impl Tower for NomicEmbedder {
-    fn name(&self) -> &str {
-        NomicEmbedder::name(self)
-    }
-    fn dim(&self) -> usize {
-        NomicEmbedder::dim(self)
-    }
+    identity!();
     fn family(&self) -> Family {
         Family::Nomic
-    }
-    fn content_hash(&self) -> &str {
-        NomicEmbedder::content_hash(self)
     }
     fn fingerprint(&self, input: Input) -> String {
         match input {
@@ -288,16 +265,10 @@ impl Tower for NomicEmbedder {
     fn images(&self) -> Option<&dyn ImageTower> {
         Some(self)
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 impl ImageTower for NomicEmbedder {
     fn prepare_rgb(&self, img: RgbImage) -> std::result::Result<PreparedImage, PreprocessError> {
-        Ok(PreparedImage::Pixels(self.processor().preprocess(&img)))
-    }
-    fn prepare_blank(&self, img: RgbImage) -> Result<PreparedImage> {
         Ok(PreparedImage::Pixels(self.processor().preprocess(&img)))
     }
     fn embed_images(&self, images: &[PreparedImage]) -> Result<Vec<Vec<f32>>> {
@@ -306,17 +277,9 @@ impl ImageTower for NomicEmbedder {
 }
 
 impl Tower for JinaClipEmbedder {
-    fn name(&self) -> &str {
-        JinaClipEmbedder::name(self)
-    }
-    fn dim(&self) -> usize {
-        JinaClipEmbedder::dim(self)
-    }
+    identity!();
     fn family(&self) -> Family {
         Family::JinaClip
-    }
-    fn content_hash(&self) -> &str {
-        JinaClipEmbedder::content_hash(self)
     }
     fn fingerprint(&self, input: Input) -> String {
         match input {
@@ -343,16 +306,10 @@ impl Tower for JinaClipEmbedder {
     fn images(&self) -> Option<&dyn ImageTower> {
         Some(self)
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 impl ImageTower for JinaClipEmbedder {
     fn prepare_rgb(&self, img: RgbImage) -> std::result::Result<PreparedImage, PreprocessError> {
-        Ok(PreparedImage::Pixels(self.preprocess(&img)))
-    }
-    fn prepare_blank(&self, img: RgbImage) -> Result<PreparedImage> {
         Ok(PreparedImage::Pixels(self.preprocess(&img)))
     }
     fn embed_images(&self, images: &[PreparedImage]) -> Result<Vec<Vec<f32>>> {
@@ -364,17 +321,9 @@ impl ImageTower for JinaClipEmbedder {
 }
 
 impl Tower for GmeEmbedder {
-    fn name(&self) -> &str {
-        GmeEmbedder::name(self)
-    }
-    fn dim(&self) -> usize {
-        GmeEmbedder::dim(self)
-    }
+    identity!();
     fn family(&self) -> Family {
         Family::Gme
-    }
-    fn content_hash(&self) -> &str {
-        GmeEmbedder::content_hash(self)
     }
     fn fingerprint(&self, input: Input) -> String {
         match input {
@@ -412,9 +361,6 @@ impl Tower for GmeEmbedder {
     }
     fn images(&self) -> Option<&dyn ImageTower> {
         Some(self)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -14,9 +14,10 @@
 //! bidirectional with last-token pooling), else as the pooling implies.
 use candle_core::{DType, Device};
 use serde_json::Value;
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::Tokenizer;
 
 use crate::embedders::text::Role;
+use crate::embedders::truncate::truncate_right;
 use crate::files::{ModelFiles, read_json};
 use crate::networks::decoder_config::DecoderConfig;
 use crate::networks::qwen2vl::{Position, TextModel};
@@ -170,13 +171,7 @@ impl DecoderEmbedder {
         let loaded = files.load_tokenizer()?;
         let truncating = |max: usize| -> Result<Tokenizer> {
             let mut t = loaded.clone();
-            t.with_truncation(Some(TruncationParams {
-                max_length: max - room,
-                strategy: TruncationStrategy::LongestFirst,
-                stride: 0,
-                direction: TruncationDirection::Right,
-            }))
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+            truncate_right(&mut t, max - room)?;
             t.with_padding(None);
             Ok(t)
         };

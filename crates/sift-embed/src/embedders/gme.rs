@@ -139,17 +139,8 @@ pub fn smart_resize_fetch(
     max_pixels: u64,
 ) -> (u32, u32) {
     let (h, w, f) = (height as f64, width as f64, factor as f64);
-    let mut hb = (py_round(h / f) * f).max(f);
-    let mut wb = (py_round(w / f) * f).max(f);
-    if hb * wb > max_pixels as f64 {
-        let beta = (h * w / max_pixels as f64).sqrt();
-        hb = ((h / beta / f).floor() * f).max(f);
-        wb = ((w / beta / f).floor() * f).max(f);
-    } else if hb * wb < min_pixels as f64 {
-        let beta = (min_pixels as f64 / (h * w)).sqrt();
-        hb = (h * beta / f).ceil() * f;
-        wb = (w * beta / f).ceil() * f;
-    }
+    let rounded = ((py_round(h / f) * f).max(f), (py_round(w / f) * f).max(f));
+    let (mut hb, mut wb) = fit_pixels((h, w), f, rounded, (min_pixels, max_pixels));
     if hb.max(wb) / hb.min(wb) > 200.0 {
         if hb > wb {
             hb = wb * 200.0;
@@ -158,6 +149,29 @@ pub fn smart_resize_fetch(
         }
     }
     (hb as u32, wb as u32)
+}
+
+/// Both `smart_resize`s' scaling step: the sides `rounded` (multiples of `f`) of an
+/// `h` x `w` image, rescaled (keeping the aspect ratio, multiples of `f`) when their product
+/// is over `max_pixels` (floored, at least `f`) or under `min_pixels` (ceiled).
+fn fit_pixels(
+    (h, w): (f64, f64),
+    f: f64,
+    (hb, wb): (f64, f64),
+    (min_pixels, max_pixels): (u64, u64),
+) -> (f64, f64) {
+    if hb * wb > max_pixels as f64 {
+        let beta = (h * w / max_pixels as f64).sqrt();
+        (
+            ((h / beta / f).floor() * f).max(f),
+            ((w / beta / f).floor() * f).max(f),
+        )
+    } else if hb * wb < min_pixels as f64 {
+        let beta = (min_pixels as f64 / (h * w)).sqrt();
+        ((h * beta / f).ceil() * f, (w * beta / f).ceil() * f)
+    } else {
+        (hb, wb)
+    }
 }
 
 /// transformers' `Qwen2VLImageProcessor` `smart_resize` (5.24): like
@@ -176,17 +190,8 @@ pub fn smart_resize_processor(
             "aspect ratio of {width}x{height} is over 200 (Qwen2-VL's limit)"
         ));
     }
-    let mut hb = py_round(h / f) * f;
-    let mut wb = py_round(w / f) * f;
-    if hb * wb > max_pixels as f64 {
-        let beta = (h * w / max_pixels as f64).sqrt();
-        hb = ((h / beta / f).floor() * f).max(f);
-        wb = ((w / beta / f).floor() * f).max(f);
-    } else if hb * wb < min_pixels as f64 {
-        let beta = (min_pixels as f64 / (h * w)).sqrt();
-        hb = (h * beta / f).ceil() * f;
-        wb = (w * beta / f).ceil() * f;
-    }
+    let rounded = (py_round(h / f) * f, py_round(w / f) * f);
+    let (hb, wb) = fit_pixels((h, w), f, rounded, (min_pixels, max_pixels));
     if hb < f || wb < f {
         return Err(format!("{width}x{height} resizes to nothing"));
     }

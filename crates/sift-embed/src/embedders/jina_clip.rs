@@ -25,8 +25,9 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::Linear;
 use serde::Deserialize;
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::Tokenizer;
 
+use crate::embedders::truncate::truncate_right;
 use crate::files::{ModelFiles, read_json};
 use crate::image::{ImageProcessor, PreprocessError, Resample, Resize};
 use crate::networks::eva::{EvaConfig, EvaVision};
@@ -481,14 +482,7 @@ impl JinaClipEmbedder {
             return Err(unsupported(format!("max_seq_len {max_seq_len}")));
         }
         let mut tokenizer = files.load_tokenizer()?;
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_seq_len,
-                strategy: TruncationStrategy::LongestFirst,
-                stride: 0,
-                direction: TruncationDirection::Right,
-            }))
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        truncate_right(&mut tokenizer, max_seq_len)?;
         tokenizer.with_padding(None);
         Ok(JinaClipEmbedder {
             name: files.name.clone(),

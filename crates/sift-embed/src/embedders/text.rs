@@ -3,10 +3,11 @@
 
 use candle_core::{DType, Device, Tensor};
 
+use crate::embedders::truncate::truncate_right;
 use crate::networks::bert::{Bert, BertConfig};
 use crate::networks::nomic::{NomicBert, NomicConfig, card_head};
 use serde::Deserialize;
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::Tokenizer;
 
 use crate::files::ModelFiles;
 use crate::registry::{self, Pooling};
@@ -250,14 +251,7 @@ impl TextEmbedder {
                 .and_then(registry::find)
         });
         let mut tokenizer = files.load_tokenizer()?;
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_seq_len,
-                strategy: TruncationStrategy::LongestFirst,
-                stride: 0,
-                direction: TruncationDirection::Right,
-            }))
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        truncate_right(&mut tokenizer, max_seq_len)?;
         tokenizer.with_padding(None);
         let query_prefix = match &options.query_instruction {
             Some(i) => info.and_then(|m| m.instruction_prefix(i)).ok_or_else(|| {

@@ -73,6 +73,25 @@ pub fn encode_truncated(
         .collect())
 }
 
+/// Sets `tokenizer` to truncate at `max_length` tokens (special tokens included) as
+/// sentence-transformers and transformers configure it: the longest sequence first, from the
+/// right, no stride.
+pub(crate) fn truncate_right(
+    tokenizer: &mut tokenizers::Tokenizer,
+    max_length: usize,
+) -> Result<()> {
+    use tokenizers::{TruncationDirection, TruncationParams, TruncationStrategy};
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length,
+            strategy: TruncationStrategy::LongestFirst,
+            stride: 0,
+            direction: TruncationDirection::Right,
+        }))
+        .map_err(|e| Error::Tokenizer(e.to_string()))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,11 +9,9 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
-use tokenizers::{
-    PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationDirection,
-    TruncationParams, TruncationStrategy,
-};
+use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer};
 
+use crate::embedders::truncate::truncate_right;
 use crate::files::ModelFiles;
 use crate::image::{ImageProcessor, PreprocessError};
 use crate::networks::clip::{Clip, ClipConfig};
@@ -159,14 +157,7 @@ impl VisionEmbedder {
                 (Towers::Siglip(m), dim, max, size, Some(pad_id))
             }
         };
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_text_len,
-                strategy: TruncationStrategy::LongestFirst,
-                stride: 0,
-                direction: TruncationDirection::Right,
-            }))
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        truncate_right(&mut tokenizer, max_text_len)?;
         match pad {
             // SigLIP: every text padded to the full length, as the processor is called
             // (padding="max_length"), because the last position is pooled

@@ -94,27 +94,13 @@ impl CustomOp1 for AttentionOp {
                     // SAFETY: q, k, v point into qkv with rows `w` apart; the extents read
                     // are within the segment's rows; `scores` holds rows x kv values.
                     unsafe {
-                        gemm::gemm(
-                            rows,
-                            kv,
-                            d,
-                            scores.as_mut_ptr(),
-                            1,
-                            kv as isize,
-                            false,
-                            q,
-                            1,
-                            w as isize,
-                            k,
-                            w as isize,
-                            1,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        );
+                        matmul(
+                            (rows, kv, d),
+                            (scores.as_mut_ptr(), kv),
+                            (q, w),
+                            // K^T: a key's values are a column
+                            (k, 1, w),
+                        )
                     }
                     for (i, row) in scores[..rows * kv].chunks_mut(kv).enumerate() {
                         let visible = if self.causal {
@@ -147,30 +133,54 @@ impl CustomOp1 for AttentionOp {
                     // SAFETY: this task alone writes rows start..start+len, columns
                     // hd*d..(hd+1)*d.
                     unsafe {
-                        gemm::gemm(
-                            rows,
-                            d,
-                            kv,
-                            dst.0.add((seg.start + r0) * h + hd * d),
-                            1,
-                            h as isize,
-                            false,
-                            scores.as_ptr(),
-                            1,
-                            kv as isize,
-                            v,
-                            1,
-                            w as isize,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        );
+                        matmul(
+                            (rows, d, kv),
+                            (dst.0.add((seg.start + r0) * h + hd * d), h),
+                            (scores.as_ptr(), kv),
+                            (v, w, 1),
+                        )
                     }
                 }
             });
         Ok((CpuStorage::F32(out), Shape::from((tokens, h))))
+    }
+}
+
+/// `dst = a b` on one thread (the attention tasks run in parallel): `(m, n, k)` sizes, `dst`
+/// `m x n` and `a` `m x k` row-major with their row strides, `b` `k x n` with its row and
+/// column strides.
+///
+/// # Safety
+/// Each pointer must be valid for the extent its sizes and strides cover, and `dst` this
+/// caller's alone.
+unsafe fn matmul(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_rs): (*mut f32, usize),
+    (a, a_rs): (*const f32, usize),
+    (b, b_rs, b_cs): (*const f32, usize, usize),
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            dst_rs as isize,
+            false,
+            a,
+            1,
+            a_rs as isize,
+            b,
+            b_cs as isize,
+            b_rs as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
     }
 }
