@@ -28,11 +28,13 @@ fn reference_of(
     let v = reference_vectors(
         model,
         task,
-        examples,
-        bytes,
-        None,
-        &mut warnings,
-        Path::new("t"),
+        &mut Batch {
+            queries: examples,
+            query_images: bytes,
+            instruction: None,
+            warnings: &mut warnings,
+            source: Path::new("t"),
+        },
     )
     .unwrap();
     assert!(warnings.is_empty());
@@ -78,11 +80,13 @@ fn reference(model: &Embedder, task: Task) -> Vec<Vec<f32>> {
     let v = reference_vectors(
         model,
         task,
-        &examples,
-        &bytes,
-        None,
-        &mut warnings,
-        Path::new("t"),
+        &mut Batch {
+            queries: &examples,
+            query_images: &bytes,
+            instruction: None,
+            warnings: &mut warnings,
+            source: Path::new("t"),
+        },
     )
     .unwrap();
     assert!(warnings.is_empty());
@@ -138,11 +142,13 @@ fn the_first_image_is_the_first_that_loads() {
     let got = reference_vectors(
         &clip,
         Task::MultimodalPassages,
-        &examples,
-        &bytes,
-        None,
-        &mut warnings,
-        Path::new("t"),
+        &mut Batch {
+            queries: &examples,
+            query_images: &bytes,
+            instruction: None,
+            warnings: &mut warnings,
+            source: Path::new("t"),
+        },
     )
     .unwrap();
     assert_eq!(warnings.count(WarningKind::MissingImageBytes), 1);
@@ -160,11 +166,13 @@ fn the_first_image_is_the_first_that_loads() {
     let none = reference_vectors(
         &clip,
         Task::MultimodalPassages,
-        &examples,
-        &bytes,
-        None,
-        &mut warnings,
-        Path::new("t"),
+        &mut Batch {
+            queries: &examples,
+            query_images: &bytes,
+            instruction: None,
+            warnings: &mut warnings,
+            source: Path::new("t"),
+        },
     )
     .unwrap();
     let white = image::RgbImage::from_pixel(224, 224, image::Rgb([255, 255, 255]));
@@ -209,11 +217,13 @@ fn nomic_queries_without_an_image_are_their_text_except_in_task_3() {
     let got = reference_vectors(
         &nomic,
         Task::Pairs,
-        std::slice::from_ref(&long),
-        &HashMap::new(),
-        None,
-        &mut w,
-        Path::new("t"),
+        &mut Batch {
+            queries: std::slice::from_ref(&long),
+            query_images: &HashMap::new(),
+            instruction: None,
+            warnings: &mut w,
+            source: Path::new("t"),
+        },
     )
     .unwrap();
     let cut: String = long.query.chars().take(8000).collect();
@@ -296,11 +306,13 @@ fn bge_vl_query_texts_are_cut_by_each_tasks_rule() {
         reference_vectors(
             &bge,
             task,
-            std::slice::from_ref(&blank),
-            &HashMap::new(),
-            None,
-            &mut w,
-            Path::new("t"),
+            &mut Batch {
+                queries: std::slice::from_ref(&blank),
+                query_images: &HashMap::new(),
+                instruction: None,
+                warnings: &mut w,
+                source: Path::new("t"),
+            },
         )
         .unwrap()
         .pop()
