@@ -848,6 +848,19 @@ impl Bm25Domain {
                 }
             }
         }
+        Ok(self.take_keys(acc, touched, exclude, dense))
+    }
+
+    /// The (score, id rank) keys of the passages the accumulator `acc` scores above 0, with
+    /// the passages of `exclude` left out, and `acc` zeroed again: all of it when `dense`,
+    /// else the `touched` documents (and `touched` emptied).
+    fn take_keys(
+        &self,
+        acc: &mut [f32],
+        touched: &mut Vec<u32>,
+        exclude: &[u32],
+        dense: bool,
+    ) -> Vec<u64> {
         for &x in exclude {
             if let Some(&d) = self.docs.get(x as usize) {
                 acc[d as usize] = f32::NEG_INFINITY;
@@ -885,6 +898,6 @@ impl Bm25Domain {
             keys
         };
         touched.clear();
-        Ok(keys)
+        keys
     }
 }

@@ -321,6 +321,58 @@ struct Prepared {
     warnings: sift_core::Warnings,
 }
 
+/// The reader side of an image build: reads `images` in chunks of [`IMAGE_CHUNK`],
+/// prepares the images whose keys are not in `known` for `embedder`, and sends each chunk
+/// (then an empty one with the reader's warnings; a read error ends the stream).
+fn read_ahead(
+    images: &mut dyn crate::ImageStream,
+    embedder: &dyn DynImageEmbedder,
+    known: &HashSet<u128>,
+    key_of: impl Fn(&[u8]) -> u128,
+    tx: std::sync::mpsc::SyncSender<Result<Prepared>>,
+) {
+    loop {
+        let chunk: Vec<sift_core::ImageRecord> = match (&mut *images)
+            .take(IMAGE_CHUNK)
+            .collect::<sift_core::Result<_>>()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = tx.send(Err(e.into()));
+                return;
+            }
+        };
+        if chunk.is_empty() {
+            let _ = tx.send(Ok(Prepared {
+                records: Vec::new(),
+                keys: Vec::new(),
+                inputs: Vec::new(),
+                warnings: images.warnings(),
+            }));
+            return;
+        }
+        let keys: Vec<u128> = chunk.iter().map(|r| key_of(&r.bytes)).collect();
+        let todo: Vec<usize> = (0..chunk.len())
+            .filter(|&i| !known.contains(&keys[i]))
+            .collect();
+        let bytes: Vec<&[u8]> = todo.iter().map(|&i| chunk[i].bytes.as_slice()).collect();
+        let prepared = embedder.prepare(&bytes);
+        let inputs = todo.into_iter().zip(prepared).collect();
+        let sent = tx.send(Ok(Prepared {
+            records: chunk,
+            keys,
+            inputs,
+            warnings: sift_core::Warnings::new(),
+        }));
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// Images read and prepared per chunk.
+const IMAGE_CHUNK: usize = 64;
+
 /// Embeds the images of `domains` (through the cache; images that cannot be prepared are
 /// counted and skipped) and writes their vectors, ids and graphs into `gen_dir`.
 pub(crate) fn build_images(
@@ -342,7 +394,6 @@ pub(crate) fn build_images(
         cache_rejected: cache.rejected(),
         ..ImageIndexInfo::default()
     };
-    const CHUNK: usize = 64;
     let output_err = |message: String| Error::EmbedOutput {
         model: embedder.name().to_string(),
         message,
@@ -359,49 +410,7 @@ pub(crate) fn build_images(
             // keys cached before this domain started (the main thread inserts meanwhile)
             let known: HashSet<u128> = cache.keys();
             let key_of = |bytes: &[u8]| EmbedCache::key_bytes_with(&fingerprint, bytes);
-            scope.spawn(move || {
-                loop {
-                    let chunk: Vec<sift_core::ImageRecord> = match images
-                        .by_ref()
-                        .take(CHUNK)
-                        .collect::<sift_core::Result<_>>(
-                    ) {
-                        Ok(c) => c,
-                        Err(e) => {
-                            let _ = tx.send(Err(e.into()));
-                            return;
-                        }
-                    };
-                    if chunk.is_empty() {
-                        let _ = tx.send(Ok(Prepared {
-                            records: Vec::new(),
-                            keys: Vec::new(),
-                            inputs: Vec::new(),
-                            warnings: images.warnings(),
-                        }));
-                        return;
-                    }
-                    let keys: Vec<u128> = chunk.iter().map(|r| key_of(&r.bytes)).collect();
-                    let todo: Vec<usize> = (0..chunk.len())
-                        .filter(|&i| !known.contains(&keys[i]))
-                        .collect();
-                    let bytes: Vec<&[u8]> =
-                        todo.iter().map(|&i| chunk[i].bytes.as_slice()).collect();
-                    let prepared = embedder.prepare(&bytes);
-                    let inputs = todo.into_iter().zip(prepared).collect();
-                    if tx
-                        .send(Ok(Prepared {
-                            records: chunk,
-                            keys,
-                            inputs,
-                            warnings: sift_core::Warnings::new(),
-                        }))
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            });
+            scope.spawn(move || read_ahead(&mut *images, embedder, &known, key_of, tx));
             for prepared in rx {
                 let p = prepared?;
                 if p.records.is_empty() {

@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use rayon::prelude::*;
 
@@ -262,7 +262,8 @@ struct Building<'a> {
     m0: usize,
     ef_construction: usize,
     levels: Vec<u8>,
-    /// Level-0 lists, `1 + m0` words per point; written only under `locks0` of the point.
+    /// Level-0 lists, `1 + m0` words per point; read and written only through
+    /// [`Building::lock0`], under `locks0` of the point.
     base: Vec<AtomicU32>,
     locks0: Vec<Mutex<()>>,
     /// Index in `upper` of each point's level-1 list (its levels follow); unused for
@@ -275,21 +276,41 @@ struct Building<'a> {
     grow: Mutex<()>,
 }
 
+/// A point's level-0 list with the point's lock held. It is the only way to the point's
+/// words in [`Building::base`] ([`Building::lock0`]), so every read and write of them happens
+/// under that lock, and the list it lends out cannot change while it is borrowed.
+struct Level0<'a> {
+    _held: MutexGuard<'a, ()>,
+    /// The count, then `m0` link slots.
+    words: &'a [AtomicU32],
+}
+
+impl Level0<'_> {
+    /// The links.
+    fn links(&self) -> &[u32] {
+        let len = self.words[0].load(AtomicOrdering::Relaxed) as usize;
+        let words = &self.words[1..1 + len];
+        // SAFETY: AtomicU32 has the size, alignment and bit validity of u32. The words are
+        // written only through a `Level0` of this point (`set`), which takes the point's
+        // lock: `self` holds it, and the slice borrows `self`, so nothing writes them while
+        // the slice lives.
+        unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u32>(), len) }
+    }
+
+    /// Replaces the links (at most `m0`).
+    fn set(&mut self, links: &[u32]) {
+        for (w, &x) in self.words[1..].iter().zip(links) {
+            w.store(x, AtomicOrdering::Relaxed);
+        }
+        self.words[0].store(links.len() as u32, AtomicOrdering::Relaxed);
+    }
+}
+
 impl Links for Building<'_> {
     #[inline]
     fn with<R>(&self, node: u32, level: usize, f: impl FnOnce(&[u32]) -> R) -> R {
         if level == 0 {
-            let _held = self.locks0[node as usize]
-                .lock()
-                .expect("no panics while a list is held");
-            let start = node as usize * (1 + self.m0);
-            let len = self.base[start].load(AtomicOrdering::Relaxed) as usize;
-            let words = &self.base[start + 1..start + 1 + len];
-            // SAFETY: AtomicU32 has the size, alignment and bit validity of u32, and every
-            // write to this point's words happens under `locks0[node]`, which is held for as
-            // long as the slice lives: nothing writes them meanwhile.
-            let links = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u32>(), len) };
-            f(links)
+            f(self.lock0(node).links())
         } else {
             let l = self.upper[self.upper_offset[node as usize] + level - 1]
                 .lock()
@@ -303,8 +324,7 @@ impl Building<'_> {
     /// Sets the links of `node` on `level` to `links` (at most the level's capacity).
     fn set_links(&self, node: u32, level: usize, links: &[u32]) {
         if level == 0 {
-            let _held = self.locks0[node as usize].lock().expect("not poisoned");
-            self.write0(node, links);
+            self.lock0(node).set(links);
         } else {
             *self.upper[self.upper_offset[node as usize] + level - 1]
                 .lock()
@@ -312,13 +332,16 @@ impl Building<'_> {
         }
     }
 
-    /// Writes a level-0 list; the caller holds `locks0[node]`.
-    fn write0(&self, node: u32, links: &[u32]) {
+    /// `node`'s level-0 list, locked: the only way to its words.
+    fn lock0(&self, node: u32) -> Level0<'_> {
+        let held = self.locks0[node as usize]
+            .lock()
+            .expect("no panics while a list is held");
         let start = node as usize * (1 + self.m0);
-        for (w, &x) in self.base[start + 1..].iter().zip(links) {
-            w.store(x, AtomicOrdering::Relaxed);
+        Level0 {
+            _held: held,
+            words: &self.base[start..start + 1 + self.m0],
         }
-        self.base[start].store(links.len() as u32, AtomicOrdering::Relaxed);
     }
 
     /// Adds `q` to the links of `n` on `level`, re-selecting with the heuristic when the
@@ -349,15 +372,9 @@ impl Building<'_> {
             Some(select(self.v, &cands, cap))
         };
         if level == 0 {
-            let _held = self.locks0[n as usize].lock().expect("not poisoned");
-            let start = n as usize * (1 + self.m0);
-            let len = self.base[start].load(AtomicOrdering::Relaxed) as usize;
-            let current: Vec<u32> = self.base[start + 1..start + 1 + len]
-                .iter()
-                .map(|w| w.load(AtomicOrdering::Relaxed))
-                .collect();
-            if let Some(new) = reselect(&current) {
-                self.write0(n, &new);
+            let mut list = self.lock0(n);
+            if let Some(new) = reselect(list.links()) {
+                list.set(&new);
             }
         } else {
             let mut l = self.upper[self.upper_offset[n as usize] + level - 1]

@@ -17,6 +17,96 @@ use crate::service::Service;
 /// Characters of a Serper snippet.
 const SNIPPET_CHARS: usize = 300;
 
+/// The results SerpAPI's parameters ask for: `start` (`ijn` pages images by 100) and
+/// `num`, as (results to skip, results to search for), within the service's `max`.
+fn serpapi_window(
+    params: &BTreeMap<String, String>,
+    engine: &str,
+    max: usize,
+) -> Result<(usize, usize), SerpApiError> {
+    let num = serp_count(
+        params,
+        "num",
+        if engine == "google_images" { 100 } else { 10 },
+    )?;
+    let start = match (engine, params.get("ijn")) {
+        ("google_images", Some(_)) => serp_count(params, "ijn", 0)?.saturating_mul(num),
+        _ => serp_count(params, "start", 0)?,
+    };
+    if num == 0 || num > max {
+        return Err(serp_error(format!(
+            "Invalid `num` parameter: give 1 to {max}."
+        )));
+    }
+    let top_k = start
+        .checked_add(num)
+        .filter(|&k| k <= max)
+        .ok_or_else(|| {
+            serp_error(format!(
+                "Invalid `start` parameter: {start} + {num} results reach past the service's {max}."
+            ))
+        })?;
+    Ok((start, top_k))
+}
+
+/// SerpAPI's `search_metadata` of a search that began at `started`; `query` is the
+/// request's, for `json_endpoint` (its `api_key` left out).
+fn serpapi_metadata(base: &str, query: &str, started: std::time::Instant) -> SerpApiMetadata {
+    let (now, id) = stamp();
+    SerpApiMetadata {
+        id,
+        status: "Success".into(),
+        json_endpoint: format!(
+            "{base}/search.json?{}",
+            query
+                .split('&')
+                .filter(|p| !p.starts_with("api_key="))
+                .collect::<Vec<_>>()
+                .join("&")
+        ),
+        created_at: now.clone(),
+        processed_at: now,
+        total_time_taken: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+    }
+}
+
+fn serpapi_organic(h: Hit, base: &str) -> SerpApiOrganic {
+    let link = format!("{base}{}", h.page_url.clone().unwrap_or_default());
+    SerpApiOrganic {
+        position: h.rank,
+        displayed_link: format!("{base} › {} › {}", h.domain, h.id),
+        title: h.id,
+        link,
+        snippet: h.text.unwrap_or_default(),
+        source: h.domain,
+    }
+}
+
+fn serpapi_image(h: Hit, base: &str) -> SerpApiImage {
+    let url = format!("{base}{}", h.image_url.clone().unwrap_or_default());
+    SerpApiImage {
+        position: h.rank,
+        title: h.id,
+        thumbnail: url.clone(),
+        original: url,
+        link: format!("{base}{}", h.page_url.unwrap_or_default()),
+        source: h.domain,
+        is_product: false,
+    }
+}
+
+fn serpapi_match(h: Hit, base: &str) -> SerpApiVisualMatch {
+    let url = format!("{base}{}", h.image_url.clone().unwrap_or_default());
+    SerpApiVisualMatch {
+        position: h.rank,
+        title: h.id,
+        link: format!("{base}{}", h.page_url.unwrap_or_default()),
+        source: h.domain,
+        thumbnail: url.clone(),
+        image: url,
+    }
+}
+
 /// InterLV-Search's local tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LocalTool {
@@ -398,29 +488,7 @@ pub fn serpapi(
         .filter(|d| !d.is_empty())
         .map(String::to_string);
     let q = params.get("q").map(|q| q.trim()).unwrap_or("");
-    let num = serp_count(
-        params,
-        "num",
-        if engine == "google_images" { 100 } else { 10 },
-    )?;
-    let start = match (engine, params.get("ijn")) {
-        ("google_images", Some(_)) => serp_count(params, "ijn", 0)?.saturating_mul(num),
-        _ => serp_count(params, "start", 0)?,
-    };
-    let max = svc.limits().max_top_k;
-    if num == 0 || num > max {
-        return Err(serp_error(format!(
-            "Invalid `num` parameter: give 1 to {max}."
-        )));
-    }
-    let top_k = start
-        .checked_add(num)
-        .filter(|&k| k <= max)
-        .ok_or_else(|| {
-            serp_error(format!(
-                "Invalid `start` parameter: {start} + {num} results reach past the service's {max}."
-            ))
-        })?;
+    let (start, top_k) = serpapi_window(params, engine, svc.limits().max_top_k)?;
     let missing_q = || serp_error("Missing query `q` parameter.");
     let text_search = |candidates| -> Result<Vec<Hit>, SerpApiError> {
         if q.is_empty() {
@@ -443,42 +511,13 @@ pub fn serpapi(
         "google" => {
             let hits = text_search(CandidateKind::Passages)?;
             let n = hits.len();
-            organic = Some(
-                hits.into_iter()
-                    .map(|h| {
-                        let link = format!("{base}{}", h.page_url.clone().unwrap_or_default());
-                        SerpApiOrganic {
-                            position: h.rank,
-                            displayed_link: format!("{base} › {} › {}", h.domain, h.id),
-                            title: h.id,
-                            link,
-                            snippet: h.text.unwrap_or_default(),
-                            source: h.domain,
-                        }
-                    })
-                    .collect(),
-            );
+            organic = Some(hits.into_iter().map(|h| serpapi_organic(h, base)).collect());
             n
         }
         "google_images" => {
             let hits = text_search(CandidateKind::Images)?;
             let n = hits.len();
-            images = Some(
-                hits.into_iter()
-                    .map(|h| {
-                        let url = format!("{base}{}", h.image_url.clone().unwrap_or_default());
-                        SerpApiImage {
-                            position: h.rank,
-                            title: h.id,
-                            thumbnail: url.clone(),
-                            original: url,
-                            link: format!("{base}{}", h.page_url.unwrap_or_default()),
-                            source: h.domain,
-                            is_product: false,
-                        }
-                    })
-                    .collect(),
-            );
+            images = Some(hits.into_iter().map(|h| serpapi_image(h, base)).collect());
             n
         }
         "google_lens" => {
@@ -500,44 +539,15 @@ pub fn serpapi(
                 .map_err(|e| rename_field(e, "images", "url"))?;
             let hits: Vec<Hit> = res.hits.into_iter().skip(start).collect();
             let n = hits.len();
-            matches = Some(
-                hits.into_iter()
-                    .map(|h| {
-                        let url = format!("{base}{}", h.image_url.clone().unwrap_or_default());
-                        SerpApiVisualMatch {
-                            position: h.rank,
-                            title: h.id,
-                            link: format!("{base}{}", h.page_url.unwrap_or_default()),
-                            source: h.domain,
-                            thumbnail: url.clone(),
-                            image: url,
-                        }
-                    })
-                    .collect(),
-            );
+            matches = Some(hits.into_iter().map(|h| serpapi_match(h, base)).collect());
             n
         }
         other => {
             return Err(serp_error(format!("Unsupported `{other}` search engine.")));
         }
     };
-    let (now, id) = stamp();
     Ok(SerpApiResponse {
-        search_metadata: SerpApiMetadata {
-            id,
-            status: "Success".into(),
-            json_endpoint: format!(
-                "{base}/search.json?{}",
-                query
-                    .split('&')
-                    .filter(|p| !p.starts_with("api_key="))
-                    .collect::<Vec<_>>()
-                    .join("&")
-            ),
-            created_at: now.clone(),
-            processed_at: now,
-            total_time_taken: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
-        },
+        search_metadata: serpapi_metadata(base, query, started),
         search_parameters: params
             .iter()
             .filter(|(k, _)| k.as_str() != "api_key")

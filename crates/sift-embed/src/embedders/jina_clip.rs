@@ -346,75 +346,16 @@ impl JinaClipEmbedder {
 
         let vb = files.var_builder(options.dtype, device)?;
         let tvb = vb.pp("text_model");
-        let kwargs = serde_json::Value::Object(tc.hf_model_config_kwargs.clone());
-        let (text, width, query_prefix, passage_prefix, lora_task) = if v1 {
-            let bert: JinaBertConfig = serde_json::from_value(kwargs)
-                .map_err(|e| unsupported(format!("text_config.hf_model_config_kwargs: {e}")))?;
-            bert.check()
-                .map_err(|m| unsupported(format!("text_config.hf_model_config_kwargs: {m}")))?;
-            let model = JinaBert::load(tvb.pp("transformer"), &bert).map_err(|e| {
-                unsupported(format!("weights do not match a JinaBERT text tower: {e}"))
-            })?;
-            let width = bert.hidden_size;
-            (
-                TextTower::JinaBert {
-                    model,
-                    cls: text_cls,
-                },
-                width,
-                String::new(),
-                String::new(),
-                None,
-            )
+        let LoadedText {
+            tower: text,
+            width,
+            query_prefix,
+            passage_prefix,
+            lora_task,
+        } = if v1 {
+            load_jina_bert(tc, &tvb, text_cls, &unsupported)?
         } else {
-            // the current _build_text_tower: XLMRobertaFlashConfig(**hf_model_config_kwargs)
-            let tower = format!(
-                "text_config.hf_model_config_kwargs (an XLM-RoBERTa text tower, as for \
-                 hf_model_name_or_path {:?})",
-                tc.hf_model_name_or_path.as_deref().unwrap_or("null")
-            );
-            let xc: XlmRobertaConfig =
-                serde_json::from_value(kwargs).map_err(|e| unsupported(format!("{tower}: {e}")))?;
-            xc.check()
-                .map_err(|m| unsupported(format!("{tower}: {m}")))?;
-            // HFTextEncoder.get_instruction_from_task: instructions only when the tower has
-            // some; an unknown task raises
-            let instructions = xc.task_instructions.clone().unwrap_or_default();
-            let instruction = |task: Option<&str>| -> Result<String> {
-                match task {
-                    _ if instructions.is_empty() => Ok(String::new()),
-                    None => Ok(String::new()),
-                    Some(t) => instructions.get(t).cloned().ok_or_else(|| {
-                        unsupported(format!(
-                            "task {t:?} is not in hf_model_config_kwargs.task_instructions"
-                        ))
-                    }),
-                }
-            };
-            let query_prefix = instruction(Some(JINA_CLIP_V2_QUERY_TASK))?;
-            let passage_prefix = instruction(tc.default_instruction_task.as_deref())?;
-            let lora = match tc.default_lora_task.as_deref() {
-                None => None,
-                Some(t) => Some(xc.lora_index(t).ok_or_else(|| {
-                    unsupported(format!(
-                        "text_config.default_lora_task {t:?} is not in lora_adaptations"
-                    ))
-                })?),
-            };
-            let model =
-                XlmRoberta::load(tvb.pp("transformer.roberta"), &xc, lora).map_err(|e| {
-                    unsupported(format!(
-                        "weights do not match an XLM-RoBERTa (LoRA) text tower: {e}"
-                    ))
-                })?;
-            let width = model.hidden();
-            (
-                TextTower::XlmRoberta(model),
-                width,
-                query_prefix,
-                passage_prefix,
-                tc.default_lora_task.clone(),
-            )
+            load_xlm_roberta(tc, &tvb, &unsupported)?
         };
         // HFTextEncoder: identity when the widths agree and proj_type is null
         let text_proj = match tc.proj_type.as_deref() {
@@ -667,4 +608,93 @@ impl JinaClipEmbedder {
             }
         }
     }
+}
+
+/// A Jina-CLIP text tower as loaded, with its prompts and LoRA adapter.
+struct LoadedText {
+    tower: TextTower,
+    width: usize,
+    query_prefix: String,
+    passage_prefix: String,
+    lora_task: Option<String>,
+}
+
+/// v1's JinaBERT text tower (`cls`: pooled by the CLS token, else by the mean).
+fn load_jina_bert(
+    tc: &TextConfig,
+    tvb: &candle_nn::VarBuilder,
+    cls: bool,
+    unsupported: &dyn Fn(String) -> Error,
+) -> Result<LoadedText> {
+    let kwargs = serde_json::Value::Object(tc.hf_model_config_kwargs.clone());
+    let bert: JinaBertConfig = serde_json::from_value(kwargs)
+        .map_err(|e| unsupported(format!("text_config.hf_model_config_kwargs: {e}")))?;
+    bert.check()
+        .map_err(|m| unsupported(format!("text_config.hf_model_config_kwargs: {m}")))?;
+    let model = JinaBert::load(tvb.pp("transformer"), &bert)
+        .map_err(|e| unsupported(format!("weights do not match a JinaBERT text tower: {e}")))?;
+    let width = bert.hidden_size;
+    Ok(LoadedText {
+        tower: TextTower::JinaBert { model, cls },
+        width,
+        query_prefix: String::new(),
+        passage_prefix: String::new(),
+        lora_task: None,
+    })
+}
+
+/// v2's XLM-RoBERTa text tower with its LoRA adapters and task instructions.
+fn load_xlm_roberta(
+    tc: &TextConfig,
+    tvb: &candle_nn::VarBuilder,
+    unsupported: &dyn Fn(String) -> Error,
+) -> Result<LoadedText> {
+    let kwargs = serde_json::Value::Object(tc.hf_model_config_kwargs.clone());
+    // the current _build_text_tower: XLMRobertaFlashConfig(**hf_model_config_kwargs)
+    let tower = format!(
+        "text_config.hf_model_config_kwargs (an XLM-RoBERTa text tower, as for \
+             hf_model_name_or_path {:?})",
+        tc.hf_model_name_or_path.as_deref().unwrap_or("null")
+    );
+    let xc: XlmRobertaConfig =
+        serde_json::from_value(kwargs).map_err(|e| unsupported(format!("{tower}: {e}")))?;
+    xc.check()
+        .map_err(|m| unsupported(format!("{tower}: {m}")))?;
+    // HFTextEncoder.get_instruction_from_task: instructions only when the tower has
+    // some; an unknown task raises
+    let instructions = xc.task_instructions.clone().unwrap_or_default();
+    let instruction = |task: Option<&str>| -> Result<String> {
+        match task {
+            _ if instructions.is_empty() => Ok(String::new()),
+            None => Ok(String::new()),
+            Some(t) => instructions.get(t).cloned().ok_or_else(|| {
+                unsupported(format!(
+                    "task {t:?} is not in hf_model_config_kwargs.task_instructions"
+                ))
+            }),
+        }
+    };
+    let query_prefix = instruction(Some(JINA_CLIP_V2_QUERY_TASK))?;
+    let passage_prefix = instruction(tc.default_instruction_task.as_deref())?;
+    let lora = match tc.default_lora_task.as_deref() {
+        None => None,
+        Some(t) => Some(xc.lora_index(t).ok_or_else(|| {
+            unsupported(format!(
+                "text_config.default_lora_task {t:?} is not in lora_adaptations"
+            ))
+        })?),
+    };
+    let model = XlmRoberta::load(tvb.pp("transformer.roberta"), &xc, lora).map_err(|e| {
+        unsupported(format!(
+            "weights do not match an XLM-RoBERTa (LoRA) text tower: {e}"
+        ))
+    })?;
+    let width = model.hidden();
+    Ok(LoadedText {
+        tower: TextTower::XlmRoberta(model),
+        width,
+        query_prefix,
+        passage_prefix,
+        lora_task: tc.default_lora_task.clone(),
+    })
 }

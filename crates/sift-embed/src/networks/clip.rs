@@ -235,8 +235,12 @@ impl ClipVision {
         let x = self
             .encoder
             .forward(self.pre_norm.forward(&x)?, &segments, false)?;
-        let starts: Vec<u32> = segments.iter().map(|s| s.start as u32).collect();
-        let cls = x.index_select(&Tensor::new(starts, x.device())?, 0)?;
+        let (rows, h) = x.dims2()?;
+        let b = segments.len();
+        let cls = x
+            .reshape((b, rows / b.max(1), h))?
+            .narrow(1, 0, 1)?
+            .squeeze(1)?;
         let pooled = self.post_norm.forward(&cls)?;
         ops::linear(&self.projection, &pooled, None)
     }
