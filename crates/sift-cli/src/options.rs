@@ -130,6 +130,18 @@ impl CorpusFlags {
     }
 }
 
+/// The domains and the qrels split a command reads (`sift eval`, `sift check`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct DomainFlags {
+    /// Comma-separated domains [default: all: the index's for `sift eval`, the corpus's for
+    /// `sift check`].
+    #[arg(long, value_parser = domain_list)]
+    pub domains: Option<String>,
+    /// Qrels split of a BEIR corpus.
+    #[arg(long, default_value = "test")]
+    pub split: String,
+}
+
 /// Limits on image files read from the command line or from a list (`sift search --image`,
 /// `sift embed --image`), as `sift serve` limits request images.
 #[derive(Args, Debug, Clone)]

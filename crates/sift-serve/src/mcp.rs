@@ -55,6 +55,19 @@ pub struct ImageSearch {
     pub retriever: Option<String>,
 }
 
+impl From<ImageSearch> for SearchRequest {
+    fn from(a: ImageSearch) -> SearchRequest {
+        SearchRequest {
+            query: a.query,
+            domain: a.domain,
+            top_k: a.top_k,
+            retriever: a.retriever,
+            candidates: CandidateKind::Images,
+            ..SearchRequest::default()
+        }
+    }
+}
+
 /// `reverse_image_search`'s and `crop_search`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -196,17 +209,7 @@ impl SiftMcp {
         &self,
         Parameters(a): Parameters<ImageSearch>,
     ) -> Result<Json<SearchResponse>, String> {
-        self.call(move |svc| {
-            svc.search(&SearchRequest {
-                query: a.query,
-                domain: a.domain,
-                top_k: a.top_k,
-                retriever: a.retriever,
-                candidates: CandidateKind::Images,
-                ..SearchRequest::default()
-            })
-        })
-        .await
+        self.call(move |svc| svc.search(&a.into())).await
     }
 
     #[tool(

@@ -95,12 +95,18 @@ impl Schemas {
         m
     }
 
+    /// The responses: `ok` (200) and the errors of `codes`.
+    fn responses(&self, ok: Value, codes: &[&str]) -> serde_json::Map<String, Value> {
+        let mut responses = self.errors(codes);
+        responses.insert("200".into(), ok);
+        responses
+    }
+
     /// A JSON POST.
     fn post(&self, summary: &str, req: &Value, res: &Value) -> Value {
-        let mut responses = self.errors(&["400", "408", "413", "415", "503", "504"]);
-        responses.insert(
-            "200".into(),
+        let responses = self.responses(
             json!({"description": "OK", "content": as_json(res)}),
+            &["400", "408", "413", "415", "503", "504"],
         );
         json!({"post": {
             "summary": summary,
@@ -111,23 +117,20 @@ impl Schemas {
 
     /// A GET answered with `res` (content by media type).
     fn get(&self, summary: &str, params: Value, res: Value, codes: &[&str]) -> Value {
-        let mut responses = self.errors(codes);
-        responses.insert("200".into(), json!({"description": "OK", "content": res}));
+        let responses = self.responses(json!({"description": "OK", "content": res}), codes);
         json!({"get": {"summary": summary, "parameters": params, "responses": responses}})
     }
 
     /// Serper: POST a query or a JSON array of them (a batch); GET with parameters.
     fn serper(&self, summary: &str, req: &Value, res: &Value, first: Value) -> Value {
-        let mut responses = self.errors(&["400", "401", "408", "413", "415", "503", "504"]);
-        responses.insert(
-            "200".into(),
+        let responses = self.responses(
             json!({"description": "OK (a list for a batch)", "content": {"application/json": {
                 "schema": {"oneOf": [res, {"type": "array", "items": res}]}}}}),
+            &["400", "401", "408", "413", "415", "503", "504"],
         );
-        let mut get_responses = self.errors(&["400", "401", "503", "504"]);
-        get_responses.insert(
-            "200".into(),
+        let get_responses = self.responses(
             json!({"description": "OK", "content": as_json(res)}),
+            &["400", "401", "503", "504"],
         );
         json!({
             "post": {
@@ -263,14 +266,10 @@ fn serpapi_params() -> Value {
 
 /// The paths.
 fn paths(s: &Schemas) -> Value {
-    let upload_responses = {
-        let mut r = s.errors(&["400", "404", "408", "413", "503", "504"]);
-        r.insert(
-            "200".into(),
-            json!({"description": "OK", "content": {"application/json": {"schema": s.search_res}}}),
-        );
-        r
-    };
+    let upload_responses = s.responses(
+        json!({"description": "OK", "content": as_json(&s.search_res)}),
+        &["400", "404", "408", "413", "503", "504"],
+    );
     let page_content = json!({
         "text/html": {"schema": {"type": "string"}},
         "text/markdown": {"schema": {"type": "string"}},

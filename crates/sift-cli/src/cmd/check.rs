@@ -6,7 +6,7 @@ use sift_core::{Layout, WarningKind, Warnings};
 use sift_eval::{check_exclusions, check_qrels_ids, task1};
 
 use crate::cmd::report_warnings;
-use crate::options::{CorpusFlags, split_list};
+use crate::options::{CorpusFlags, DomainFlags, split_list};
 use crate::progress::Bars;
 
 /// Read a whole corpus and report what is in it and what is wrong with it. Fatal problems
@@ -20,12 +20,8 @@ pub struct Args {
     corpus: PathBuf,
     #[command(flatten)]
     corpus_flags: CorpusFlags,
-    /// Comma-separated domains [default: all].
-    #[arg(long, value_parser = crate::options::domain_list)]
-    domains: Option<String>,
-    /// Qrels split of a BEIR corpus.
-    #[arg(long, default_value = "test")]
-    split: String,
+    #[command(flatten)]
+    domain_flags: DomainFlags,
     /// How Task 4 links passages and corpus images when counting orphan positive images:
     /// regex (equal 8-hex base keys, the reference code) or source-id (the annotations'
     /// source_passage_id, MTEB's port).
@@ -52,7 +48,7 @@ struct DomainCounts {
 
 pub fn run(a: Args) -> Result<()> {
     let corpus = a.corpus_flags.open(&a.corpus)?;
-    let domains = corpus.select_domains(&split_list(&a.domains))?;
+    let domains = corpus.select_domains(&split_list(&a.domain_flags.domains))?;
     let bars = Bars::new(a.quiet || a.json);
     let mut warnings = Warnings::new();
     let mut out = BTreeMap::new();
@@ -77,7 +73,7 @@ pub fn run(a: Args) -> Result<()> {
         warnings.extend(passages.warnings().clone());
         // a knowledge base has no queries
         if corpus.layout() != Layout::Kb {
-            let task = task1(&corpus, domain, &a.split)?;
+            let task = task1(&corpus, domain, &a.domain_flags.split)?;
             counts.queries = task.queries.len();
             let mut tw = task.warnings;
             check_qrels_ids(&task.qrels, |id| ids.contains(id), corpus.root(), &mut tw);

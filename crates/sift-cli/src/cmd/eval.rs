@@ -15,7 +15,7 @@ use sift_retrieve::{
 
 use crate::cmd::report_warnings;
 use crate::models::ModelFlags;
-use crate::options::{AnalyzerFlags, Bm25Flags, CorpusFlags, split_list};
+use crate::options::{AnalyzerFlags, Bm25Flags, CorpusFlags, DomainFlags, split_list};
 use crate::progress::Bars;
 
 /// Evaluate retrieval with trec_eval semantics.
@@ -92,12 +92,8 @@ pub struct Args {
     model_flags: ModelFlags,
     #[command(flatten)]
     corpus_flags: CorpusFlags,
-    /// Comma-separated domains [default: every indexed domain].
-    #[arg(long, value_parser = crate::options::domain_list)]
-    domains: Option<String>,
-    /// Qrels split of a BEIR corpus.
-    #[arg(long, default_value = "test")]
-    split: String,
+    #[command(flatten)]
+    domain_flags: DomainFlags,
     /// Passages retrieved per query (the reference keeps 1000).
     #[arg(long, default_value_t = 1000, value_parser = crate::options::positive)]
     top_k: usize,
@@ -265,28 +261,20 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         "all" => Task::ALL.to_vec(),
         t => vec![t.parse().map_err(anyhow::Error::msg)?],
     };
-    let wanted = split_list(&a.domains);
+    let wanted = split_list(&a.domain_flags.domains);
+    // a reference profile defaults to the released code's protocol and query fusion: its
+    // qrels make every pair of a gold passage relevant, and its negative ids (passage ids)
+    // never match a pair id (eval_runner.py:260-268)
+    let (protocol, fusion) = match a.model_flags.profile.is_reference() {
+        true => (Protocol::Legacy, QueryFusion::Reference),
+        false => (Protocol::Paper, QueryFusion::All),
+    };
     let config = EvalConfig {
         tasks,
         retrievers,
-        // the released code's qrels: every pair of a gold passage relevant, and its
-        // negative ids (passage ids) never match a pair id (eval_runner.py:260-268)
-        protocol: a
-            .protocol
-            .unwrap_or(if a.model_flags.profile.is_reference() {
-                Protocol::Legacy
-            } else {
-                Protocol::Paper
-            }),
+        protocol: a.protocol.unwrap_or(protocol),
         pair_link: a.pair_link,
-        query_images: a
-            .query_fusion
-            .unwrap_or(if a.model_flags.profile.is_reference() {
-                QueryFusion::Reference
-            } else {
-                QueryFusion::All
-            })
-            .modes(),
+        query_images: a.query_fusion.unwrap_or(fusion).modes(),
         settings: SearchSettings {
             bm25: params,
             top_k: a.top_k,
@@ -294,7 +282,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
             ef_search: a.search.ef_search,
         },
         domains: (!wanted.is_empty()).then_some(wanted),
-        split: a.split.clone(),
+        split: a.domain_flags.split.clone(),
         // runs are streamed to disk domain by domain, never held whole
         runs: RunOutput {
             memory: false,

@@ -563,18 +563,22 @@ impl JinaClipEmbedder {
     /// Unit vectors of prepared images, in order.
     pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
         let side = self.vision.image_size();
-        let mut out = Vec::with_capacity(inputs.len());
-        for chunk in inputs.chunks(self.options.batch_size.max(1)) {
-            let pixels = super::pixel_batch(chunk, side, side, &self.device)?
-                .to_dtype(self.options.dtype)?;
-            let mut f = self.vision.forward(&pixels)?.to_dtype(self.options.dtype)?;
-            if let Some((_, v)) = &self.projections {
-                f = ops::linear(v, &f, None)?;
-            }
-            let f = self.truncate(f)?;
-            out.extend(l2_normalize(&f)?.to_vec2::<f32>()?);
-        }
-        crate::error::finite(self.name(), out)
+        let batch = self.options.batch_size;
+        super::pixel_rows(
+            self.name(),
+            inputs,
+            batch,
+            (side, side),
+            &self.device,
+            |pixels| {
+                let pixels = pixels.to_dtype(self.options.dtype)?;
+                let mut f = self.vision.forward(&pixels)?.to_dtype(self.options.dtype)?;
+                if let Some((_, v)) = &self.projections {
+                    f = ops::linear(v, &f, None)?;
+                }
+                Ok(l2_normalize(&self.truncate(f)?)?)
+            },
+        )
     }
 
     /// Everything besides the input that decides the vectors of `tower` (`text` or `image`):

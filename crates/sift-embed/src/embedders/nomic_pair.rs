@@ -189,14 +189,18 @@ impl NomicEmbedder {
     /// Unit vectors of prepared images, in order.
     pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
         let side = self.vision.image_size();
-        let mut out = Vec::with_capacity(inputs.len());
-        for chunk in inputs.chunks(self.options.batch_size.max(1)) {
-            let pixels = super::pixel_batch(chunk, side, side, &self.device)?
-                .to_dtype(self.options.dtype)?;
-            let v = l2_normalize(&self.vision.forward(&pixels)?)?;
-            out.extend(v.to_vec2::<f32>()?);
-        }
-        crate::error::finite(self.name(), out)
+        let batch = self.options.batch_size;
+        super::pixel_rows(
+            self.name(),
+            inputs,
+            batch,
+            (side, side),
+            &self.device,
+            |pixels| {
+                let pixels = pixels.to_dtype(self.options.dtype)?;
+                Ok(l2_normalize(&self.vision.forward(&pixels)?)?)
+            },
+        )
     }
 
     /// Everything that decides image vectors besides the input (a cache key).

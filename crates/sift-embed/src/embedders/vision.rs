@@ -382,18 +382,15 @@ impl VisionEmbedder {
 
     fn image_rows(&self, inputs: &[Vec<f32>], unit: bool) -> Result<Vec<Vec<f32>>> {
         let (h, w) = self.processor.output_size();
-        let mut out = Vec::with_capacity(inputs.len());
-        for chunk in inputs.chunks(self.options.batch_size.max(1)) {
-            let pixels = super::pixel_batch(chunk, h as usize, w as usize, &self.device)?;
+        let (batch, size) = (self.options.batch_size, (h as usize, w as usize));
+        super::pixel_rows(self.name(), inputs, batch, size, &self.device, |pixels| {
             let f = self.image_features(&pixels)?;
-            let f = if unit {
+            Ok(if unit {
                 l2_normalize(&f)?
             } else {
                 f.to_dtype(DType::F32)?
-            };
-            out.extend(f.to_vec2::<f32>()?);
-        }
-        crate::error::finite(self.name(), out)
+            })
+        })
     }
 
     /// Unit vectors of encoded images; undecodable ones are errors (use

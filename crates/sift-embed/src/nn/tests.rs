@@ -7,6 +7,47 @@ use crate::nn::linear::*;
 use candle_core::{DType, Tensor};
 use candle_nn::Linear;
 
+/// [`Attention`] run once: bidirectional, or causal when `causal`.
+fn attention(
+    qkv: &Tensor,
+    segments: &[Segment],
+    heads: usize,
+    head_dim: usize,
+    causal: bool,
+) -> candle_core::Result<Tensor> {
+    attention_windowed(qkv, segments, heads, head_dim, causal, None)
+}
+
+/// [`attention`] where, with `window` (causal only), a token sees only the latest positions
+/// ([`Attention::windowed`]).
+fn attention_windowed(
+    qkv: &Tensor,
+    segments: &[Segment],
+    heads: usize,
+    head_dim: usize,
+    causal: bool,
+    window: Option<usize>,
+) -> candle_core::Result<Tensor> {
+    // the field itself, not `windowed` (which makes it causal): a window without causal
+    // attention must be refused
+    let mut a = Attention::new(segments, heads, head_dim).causal(causal);
+    a.window = window;
+    a.run(qkv)
+}
+
+/// [`Attention::biased`] run once.
+fn attention_biased(
+    qkv: &Tensor,
+    segments: &[Segment],
+    heads: usize,
+    head_dim: usize,
+    bias: ScoreBias,
+) -> candle_core::Result<Tensor> {
+    Attention::new(segments, heads, head_dim)
+        .biased(bias)
+        .run(qkv)
+}
+
 /// Normal noise `(rows, cols)` with standard deviation `sd`, the same on every run (a
 /// fixed splitmix64 stream through Box-Muller): bounds checked on it cannot flake.
 fn noise(rows: usize, cols: usize, sd: f32, seed: u64) -> Tensor {

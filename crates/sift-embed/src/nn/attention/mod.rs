@@ -93,7 +93,7 @@ pub struct Attention<'a> {
     heads: usize,
     head_dim: usize,
     causal: bool,
-    window: Option<usize>,
+    pub(in crate::nn) window: Option<usize>,
     bias: ScoreBias<'a>,
     padded: std::cell::OnceCell<PaddedPlan>,
     #[cfg(feature = "flash-attn")]
@@ -234,36 +234,6 @@ impl<'a> Attention<'a> {
     }
 }
 
-/// [`Attention`] run once: bidirectional, or causal when `causal` (the tests' entry).
-#[cfg(test)]
-pub(crate) fn attention(
-    qkv: &Tensor,
-    segments: &[Segment],
-    heads: usize,
-    head_dim: usize,
-    causal: bool,
-) -> Result<Tensor> {
-    Attention::new(segments, heads, head_dim)
-        .causal(causal)
-        .run(qkv)
-}
-
-/// [`attention`] where, with `window` (causal only), a token sees only the latest positions
-/// ([`Attention::windowed`]).
-#[cfg(test)]
-pub(crate) fn attention_windowed(
-    qkv: &Tensor,
-    segments: &[Segment],
-    heads: usize,
-    head_dim: usize,
-    causal: bool,
-    window: Option<usize>,
-) -> Result<Tensor> {
-    let a = Attention::new(segments, heads, head_dim).causal(causal);
-    let a = Attention { window, ..a };
-    a.run(qkv)
-}
-
 /// Additive biases on the attention scores, for encoders whose published code adds them to
 /// `Q K^T` before the softmax: JinaBERT's ALiBi, and the `-10000` that JinaBERT and
 /// XLM-RoBERTa add on keys holding the padding id.
@@ -285,18 +255,4 @@ pub fn padding_key_bias(seqs: &[&[u32]], pad: u32) -> Option<Vec<f32>> {
             .flat_map(|s| s.iter().map(|&t| if t == pad { -10000.0 } else { 0.0 }))
             .collect()
     })
-}
-
-/// [`Attention::biased`] run once (the tests' entry).
-#[cfg(test)]
-pub(crate) fn attention_biased(
-    qkv: &Tensor,
-    segments: &[Segment],
-    heads: usize,
-    head_dim: usize,
-    bias: ScoreBias,
-) -> Result<Tensor> {
-    Attention::new(segments, heads, head_dim)
-        .biased(bias)
-        .run(qkv)
 }
