@@ -360,6 +360,17 @@ impl<T> Block<'_, T> {
     fn rows(&self) -> usize {
         self.x.len() / self.xs
     }
+
+    /// Where the tile of rows `i..i + r` reads: its first row's first value of the block,
+    /// and the block's lines as 512-bit vectors; a tile reaching past `x` panics.
+    #[cfg(target_arch = "x86_64")]
+    fn tile_start(&self, i: usize, r: usize) -> (*const T, *const std::arch::x86_64::__m512i) {
+        assert!((i + r) * self.xs <= self.x.len() && self.k0 + 2 * self.pairs() <= self.xs);
+        (
+            self.x[i * self.xs + self.k0..].as_ptr(),
+            self.lines.as_ptr().cast(),
+        )
+    }
 }
 
 /// Row tiles of one panel block on the AVX512-BF16 kernel.
@@ -428,14 +439,11 @@ unsafe fn add_tile<T, const R: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 unsafe fn tile_dot_bf16<const R: usize>(b: &Block<u16>, i: usize) {
     use std::arch::x86_64::*;
-    let (xs, pairs) = (b.xs, b.pairs());
-    debug_assert!((i + R) * xs <= b.x.len() && b.k0 + 2 * pairs <= xs);
-    // SAFETY: pointer reads stay inside x (rows i..i + R, values k0..k0 + 2 * pairs) and
-    // the block; the stores are masked to the task's columns.
+    let (xs, pairs, (xp, wp)) = (b.xs, b.pairs(), b.tile_start(i, R));
+    // SAFETY: reads stay inside x (rows i..i + R, values k0..k0 + 2 * pairs: `tile_start`
+    // checked) and the block; the stores are masked to the task's columns.
     unsafe {
         let mut c = [[_mm512_setzero_ps(); 4]; R];
-        let xp = b.x.as_ptr().add(i * xs + b.k0);
-        let wp = b.lines.as_ptr() as *const __m512i;
         for q in 0..pairs {
             let w: [__m512bh; 4] = [
                 as_bh(_mm512_load_si512(wp.add(4 * q))),
@@ -505,14 +513,11 @@ unsafe fn rows_widen_avx512(b: Block<f32>) {
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn tile_widen_avx512<const R: usize>(b: &Block<f32>, i: usize) {
     use std::arch::x86_64::*;
-    let (xs, pairs) = (b.xs, b.pairs());
-    debug_assert!((i + R) * xs <= b.x.len() && b.k0 + 2 * pairs <= xs);
-    // SAFETY: reads stay inside x (rows i..i + R, values k0..k0 + 2 * pairs) and the block;
-    // the stores are masked to the task's columns.
+    let (xs, pairs, (xp, wp)) = (b.xs, b.pairs(), b.tile_start(i, R));
+    // SAFETY: reads stay inside x (rows i..i + R, values k0..k0 + 2 * pairs: `tile_start`
+    // checked) and the block; the stores are masked to the task's columns.
     unsafe {
         let mut c = [[_mm512_setzero_ps(); 4]; R];
-        let xp = b.x.as_ptr().add(i * xs + b.k0);
-        let wp = b.lines.as_ptr() as *const __m512i;
         let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
         for q in 0..pairs {
             let mut even = [_mm512_setzero_ps(); 4];

@@ -563,22 +563,14 @@ impl JinaClipEmbedder {
     /// Unit vectors of prepared images, in order.
     pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
         let side = self.vision.image_size();
-        let batch = self.options.batch_size;
-        super::pixel_rows(
-            self.name(),
-            inputs,
-            batch,
-            (side, side),
-            &self.device,
-            |pixels| {
-                let pixels = pixels.to_dtype(self.options.dtype)?;
-                let mut f = self.vision.forward(&pixels)?.to_dtype(self.options.dtype)?;
-                if let Some((_, v)) = &self.projections {
-                    f = ops::linear(v, &f, None)?;
-                }
-                Ok(l2_normalize(&self.truncate(f)?)?)
-            },
-        )
+        let run = (self.options.batch_size, self.options.dtype);
+        super::pixel_rows(self.name(), inputs, run, (side, side), &self.device, |x| {
+            let mut f = self.vision.forward(&x)?.to_dtype(self.options.dtype)?;
+            if let Some((_, v)) = &self.projections {
+                f = ops::linear(v, &f, None)?;
+            }
+            Ok(l2_normalize(&self.truncate(f)?)?)
+        })
     }
 
     /// Everything besides the input that decides the vectors of `tower` (`text` or `image`):

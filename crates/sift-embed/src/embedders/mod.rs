@@ -38,19 +38,20 @@ pub(crate) fn pixel_batch(
     )?)
 }
 
-/// The rows `f` makes of prepared images (`(height, width)` each), `batch` images a pass,
-/// checked finite for `model`: each image embedder's batching loop.
+/// The rows `f` makes of prepared images (`(height, width)` each) as `dtype` pixels,
+/// `batch` images a pass, checked finite for `model`: each image embedder's batching loop.
 pub(crate) fn pixel_rows(
     model: &str,
     images: &[Vec<f32>],
-    batch: usize,
+    (batch, dtype): (usize, candle_core::DType),
     (height, width): (usize, usize),
     device: &candle_core::Device,
     f: impl Fn(candle_core::Tensor) -> crate::Result<candle_core::Tensor>,
 ) -> crate::Result<Vec<Vec<f32>>> {
     let mut out = Vec::with_capacity(images.len());
     for chunk in images.chunks(batch.max(1)) {
-        out.extend(f(pixel_batch(chunk, height, width, device)?)?.to_vec2::<f32>()?);
+        let pixels = pixel_batch(chunk, height, width, device)?.to_dtype(dtype)?;
+        out.extend(f(pixels)?.to_vec2::<f32>()?);
     }
     crate::error::finite(model, out)
 }

@@ -188,19 +188,13 @@ impl NomicEmbedder {
 
     /// Unit vectors of prepared images, in order.
     pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
-        let side = self.vision.image_size();
-        let batch = self.options.batch_size;
-        super::pixel_rows(
-            self.name(),
-            inputs,
-            batch,
-            (side, side),
-            &self.device,
-            |pixels| {
-                let pixels = pixels.to_dtype(self.options.dtype)?;
-                Ok(l2_normalize(&self.vision.forward(&pixels)?)?)
-            },
-        )
+        let (side, run) = (
+            self.vision.image_size(),
+            (self.options.batch_size, self.options.dtype),
+        );
+        super::pixel_rows(self.name(), inputs, run, (side, side), &self.device, |x| {
+            Ok(l2_normalize(&self.vision.forward(&x)?)?)
+        })
     }
 
     /// Everything that decides image vectors besides the input (a cache key).

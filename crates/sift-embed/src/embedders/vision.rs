@@ -382,8 +382,12 @@ impl VisionEmbedder {
 
     fn image_rows(&self, inputs: &[Vec<f32>], unit: bool) -> Result<Vec<Vec<f32>>> {
         let (h, w) = self.processor.output_size();
-        let (batch, size) = (self.options.batch_size, (h as usize, w as usize));
-        super::pixel_rows(self.name(), inputs, batch, size, &self.device, |pixels| {
+        // f32 pixels: image_features casts them to the model's dtype
+        let (run, size) = (
+            (self.options.batch_size, DType::F32),
+            (h as usize, w as usize),
+        );
+        super::pixel_rows(self.name(), inputs, run, size, &self.device, |pixels| {
             let f = self.image_features(&pixels)?;
             Ok(if unit {
                 l2_normalize(&f)?
