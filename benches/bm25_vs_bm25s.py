@@ -28,10 +28,8 @@ import shlex
 import statistics
 import subprocess
 import sys
-import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEER_DIR = os.path.join(REPO, "eval", "peers")
+from benchlib import PEER_DIR, fmt, machine, run_cmd, write_report
 
 KEYS = ["engine", "version", "docs", "index_seconds", "docs_per_s", "queries",
         "search_threads", "batch_seconds", "qps", "latency_ms", "ndcg@10"]
@@ -44,44 +42,6 @@ METRICS = [
 ]
 EXTRA = [("index_seconds",), ("batch_seconds",), ("ndcg@10",)]
 PEER_PKGS = ["bm25s", "PyStemmer", "numpy", "scipy", "pytrec-eval-terrier", "numba", "jax"]
-
-
-def last_json_object(stdout: str) -> dict:
-    """The last line of stdout that is a JSON object, or the whole output when it is one
-    pretty-printed object (`sift bench embed --json`)."""
-    text = stdout.strip()
-    if text.startswith("{") and "\n" in text:
-        try:
-            obj = json.loads(text)
-            if isinstance(obj, dict):
-                return obj
-        except json.JSONDecodeError:
-            pass
-    for line in reversed(stdout.splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    raise ValueError("no line of stdout parses as a JSON object")
-
-
-def run_cmd(label: str, cmd, shell: bool) -> tuple[dict, float]:
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, shell=shell, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr[-4000:])
-        raise SystemExit(f"{label}: command failed with exit status {p.returncode}: {cmd}")
-    try:
-        return last_json_object(p.stdout), wall
-    except ValueError as e:
-        sys.stderr.write(p.stdout[-2000:] + p.stderr[-2000:])
-        raise SystemExit(f"{label}: {e}: {cmd}")
 
 
 def check_keys(label: str, res: dict, engine: str) -> None:
@@ -128,44 +88,6 @@ def peer_env() -> dict:
         "bm25s_backend": "numba" if pkgs.get("numba") else "numpy",
         "bm25s_topk": "jax" if pkgs.get("jax") else "numpy",
     }
-
-
-def machine() -> dict:
-    cpu = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        nproc = int(subprocess.run(["nproc"], stdout=subprocess.PIPE, text=True, check=True).stdout)
-    except Exception:
-        nproc = len(os.sched_getaffinity(0))
-    uname = subprocess.run(["uname", "-a"], stdout=subprocess.PIPE, text=True).stdout.strip()
-    return {"uname": uname, "cpu": cpu or platform.processor(), "nproc": nproc}
-
-
-def write_report(out: str, report: dict, md: str) -> None:
-    """Writes <out>.json (the report) and <out>.md (the table), creating the folder."""
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out + ".json", "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    with open(out + ".md", "w") as f:
-        f.write(md)
-
-
-def fmt(v: float) -> str:
-    if v >= 1000:
-        return f"{v:,.0f}"
-    if v >= 10:
-        return f"{v:.1f}"
-    if v >= 0.1:
-        return f"{v:.3f}"
-    return f"{v:.4f}"
 
 
 def markdown(report: dict) -> str:

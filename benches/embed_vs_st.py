@@ -40,11 +40,8 @@ import statistics
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# Shared with the BM25 driver: result parsing, running a command from the repo root, number format.
-from bm25_vs_bm25s import write_report, fmt, run_cmd  # noqa: E402
+from benchlib import REPO, fmt, machine, run_cmd, write_report
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "st_embed_peer.py")
 PEER = "sentence-transformers"
 # --peer jina-clip: a Jina-CLIP v1 checkpoint's text tower through the published
@@ -143,28 +140,6 @@ def peer_env(pkgs=PEER_PKGS) -> dict:
         "RAYON_NUM_THREADS": os.environ.get("RAYON_NUM_THREADS"),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
     }
-
-
-def machine() -> dict:
-    cpu = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        nproc = int(subprocess.run(["nproc"], stdout=subprocess.PIPE, text=True, check=True).stdout)
-    except Exception:
-        nproc = len(os.sched_getaffinity(0))
-    uname = subprocess.run(["uname", "-a"], stdout=subprocess.PIPE, text=True).stdout.strip()
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    return {"uname": uname, "cpu": cpu or platform.processor(), "nproc": nproc, "loadavg_at_start": load}
 
 
 def run_rounds(rounds: int, sift_cmd: str, pcmd: list, peer: str, check, unit: str,

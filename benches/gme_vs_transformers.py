@@ -43,13 +43,11 @@ import os
 import shlex
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from embed_vs_st import (REPO, check_keys, machine, markdown, peer_env, repo_path,  # noqa: E402
-                         run_rounds, summarise)
-from bm25_vs_bm25s import write_report  # noqa: E402
-from vision_vs_transformers import sift_source  # noqa: E402
+from benchlib import REPO, machine, use_peers, write_report
+from embed_vs_st import check_keys, markdown, peer_env, repo_path, run_rounds, summarise
+from vision_vs_transformers import sift_source
 
-sys.path.insert(0, os.path.join(REPO, "eval", "peers"))
+use_peers()
 import gme_peer  # noqa: E402  (its helpers need neither torch nor transformers)
 
 PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "gme_peer.py")

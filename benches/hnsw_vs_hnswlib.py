@@ -26,8 +26,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bm25_vs_bm25s import fmt, machine, run_cmd, write_report  # noqa: E402
+from benchlib import fmt, machine, run_cmd, write_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -34,10 +34,7 @@ import shlex
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bm25_vs_bm25s import fmt, machine, write_report  # noqa: E402
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import REPO, fmt, machine, write_report
 
 
 def comparisons(cranfield: str, rounds: int | None) -> list[dict]:

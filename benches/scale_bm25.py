@@ -65,6 +65,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchlib import machine
+
 REPO = Path(__file__).resolve().parent.parent
 GEN = REPO / "benches" / "make_synthetic_corpus.py"
 FULL = {"passages": 338_000, "images": 1_001, "pairs": 358_816}
@@ -366,23 +368,6 @@ def overlap(a_path: Path, b_path: Path, k: int) -> dict:
 
 
 # --------------------------------------------------------------------------- main
-
-
-def machine() -> dict:
-    info = {"uname": platform.uname()._asdict()}
-    try:
-        ls = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for key in ("Model name", "CPU(s)", "Core(s) per socket", "Thread(s) per core", "Socket(s)",
-                    "Hypervisor vendor", "L3 cache"):
-            m = re.search(rf"^{re.escape(key)}:\s*(.+)$", ls, re.M)
-            if m:
-                info[key] = m.group(1).strip()
-    except OSError:
-        pass
-    with open("/proc/meminfo") as f:
-        info["MemTotal"] = f.readline().split(":")[1].strip()
-    info["nproc"] = os.cpu_count()
-    return info
 
 
 def versions(sift: Path, java: str, jar: str) -> dict:
@@ -850,9 +835,11 @@ def markdown(report: dict, a, search_tools: list[str]) -> str:
                  f"{statistics.median(loads):.2f}, range {min(loads):.2f} to {max(loads):.2f} (the "
                  "benchmark's own processes count: a load near the thread count is an idle machine).\n")
     L.append("\n## Setup\n")
+    # `uname -a` (reports written before benchlib: platform.uname()'s fields)
+    uname = m["uname"] if isinstance(m["uname"], str) else f"{m['uname']['system']} {m['uname']['release']}"
     L.append(f"- Machine: {m.get('Model name')}, {m.get('CPU(s)')} CPUs ({m.get('Core(s) per socket')} cores "
              f"per socket, {m.get('Thread(s) per core')} thread per core, {m.get('Hypervisor vendor', 'bare')} "
-             f"guest), {m.get('MemTotal')}; `{m['uname']['system']} {m['uname']['release']}`")
+             f"guest), {m.get('MemTotal')}; `{uname}`")
     pk = v["python_packages"]
     L.append(f"- Sift: {v['sift']} (`{v['sift_binary']}`, sha256 {v['sift_binary_sha256'][:16]}, built "
              f"{v['sift_binary_mtime']}; git {v['git_head'][:12]}"

@@ -34,10 +34,9 @@ import shlex
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from embed_vs_st import (REPO, SIFT, bench_embed_cmd, bench_embed_result, check_keys,  # noqa: E402
-                         machine, markdown, peer_env, repo_path, run_rounds, summarise)
-from bm25_vs_bm25s import write_report  # noqa: E402
+from benchlib import REPO, machine, write_report
+from embed_vs_st import (SIFT, bench_embed_cmd, bench_embed_result, check_keys, markdown, peer_env,
+                         repo_path, run_rounds, summarise)
 
 PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "hf_vision_peer.py")
 PEER = "transformers"

@@ -9,13 +9,15 @@ Families and what is timed (the whole path: inputs as bytes or strings in memory
 vectors on the host):
   clip, siglip  AutoModel.from_pretrained(dir, dtype, attn_implementation="sdpa") on the device;
                 per batch: PIL decode + .convert("RGB") + AutoImageProcessor (the PIL backend),
-                get_image_features, L2 normalisation, copy to the host.
+                eval/peers/hf_vision_peer.py's image_features (get_image_features, L2
+                normalisation), copy to the host.
   gme           eval/peers/gme_peer.py's GmeImageEmbedder (GME's image-candidate path:
                 fetch_image, Qwen2VLProcessor, the vision tower, last-token pooling), with the
                 model in `dtype` on the device.
-  decoder       AutoModel (sdpa) in `dtype`; texts tokenised with the EOS appended (the
-                E5-Mistral convention Sift's decoders use), right-padded per batch, the last
-                real token pooled and L2-normalised.
+  decoder       AutoModel (sdpa) in `dtype`; texts tokenised as eval/peers/decoder_peer.py
+                does (cut at --max-length - 1, the EOS appended: the E5-Mistral convention
+                Sift's decoders use), right-padded per batch, the last real token pooled and
+                L2-normalised.
 Input preparation runs in a torch DataLoader with --workers processes, one batch ahead of the
 GPU (pinned memory on CUDA): the usual way to keep a GPU fed from Python. The output JSON has
 items_per_s, seconds, gpu_memory_mb (torch.cuda.max_memory_reserved, plus the CUDA context as
@@ -82,7 +84,7 @@ def texts(path: str, n: int) -> list[str]:
     return [lines[i % len(lines)] for i in range(n)]
 
 
-def build(family: str, model: str, device, dtype):
+def build(family: str, model: str, device, dtype, max_length: int | None = None):
     """(prepare(list of items) -> batch, forward(batch on device) -> unit vectors, to_device)."""
     import torch
     import torch.nn.functional as F
@@ -90,6 +92,7 @@ def build(family: str, model: str, device, dtype):
     if family in ("clip", "siglip"):
         import io
         from PIL import Image
+        from hf_vision_peer import image_features
         from transformers import AutoImageProcessor, AutoModel
         proc = AutoImageProcessor.from_pretrained(model)
         m = AutoModel.from_pretrained(model, dtype=dtype, attn_implementation="sdpa").to(device).eval()
@@ -99,10 +102,7 @@ def build(family: str, model: str, device, dtype):
             return {"pixel_values": proc(images=imgs, return_tensors="pt")["pixel_values"]}
 
         def forward(batch):
-            f = m.get_image_features(pixel_values=batch["pixel_values"].to(dtype))
-            if not isinstance(f, torch.Tensor):  # transformers 5: BaseModelOutputWithPooling
-                f = f.pooler_output
-            return F.normalize(f.float(), dim=-1)
+            return image_features(m, batch["pixel_values"].to(dtype))
         return prepare, forward
     if family == "gme":
         from gme_peer import GmeImageEmbedder, embed_gme
@@ -116,13 +116,15 @@ def build(family: str, model: str, device, dtype):
             return embed_gme(gme.model, batch, gme.image_token_id, dtype)[0].float()
         return prepare, forward
     if family == "decoder":
+        from decoder_peer import default_max_length, token_ids
         from transformers import AutoModel, AutoTokenizer
+        max_length = max_length or default_max_length(model)
         tok = AutoTokenizer.from_pretrained(model)
         m = AutoModel.from_pretrained(model, dtype=dtype, attn_implementation="sdpa").to(device).eval()
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
         def prepare(chunk):
-            ids = [tok(t, max_length=511, truncation=True)["input_ids"] + [tok.eos_token_id] for t in chunk]
+            ids = [token_ids(tok, t, max_length) for t in chunk]
             longest = max(len(i) for i in ids)
             x = torch.full((len(ids), longest), pad, dtype=torch.long)
             mask = torch.zeros((len(ids), longest), dtype=torch.long)
@@ -150,6 +152,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=64)
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    ap.add_argument("--max-length", type=int,
+                    help="decoder: tokens per text, EOS included [default: as Sift, 4096 at most "
+                         "the config's max_position_embeddings]")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     import torch
@@ -158,7 +163,7 @@ def main(argv=None) -> int:
     device = torch.device(a.device)
     cuda = device.type == "cuda"
     t0 = time.perf_counter()
-    prepare, forward = build(a.family, a.model, device, dtype)
+    prepare, forward = build(a.family, a.model, device, dtype, a.max_length)
     load = time.perf_counter() - t0
     n = a.warmup + a.items
     items = texts(a.input, n) if a.family == "decoder" else image_bytes(a.input, n)

@@ -7,12 +7,25 @@ one text per forward pass, timed; prints one JSON object (texts/s, load time, pe
 """
 import argparse
 import json
+import os
 import resource
 import time
 
 import torch
 import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer
+
+
+def token_ids(tok, text: str, max_length: int) -> list:
+    """The model card's input ids: the tokenizer's, cut at max_length - 1, EOS appended."""
+    return tok(text, max_length=max_length - 1, truncation=True)["input_ids"] + [tok.eos_token_id]
+
+
+def default_max_length(model: str) -> int:
+    """Sift's input length for a decoder its registry does not know: 4096 tokens, at most the
+    config's max_position_embeddings."""
+    with open(os.path.join(model, "config.json")) as f:
+        return min(4096, json.load(f).get("max_position_embeddings") or 4096)
 
 
 def main():
@@ -34,7 +47,7 @@ def main():
     with torch.inference_mode():
         for t in texts:
             s = time.perf_counter()
-            ids = tok(t, max_length=a.max_length - 1, truncation=True)["input_ids"] + [tok.eos_token_id]
+            ids = token_ids(tok, t, a.max_length)
             x = torch.tensor([ids])
             h = model(input_ids=x).last_hidden_state[:, -1]
             F.normalize(h.float(), dim=-1)

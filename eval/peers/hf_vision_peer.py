@@ -208,6 +208,16 @@ def nomic_image_embed(m, pixel_values):
     return torch.nn.functional.normalize(m(pixel_values=pixel_values).last_hidden_state[:, 0], p=2, dim=1)
 
 
+def image_features(m, pixel_values):
+    """CLIP's / SigLIP's image vectors: get_image_features (in transformers 5 an output whose
+    pooler_output they are), L2-normalised in float32."""
+    import torch
+    f = m.get_image_features(pixel_values=pixel_values)
+    if not isinstance(f, torch.Tensor):  # transformers 5: BaseModelOutputWithPooling
+        f = f.pooler_output
+    return torch.nn.functional.normalize(f.float(), dim=-1)
+
+
 @dataclass
 class ImageEmbedder:
     """One model's image path, as the timed regions run it."""
@@ -253,10 +263,7 @@ def transformers_embedder(model: str, cfg: dict, batch_size: int) -> ImageEmbedd
                 if nomic:
                     out.append(nomic_image_embed(m, px))
                     continue
-                f = m.get_image_features(pixel_values=px)
-                if not isinstance(f, torch.Tensor):  # transformers 5: BaseModelOutputWithPooling
-                    f = f.pooler_output
-                out.append(torch.nn.functional.normalize(f, dim=-1))
+                out.append(image_features(m, px))
         return torch.cat(out)
 
     return ImageEmbedder(model_name, type(proc).__name__, attn_implementation, prep, embed_all, held)
