@@ -6,19 +6,15 @@
 //! under `--profile reference` must retrieve the same candidates with the same scores (the
 //! reference's are x100 cosines).
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use sift_core::Corpus;
-use sift_embed::{Embedder, EmbedderOptions, Profile};
+use sift_embed::Profile;
 use sift_eval::{Protocol, Task};
-use sift_index::{BuildOptions, IndexDir, NoProgress};
-use sift_retrieve::{
-    EvalConfig, ModelSet, QueryImages, RetrieverSpec, RunOutput, Sides, evaluate, slug,
-};
+use sift_index::NoProgress;
+use sift_retrieve::{EvalConfig, QueryImages, RunOutput, evaluate};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::{index_with, repo};
 
 type Scores = BTreeMap<String, BTreeMap<String, BTreeMap<String, f64>>>;
 
@@ -62,29 +58,8 @@ fn compare(
     let mut worst_by_task = BTreeMap::new();
     let reference = released();
     let corpus = Corpus::open(repo().join("corpora/sample")).unwrap();
-    let options = EmbedderOptions {
-        profile,
-        ..Default::default()
-    };
-    let dir = repo().join("models/fixtures").join(fixture);
-    let e = Embedder::load(dir.to_str().unwrap(), &options).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let index = IndexDir::build(
-        tmp.path().join("index"),
-        &corpus,
-        &corpus.domains().unwrap(),
-        &BuildOptions {
-            threads: 2,
-            ..Default::default()
-        },
-        &[Sides::new(&e, sift_retrieve::Indexed::PassagesAndImages)
-            .dense_build(slug(&e), dir.display().to_string())],
-        &NoProgress,
-    )
-    .unwrap();
-    let dense: RetrieverSpec = format!("dense:{}", slug(&e)).parse().unwrap();
-    let mut models = ModelSet::new();
-    models.load_for(&index, &dense, &options, None).unwrap();
+    let (index, models, dense) = index_with(fixture, profile, &tmp.path().join("index"));
     let config = EvalConfig {
         tasks: vec![Task::MultimodalPassages, Task::Images, Task::Pairs],
         retrievers: vec![dense],

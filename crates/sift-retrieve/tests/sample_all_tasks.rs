@@ -1,7 +1,6 @@
 //! The library alone, end to end: index the sample corpus with BM25 and the tiny CLIP
 //! checkpoint, then run all four MM-BRIGHT tasks through `sift_retrieve::evaluate`.
 //! (`tests/cli.rs` checks that `sift eval --task all` reports the same numbers.)
-use std::path::PathBuf;
 
 use sift_core::Corpus;
 use sift_embed::{Embedder, EmbedderOptions};
@@ -9,9 +8,8 @@ use sift_eval::Task;
 use sift_index::{BuildOptions, IndexDir, NoProgress};
 use sift_retrieve::{EvalConfig, ModelSet, QueryImages, RetrieverSpec, Sides, evaluate, slug};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::{index_with, repo};
 
 #[test]
 fn all_four_tasks_with_bm25_and_clip() {
@@ -307,38 +305,6 @@ fn reference_task4_pairs_are_embedded_as_the_reference_code_embeds_them() {
         "{rules:?}"
     );
     assert!(report.to_markdown().contains("rules in force"));
-}
-
-/// An index of the sample with `model` (a fixture directory) in `profile`.
-fn index_with(
-    model: &str,
-    profile: sift_embed::Profile,
-    dir: &std::path::Path,
-) -> (IndexDir, ModelSet, RetrieverSpec) {
-    let corpus = Corpus::open(repo().join("corpora/sample")).unwrap();
-    let options = EmbedderOptions {
-        profile,
-        ..Default::default()
-    };
-    let path = repo().join("models/fixtures").join(model);
-    let e = Embedder::load(path.to_str().unwrap(), &options).unwrap();
-    let index = IndexDir::build(
-        dir,
-        &corpus,
-        &corpus.domains().unwrap(),
-        &BuildOptions {
-            threads: 2,
-            ..Default::default()
-        },
-        &[Sides::new(&e, sift_retrieve::Indexed::PassagesAndImages)
-            .dense_build(slug(&e), path.display().to_string())],
-        &NoProgress,
-    )
-    .unwrap();
-    let dense: RetrieverSpec = format!("dense:{}", slug(&e)).parse().unwrap();
-    let mut models = ModelSet::new();
-    models.load_for(&index, &dense, &options, None).unwrap();
-    (index, models, dense)
 }
 
 /// Task 3 as the released code runs it for Nomic and Jina-CLIP (`--profile reference`):

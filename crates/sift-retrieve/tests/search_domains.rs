@@ -2,7 +2,6 @@
 //! index over their union gives: the sample's three domains against an index whose one
 //! domain holds all their passages, with BM25 (both scorings), a dense model and a hybrid of
 //! the two (fused by reciprocal rank and by weighted scores).
-use std::path::PathBuf;
 
 use sift_core::Corpus;
 use sift_embed::{Embedder, EmbedderOptions, Role};
@@ -15,9 +14,8 @@ use sift_retrieve::{
 
 const DOMAINS: [&str; 3] = ["biology", "gis", "physics"];
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::repo;
 
 #[test]
 fn several_domains_search_as_their_union_does() {
