@@ -101,6 +101,26 @@ fn raw_sum(model: &Embedder, text: &str, pixels: Vec<f32>) -> Vec<f32> {
     normalized_sum(&t[0], &i[0])
 }
 
+/// The text vectors of the two test queries (the first has the shapes image, the second
+/// none).
+fn query_texts(e: &Embedder) -> Vec<Vec<f32>> {
+    e.embed_texts(
+        &["why does the circuit oscillate", "a map projection"],
+        Role::Query,
+    )
+    .unwrap()
+}
+
+/// The unit vector of the first test query's image.
+fn shapes_vector(e: &Embedder) -> Vec<f32> {
+    let shapes = e
+        .prepare_images(&[&image("shapes_rgb_50x37.png")])
+        .pop()
+        .unwrap()
+        .unwrap();
+    e.embed_images(&[shapes]).unwrap().pop().unwrap()
+}
+
 #[test]
 fn clip_queries_sum_raw_features_with_a_white_image_for_none() {
     let clip = load("vision/tiny-clip-quickgelu");
@@ -187,18 +207,8 @@ fn the_first_image_is_the_first_that_loads() {
 #[test]
 fn nomic_queries_without_an_image_are_their_text_except_in_task_3() {
     let nomic = load("nomic/tiny-nomic-embed-vision-v1.5");
-    let text = nomic
-        .embed_texts(
-            &["why does the circuit oscillate", "a map projection"],
-            Role::Query,
-        )
-        .unwrap();
-    let shapes = nomic
-        .prepare_images(&[&image("shapes_rgb_50x37.png")])
-        .pop()
-        .unwrap()
-        .unwrap();
-    let img = nomic.embed_images(&[shapes]).unwrap().pop().unwrap();
+    let text = query_texts(&nomic);
+    let img = shapes_vector(&nomic);
     for task in [Task::MultimodalPassages, Task::Pairs] {
         let got = reference(&nomic, task);
         assert!(cosine(&got[0], &normalized_sum(&text[0], &img)) > 0.99999);
@@ -274,12 +284,7 @@ fn bge_vl_is_joint_in_tasks_2_and_4_and_unit_vectors_in_task_3() {
             PreparedImage::Patches(_) => unreachable!(),
         },
     );
-    let text = bge
-        .embed_texts(
-            &["why does the circuit oscillate", "a map projection"],
-            Role::Query,
-        )
-        .unwrap();
+    let text = query_texts(&bge);
     let unit = normalized_sum(&text[0], &bge.embed_images(&[shapes]).unwrap()[0]);
     for task in [Task::MultimodalPassages, Task::Pairs] {
         let got = reference(&bge, task);
@@ -338,18 +343,8 @@ fn bge_vl_query_texts_are_cut_by_each_tasks_rule() {
 fn jina_clip_queries_without_an_image_are_their_text_except_in_task_4() {
     let jina = load_with("jina_clip/tiny-jina-clip-v1", Profile::ReferenceIntended);
     assert_eq!(jina.reference_model(), ReferenceModel::JinaClip);
-    let text = jina
-        .embed_texts(
-            &["why does the circuit oscillate", "a map projection"],
-            Role::Query,
-        )
-        .unwrap();
-    let shapes = jina
-        .prepare_images(&[&image("shapes_rgb_50x37.png")])
-        .pop()
-        .unwrap()
-        .unwrap();
-    let img = jina.embed_images(&[shapes]).unwrap().pop().unwrap();
+    let text = query_texts(&jina);
+    let img = shapes_vector(&jina);
     for task in [Task::MultimodalPassages, Task::Images] {
         let got = reference(&jina, task);
         assert!(cosine(&got[0], &normalized_sum(&text[0], &img)) > 0.99999);
@@ -376,22 +371,9 @@ fn task_3_queries_of_nomic_and_jina_see_the_white_image_as_the_released_code_run
     ] {
         let released = load_with(rel, Profile::Reference);
         let intended = load_with(rel, Profile::ReferenceIntended);
-        let text = released
-            .embed_texts(
-                &["why does the circuit oscillate", "a map projection"],
-                Role::Query,
-            )
-            .unwrap();
+        let text = query_texts(&released);
         let white = released.blank_image_vector().unwrap();
-        let own = released
-            .embed_images(&[released
-                .prepare_images(&[&image("shapes_rgb_50x37.png")])
-                .pop()
-                .unwrap()
-                .unwrap()])
-            .unwrap()
-            .pop()
-            .unwrap();
+        let own = shapes_vector(&released);
         let got = reference(&released, Task::Images);
         assert!(
             cosine(&got[0], &normalized_sum(&text[0], &white)) > 0.99999,
