@@ -86,8 +86,11 @@ pub struct EmbedBench {
     pub dim: usize,
     /// The device asked for.
     pub device: String,
-    /// `f32`, `f16` or `bf16`.
+    /// `f32`, `f16` or `bf16`: the precision the model ran at (`--dtype auto` resolved).
     pub dtype: &'static str,
+    /// The kernel of the linear layers ([`crate::Precision::linear_kernel`]:
+    /// `packed-bf16-avx512`, `packed-bf16-widened`, `fused-f32`, `candle-<dtype>`).
+    pub linear_kernel: &'static str,
     /// CPU threads of the kernels.
     pub threads: usize,
     /// Where the inputs came from (`file`, `generated`).
@@ -119,8 +122,6 @@ pub struct BenchContext {
     /// The device the model was loaded on (`cpu`, `cuda:0`, ...): GPU memory is sampled
     /// for CUDA devices.
     pub device: String,
-    /// The model's precision.
-    pub precision: crate::Precision,
     /// How long loading the model took.
     pub load_seconds: f64,
     /// `file` or `generated`.
@@ -147,7 +148,8 @@ pub fn run(
         modality: inputs.modality(),
         dim: embedder.dim(),
         device: context.device.clone(),
-        dtype: context.precision.name(),
+        dtype: embedder.precision().name(),
+        linear_kernel: embedder.linear_kernel(),
         threads: candle_core::utils::get_num_threads(),
         inputs: context.inputs,
         load_seconds: context.load_seconds,

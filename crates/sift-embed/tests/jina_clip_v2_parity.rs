@@ -115,6 +115,14 @@ impl Drop for Edited {
     }
 }
 
+/// 0.9999 in f32. With packed bfloat16 weights this tiny random XLM-RoBERTa text tower
+/// gives 0.9987 on the queries and 0.9961 on the passages (candle's bf16 arithmetic
+/// throughout: 0.9977 and 0.9937), below the 0.999 of the other families, so `--dtype auto`
+/// keeps Jina-CLIP in f32: held to 0.995.
+fn v2_min_cosine() -> f64 {
+    common::min_cosine_packed(0.9999, 0.995)
+}
+
 fn check_vectors(what: &str, got: &[Vec<f32>], want: &[&Vec<f32>]) -> f64 {
     assert_eq!(got.len(), want.len());
     let mut worst = 1.0f64;
@@ -122,7 +130,7 @@ fn check_vectors(what: &str, got: &[Vec<f32>], want: &[&Vec<f32>]) -> f64 {
         let c = cosine(v, w);
         worst = worst.min(c);
         assert!(
-            c >= common::min_cosine(0.9999) && max_diff(v, w) <= common::max_abs_diff(1e-4),
+            c >= v2_min_cosine() && max_diff(v, w) <= common::max_abs_diff(1e-4),
             "{what} {k}: cosine {c}, max diff {}",
             max_diff(v, w)
         );
@@ -171,7 +179,7 @@ fn jina_clip_v2_texts_match_the_published_code() {
     for item in &r.text.items {
         let v = e.embed_texts(&[&item.text], Role::Query).unwrap();
         assert!(
-            cosine(&v[0], &item.query_embedding) >= common::min_cosine(0.9999),
+            cosine(&v[0], &item.query_embedding) >= v2_min_cosine(),
             "{:?}",
             item.text
         );

@@ -6,6 +6,8 @@
 //! pixels and vectors (token 0 after the attention-pooling head) for four awkward images.
 use std::path::PathBuf;
 
+mod common;
+
 use candle_core::Device;
 use sift_embed::{
     Embedder, ModelFiles, NomicEmbedder, NomicOptions, PreparedImage, TextEmbedder,
@@ -77,6 +79,7 @@ fn nomic_text_matches_the_published_code() {
             TextEmbedderOptions {
                 batch_size: 4,
                 dim,
+                dtype: common::dtype(),
                 ..Default::default()
             },
         )
@@ -99,7 +102,7 @@ fn nomic_text_matches_the_published_code() {
             let c = cosine(&v, want);
             worst = worst.min(c);
             assert!(
-                c >= 0.9999 && max_diff(&v, want) < 1e-4,
+                c >= common::min_cosine(0.9999) && max_diff(&v, want) < common::max_abs_diff(1e-4),
                 "dim {dim:?}: cosine {c} for {:?}",
                 item.text
             );
@@ -107,7 +110,11 @@ fn nomic_text_matches_the_published_code() {
         eprintln!("nomic text, dim {dim:?}: worst cosine {worst}");
     }
     // a batch (packed, sorted by length) gives the same vectors as one at a time
-    let model = TextEmbedder::load(&files, &Device::Cpu, Default::default()).unwrap();
+    let options = TextEmbedderOptions {
+        dtype: common::dtype(),
+        ..Default::default()
+    };
+    let model = TextEmbedder::load(&files, &Device::Cpu, options).unwrap();
     let short: Vec<&TextItem> = r
         .text
         .items
@@ -117,7 +124,7 @@ fn nomic_text_matches_the_published_code() {
     let ids: Vec<Vec<u32>> = short.iter().map(|i| i.input_ids.clone()).collect();
     for (item, v) in short.iter().zip(model.embed_tokens(&ids).unwrap()) {
         assert!(
-            cosine(&v, &item.embedding) >= 0.9999,
+            cosine(&v, &item.embedding) >= common::min_cosine(0.9999),
             "batched: {:?}",
             item.text
         );
@@ -129,7 +136,11 @@ fn nomic_vision_matches_the_published_code() {
     let r = reference();
     let files = ModelFiles::from_dir(&root().join("tiny-nomic-embed-vision-v1.5")).unwrap();
     // the text checkpoint is found beside it (`vision` -> `text` in the directory name)
-    let model = NomicEmbedder::load(&files, &Device::Cpu, NomicOptions::default()).unwrap();
+    let options = NomicOptions {
+        dtype: common::dtype(),
+        ..Default::default()
+    };
+    let model = NomicEmbedder::load(&files, &Device::Cpu, options).unwrap();
     assert_eq!(model.text().dim(), 64);
     let bytes: Vec<Vec<u8>> = r
         .vision
@@ -172,7 +183,7 @@ fn nomic_vision_matches_the_published_code() {
         let c = cosine(v, want);
         worst = worst.min(c);
         assert!(
-            c >= 0.9999 && max_diff(v, want) < 1e-4,
+            c >= common::min_cosine(0.9999) && max_diff(v, want) < common::max_abs_diff(1e-4),
             "cosine {c} for {}",
             img.file
         );
@@ -180,11 +191,18 @@ fn nomic_vision_matches_the_published_code() {
     eprintln!("nomic vision: worst cosine {worst}");
     // one at a time equals the batch
     let one = model.embed_prepared(&prepared[1..2]).unwrap();
-    assert!(cosine(&one[0], &vectors[1]) > 0.999999);
+    assert!(cosine(&one[0], &vectors[1]) > common::min_cosine(0.999999));
 
     // through the one Embedder API: the family, texts by role with the registry's prefixes
     // absent (the tiny names are not in it), images
-    let e = Embedder::from_files(&files, &Default::default()).unwrap();
+    let e = Embedder::from_files(
+        &files,
+        &sift_embed::EmbedderOptions {
+            dtype: common::precision(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(e.family(), sift_embed::Family::Nomic);
     assert!(e.capabilities().images);
     let p: Vec<PreparedImage> = e
@@ -193,7 +211,7 @@ fn nomic_vision_matches_the_published_code() {
         .map(|p| p.unwrap())
         .collect();
     let v = e.embed_images(&p).unwrap();
-    assert!(cosine(&v[0], &r.vision.embeddings[0]) >= 0.9999);
+    assert!(cosine(&v[0], &r.vision.embeddings[0]) >= common::min_cosine(0.9999));
     let t = e
         .embed_texts(&["who is the first president"], sift_embed::Role::Query)
         .unwrap();

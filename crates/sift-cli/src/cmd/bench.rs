@@ -78,8 +78,8 @@ struct EmbedArgs {
     /// Device: cpu, cuda, cuda:N, metal or auto.
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Weights: f32, f16 or bf16 (as `sift embed --dtype`: on the CPU, bf16 decoders keep
-    /// bfloat16 weights and compute in f32; other models' half precision is meant for GPUs).
+    /// Weights: f32, f16, bf16 or auto (as `sift embed --dtype`; the report says which ran
+    /// and the linear layers' kernel).
     #[arg(long, value_enum, default_value = "f32")]
     dtype: Precision,
     /// Comma-separated batch sizes, each measured in turn.
@@ -288,7 +288,6 @@ fn embed(a: EmbedArgs) -> Result<()> {
         },
         &BenchContext {
             device: a.device.clone(),
-            precision: a.dtype,
             load_seconds,
             inputs: if a.input.is_some() {
                 "file"
@@ -302,8 +301,15 @@ fn embed(a: EmbedArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{} ({}, {}, {}, {} threads), {} {} items per batch size\n",
-        out.model, out.modality, out.device, out.dtype, out.threads, a.items, out.inputs
+        "{} ({}, {}, {}, linear layers {}, {} threads), {} {} items per batch size\n",
+        out.model,
+        out.modality,
+        out.device,
+        out.dtype,
+        out.linear_kernel,
+        out.threads,
+        a.items,
+        out.inputs
     );
     println!(
         "| batch | items/s | batch p50 (ms) | batch p99 (ms) | preparation share | model busy |"

@@ -14,7 +14,8 @@ impl Embedder {
     pub fn from_files(files: &ModelFiles, options: &EmbedderOptions) -> Result<Embedder> {
         let device = select_device(options.device)?;
         let family = Family::of(&files.config);
-        let (dtype, instruction) = (options.dtype.dtype(), options.query_instruction.clone());
+        let precision = options.dtype.resolve(family, &device);
+        let (dtype, instruction) = (precision.dtype(), options.query_instruction.clone());
         if instruction.is_some()
             && matches!(family, Family::Clip | Family::Siglip | Family::JinaClip)
         {
@@ -94,6 +95,8 @@ impl Embedder {
                 Box::new(TextEmbedder::load(files, &device, o)?)
             }
         };
-        Ok(Embedder::new(model, is_bge_vl(files)).with_profile(options.profile))
+        Ok(Embedder::new(model, is_bge_vl(files))
+            .with_profile(options.profile)
+            .with_precision(precision, &device))
     }
 }

@@ -94,8 +94,9 @@ pub struct Capabilities {
 pub struct EmbedderOptions {
     /// Device.
     pub device: DevicePref,
-    /// Weights and activations: f32, or f16 / bf16 (on the CPU, bf16 packs the decoders'
-    /// linear layers for the processor's bfloat16 dot products).
+    /// Weights and activations: f32, f16 / bf16 (on the CPU, bf16 packs every model's linear
+    /// layers as bfloat16 for the processor's bfloat16 dot products, the rest in f32), or
+    /// [`Precision::Auto`].
     pub dtype: Precision,
     /// Inputs per forward pass; the family's default when `None`.
     pub batch_size: Option<usize>,
@@ -128,17 +129,23 @@ pub enum Precision {
     F32,
     /// 16-bit floats (GPUs, through candle's generic operations).
     F16,
-    /// bfloat16: on GPUs through candle's generic operations; on the CPU, decoders (and GME's
-    /// language model) keep bfloat16 weights packed for the processor's bfloat16 dot
-    /// products, other models run candle's generic operations.
+    /// bfloat16: on GPUs through candle's generic operations; on the CPU every model's
+    /// linear layers keep bfloat16 weights packed for the processor's bfloat16 dot
+    /// products (AVX512-BF16; widened to f32 on processors without it) while embeddings,
+    /// norms, attention and residuals run in f32 (under `SIFT_KERNELS=generic`, candle's
+    /// generic operations as on GPUs).
     Bf16,
+    /// bf16 on the CPU where the processor has AVX512-BF16 and the family's parity suites
+    /// hold the packed bound (cosine >= 0.999 to f32), f32 elsewhere
+    /// ([`Precision::resolve`]).
+    Auto,
 }
 
 impl Precision {
-    /// candle's dtype.
+    /// candle's dtype ([`Precision::Auto`] unresolved: f32).
     pub fn dtype(self) -> DType {
         match self {
-            Precision::F32 => DType::F32,
+            Precision::F32 | Precision::Auto => DType::F32,
             Precision::F16 => DType::F16,
             Precision::Bf16 => DType::BF16,
         }
@@ -150,6 +157,48 @@ impl Precision {
             Precision::F32 => "f32",
             Precision::F16 => "f16",
             Precision::Bf16 => "bf16",
+            Precision::Auto => "auto",
+        }
+    }
+
+    /// The precision a model of `family` loads in on `device`: [`Precision::Auto`] is bf16
+    /// on the CPU's fused kernels where the processor has AVX512-BF16 and the family holds
+    /// the packed bound, else f32; the others are themselves.
+    ///
+    /// The families that hold it: every parity suite of theirs stays at cosine >= 0.999 to
+    /// the f32 vectors with packed bfloat16 weights (`SIFT_TEST_DTYPE=bf16` in
+    /// `scripts/test`). Jina-CLIP does not (v2's XLM-RoBERTa text tower gives 0.996 on its
+    /// fixture passages), so it stays f32.
+    pub fn resolve(self, family: Family, device: &candle_core::Device) -> Precision {
+        match self {
+            Precision::Auto => {
+                let packs = crate::nn::kernels::fused_cpu(device)
+                    && sift_simd::bf16::has_dot_bf16()
+                    && family != Family::JinaClip;
+                if packs {
+                    Precision::Bf16
+                } else {
+                    Precision::F32
+                }
+            }
+            p => p,
+        }
+    }
+
+    /// The kernel a model's linear layers run on `device` at this (resolved) precision:
+    /// `packed-bf16-avx512` (bfloat16 weights, the processor's bfloat16 dot products),
+    /// `packed-bf16-widened` (bfloat16 weights widened to f32), `fused-f32` (the CPU's
+    /// fused f32 gemm), or `candle-<dtype>` (candle's generic operations: GPUs, and the
+    /// CPU under `SIFT_KERNELS=generic` or in f16).
+    pub fn linear_kernel(self, device: &candle_core::Device) -> &'static str {
+        let fused = crate::nn::kernels::fused_cpu(device);
+        match self {
+            Precision::Bf16 if fused && sift_simd::bf16::has_dot_bf16() => "packed-bf16-avx512",
+            Precision::Bf16 if fused => "packed-bf16-widened",
+            Precision::F32 | Precision::Auto if fused => "fused-f32",
+            Precision::F32 | Precision::Auto => "candle-f32",
+            Precision::F16 => "candle-f16",
+            Precision::Bf16 => "candle-bf16",
         }
     }
 }
@@ -230,6 +279,8 @@ pub struct Embedder {
     model: Box<dyn Tower>,
     profile: Profile,
     reference: ReferenceModel,
+    precision: Precision,
+    linear_kernel: &'static str,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -267,7 +318,26 @@ impl Embedder {
             model,
             profile: Profile::Default,
             reference,
+            precision: Precision::F32,
+            linear_kernel: "fused-f32",
         }
+    }
+
+    /// The same model, recorded as loaded at `precision` on `device`.
+    fn with_precision(mut self, precision: Precision, device: &candle_core::Device) -> Embedder {
+        self.precision = precision;
+        self.linear_kernel = precision.linear_kernel(device);
+        self
+    }
+
+    /// The precision the model was loaded at ([`Precision::Auto`] resolved).
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// The kernel its linear layers run ([`Precision::linear_kernel`]).
+    pub fn linear_kernel(&self) -> &'static str {
+        self.linear_kernel
     }
 
     /// The same model with inputs prepared as `profile` says.

@@ -36,7 +36,7 @@ use crate::image::{
     resize_rgb8,
 };
 use crate::networks::qwen2vl::{Position, Qwen2VlConfig, TextModel, VisionTower};
-use crate::nn::ops::{Segment, l2_normalize};
+use crate::nn::ops::{self, Segment, l2_normalize};
 use crate::{Error, Result};
 
 /// GME's instruction for candidates, and for queries without one of their own.
@@ -629,7 +629,7 @@ impl GmeEmbedder {
             }
             let n = flat.len() / self.patch_values;
             let patches = Tensor::from_vec(flat, (n, self.patch_values), &self.device)?
-                .to_dtype(self.options.dtype)?;
+                .to_dtype(ops::activation_dtype(self.options.dtype, &self.device))?;
             let embeds = self.vision.forward(&patches, &grids)?;
             // image tokens take the merged image embeddings in order
             let tokens = ids.len();

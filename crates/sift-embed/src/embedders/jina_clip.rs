@@ -23,7 +23,6 @@
 //!   `visual_projection`, v2 only: `[:truncate_dim]`, L2. EVA02-L/14 at 512 px reads the top-left
 //!   504 x 504 pixels (its stride-14 conv drops the rest).
 use candle_core::{DType, Device, Tensor};
-use candle_nn::Linear;
 use serde::Deserialize;
 use tokenizers::Tokenizer;
 
@@ -282,9 +281,9 @@ pub struct JinaClipEmbedder {
     /// `config.truncate_dim` (v2).
     truncate_dim: Option<usize>,
     /// `HFTextEncoder.proj`, when not the identity.
-    text_proj: Option<Linear>,
+    text_proj: Option<ops::Proj>,
     /// `text_projection` / `visual_projection` (`add_projections`).
-    projections: Option<(Linear, Linear)>,
+    projections: Option<(ops::Proj, ops::Proj)>,
     vision: EvaVision,
     tokenizer: Tokenizer,
     max_seq_len: usize,
@@ -346,6 +345,8 @@ impl JinaClipEmbedder {
 
         let vb = files.var_builder(options.dtype, device)?;
         let tvb = vb.pp("text_model");
+        // the towers pack themselves; the projections as they do
+        let (heads, pk) = ops::Packing::split(vb.clone());
         let LoadedText {
             tower: text,
             width,
@@ -361,8 +362,13 @@ impl JinaClipEmbedder {
         let text_proj = match tc.proj_type.as_deref() {
             None if width == tc.embed_dim => None,
             None | Some("linear") => Some(
-                ops::load_linear(&tvb.pp("proj"), width, tc.embed_dim, tc.proj_bias)
-                    .map_err(|e| unsupported(format!("text_model.proj: {e}")))?,
+                pk.load(
+                    &heads.pp("text_model.proj"),
+                    width,
+                    tc.embed_dim,
+                    tc.proj_bias,
+                )
+                .map_err(|e| unsupported(format!("text_model.proj: {e}")))?,
             ),
             Some(other) => {
                 return Err(unsupported(format!(
@@ -375,7 +381,7 @@ impl JinaClipEmbedder {
         let (tdim, vdim) = (tc.embed_dim, vision.dim());
         let projections = if cfg.add_projections {
             let load = |name: &str, inp: usize| {
-                ops::load_linear(&vb.pp(name), inp, cfg.projection_dim, false)
+                pk.load(&heads.pp(name), inp, cfg.projection_dim, false)
                     .map_err(|e| unsupported(format!("{name}: {e}")))
             };
             Some((
@@ -563,9 +569,10 @@ impl JinaClipEmbedder {
     /// Unit vectors of prepared images, in order.
     pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
         let side = self.vision.image_size();
-        let run = (self.options.batch_size, self.options.dtype);
+        let dtype = ops::activation_dtype(self.options.dtype, &self.device);
+        let run = (self.options.batch_size, dtype);
         super::pixel_rows(self.name(), inputs, run, (side, side), &self.device, |x| {
-            let mut f = self.vision.forward(&x)?.to_dtype(self.options.dtype)?;
+            let mut f = self.vision.forward(&x)?.to_dtype(dtype)?;
             if let Some((_, v)) = &self.projections {
                 f = ops::linear(v, &f, None)?;
             }

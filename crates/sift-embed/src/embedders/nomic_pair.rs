@@ -14,7 +14,7 @@ use crate::networks::nomic_vision::{NomicVision, NomicVisionConfig};
 /// The text model Nomic's vision checkpoints share their space with.
 const NOMIC_TEXT: &str = "nomic-ai/nomic-embed-text-v1.5";
 use crate::embedders::text::{TextEmbedder, TextEmbedderOptions};
-use crate::nn::ops::l2_normalize;
+use crate::nn::ops::{self, l2_normalize};
 use crate::{Error, Result};
 
 /// Settings of a [`NomicEmbedder`].
@@ -190,7 +190,10 @@ impl NomicEmbedder {
     pub fn embed_prepared(&self, inputs: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
         let (side, run) = (
             self.vision.image_size(),
-            (self.options.batch_size, self.options.dtype),
+            (
+                self.options.batch_size,
+                ops::activation_dtype(self.options.dtype, &self.device),
+            ),
         );
         super::pixel_rows(self.name(), inputs, run, (side, side), &self.device, |x| {
             Ok(l2_normalize(&self.vision.forward(&x)?)?)

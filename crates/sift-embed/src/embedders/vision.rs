@@ -16,7 +16,7 @@ use crate::files::ModelFiles;
 use crate::image::{ImageProcessor, PreprocessError};
 use crate::networks::clip::{Clip, ClipConfig};
 use crate::networks::siglip::{Siglip, SiglipConfig};
-use crate::nn::ops::l2_normalize;
+use crate::nn::ops::{self, l2_normalize};
 use crate::{Error, Result};
 
 /// Model family.
@@ -357,7 +357,7 @@ impl VisionEmbedder {
     pub fn image_features(&self, pixels: &Tensor) -> Result<Tensor> {
         let pixels = pixels
             .to_device(&self.device)?
-            .to_dtype(self.options.dtype)?;
+            .to_dtype(ops::activation_dtype(self.options.dtype, &self.device))?;
         Ok(match &self.towers {
             Towers::Clip(m) => m.vision.forward(&pixels)?,
             Towers::Siglip(m) => m.vision.forward(&pixels)?,

@@ -7,10 +7,10 @@
 //! attention mask is needed. Q, K and V are one fused matrix product. On the CPU the exact
 //! (erf) GELU runs in parallel with an f32 erf accurate to 1.5e-7.
 use candle_core::{Device, Module, Result, Tensor};
-use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
+use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::ops::{self, Act, Segment, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, Packing, Proj, Segment, load_layer_norm as layer_norm};
 
 /// A BERT `config.json`: transformers' `BertConfig`, with its defaults for omitted keys.
 #[derive(Debug, Clone, Deserialize)]
@@ -59,11 +59,11 @@ impl Default for BertConfig {
 }
 
 struct Layer {
-    qkv: Linear,
-    attn_out: Linear,
+    qkv: Proj,
+    attn_out: Proj,
     attn_norm: LayerNorm,
-    inter: Linear,
-    out: Linear,
+    inter: Proj,
+    out: Proj,
     out_norm: LayerNorm,
 }
 
@@ -80,13 +80,11 @@ pub struct Bert {
     device: Device,
 }
 
-fn linear(vb: &VarBuilder, inp: usize, out: usize) -> Result<Linear> {
-    ops::load_linear(vb, inp, out, true)
-}
-
 impl Bert {
-    /// Loads the weights (with or without a `bert.` / `<model_type>.` prefix).
+    /// Loads the weights (with or without a `bert.` / `<model_type>.` prefix; bfloat16 on
+    /// the CPU: see [`Packing`]).
     pub fn load(vb: VarBuilder, cfg: &BertConfig) -> Result<Bert> {
+        let (vb, pk) = Packing::split(vb);
         let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") {
             vb
         } else if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
@@ -127,19 +125,21 @@ impl Bert {
         for i in 0..cfg.num_hidden_layers {
             let l = vb.pp(format!("encoder.layer.{i}"));
             let sa = l.pp("attention.self");
+            let linear = |vb: &VarBuilder, inp, out| ops::load_linear(vb, inp, out, true);
             let (q, k, v) = (
                 linear(&sa.pp("query"), h, h)?,
                 linear(&sa.pp("key"), h, h)?,
                 linear(&sa.pp("value"), h, h)?,
             );
             // the attention scale 1/sqrt(head_dim) is folded into the query projection
-            let qkv = ops::fuse_qkv(&q, &k, &v, h / cfg.num_attention_heads)?;
+            let qkv = pk.proj(ops::fuse_qkv(&q, &k, &v, h / cfg.num_attention_heads)?)?;
+            let inter = cfg.intermediate_size;
             layers.push(Layer {
                 qkv,
-                attn_out: linear(&l.pp("attention.output.dense"), h, h)?,
+                attn_out: pk.load(&l.pp("attention.output.dense"), h, h, true)?,
                 attn_norm: layer_norm(&l.pp("attention.output.LayerNorm"), h, cfg.layer_norm_eps)?,
-                inter: linear(&l.pp("intermediate.dense"), h, cfg.intermediate_size)?,
-                out: linear(&l.pp("output.dense"), cfg.intermediate_size, h)?,
+                inter: pk.load(&l.pp("intermediate.dense"), h, inter, true)?,
+                out: pk.load(&l.pp("output.dense"), inter, h, true)?,
                 out_norm: layer_norm(&l.pp("output.LayerNorm"), h, cfg.layer_norm_eps)?,
             });
         }

@@ -4,11 +4,11 @@
 //! `visual_projection`); sizes come from `config.json` with transformers' defaults for keys a
 //! config leaves out (transformers writes only the values that differ from its defaults).
 use candle_core::{Module, Result, Tensor};
-use candle_nn::{LayerNorm, Linear, VarBuilder};
+use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
 use crate::nn::encoder::{Encoder, TextStack, VisionEmbeddings, VisionStem, hf_sizes};
-use crate::nn::ops::{self, Act};
+use crate::nn::ops::{self, Act, Packing, Proj};
 
 /// An image or patch size: one number, or `[height, width]`.
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -144,18 +144,19 @@ pub(crate) fn act(name: &str) -> Result<Act> {
 /// CLIP's text tower with its projection.
 pub struct ClipText {
     stack: TextStack,
-    projection: Linear,
+    projection: Proj,
     eos: u32,
 }
 
 impl ClipText {
-    fn load(vb: &VarBuilder, c: &ClipConfig) -> Result<ClipText> {
+    fn load(vb: &VarBuilder, c: &ClipConfig, pk: Packing) -> Result<ClipText> {
         let t = &c.text_config;
         let h = t.hidden_size;
         let m = vb.pp("text_model");
+        let vocab = (t.vocab_size, t.max_position_embeddings);
         Ok(ClipText {
-            stack: TextStack::load(&m, t.vocab_size, t.max_position_embeddings, hf_sizes!(t))?,
-            projection: ops::load_linear(&vb.pp("text_projection"), h, c.projection_dim, false)?,
+            stack: TextStack::load(&m, vocab, hf_sizes!(t), pk)?,
+            projection: pk.load(&vb.pp("text_projection"), h, c.projection_dim, false)?,
             eos: t.eos_token_id,
         })
     }
@@ -201,11 +202,11 @@ pub struct ClipVision {
     pre_norm: LayerNorm,
     encoder: Encoder,
     post_norm: LayerNorm,
-    projection: Linear,
+    projection: Proj,
 }
 
 impl ClipVision {
-    fn load(vb: &VarBuilder, c: &ClipConfig) -> Result<ClipVision> {
+    fn load(vb: &VarBuilder, c: &ClipConfig, pk: Packing) -> Result<ClipVision> {
         let v = &c.vision_config;
         let h = v.hidden_size;
         let m = vb.pp("vision_model");
@@ -217,9 +218,9 @@ impl ClipVision {
             embeddings: vision_embeddings(&m, h, v.num_channels, v.image_size, v.patch_size, stem)?,
             // transformers' spelling
             pre_norm: ops::load_layer_norm(&m.pp("pre_layrnorm"), h, v.layer_norm_eps)?,
-            encoder: Encoder::load(m.pp("encoder"), hf_sizes!(v))?,
+            encoder: Encoder::load(m.pp("encoder"), hf_sizes!(v), pk)?,
             post_norm: ops::load_layer_norm(&m.pp("post_layernorm"), h, v.layer_norm_eps)?,
-            projection: ops::load_linear(&vb.pp("visual_projection"), h, c.projection_dim, false)?,
+            projection: pk.load(&vb.pp("visual_projection"), h, c.projection_dim, false)?,
         })
     }
 
@@ -255,11 +256,12 @@ pub struct Clip {
 }
 
 impl Clip {
-    /// Loads a `CLIPModel` checkpoint.
+    /// Loads a `CLIPModel` checkpoint (bfloat16 on the CPU: see [`Packing`]).
     pub fn load(vb: VarBuilder, config: &ClipConfig) -> Result<Clip> {
+        let (vb, pk) = Packing::split(vb);
         Ok(Clip {
-            text: ClipText::load(&vb, config)?,
-            vision: ClipVision::load(&vb, config)?,
+            text: ClipText::load(&vb, config, pk)?,
+            vision: ClipVision::load(&vb, config, pk)?,
         })
     }
 }

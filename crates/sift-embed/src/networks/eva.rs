@@ -12,7 +12,7 @@ use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use crate::nn::encoder::{rotate_qk, vit_tokens};
-use crate::nn::ops::{self, Act, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm};
 
 /// Jina-CLIP's `vision_config` (`JinaCLIPVisionConfig`), with the published class's defaults
 /// for omitted keys.
@@ -126,14 +126,14 @@ impl EvaConfig {
 
 struct Block {
     norm1: LayerNorm,
-    qkv: Linear,
+    qkv: Proj,
     inner_ln: Option<LayerNorm>,
-    proj: Linear,
+    proj: Proj,
     norm2: LayerNorm,
-    w1: Linear,
-    w2: Linear,
+    w1: Proj,
+    w2: Proj,
     ffn_ln: Option<LayerNorm>,
-    w3: Linear,
+    w3: Proj,
 }
 
 /// The EVA02 vision tower.
@@ -160,8 +160,10 @@ const EPS: f64 = 1e-6;
 impl EvaVision {
     /// Loads the weights under `vb` (`patch_embed.*`, `cls_token`, `pos_embed`, `blocks.{i}.*`,
     /// `norm.*`, `head.*`).
+    /// bfloat16 on the CPU: see [`Packing`].
     pub fn load(vb: VarBuilder, cfg: &EvaConfig) -> Result<EvaVision> {
         cfg.check().map_err(candle_core::Error::Msg)?;
+        let (vb, pk) = Packing::split(vb);
         let h = cfg.width;
         let (heads, d) = (cfg.width / cfg.head_width, cfg.head_width);
         let (grid, p) = (cfg.image_size / cfg.patch_size, cfg.patch_size);
@@ -198,20 +200,20 @@ impl EvaVision {
             let inner = m.pp("w1").get_unchecked("weight")?.dim(0)?;
             blocks.push(Block {
                 norm1: layer_norm(&b.pp("norm1"), h, EPS)?,
-                qkv: Linear::new(w, bias),
+                qkv: pk.proj(Linear::new(w, bias))?,
                 inner_ln: cfg
                     .subln
                     .then(|| layer_norm(&a.pp("inner_attn_ln"), h, EPS))
                     .transpose()?,
-                proj: ops::load_linear(&a.pp("proj"), h, h, true)?,
+                proj: pk.load(&a.pp("proj"), h, h, true)?,
                 norm2: layer_norm(&b.pp("norm2"), h, EPS)?,
-                w1: ops::load_linear(&m.pp("w1"), h, inner, true)?,
-                w2: ops::load_linear(&m.pp("w2"), h, inner, true)?,
+                w1: pk.load(&m.pp("w1"), h, inner, true)?,
+                w2: pk.load(&m.pp("w2"), h, inner, true)?,
                 ffn_ln: cfg
                     .subln
                     .then(|| layer_norm(&m.pp("ffn_ln"), inner, EPS))
                     .transpose()?,
-                w3: ops::load_linear(&m.pp("w3"), inner, h, true)?,
+                w3: pk.load(&m.pp("w3"), inner, h, true)?,
             });
         }
         let dev = vb.device().clone();

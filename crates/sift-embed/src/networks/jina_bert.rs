@@ -10,7 +10,7 @@ use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use crate::networks::nomic::word_and_type0;
-use crate::nn::ops::{self, Act, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm};
 
 /// JinaBERT's configuration: the text tower's `hf_model_config_kwargs` over the values of
 /// `jinaai/jina-bert-flash-implementation`'s `config.json` (the defaults here), as the
@@ -113,12 +113,12 @@ pub fn alibi_slopes(heads: usize) -> Vec<f64> {
 }
 
 struct Layer {
-    qkv: Linear,
-    out: Linear,
+    qkv: Proj,
+    out: Proj,
     norm1: LayerNorm,
-    gate: Linear,
-    up: Linear,
-    wo: Linear,
+    gate: Proj,
+    up: Proj,
+    wo: Proj,
     norm2: LayerNorm,
 }
 
@@ -139,8 +139,10 @@ pub struct JinaBert {
 
 impl JinaBert {
     /// Loads the weights under `vb` (`embeddings.*`, `emb_ln.*`, `encoder.layers.{i}.*`).
+    /// (bfloat16 on the CPU: see [`Packing`]).
     pub fn load(vb: VarBuilder, cfg: &JinaBertConfig) -> Result<JinaBert> {
         cfg.check().map_err(candle_core::Error::Msg)?;
+        let (vb, pk) = Packing::split(vb);
         let h = cfg.hidden_size;
         let (heads, d) = (cfg.num_attention_heads, h / cfg.num_attention_heads);
         let e = vb.pp("embeddings");
@@ -153,16 +155,19 @@ impl JinaBert {
             let l = vb.pp(format!("encoder.layers.{i}"));
             let wqkv = ops::load_linear(&l.pp("mixer.Wqkv"), h, 3 * h, true)?;
             // the attention scale goes into the query rows
-            let qkv = ops::scale_query_rows(&wqkv, h, scale)?;
+            let qkv = pk.proj(ops::scale_query_rows(&wqkv, h, scale)?)?;
             // gated_layers: rows 0..I are the gate (activated), I..2I the linear half
             let gated = l.pp("mlp.gated_layers").get((2 * inner, h), "weight")?;
             layers.push(Layer {
                 qkv,
-                out: ops::load_linear(&l.pp("mixer.out_proj"), h, h, true)?,
+                out: pk.load(&l.pp("mixer.out_proj"), h, h, true)?,
                 norm1: layer_norm(&l.pp("norm1"), h, eps)?,
-                gate: Linear::new(gated.narrow(0, 0, inner)?.contiguous()?, None),
-                up: Linear::new(gated.narrow(0, inner, inner)?.contiguous()?, None),
-                wo: ops::load_linear(&l.pp("mlp.wo"), inner, h, true)?,
+                gate: pk.proj(Linear::new(gated.narrow(0, 0, inner)?.contiguous()?, None))?,
+                up: pk.proj(Linear::new(
+                    gated.narrow(0, inner, inner)?.contiguous()?,
+                    None,
+                ))?,
+                wo: pk.load(&l.pp("mlp.wo"), inner, h, true)?,
                 norm2: layer_norm(&l.pp("norm2"), h, eps)?,
             });
         }

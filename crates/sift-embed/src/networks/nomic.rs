@@ -6,11 +6,11 @@
 //! Matryoshka cut, and L2 (the model card's pipeline, applied by `TextEmbedder`). Packed,
 //! unpadded batches as the BERT encoder runs them. The config uses GPT-2 key names.
 use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
+use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
 use crate::networks::qwen2vl::{inv_freq, rotate_qkv, tables};
-use crate::nn::ops::{self, Act, Segment, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, Packing, Proj, Segment, load_layer_norm as layer_norm};
 
 /// A NomicBERT `config.json` (`model_type` nomic_bert, GPT-2 key names), with the published
 /// configuration's values for omitted keys.
@@ -118,12 +118,12 @@ impl NomicConfig {
 }
 
 struct Layer {
-    qkv: Linear,
-    out: Linear,
+    qkv: Proj,
+    out: Proj,
     norm1: LayerNorm,
-    fc11: Linear,
-    fc12: Linear,
-    fc2: Linear,
+    fc11: Proj,
+    fc12: Proj,
+    fc2: Proj,
     norm2: LayerNorm,
 }
 
@@ -141,7 +141,8 @@ pub struct NomicBert {
 }
 
 impl NomicBert {
-    /// Loads the weights (at the root, or under `bert.`).
+    /// Loads the weights (at the root, or under `bert.`; bfloat16 on the CPU: see
+    /// [`Packing`]).
     pub fn load(vb: VarBuilder, cfg: &NomicConfig) -> Result<NomicBert> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") {
@@ -149,6 +150,7 @@ impl NomicBert {
         } else {
             vb.pp("bert")
         };
+        let (vb, pk) = Packing::split(vb);
         let h = cfg.n_embd;
         let (heads, d) = (cfg.n_head, cfg.n_embd / cfg.n_head);
         let e = vb.pp("embeddings");
@@ -160,16 +162,16 @@ impl NomicBert {
             let l = vb.pp(format!("encoder.layers.{i}"));
             let wqkv = ops::load_linear(&l.pp("attn.Wqkv"), h, 3 * h, cfg.qkv_proj_bias)?;
             // the attention scale goes into the query rows
-            let qkv = ops::scale_query_rows(&wqkv, h, scale)?;
+            let qkv = pk.proj(ops::scale_query_rows(&wqkv, h, scale)?)?;
             // the MLP width is the weights' (the published code rounds n_inner up to 256)
             let inner = l.pp("mlp.fc11").get_unchecked("weight")?.dim(0)?;
             layers.push(Layer {
                 qkv,
-                out: ops::load_linear(&l.pp("attn.out_proj"), h, h, cfg.qkv_proj_bias)?,
+                out: pk.load(&l.pp("attn.out_proj"), h, h, cfg.qkv_proj_bias)?,
                 norm1: layer_norm(&l.pp("norm1"), h, cfg.layer_norm_epsilon)?,
-                fc11: ops::load_linear(&l.pp("mlp.fc11"), h, inner, cfg.mlp_fc1_bias)?,
-                fc12: ops::load_linear(&l.pp("mlp.fc12"), h, inner, cfg.mlp_fc1_bias)?,
-                fc2: ops::load_linear(&l.pp("mlp.fc2"), inner, h, cfg.mlp_fc2_bias)?,
+                fc11: pk.load(&l.pp("mlp.fc11"), h, inner, cfg.mlp_fc1_bias)?,
+                fc12: pk.load(&l.pp("mlp.fc12"), h, inner, cfg.mlp_fc1_bias)?,
+                fc2: pk.load(&l.pp("mlp.fc2"), inner, h, cfg.mlp_fc2_bias)?,
                 norm2: layer_norm(&l.pp("norm2"), h, cfg.layer_norm_epsilon)?,
             });
         }

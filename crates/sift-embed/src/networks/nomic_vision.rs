@@ -11,7 +11,7 @@ use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use crate::nn::encoder::{rotate_qk, vit_tokens};
-use crate::nn::ops::{self, Act, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm};
 
 /// A Nomic vision `config.json` (GPT-2 key names; `n_inner` may be a float).
 #[derive(Debug, Clone, Deserialize)]
@@ -95,23 +95,23 @@ impl NomicVisionConfig {
 }
 
 struct Mlp {
-    fc11: Linear,
-    fc12: Linear,
+    fc11: Proj,
+    fc12: Proj,
     norm: Option<LayerNorm>,
-    fc2: Linear,
+    fc2: Proj,
 }
 
 impl Mlp {
-    fn load(vb: &VarBuilder, h: usize, norm: bool) -> Result<Mlp> {
+    fn load(vb: &VarBuilder, h: usize, norm: bool, pk: Packing) -> Result<Mlp> {
         let inner = vb.pp("fc11").get_unchecked("weight")?.dim(0)?;
         Ok(Mlp {
-            fc11: ops::load_linear(&vb.pp("fc11"), h, inner, true)?,
-            fc12: ops::load_linear(&vb.pp("fc12"), h, inner, true)?,
+            fc11: pk.load(&vb.pp("fc11"), h, inner, true)?,
+            fc12: pk.load(&vb.pp("fc12"), h, inner, true)?,
             // nn.LayerNorm's default eps, not the config's
             norm: norm
                 .then(|| layer_norm(&vb.pp("norm"), inner, 1e-5))
                 .transpose()?,
-            fc2: ops::load_linear(&vb.pp("fc2"), inner, h, true)?,
+            fc2: pk.load(&vb.pp("fc2"), inner, h, true)?,
         })
     }
 
@@ -128,8 +128,8 @@ impl Mlp {
 
 struct Block {
     norm1: LayerNorm,
-    qkv: Linear,
-    out: Linear,
+    qkv: Proj,
+    out: Proj,
     norm2: LayerNorm,
     mlp: Mlp,
 }
@@ -142,7 +142,7 @@ pub struct NomicVision {
     blocks: Vec<Block>,
     latent: Tensor,
     sel_q: Linear,
-    sel_kv: Linear,
+    sel_kv: Proj,
     sel_out: Linear,
     sel_norm: LayerNorm,
     sel_mlp: Mlp,
@@ -166,6 +166,7 @@ impl NomicVision {
         } else {
             vb.pp("vision")
         };
+        let (vb, pk) = Packing::split(vb);
         let h = cfg.n_embd;
         let (heads, d) = (cfg.n_head, cfg.n_embd / cfg.n_head);
         let grid = cfg.img_size / cfg.patch_size;
@@ -178,13 +179,13 @@ impl NomicVision {
             let l = vb.pp(format!("layers.{i}"));
             let wqkv = ops::load_linear(&l.pp("attn.Wqkv"), h, 3 * h, true)?;
             // the attention scale goes into the query rows (rotation is linear)
-            let qkv = ops::scale_query_rows(&wqkv, h, scale)?;
+            let qkv = pk.proj(ops::scale_query_rows(&wqkv, h, scale)?)?;
             blocks.push(Block {
                 norm1: layer_norm(&l.pp("norm1"), h, eps)?,
                 qkv,
-                out: ops::load_linear(&l.pp("attn.out_proj"), h, h, true)?,
+                out: pk.load(&l.pp("attn.out_proj"), h, h, true)?,
                 norm2: layer_norm(&l.pp("norm2"), h, eps)?,
-                mlp: Mlp::load(&l.pp("mlp"), h, true)?,
+                mlp: Mlp::load(&l.pp("mlp"), h, true, pk)?,
             });
         }
         let s = vb.pp("selector");
@@ -217,10 +218,10 @@ impl NomicVision {
             blocks,
             latent: s.pp("attn").get((1, 1, h), "latent")?.reshape((1, h))?,
             sel_q: ops::load_linear(&s.pp("attn.Wq"), h, h, true)?,
-            sel_kv: ops::load_linear(&s.pp("attn.Wkv"), h, 2 * h, true)?,
+            sel_kv: pk.load(&s.pp("attn.Wkv"), h, 2 * h, true)?,
             sel_out: ops::load_linear(&s.pp("attn.out_proj"), h, h, true)?,
             sel_norm: layer_norm(&s.pp("norm1"), h, eps)?,
-            sel_mlp: Mlp::load(&s.pp("mlp"), h, false)?,
+            sel_mlp: Mlp::load(&s.pp("mlp"), h, false, pk)?,
             heads,
             head_dim: d,
             grid,

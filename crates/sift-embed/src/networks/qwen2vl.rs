@@ -22,7 +22,7 @@ use serde::Deserialize;
 use crate::networks::decoder_config::DecoderConfig;
 use serde_json::Value;
 
-use crate::nn::ops::{self, Act, Proj, Segment};
+use crate::nn::ops::{self, Act, Packing, Proj, Segment};
 
 /// `vision_config` of a Qwen2-VL checkpoint (transformers' `Qwen2VLVisionConfig` defaults).
 #[derive(Debug, Clone, Deserialize)]
@@ -377,11 +377,11 @@ fn pick<'a>(vb: &VarBuilder<'a>, prefixes: &[&str], probe: &str) -> VarBuilder<'
 
 struct VisionBlock {
     norm1: LayerNorm,
-    qkv: Linear,
-    proj: Linear,
+    qkv: Proj,
+    proj: Proj,
     norm2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
+    fc1: Proj,
+    fc2: Proj,
 }
 
 /// The Qwen2-VL vision tower (`visual`).
@@ -389,17 +389,19 @@ pub struct VisionTower {
     patch: Linear,
     blocks: Vec<VisionBlock>,
     merger_norm: LayerNorm,
-    merger_fc1: Linear,
-    merger_fc2: Linear,
+    merger_fc1: Proj,
+    merger_fc2: Proj,
     cfg: VisionConfig,
     act: Act,
     inv_freq: Vec<f32>,
 }
 
 impl VisionTower {
-    /// Loads `visual.*` (or `model.visual.*`) from the checkpoint root `vb`.
+    /// Loads `visual.*` (or `model.visual.*`) from the checkpoint root `vb` (bfloat16 on
+    /// the CPU: see [`Packing`]).
     pub fn load(vb: &VarBuilder, cfg: &VisionConfig) -> Result<Self> {
         let vb = pick(vb, &["visual", "model.visual"], "patch_embed.proj.weight");
+        let (vb, pk) = Packing::split(vb);
         let e = cfg.embed_dim;
         let heads = cfg.num_heads;
         let d = e / heads;
@@ -434,11 +436,11 @@ impl VisionTower {
             )?;
             blocks.push(VisionBlock {
                 norm1: ops::load_layer_norm(&b.pp("norm1"), e, 1e-6)?,
-                qkv: Linear::new(w, Some(bias)),
-                proj: ops::load_linear(&b.pp("attn.proj"), e, e, true)?,
+                qkv: pk.proj(Linear::new(w, Some(bias)))?,
+                proj: pk.load(&b.pp("attn.proj"), e, e, true)?,
                 norm2: ops::load_layer_norm(&b.pp("norm2"), e, 1e-6)?,
-                fc1: ops::load_linear(&b.pp("mlp.fc1"), e, mlp, true)?,
-                fc2: ops::load_linear(&b.pp("mlp.fc2"), mlp, e, true)?,
+                fc1: pk.load(&b.pp("mlp.fc1"), e, mlp, true)?,
+                fc2: pk.load(&b.pp("mlp.fc2"), mlp, e, true)?,
             });
         }
         let merged = e * cfg.spatial_merge_size * cfg.spatial_merge_size;
@@ -447,8 +449,8 @@ impl VisionTower {
             patch,
             blocks,
             merger_norm: ops::load_layer_norm(&m.pp("ln_q"), e, 1e-6)?,
-            merger_fc1: ops::load_linear(&m.pp("mlp.0"), merged, merged, true)?,
-            merger_fc2: ops::load_linear(&m.pp("mlp.2"), merged, cfg.hidden_size, true)?,
+            merger_fc1: pk.load(&m.pp("mlp.0"), merged, merged, true)?,
+            merger_fc2: pk.load(&m.pp("mlp.2"), merged, cfg.hidden_size, true)?,
             act: Act::parse(&cfg.hidden_act).unwrap_or(Act::QuickGelu),
             // axial rope: a quarter of the head dimension per axis, base 10000
             inv_freq: inv_freq(10_000.0, d / 2),
@@ -631,7 +633,7 @@ impl TextModel {
                     s.resize((hq + 2 * hk) * d, 1.0);
                     s
                 });
-                Proj::Packed(ops::PackedLinear::new(&w, b.as_ref(), s)?)
+                Proj::Packed(Box::new(ops::PackedLinear::new(&w, b.as_ref(), s)?))
             } else {
                 let w = Tensor::cat(&[&(q.weight() * q_scale)?, k.weight(), v.weight()], 0)?;
                 let b = match (q.bias(), k.bias(), v.bias()) {

@@ -13,7 +13,7 @@ use crate::networks::clip::{Side, act, vision_embeddings};
 use crate::nn::encoder::{
     Encoder, EncoderSizes, TextStack, VisionEmbeddings, VisionStem, hf_sizes,
 };
-use crate::nn::ops;
+use crate::nn::ops::{self, Packing, Proj};
 
 /// `text_config` of a SigLIP `config.json`.
 #[derive(Debug, Clone, Deserialize)]
@@ -98,23 +98,24 @@ pub struct SiglipConfig {
 /// SigLIP's text tower.
 pub struct SiglipText {
     stack: TextStack,
-    head: Linear,
+    head: Proj,
 }
 
 impl SiglipText {
-    fn load(vb: &VarBuilder, c: &SiglipConfig) -> Result<SiglipText> {
+    fn load(vb: &VarBuilder, c: &SiglipConfig, pk: Packing) -> Result<SiglipText> {
         let t = &c.text_config;
         let h = t.hidden_size;
         let m = vb.pp("text_model");
+        let vocab = (t.vocab_size, t.max_position_embeddings);
         Ok(SiglipText {
-            stack: TextStack::load(&m, t.vocab_size, t.max_position_embeddings, hf_sizes!(t))?,
-            head: ops::load_linear(&m.pp("head"), h, t.projection_size.unwrap_or(h), true)?,
+            stack: TextStack::load(&m, vocab, hf_sizes!(t), pk)?,
+            head: pk.load(&m.pp("head"), h, t.projection_size.unwrap_or(h), true)?,
         })
     }
 
     /// Output size.
     pub fn dim(&self) -> usize {
-        self.head.weight().dim(0).unwrap_or(0)
+        self.head.out_features()
     }
 
     /// Text features `(n, projection_size)`, not normalised. `seqs` are padded token ids;
@@ -142,17 +143,17 @@ impl SiglipText {
 struct PoolingHead {
     probe: Tensor,
     q: Linear,
-    kv: Linear,
-    out: Linear,
+    kv: Proj,
+    out: Proj,
     norm: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
+    fc1: Proj,
+    fc2: Proj,
     heads: usize,
     act: ops::Act,
 }
 
 impl PoolingHead {
-    fn load(vb: &VarBuilder, v: &SiglipVisionConfig) -> Result<PoolingHead> {
+    fn load(vb: &VarBuilder, v: &SiglipVisionConfig, pk: Packing) -> Result<PoolingHead> {
         let h = v.hidden_size;
         let a = vb.pp("attention");
         let w = a.get((3 * h, h), "in_proj_weight")?;
@@ -173,11 +174,14 @@ impl PoolingHead {
                 (w.narrow(0, 0, h)? * scale)?,
                 Some((b.narrow(0, 0, h)? * scale)?),
             ),
-            kv: Linear::new(w.narrow(0, h, 2 * h)?, Some(b.narrow(0, h, 2 * h)?)),
-            out: ops::load_linear(&a.pp("out_proj"), h, h, true)?,
+            kv: pk.proj(Linear::new(
+                w.narrow(0, h, 2 * h)?,
+                Some(b.narrow(0, h, 2 * h)?),
+            ))?,
+            out: pk.load(&a.pp("out_proj"), h, h, true)?,
             norm: ops::load_layer_norm(&vb.pp("layernorm"), h, v.layer_norm_eps)?,
-            fc1: ops::load_linear(&vb.pp("mlp.fc1"), h, v.intermediate_size, true)?,
-            fc2: ops::load_linear(&vb.pp("mlp.fc2"), v.intermediate_size, h, true)?,
+            fc1: pk.load(&vb.pp("mlp.fc1"), h, v.intermediate_size, true)?,
+            fc2: pk.load(&vb.pp("mlp.fc2"), v.intermediate_size, h, true)?,
             heads: v.num_attention_heads,
             act: act(&v.hidden_act)?,
         })
@@ -219,7 +223,7 @@ pub struct SiglipVision {
 }
 
 impl SiglipVision {
-    fn load(vb: &VarBuilder, c: &SiglipConfig) -> Result<SiglipVision> {
+    fn load(vb: &VarBuilder, c: &SiglipConfig, pk: Packing) -> Result<SiglipVision> {
         let v = &c.vision_config;
         if !v.vision_use_head {
             candle_core::bail!(
@@ -234,9 +238,9 @@ impl SiglipVision {
         };
         Ok(SiglipVision {
             embeddings: vision_embeddings(&m, h, v.num_channels, v.image_size, v.patch_size, stem)?,
-            encoder: Encoder::load(m.pp("encoder"), hf_sizes!(v))?,
+            encoder: Encoder::load(m.pp("encoder"), hf_sizes!(v), pk)?,
             post_norm: ops::load_layer_norm(&m.pp("post_layernorm"), h, v.layer_norm_eps)?,
-            head: PoolingHead::load(&m.pp("head"), v)?,
+            head: PoolingHead::load(&m.pp("head"), v, pk)?,
         })
     }
 
@@ -263,11 +267,12 @@ pub struct Siglip {
 }
 
 impl Siglip {
-    /// Loads a `SiglipModel` checkpoint.
+    /// Loads a `SiglipModel` checkpoint (bfloat16 on the CPU: see [`Packing`]).
     pub fn load(vb: VarBuilder, config: &SiglipConfig) -> Result<Siglip> {
+        let (vb, pk) = Packing::split(vb);
         Ok(Siglip {
-            text: SiglipText::load(&vb, config)?,
-            vision: SiglipVision::load(&vb, config)?,
+            text: SiglipText::load(&vb, config, pk)?,
+            vision: SiglipVision::load(&vb, config, pk)?,
         })
     }
 }

@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::ops::{self, Act, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm};
 
 /// `XLMRobertaFlashConfig` (the keys the tower reads), with the published class's defaults
 /// (jina-clip-v2 builds it from `text_config.hf_model_config_kwargs` alone).
@@ -148,11 +148,11 @@ impl XlmRobertaConfig {
 }
 
 struct Layer {
-    qkv: Linear,
-    out: Linear,
+    qkv: Proj,
+    out: Proj,
     norm1: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
+    fc1: Proj,
+    fc2: Proj,
     norm2: LayerNorm,
 }
 
@@ -211,8 +211,10 @@ impl XlmRoberta {
     /// Loads the weights under `vb` (`embeddings.*`, `emb_ln`, `encoder.layers.{i}.*`; `vb` is
     /// `XLMRobertaLoRA.roberta`) with the adapter of LoRA task index `task` merged in (`None`:
     /// the original weights, as `HFTextEncoder` runs without a default LoRA task).
+    /// bfloat16 on the CPU: see [`Packing`].
     pub fn load(vb: VarBuilder, cfg: &XlmRobertaConfig, task: Option<usize>) -> Result<XlmRoberta> {
         cfg.check().map_err(candle_core::Error::Msg)?;
+        let (vb, pk) = Packing::split(vb);
         let n = cfg.lora_adaptations.as_ref().map_or(0, Vec::len);
         if task.is_some_and(|t| t >= n) {
             candle_core::bail!("LoRA task index {task:?} of {n} adapters")
@@ -244,13 +246,13 @@ impl XlmRoberta {
             let wqkv = linear(&l.pp("mixer.Wqkv"), h, 3 * h)?;
             // the attention scale (the published code scales k) goes into the query rows:
             // scores are bilinear and the rotation linear
-            let qkv = ops::scale_query_rows(&wqkv, h, scale)?;
+            let qkv = pk.proj(ops::scale_query_rows(&wqkv, h, scale)?)?;
             layers.push(Layer {
                 qkv,
-                out: linear(&l.pp("mixer.out_proj"), h, h)?,
+                out: pk.proj(linear(&l.pp("mixer.out_proj"), h, h)?)?,
                 norm1: layer_norm(&l.pp("norm1"), h, eps)?,
-                fc1: linear(&l.pp("mlp.fc1"), h, inner)?,
-                fc2: linear(&l.pp("mlp.fc2"), inner, h)?,
+                fc1: pk.proj(linear(&l.pp("mlp.fc1"), h, inner)?)?,
+                fc2: pk.proj(linear(&l.pp("mlp.fc2"), inner, h)?)?,
                 norm2: layer_norm(&l.pp("norm2"), h, eps)?,
             });
         }

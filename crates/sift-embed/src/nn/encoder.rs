@@ -7,7 +7,7 @@
 use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 
-use crate::nn::ops::{self, Act, Segment};
+use crate::nn::ops::{self, Act, Packing, Proj, Segment};
 
 /// Sizes of an encoder (one tower's `text_config` / `vision_config`).
 #[derive(Debug, Clone, Copy)]
@@ -62,11 +62,11 @@ impl EncoderSizes {
 
 struct Layer {
     norm1: LayerNorm,
-    qkv: Linear,
-    out: Linear,
+    qkv: Proj,
+    out: Proj,
     norm2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
+    fc1: Proj,
+    fc2: Proj,
 }
 
 /// Pre-norm encoder: `x += attn(ln1(x)); x += mlp(ln2(x))` per layer.
@@ -77,8 +77,9 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// Loads `layers.*` under `vb` (usually `<tower>.encoder`).
-    pub fn load(vb: VarBuilder, sizes: EncoderSizes) -> Result<Encoder> {
+    /// Loads `layers.*` under `vb` (usually `<tower>.encoder`), the linear layers as `pk`
+    /// says.
+    pub fn load(vb: VarBuilder, sizes: EncoderSizes, pk: Packing) -> Result<Encoder> {
         let head_dim = sizes.head_dim()?;
         let h = sizes.hidden;
         let mut layers = Vec::with_capacity(sizes.layers);
@@ -90,11 +91,11 @@ impl Encoder {
             let v = ops::load_linear(&a.pp("v_proj"), h, h, true)?;
             layers.push(Layer {
                 norm1: ops::load_layer_norm(&l.pp("layer_norm1"), h, sizes.eps)?,
-                qkv: ops::fuse_qkv(&q, &k, &v, head_dim)?,
-                out: ops::load_linear(&a.pp("out_proj"), h, h, true)?,
+                qkv: pk.proj(ops::fuse_qkv(&q, &k, &v, head_dim)?)?,
+                out: pk.load(&a.pp("out_proj"), h, h, true)?,
                 norm2: ops::load_layer_norm(&l.pp("layer_norm2"), h, sizes.eps)?,
-                fc1: ops::load_linear(&l.pp("mlp.fc1"), h, sizes.intermediate, true)?,
-                fc2: ops::load_linear(&l.pp("mlp.fc2"), sizes.intermediate, h, true)?,
+                fc1: pk.load(&l.pp("mlp.fc1"), h, sizes.intermediate, true)?,
+                fc2: pk.load(&l.pp("mlp.fc2"), sizes.intermediate, h, true)?,
             });
         }
         Ok(Encoder {
@@ -134,13 +135,13 @@ impl TextStack {
     /// Loads the stack under `vb` (the tower, e.g. `text_model`).
     pub fn load(
         vb: &VarBuilder,
-        vocab: usize,
-        max_len: usize,
+        (vocab, max_len): (usize, usize),
         sizes: EncoderSizes,
+        pk: Packing,
     ) -> Result<Self> {
         Ok(TextStack {
             embeddings: TextEmbeddings::load(&vb.pp("embeddings"), vocab, max_len, sizes.hidden)?,
-            encoder: Encoder::load(vb.pp("encoder"), sizes)?,
+            encoder: Encoder::load(vb.pp("encoder"), sizes, pk)?,
             final_norm: ops::load_layer_norm(&vb.pp("final_layer_norm"), sizes.hidden, sizes.eps)?,
         })
     }

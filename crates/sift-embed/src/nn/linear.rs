@@ -1,21 +1,56 @@
 //! Linear layers: the fused CPU layer (bias and residual pre-filled, gemm accumulates,
 //! activation in place), its bfloat16-weight twin [`PackedLinear`], [`Proj`] holding either,
-//! and the loaders.
+//! [`Packing`] (which of the two a model loads), and the loaders.
 use crate::nn::act::*;
 use crate::nn::kernels::*;
 use candle_core::{
-    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Module, Result, Shape, Tensor,
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, Layout, Module, Result, Shape,
+    Tensor,
 };
 use candle_nn::{Linear, VarBuilder};
 
+/// A linear layer the models run through [`linear_act`]: candle's [`Linear`] or a [`Proj`].
+pub trait LinearLayer {
+    /// `act(x W^T + b) (+ residual)` for a 2-D `x`.
+    fn run(&self, x: &Tensor, residual: Option<&Tensor>, act: Option<Act>) -> Result<Tensor>;
+}
+
+impl LinearLayer for Linear {
+    fn run(&self, x: &Tensor, residual: Option<&Tensor>, act: Option<Act>) -> Result<Tensor> {
+        dense_act(self, x, residual, act)
+    }
+}
+
+impl LinearLayer for Proj {
+    fn run(&self, x: &Tensor, residual: Option<&Tensor>, act: Option<Act>) -> Result<Tensor> {
+        self.forward(x, residual, act)
+    }
+}
+
 /// `act(x W^T + b) (+ residual)` for a 2-D `x` (the activation, when given, applies before
-/// the residual; layers use one or the other).
+/// the residual; layers use one or the other): [`dense_act`] for candle's layer,
+/// [`PackedLinear::forward`] for packed bfloat16 weights.
+pub fn linear_act(
+    l: &impl LinearLayer,
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    act: Option<Act>,
+) -> Result<Tensor> {
+    l.run(x, residual, act)
+}
+
+/// `x W^T (+ b) (+ residual)` for a 2-D `x` (see [`linear_act`]).
+pub fn linear(l: &impl LinearLayer, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+    l.run(x, residual, None)
+}
+
+/// candle's linear layer as [`linear_act`] runs it.
 ///
 /// On the CPU with f32 this is one custom op over the gemm kernel candle itself uses: the
 /// output starts as the bias (plus the residual) and the matrix product accumulates into
 /// it, then the activation runs in place, in parallel. That saves the zero fill, the copies
 /// and the separate passes of `matmul` + `broadcast_add` + `add` + activation.
-pub fn linear_act(
+pub fn dense_act(
     l: &Linear,
     x: &Tensor,
     residual: Option<&Tensor>,
@@ -44,12 +79,61 @@ pub fn linear_act(
     }
 }
 
-/// `x W^T (+ b) (+ residual)` for a 2-D `x` (see [`linear_act`]).
-pub fn linear(l: &Linear, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
-    linear_act(l, x, residual, None)
+/// How a model holds its linear layers, chosen from the dtype and device it is loaded for:
+/// bfloat16 on the CPU (with the fused kernels) packs every linear layer's weights for
+/// [`sift_simd::bf16`]'s kernels and loads everything else (embeddings, norms, positions)
+/// in f32, so that activations, attention, norms and residuals run in f32 and only the
+/// matrix products read bfloat16 weights; any other dtype or device loads candle's layers
+/// in that dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packing {
+    packed: bool,
 }
 
-/// The fused CPU linear layer of [`linear_act`].
+impl Packing {
+    /// The packing for `vb`'s dtype and device, and the builder the rest of the model loads
+    /// from (f32 when packed).
+    pub fn split(vb: VarBuilder) -> (VarBuilder, Packing) {
+        let packed = cpu_packs(vb.dtype(), vb.device());
+        let vb = if packed { vb.set_dtype(DType::F32) } else { vb };
+        (vb, Packing { packed })
+    }
+
+    /// `l` as the model runs it.
+    pub fn proj(self, l: Linear) -> Result<Proj> {
+        if self.packed {
+            Ok(Proj::Packed(Box::new(PackedLinear::new(
+                l.weight(),
+                l.bias(),
+                None,
+            )?)))
+        } else {
+            Ok(Proj::Dense(l))
+        }
+    }
+
+    /// Loads `weight` `(out, inp)` (and `bias`) as the model runs it.
+    pub fn load(self, vb: &VarBuilder, inp: usize, out: usize, bias: bool) -> Result<Proj> {
+        Proj::load(vb, inp, out, bias, self.packed)
+    }
+}
+
+/// Whether a model loaded in `dtype` on `device` packs its linear layers ([`Packing`]).
+pub fn cpu_packs(dtype: DType, device: &Device) -> bool {
+    dtype == DType::BF16 && fused_cpu(device)
+}
+
+/// The dtype of the activations of a model loaded in `dtype` on `device`: f32 where it
+/// packs its linear layers ([`Packing`]), else `dtype`.
+pub fn activation_dtype(dtype: DType, device: &Device) -> DType {
+    if cpu_packs(dtype, device) {
+        DType::F32
+    } else {
+        dtype
+    }
+}
+
+/// The fused CPU linear layer of [`dense_act`].
 struct LinearOp {
     bias: Option<Vec<f32>>,
     act: Option<Act>,
@@ -187,13 +271,13 @@ impl CustomOp3 for LinearOp {
 }
 
 /// A linear layer as a model runs it: candle's (any device and dtype; on the CPU with f32
-/// the fused op of [`linear_act`]), or bfloat16 weights packed for the CPU's bfloat16
+/// the fused op of [`dense_act`]), or bfloat16 weights packed for the CPU's bfloat16
 /// kernels ([`PackedLinear`]).
 pub enum Proj {
     /// candle's layer.
     Dense(Linear),
     /// Packed bfloat16 weights; f32 in and out.
-    Packed(PackedLinear),
+    Packed(Box<PackedLinear>),
 }
 
 impl Proj {
@@ -201,9 +285,21 @@ impl Proj {
     pub fn load(vb: &VarBuilder, inp: usize, out: usize, bias: bool, packed: bool) -> Result<Proj> {
         let l = load_linear(vb, inp, out, bias)?;
         if packed {
-            Ok(Proj::Packed(PackedLinear::new(l.weight(), l.bias(), None)?))
+            Ok(Proj::Packed(Box::new(PackedLinear::new(
+                l.weight(),
+                l.bias(),
+                None,
+            )?)))
         } else {
             Ok(Proj::Dense(l))
+        }
+    }
+
+    /// Output features.
+    pub fn out_features(&self) -> usize {
+        match self {
+            Proj::Dense(l) => l.weight().dims().first().copied().unwrap_or(0),
+            Proj::Packed(p) => p.w.rows(),
         }
     }
 
@@ -215,7 +311,7 @@ impl Proj {
         act: Option<Act>,
     ) -> Result<Tensor> {
         match self {
-            Proj::Dense(l) => linear_act(l, x, residual, act),
+            Proj::Dense(l) => dense_act(l, x, residual, act),
             Proj::Packed(p) => p.forward(x, residual, act),
         }
     }

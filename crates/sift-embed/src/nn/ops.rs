@@ -5,6 +5,7 @@ pub(crate) use super::attention::{Attention, ScoreBias, Segment, padding_key_bia
 pub use super::kernels::Kernels;
 pub(crate) use super::kernels::fused_cpu;
 pub(crate) use super::linear::{
-    PackedLinear, Proj, fuse_qkv, linear, linear_act, load_linear, scale_query_rows,
+    PackedLinear, Packing, Proj, activation_dtype, fuse_qkv, linear, linear_act, load_linear,
+    scale_query_rows,
 };
 pub(crate) use super::norm::{l2_normalize, load_layer_norm};
