@@ -176,6 +176,8 @@ def _gme_helpers():
     import importlib.util
     spec = importlib.util.spec_from_file_location("make_gme_fixtures", GME_FIXTURES / "make_gme_fixtures.py")
     mod = importlib.util.module_from_spec(spec)
+    # registered before it runs: its dataclasses look their module up in sys.modules
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -272,6 +274,8 @@ def _peer():
     import importlib.util
     spec = importlib.util.spec_from_file_location("hf_vision_peer", REPO / "eval" / "peers" / "hf_vision_peer.py")
     mod = importlib.util.module_from_spec(spec)
+    # registered before it runs: its dataclasses look their module up in sys.modules
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
 

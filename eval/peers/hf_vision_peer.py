@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from typing import Callable, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import result, set_threads, timed_run  # noqa: E402
+from measure import autocast_bf16, result, set_threads, timed_run  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOMIC_VENDOR = os.path.join(REPO, "models", "fixtures", "nomic", "vendor")
@@ -270,7 +270,7 @@ def transformers_embedder(model: str, cfg: dict, batch_size: int) -> ImageEmbedd
 
 
 def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads: int = 1,
-        warmup: int = 32) -> dict:
+        warmup: int = 32, autocast: bool = False) -> dict:
     import transformers
 
     set_threads(threads)
@@ -287,15 +287,16 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
     else:
         e = transformers_embedder(model, cfg, batch_size)
 
+    embed_all = autocast_bf16(e.embed_all, autocast)
     if warm:
-        e.embed_all(warm)
+        embed_all(warm)
     t0 = time.perf_counter()
     pixels = [e.prep(timed[i:i + batch_size]) for i in range(0, items, batch_size)]
     prep_seconds = time.perf_counter() - t0
     input_size = list(pixels[0].shape[-2:])
     del pixels
 
-    emb, seconds = timed_run(e.embed_all, timed, [])
+    emb, seconds = timed_run(embed_all, timed, [])
     out = result("transformers", transformers.__version__, e.model, items, batch_size, threads,
                  warmup, seconds)
     out.update({
@@ -306,6 +307,7 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
         "attn_implementation": e.attn_implementation,
         "prep_seconds": round(prep_seconds, 6),
         "prep_items_per_s": round(items / prep_seconds, 3),
+        "dtype": "bf16-autocast" if autocast else "float32",
     })
     return out
 
@@ -319,8 +321,11 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     ap.add_argument("--warmup", type=int, default=32, help="images in the untimed warm-up")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    ap.add_argument("--autocast-bf16", action="store_true",
+                    help="run the timed and warm-up passes under torch.autocast(\"cpu\", bfloat16)")
     args = ap.parse_args(argv)
-    res = run(args.model, args.images, args.items, args.batch_size, args.threads, args.warmup)
+    res = run(args.model, args.images, args.items, args.batch_size, args.threads, args.warmup,
+              args.autocast_bf16)
     if args.json:
         print(json.dumps(res), flush=True)
     else:

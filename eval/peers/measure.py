@@ -50,6 +50,20 @@ def text_inputs(path: str, items: int | None) -> Tuple[List[str], int]:
     return all_texts, n
 
 
+def autocast_bf16(embed: Callable, on: bool) -> Callable:
+    """`embed` run under `torch.autocast("cpu", dtype=torch.bfloat16)` when `on` (PyTorch's
+    mixed precision on the CPU: matrix products in bfloat16, the oneDNN kernels that use
+    AVX512-BF16 / AMX where the processor has them), else `embed` itself."""
+    if not on:
+        return embed
+    import torch
+
+    def run(xs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return embed(xs)
+    return run
+
+
 def timed_run(embed: Callable[[Sequence], object], inputs: Sequence, warm: Sequence):
     """One untimed `embed(warm)` (when `warm` is not empty), then `embed(inputs)` timed with
     time.perf_counter: (its result, seconds). The result must have one row per input."""

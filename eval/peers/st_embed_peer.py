@@ -33,11 +33,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import result, set_threads, text_inputs, timed_run  # noqa: E402
+from measure import autocast_bf16, result, set_threads, text_inputs, timed_run  # noqa: E402
 
 
 def run(model: str, texts: str, batch_size: int = 32, threads: int = 1,
-        items: int | None = None, warmup: int = 64) -> dict:
+        items: int | None = None, warmup: int = 64, autocast: bool = False) -> dict:
     set_threads(threads)
     import sentence_transformers
     from sentence_transformers import SentenceTransformer
@@ -49,10 +49,12 @@ def run(model: str, texts: str, batch_size: int = 32, threads: int = 1,
         return st.encode(xs, batch_size=batch_size, normalize_embeddings=True,
                          convert_to_numpy=True, show_progress_bar=False)
 
+    encode = autocast_bf16(encode, autocast)
     _, seconds = timed_run(encode, all_texts[:n], all_texts[:max(warmup, 0)])
     out = result("sentence-transformers", sentence_transformers.__version__, model, n,
                  batch_size, threads, warmup, seconds)
     out["max_seq_length"] = int(st.max_seq_length)
+    out["dtype"] = "bf16-autocast" if autocast else "float32"
     return out
 
 
@@ -65,8 +67,11 @@ def main(argv=None) -> int:
     ap.add_argument("--items", type=int, default=None, help="encode the first N texts (default all)")
     ap.add_argument("--warmup", type=int, default=64, help="texts in the untimed warm-up encode")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    ap.add_argument("--autocast-bf16", action="store_true",
+                    help="run the timed and warm-up passes under torch.autocast(\"cpu\", bfloat16)")
     args = ap.parse_args(argv)
-    res = run(args.model, args.texts, args.batch_size, args.threads, args.items, args.warmup)
+    res = run(args.model, args.texts, args.batch_size, args.threads, args.items, args.warmup,
+              args.autocast_bf16)
     if args.json:
         print(json.dumps(res), flush=True)
     else:

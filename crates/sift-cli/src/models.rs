@@ -12,11 +12,11 @@ pub struct ModelFlags {
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     /// Weights: f32, f16, bf16 or auto. On the CPU, bf16 keeps every model's linear layers
-    /// as bfloat16 weights (half the memory) multiplied with the processor's bfloat16 dot
-    /// products (AVX512-BF16) while the rest computes in f32: cosine >= 0.999 to f32 on
-    /// the parity suites, about 1.5-2x the f32 speed on such processors; auto picks bf16
-    /// there for the families that hold that bound (all but Jina-CLIP), f32 elsewhere.
-    /// f16 runs candle's generic operations (meant for GPUs).
+    /// as bfloat16 weights (half the memory) multiplied on the processor's bfloat16 units
+    /// (Intel AMX tiles, else AVX512-BF16) while the rest computes in f32: cosine >= 0.999
+    /// to f32 on the parity suites; auto picks bf16 on such processors for the families
+    /// that hold that bound (all but Jina-CLIP), f32 elsewhere. f16 runs candle's generic
+    /// operations (meant for GPUs). `sift bench embed` reports the kernel that ran.
     #[arg(long, value_enum, default_value = "f32")]
     pub dtype: Precision,
     /// A task instruction for queries, in the model's prompt format (`sift models info`

@@ -89,7 +89,7 @@ pub struct EmbedBench {
     /// `f32`, `f16` or `bf16`: the precision the model ran at (`--dtype auto` resolved).
     pub dtype: &'static str,
     /// The kernel of the linear layers ([`crate::Precision::linear_kernel`]:
-    /// `packed-bf16-avx512`, `packed-bf16-widened`, `fused-f32`, `candle-<dtype>`).
+    /// `packed-bf16-amx`, `packed-bf16-avx512`, `packed-bf16-widened`, `fused-f32`, `candle-<dtype>`).
     pub linear_kernel: &'static str,
     /// CPU threads of the kernels.
     pub threads: usize,

@@ -77,10 +77,10 @@ fn check(dir: &Path, bound: f64) {
         eprintln!("{name}: SIFT_KERNELS=generic: bf16 runs candle's generic operations");
         return;
     }
-    let want = if sift_simd::bf16::has_dot_bf16() {
-        "packed-bf16-avx512"
-    } else {
-        "packed-bf16-widened"
+    let want = match sift_simd::bf16::Kernel::best() {
+        sift_simd::bf16::Kernel::Amx => "packed-bf16-amx",
+        sift_simd::bf16::Kernel::DotBf16 => "packed-bf16-avx512",
+        sift_simd::bf16::Kernel::F32 => "packed-bf16-widened",
     };
     assert_eq!(bf16_model.linear_kernel(), want, "{name}");
     assert_eq!(f32_model.linear_kernel(), "fused-f32", "{name}");

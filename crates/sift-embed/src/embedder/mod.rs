@@ -130,13 +130,13 @@ pub enum Precision {
     /// 16-bit floats (GPUs, through candle's generic operations).
     F16,
     /// bfloat16: on GPUs through candle's generic operations; on the CPU every model's
-    /// linear layers keep bfloat16 weights packed for the processor's bfloat16 dot
-    /// products (AVX512-BF16; widened to f32 on processors without it) while embeddings,
-    /// norms, attention and residuals run in f32 (under `SIFT_KERNELS=generic`, candle's
-    /// generic operations as on GPUs).
+    /// linear layers keep bfloat16 weights packed for the processor's bfloat16 units
+    /// (Intel AMX tiles, else AVX512-BF16 dot products; widened to f32 on processors
+    /// without either) while embeddings, norms, attention and residuals run in f32 (under
+    /// `SIFT_KERNELS=generic`, candle's generic operations as on GPUs).
     Bf16,
-    /// bf16 on the CPU where the processor has AVX512-BF16 and the family's parity suites
-    /// hold the packed bound (cosine >= 0.999 to f32), f32 elsewhere
+    /// bf16 on the CPU where the processor has AVX512-BF16 (or AMX) and the family's
+    /// parity suites hold the packed bound (cosine >= 0.999 to f32), f32 elsewhere
     /// ([`Precision::resolve`]).
     Auto,
 }
@@ -162,8 +162,8 @@ impl Precision {
     }
 
     /// The precision a model of `family` loads in on `device`: [`Precision::Auto`] is bf16
-    /// on the CPU's fused kernels where the processor has AVX512-BF16 and the family holds
-    /// the packed bound, else f32; the others are themselves.
+    /// on the CPU's fused kernels where the processor has AVX512-BF16 (or AMX) and the
+    /// family holds the packed bound, else f32; the others are themselves.
     ///
     /// The families that hold it: every parity suite of theirs stays at cosine >= 0.999 to
     /// the f32 vectors with packed bfloat16 weights (`SIFT_TEST_DTYPE=bf16` in
@@ -186,15 +186,19 @@ impl Precision {
     }
 
     /// The kernel a model's linear layers run on `device` at this (resolved) precision:
-    /// `packed-bf16-avx512` (bfloat16 weights, the processor's bfloat16 dot products),
+    /// `packed-bf16-amx` (bfloat16 weights on Intel AMX tiles), `packed-bf16-avx512`
+    /// (bfloat16 weights, AVX512-BF16 dot products),
     /// `packed-bf16-widened` (bfloat16 weights widened to f32), `fused-f32` (the CPU's
     /// fused f32 gemm), or `candle-<dtype>` (candle's generic operations: GPUs, and the
     /// CPU under `SIFT_KERNELS=generic` or in f16).
     pub fn linear_kernel(self, device: &candle_core::Device) -> &'static str {
         let fused = crate::nn::kernels::fused_cpu(device);
         match self {
-            Precision::Bf16 if fused && sift_simd::bf16::has_dot_bf16() => "packed-bf16-avx512",
-            Precision::Bf16 if fused => "packed-bf16-widened",
+            Precision::Bf16 if fused => match sift_simd::bf16::Kernel::best() {
+                sift_simd::bf16::Kernel::Amx => "packed-bf16-amx",
+                sift_simd::bf16::Kernel::DotBf16 => "packed-bf16-avx512",
+                sift_simd::bf16::Kernel::F32 => "packed-bf16-widened",
+            },
             Precision::F32 | Precision::Auto if fused => "fused-f32",
             Precision::F32 | Precision::Auto => "candle-f32",
             Precision::F16 => "candle-f16",

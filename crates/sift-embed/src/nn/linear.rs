@@ -318,8 +318,8 @@ impl Proj {
 }
 
 /// A linear layer whose weight is bfloat16 packed for [`sift_simd::bf16`]'s CPU kernels
-/// (AVX512-BF16 dot products where the processor has them, else the weights widened to
-/// f32): the weights take half the memory of f32 and are read once per product, while the
+/// (Intel AMX tiles, else AVX512-BF16 dot products where the processor has them, else the
+/// weights widened to f32): the weights take half the memory of f32 and are read once per product, while the
 /// activations, bias, scale, activation function and residual stay f32.
 pub struct PackedLinear {
     w: sift_simd::bf16::PackedBf16,

@@ -3,8 +3,11 @@
 //!
 //! The weight is packed once ([`PackedBf16::pack`]) into panels of 64 output columns whose
 //! rows are pairs of consecutive inputs, the layout the AVX512-BF16 dot product `vdpbf16ps`
-//! reads: one 64-byte line holds 16 columns × 2 inputs. Two kernels run over it:
+//! reads: one 64-byte line holds 16 columns × 2 inputs (and, 16 lines 256 bytes apart, the
+//! weight tile Intel AMX reads). Three kernels run over it:
 //!
+//! - [`Kernel::Amx`] (Intel Sapphire Rapids and later, on Linux): the activations rounded to
+//!   bfloat16 as below, multiplied on the AMX tiles (`tdpbf16ps`, [`amx`]) into f32;
 //! - [`Kernel::DotBf16`] (processors with AVX512-BF16: AMD Zen 4 and later, Intel Cooper Lake
 //!   and Sapphire Rapids and later): the activations are rounded to bfloat16 (to nearest,
 //!   ties to even) and multiplied pairwise into f32 accumulators, two multiply-adds per lane
@@ -12,9 +15,11 @@
 //! - [`Kernel::F32`] (everywhere else, and on request): the weights are widened to f32 in
 //!   registers (exact) and multiplied with the unrounded f32 activations.
 //!
-//! Both accumulate in f32. The product is split over the panels (and over rows when there
+//! All accumulate in f32. The product is split over the panels (and over rows when there
 //! are fewer panels than threads) on rayon's pool; each task writes its own columns.
 use rayon::prelude::*;
+
+pub mod amx;
 
 /// Output columns per packed panel.
 pub const PANEL: usize = 64;
@@ -30,6 +35,9 @@ struct Line([u16; 32]);
 /// The kernel a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
+    /// Intel AMX `tdpbf16ps` on 16 × 16 tiles: activations rounded to bfloat16, f32
+    /// accumulation.
+    Amx,
     /// AVX512-BF16 `vdpbf16ps`: activations rounded to bfloat16, f32 accumulation.
     DotBf16,
     /// Weights widened to f32, f32 activations and accumulation (portable; AVX-512F or
@@ -40,7 +48,9 @@ pub enum Kernel {
 impl Kernel {
     /// The fastest kernel this processor runs.
     pub fn best() -> Kernel {
-        if has_dot_bf16() {
+        if amx::available() {
+            Kernel::Amx
+        } else if has_dot_bf16() {
             Kernel::DotBf16
         } else {
             Kernel::F32
@@ -86,6 +96,9 @@ pub struct PackedBf16 {
     k: usize,
     /// Input pairs (`k` rounded up to even, halved).
     pairs: usize,
+    /// Lines a panel holds per column group: `pairs` rounded up to a whole AMX step (the
+    /// rest zero).
+    stride: usize,
     lines: Vec<Line>,
 }
 
@@ -113,10 +126,11 @@ impl PackedBf16 {
     pub fn pack(w: &[u16], n: usize, k: usize) -> PackedBf16 {
         assert_eq!(w.len(), n * k, "a {n}x{k} weight has {} values", w.len());
         let pairs = k.div_ceil(2);
+        let stride = pairs.div_ceil(amx::STEP_PAIRS) * amx::STEP_PAIRS;
         let panels = n.div_ceil(PANEL);
-        let mut lines = vec![Line([0; 32]); panels * pairs * 4];
+        let mut lines = vec![Line([0; 32]); panels * stride * 4];
         lines
-            .par_chunks_mut(pairs * 4)
+            .par_chunks_mut(stride * 4)
             .enumerate()
             .for_each(|(p, panel)| {
                 for c in 0..PANEL {
@@ -133,7 +147,13 @@ impl PackedBf16 {
                     }
                 }
             });
-        PackedBf16 { n, k, pairs, lines }
+        PackedBf16 {
+            n,
+            k,
+            pairs,
+            stride,
+            lines,
+        }
     }
 
     /// Output features (rows of the weight).
@@ -178,18 +198,21 @@ impl PackedBf16 {
         if m == 0 || n == 0 || k == 0 {
             return;
         }
-        let kernel = if kernel == Kernel::DotBf16 && !has_dot_bf16() {
-            Kernel::F32
-        } else {
-            kernel
+        let kernel = match kernel {
+            Kernel::Amx if !amx::available() => Kernel::best(),
+            Kernel::DotBf16 if !has_dot_bf16() => Kernel::F32,
+            k => k,
         };
+        if kernel == Kernel::Amx {
+            return self.matmul_acc_amx(x, m, out);
+        }
         // rows of the activations as the kernel reads them: bfloat16 pairs, or f32 padded
         // to an even length
         let kp = 2 * self.pairs;
         let xb: Vec<u16>;
         let xf: Vec<f32>;
         match kernel {
-            Kernel::DotBf16 => {
+            Kernel::Amx | Kernel::DotBf16 => {
                 let mut v = vec![0u16; m * kp];
                 v.par_chunks_mut(kp)
                     .zip(x.par_chunks(k))
@@ -231,7 +254,7 @@ impl PackedBf16 {
             }
             let col0 = p * PANEL;
             let cols = (n - col0).min(PANEL);
-            let panel = &self.lines[p * self.pairs * 4..(p + 1) * self.pairs * 4];
+            let panel = &self.lines[p * self.stride * 4..p * self.stride * 4 + self.pairs * 4];
             for q0 in (0..self.pairs).step_by(PAIRS_PER_BLOCK) {
                 let q1 = (q0 + PAIRS_PER_BLOCK).min(self.pairs);
                 let block = &panel[q0 * 4..q1 * 4];
@@ -251,6 +274,7 @@ impl PackedBf16 {
                     };
                 }
                 match kernel {
+                    Kernel::Amx => unreachable!("run by matmul_acc_amx"),
                     Kernel::DotBf16 => {
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: AVX512-BF16 was detected; rows r0..r1 of xb hold kp values
@@ -265,6 +289,56 @@ impl PackedBf16 {
                     }
                 }
             }
+        });
+    }
+}
+
+impl PackedBf16 {
+    /// `out += x · Wᵀ` on the AMX tiles ([`amx`]); the processor must have them.
+    fn matmul_acc_amx(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        let (n, k) = (self.n, self.k);
+        // rows rounded to bfloat16, zero past the inputs, in whole blocks of rows
+        let xs = 2 * self.stride;
+        let padded = m.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
+        let mut xb = vec![0u16; padded * xs];
+        xb.par_chunks_mut(xs)
+            .zip(x.par_chunks(k))
+            .for_each(|(d, s)| round_row(s, d));
+        let panels = n.div_ceil(PANEL);
+        let threads = rayon::current_num_threads().max(1);
+        let row_parts = (2 * threads)
+            .div_ceil(panels)
+            .clamp(1, padded / amx::BLOCK_ROWS);
+        // whole blocks of rows per task
+        let rows_per = (padded / amx::BLOCK_ROWS).div_ceil(row_parts) * amx::BLOCK_ROWS;
+        let dst = Out(out.as_mut_ptr());
+        let xb = &xb;
+        (0..panels * row_parts).into_par_iter().for_each(|task| {
+            let (p, r) = (task / row_parts, task % row_parts);
+            let (r0, r1) = (r * rows_per, ((r + 1) * rows_per).min(m));
+            if r0 >= r1 {
+                return;
+            }
+            let col0 = p * PANEL;
+            let run = amx::PanelRows {
+                x: &xb[r0 * xs..],
+                xs,
+                rows: r1 - r0,
+                lines: &self.lines[p * self.stride * 4..(p + 1) * self.stride * 4],
+                dst,
+                ld: n,
+                r0,
+                col0,
+                cols: (n - col0).min(PANEL),
+            };
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AMX is available (checked by the caller); this task alone writes rows
+            // r0..r1, columns col0..+cols; xb holds whole blocks of rows past r1.
+            unsafe {
+                amx::panel_rows(&run)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = run;
         });
     }
 }
@@ -652,6 +726,8 @@ mod tests {
             (13, 250, 130),
             (2, 200, 65),
             (9, 1, 70),
+            (40, 100, 200),
+            (70, 33, 64),
         ] {
             let x = values(m * k, (m * 31 + k) as u64);
             let wf = values(n * k, (n * 17 + k) as u64);
@@ -670,8 +746,14 @@ mod tests {
             if crate::level() == crate::Level::Avx512 {
                 runs.push((Kernel::F32, crate::Level::Avx512));
             }
+            if amx::available() {
+                runs.push((Kernel::Amx, crate::level()));
+            } else if (m, k, n) == (1, 1, 1) {
+                eprintln!("skipped: the AMX kernel (this processor or OS has no AMX tiles)");
+            }
             for (kernel, level) in runs {
-                let rounded = kernel == Kernel::DotBf16 && has_dot_bf16();
+                let rounded = (kernel == Kernel::DotBf16 && has_dot_bf16())
+                    || (kernel == Kernel::Amx && amx::available());
                 let mut out = base.clone();
                 packed.matmul_acc_at(kernel, level, &x, m, &mut out);
                 for r in 0..m {
@@ -719,5 +801,27 @@ mod tests {
         let mut single = vec![1.0f32; m * n];
         one.install(|| packed.matmul_acc_with(Kernel::F32, &x, m, &mut single));
         assert_eq!(many, single);
+        // the tiles: rows split into whole blocks across the threads
+        if amx::available() {
+            let (m, k, n) = (301, 70, 150);
+            let x = values(m * k, 3);
+            let w: Vec<u16> = values(n * k, 4).iter().map(|&v| f32_to_bf16(v)).collect();
+            let packed = PackedBf16::pack(&w, n, k);
+            let mut many = vec![1.0f32; m * n];
+            pool.install(|| packed.matmul_acc_with(Kernel::Amx, &x, m, &mut many));
+            let mut single = vec![1.0f32; m * n];
+            one.install(|| packed.matmul_acc_with(Kernel::Amx, &x, m, &mut single));
+            assert_eq!(many, single);
+            let mut dot = vec![1.0f32; m * n];
+            packed.matmul_acc_with(Kernel::F32, &x, m, &mut dot);
+            let worst = many
+                .iter()
+                .zip(&dot)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(worst < 0.1, "AMX vs widened f32: {worst}");
+        } else {
+            eprintln!("skipped: the AMX kernel across threads (no AMX tiles)");
+        }
     }
 }

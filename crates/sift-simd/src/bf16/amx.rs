@@ -1,0 +1,183 @@
+//! [`super::Kernel::Amx`]: the product on Intel AMX tiles (Sapphire Rapids and later).
+//!
+//! Eight tile registers of 16 rows × 64 bytes: four accumulators `C` (16 rows × 16 f32
+//! columns each, a 32 × 32 block of the output), two tiles of activations `A` (16 rows ×
+//! 32 bfloat16 inputs) and two of weights `B` (16 input pairs × 16 columns: 16 of a panel's
+//! lines, 256 bytes apart, exactly as [`super::PackedBf16::pack`] lays them out).
+//! `tdpbf16ps` multiplies them pairwise into the f32 accumulators, as `vdpbf16ps` does,
+//! 16 × 16 × 32 products an instruction.
+//!
+//! The instructions are written in `asm!` (the AMX intrinsics and target features are not
+//! stable Rust); [`available`] checks CPUID and asks Linux for the tile state
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`) once, before any tile is used.
+use super::{Line, Out};
+
+/// Input pairs of one tile step (a `B` tile's rows; an `A` tile's 32 inputs).
+pub(super) const STEP_PAIRS: usize = 16;
+/// Rows of the output one block covers (two `A` tiles).
+pub(super) const BLOCK_ROWS: usize = 32;
+
+/// Whether the processor has AMX-BF16 and Linux lets this process use the tiles (asked once).
+pub fn available() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            // CPUID.(EAX=7, ECX=0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE
+            let r = std::arch::x86_64::__cpuid_count(7, 0);
+            if (r.edx >> 22) & 1 == 0 || (r.edx >> 24) & 1 == 0 {
+                return false;
+            }
+            let ret: i64;
+            // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18) only
+            // changes which register state the kernel saves for this process; it reads and
+            // writes no memory of ours. rcx and r11 are clobbered by `syscall`.
+            unsafe {
+                std::arch::asm!(
+                    "syscall",
+                    inlateout("rax") 158i64 => ret,
+                    in("rdi") 0x1023i64,
+                    in("rsi") 18i64,
+                    lateout("rcx") _,
+                    lateout("r11") _,
+                    options(nostack),
+                );
+            }
+            ret == 0
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        false
+    })
+}
+
+/// The tile configuration: palette 1, every tile 16 rows × 64 bytes.
+#[repr(C, align(64))]
+struct TileConfig([u8; 64]);
+
+impl TileConfig {
+    fn full() -> TileConfig {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        for t in 0..8 {
+            // bytes per row (u16, little-endian) at 16 + 2t, rows at 48 + t
+            c[16 + 2 * t] = 64;
+            c[48 + t] = 16;
+        }
+        TileConfig(c)
+    }
+}
+
+/// One task's rows of the activations against one panel, added into the output.
+pub(super) struct PanelRows<'a> {
+    /// The activations' rows rounded to bfloat16, `xs` values each (a multiple of 32, zero
+    /// past the inputs), from the task's first row; readable for `rows` rounded up to
+    /// [`BLOCK_ROWS`].
+    pub x: &'a [u16],
+    pub xs: usize,
+    /// Rows the task writes.
+    pub rows: usize,
+    /// The panel's lines: four per input pair, `xs / 2` pairs (zero past the inputs).
+    pub lines: &'a [Line],
+    /// The output, `ld` columns a row; the task's first row is `r0`, its panel's first column
+    /// `col0`, `cols` wide (at most 64).
+    pub dst: Out,
+    pub ld: usize,
+    pub r0: usize,
+    pub col0: usize,
+    pub cols: usize,
+}
+
+/// Runs `p` on the tiles.
+///
+/// # Safety
+/// [`available`] must have returned true; `p.dst` must be valid for rows `p.r0..p.r0 +
+/// p.rows`, columns `p.col0..p.col0 + p.cols`, written by no other thread.
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn panel_rows(p: &PanelRows) {
+    let steps = p.xs / (2 * STEP_PAIRS);
+    let blocks = p.rows.div_ceil(BLOCK_ROWS);
+    assert!(p.xs.is_multiple_of(2 * STEP_PAIRS) && p.cols <= 64);
+    assert!(p.x.len() >= blocks * BLOCK_ROWS * p.xs);
+    assert!(p.lines.len() >= steps * STEP_PAIRS * 4);
+    let cfg = TileConfig::full();
+    let (xstride, wstride) = (p.xs * 2, 4 * std::mem::size_of::<Line>());
+    let mut acc = [[0f32; 256]; 4];
+    // SAFETY: the tiles were granted (`available`); every tile load reads 16 rows of 64 bytes
+    // inside `x` (rows of a block: asserted above) or inside `lines` (steps * 16 pairs of
+    // four lines: asserted); the stores write the 1 KiB buffers of `acc`; the output is
+    // written only at the caller's rows and columns.
+    unsafe {
+        std::arch::asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack));
+        for b in 0..blocks {
+            let i = b * BLOCK_ROWS;
+            for g in [0usize, 2] {
+                if g * 16 >= p.cols {
+                    break;
+                }
+                std::arch::asm!(
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "tilezero tmm2",
+                    "tilezero tmm3",
+                    options(nostack)
+                );
+                for s in 0..steps {
+                    let a0 = p.x.as_ptr().add(i * p.xs + s * 2 * STEP_PAIRS);
+                    let a1 = a0.add(16 * p.xs);
+                    let b0 = p.lines.as_ptr().add(s * STEP_PAIRS * 4 + g);
+                    let b1 = b0.add(1);
+                    std::arch::asm!(
+                        "tileloadd tmm4, [{a0} + {xs}*1]",
+                        "tileloadd tmm5, [{a1} + {xs}*1]",
+                        "tileloadd tmm6, [{b0} + {ws}*1]",
+                        "tileloadd tmm7, [{b1} + {ws}*1]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tdpbf16ps tmm2, tmm5, tmm6",
+                        "tdpbf16ps tmm3, tmm5, tmm7",
+                        a0 = in(reg) a0,
+                        a1 = in(reg) a1,
+                        b0 = in(reg) b0,
+                        b1 = in(reg) b1,
+                        xs = in(reg) xstride,
+                        ws = in(reg) wstride,
+                        options(nostack, readonly)
+                    );
+                }
+                std::arch::asm!(
+                    "tilestored [{c0} + {s}*1], tmm0",
+                    "tilestored [{c1} + {s}*1], tmm1",
+                    "tilestored [{c2} + {s}*1], tmm2",
+                    "tilestored [{c3} + {s}*1], tmm3",
+                    c0 = in(reg) acc[0].as_mut_ptr(),
+                    c1 = in(reg) acc[1].as_mut_ptr(),
+                    c2 = in(reg) acc[2].as_mut_ptr(),
+                    c3 = in(reg) acc[3].as_mut_ptr(),
+                    s = in(reg) 64usize,
+                    options(nostack)
+                );
+                // C00 C01 / C10 C11: rows i.., i + 16..; columns of groups g, g + 1
+                for (t, c) in acc.iter().enumerate() {
+                    let (dr, group) = (16 * (t / 2), g + t % 2);
+                    let first = group * 16;
+                    if first >= p.cols {
+                        continue;
+                    }
+                    let width = (p.cols - first).min(16);
+                    for r in 0..16 {
+                        let row = i + dr + r;
+                        if row >= p.rows {
+                            break;
+                        }
+                        let o = p.dst.0.add((p.r0 + row) * p.ld + p.col0 + first);
+                        let out = std::slice::from_raw_parts_mut(o, width);
+                        for (d, v) in out.iter_mut().zip(&c[16 * r..16 * r + width]) {
+                            *d += v;
+                        }
+                    }
+                }
+            }
+        }
+        std::arch::asm!("tilerelease", options(nostack));
+    }
+}
