@@ -65,9 +65,9 @@ def engines(args) -> list:
     return out
 
 
-def measure(label: str, cmd, shell: bool, warmup: int) -> dict:
+def measure(engine: str, label: str, cmd, shell: bool, warmup: int) -> dict:
     res, wall = run_cmd(label, cmd, shell)
-    if label.startswith("sift"):
+    if engine.startswith("sift"):
         kernel = res.get("linear_kernel")
         res = bench_embed_result(label, res, warmup)
         res["linear_kernel"] = kernel
@@ -137,7 +137,7 @@ def main() -> int:
         order = es[r % len(es):] + es[:r % len(es)]
         entry = {"round": r + 1, "order": [e[0] for e in order]}
         for label, cmd, shell in order:
-            entry[label] = measure(f"round {r + 1} {label}", cmd, shell, args.warmup)
+            entry[label] = measure(label, f"round {r + 1} {label}", cmd, shell, args.warmup)
         raw.append(entry)
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(
             f"{e[0]} {fmt(entry[e[0]]['items_per_s'])}" for e in es), file=sys.stderr)

@@ -75,7 +75,10 @@ pub(crate) fn exp_approx(x: f32) -> f32 {
     p = p * r + 0.166_666_65;
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) << 23) as u32)
+    // SAFETY: x is clamped, so n is an integer in [-126, 127] and n + 127 fits an i32 (the
+    // unchecked conversion is one vector instruction; `as` saturates lane by lane)
+    let e = unsafe { (n + 127.0).to_int_unchecked::<i32>() };
+    y * f32::from_bits((e << 23) as u32)
 }
 
 #[inline(always)]
@@ -162,9 +165,30 @@ simd_dispatch!(
 #[inline(always)]
 fn softmax_row_portable(row: &mut [f32], visible: usize) {
     let (head, tail) = row.split_at_mut(visible.min(row.len()));
-    let max = head.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    // the maximum and the sum in 16 lanes (a strict left-to-right f32 fold is one value per
+    // add latency and does not vectorise), then across the lanes
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = head.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    let max = rest
+        .iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
     head.iter_mut().for_each(|x| *x = exp_approx(*x - max));
-    let sum: f32 = head.iter().sum();
+    let mut lanes = [0f32; 16];
+    let chunks = head.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in lanes.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    let sum: f32 = lanes.iter().sum::<f32>() + rest.iter().sum::<f32>();
     let inv = 1.0 / sum;
     head.iter_mut().for_each(|x| *x *= inv);
     tail.iter_mut().for_each(|x| *x = 0.0);

@@ -104,8 +104,9 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
     let mut acc = [[0f32; 256]; 4];
     // SAFETY: the tiles were granted (`available`); every tile load reads 16 rows of 64 bytes
     // inside `x` (rows of a block: asserted above) or inside `lines` (steps * 16 pairs of
-    // four lines: asserted); the stores write the 1 KiB buffers of `acc`; the output is
-    // written only at the caller's rows and columns.
+    // four lines: asserted); the stores write the 1 KiB buffers of `acc`, or, for a whole
+    // block, the block's 32 rows x 32 columns of the output, all inside the caller's rows
+    // and columns (checked by `whole`), which is where the output is read and written.
     unsafe {
         std::arch::asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack));
         for b in 0..blocks {
@@ -114,13 +115,34 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
                 if g * 16 >= p.cols {
                     break;
                 }
-                std::arch::asm!(
-                    "tilezero tmm0",
-                    "tilezero tmm1",
-                    "tilezero tmm2",
-                    "tilezero tmm3",
-                    options(nostack)
-                );
+                // a whole 32 x 32 block inside the task's rows and the panel's columns
+                // accumulates in place: its output tiles are loaded, added to and stored
+                // back; a partial one is summed from zero and added through a buffer
+                let whole = i + BLOCK_ROWS <= p.rows && (g + 2) * 16 <= p.cols;
+                let c = p.dst.0.add((p.r0 + i) * p.ld + p.col0 + g * 16);
+                let ldb = p.ld * 4;
+                if whole {
+                    std::arch::asm!(
+                        "tileloadd tmm0, [{c0} + {s}*1]",
+                        "tileloadd tmm1, [{c1} + {s}*1]",
+                        "tileloadd tmm2, [{c2} + {s}*1]",
+                        "tileloadd tmm3, [{c3} + {s}*1]",
+                        c0 = in(reg) c,
+                        c1 = in(reg) c.add(16),
+                        c2 = in(reg) c.add(16 * p.ld),
+                        c3 = in(reg) c.add(16 * p.ld + 16),
+                        s = in(reg) ldb,
+                        options(nostack, readonly)
+                    );
+                } else {
+                    std::arch::asm!(
+                        "tilezero tmm0",
+                        "tilezero tmm1",
+                        "tilezero tmm2",
+                        "tilezero tmm3",
+                        options(nostack)
+                    );
+                }
                 for s in 0..steps {
                     let a0 = p.x.as_ptr().add(i * p.xs + s * 2 * STEP_PAIRS);
                     let a1 = a0.add(16 * p.xs);
@@ -143,6 +165,21 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
                         ws = in(reg) wstride,
                         options(nostack, readonly)
                     );
+                }
+                if whole {
+                    std::arch::asm!(
+                        "tilestored [{c0} + {s}*1], tmm0",
+                        "tilestored [{c1} + {s}*1], tmm1",
+                        "tilestored [{c2} + {s}*1], tmm2",
+                        "tilestored [{c3} + {s}*1], tmm3",
+                        c0 = in(reg) c,
+                        c1 = in(reg) c.add(16),
+                        c2 = in(reg) c.add(16 * p.ld),
+                        c3 = in(reg) c.add(16 * p.ld + 16),
+                        s = in(reg) ldb,
+                        options(nostack)
+                    );
+                    continue;
                 }
                 std::arch::asm!(
                     "tilestored [{c0} + {s}*1], tmm0",
