@@ -243,7 +243,7 @@ impl DenseDomain {
             path: graph_path.clone(),
             message,
         };
-        let graph = Hnsw::from_bytes(
+        let mut graph = Hnsw::from_bytes(
             &fs::read(&graph_path).map_err(|e| Error::io(&graph_path, e))?,
             meta.dim,
         )
@@ -255,6 +255,7 @@ impl DenseDomain {
                 meta.count
             )));
         }
+        graph.attach(&vectors);
         let ids_path = dir.join(crate::paths::IDS_FILE);
         let ids: Vec<String> =
             serde_json::from_slice(&fs::read(&ids_path).map_err(|e| Error::io(&ids_path, e))?)

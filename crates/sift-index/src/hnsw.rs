@@ -100,9 +100,45 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
+/// A stored vector element the graph computes similarities on: f32, or bfloat16 bits
+/// (`u16`: half the memory read per point; see [`Hnsw::build`]).
+trait Elem: Copy + Send + Sync + 'static {
+    fn dot(a: &[Self], b: &[Self]) -> f32;
+}
+
+impl Elem for f32 {
+    #[inline]
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        dot(a, b)
+    }
+}
+
+impl Elem for u16 {
+    #[inline]
+    fn dot(a: &[u16], b: &[u16]) -> f32 {
+        sift_simd::bf16::dot(a, b)
+    }
+}
+
+/// Whether graphs walk bfloat16 copies of the vectors: where the processor multiplies
+/// bfloat16 pairs natively (AVX512-BF16), which halves the memory each visited point costs;
+/// the results are scored again on the f32 vectors.
+fn bf16_walk() -> bool {
+    sift_simd::bf16::has_dot_bf16()
+}
+
+/// `v` rounded to bfloat16.
+fn to_bf16(v: &[f32]) -> Vec<u16> {
+    let mut out = vec![0u16; v.len()];
+    out.par_chunks_mut(1 << 16)
+        .zip(v.par_chunks(1 << 16))
+        .for_each(|(d, s)| sift_simd::bf16::round_into(s, d));
+    out
+}
+
 /// Asks the processor to start loading the first cache line of `x`.
 #[inline(always)]
-fn prefetch(x: &[f32]) {
+fn prefetch<E>(x: &[E]) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetching is a hint; any address is allowed.
     unsafe {
@@ -112,11 +148,11 @@ fn prefetch(x: &[f32]) {
     let _ = x;
 }
 
-/// Asks the processor to load all of `x` (one hint per 64-byte line): a 384-d vector is 24
-/// lines, and the search spends most of its time waiting for them.
+/// Asks the processor to load all of `x` (one hint per 64-byte line): a 384-d f32 vector is
+/// 24 lines, and the search spends most of its time waiting for them.
 #[inline(always)]
-fn prefetch_all(x: &[f32]) {
-    for line in x.chunks(16) {
+fn prefetch_all<E>(x: &[E]) {
+    for line in x.chunks((64 / std::mem::size_of::<E>()).max(1)) {
         prefetch(line);
     }
 }
@@ -128,15 +164,21 @@ trait Links {
 }
 
 /// The vectors, row-major.
-#[derive(Clone, Copy)]
-struct Vectors<'a> {
-    data: &'a [f32],
+struct Vectors<'a, E> {
+    data: &'a [E],
     dim: usize,
 }
 
-impl Vectors<'_> {
+impl<E> Clone for Vectors<'_, E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<E> Copy for Vectors<'_, E> {}
+
+impl<E> Vectors<'_, E> {
     #[inline]
-    fn get(&self, id: u32) -> &[f32] {
+    fn get(&self, id: u32) -> &[E] {
         let i = id as usize * self.dim;
         &self.data[i..i + self.dim]
     }
@@ -147,12 +189,18 @@ impl Vectors<'_> {
 }
 
 /// Greedy walk on `level` from `cur` to a local maximum of similarity to `q`.
-fn greedy(links: &impl Links, v: Vectors<'_>, q: &[f32], mut cur: Cand, level: usize) -> Cand {
+fn greedy<E: Elem>(
+    links: &impl Links,
+    v: Vectors<'_, E>,
+    q: &[E],
+    mut cur: Cand,
+    level: usize,
+) -> Cand {
     loop {
         let next = links.with(cur.id, level, |ns| {
             let mut best = cur;
             for &n in ns {
-                let s = dot(q, v.get(n));
+                let s = E::dot(q, v.get(n));
                 if s > best.sim {
                     best = Cand { sim: s, id: n };
                 }
@@ -167,10 +215,10 @@ fn greedy(links: &impl Links, v: Vectors<'_>, q: &[f32], mut cur: Cand, level: u
 }
 
 /// Best-first search on `level` from `entry` keeping `ef` results; best first.
-fn search_layer(
+fn search_layer<E: Elem>(
     links: &impl Links,
-    v: Vectors<'_>,
-    q: &[f32],
+    v: Vectors<'_, E>,
+    q: &[E],
     entry: Cand,
     ef: usize,
     level: usize,
@@ -206,7 +254,7 @@ fn search_layer(
                 if let Some(&next) = todo.get(i + 1) {
                     prefetch_all(v.get(next));
                 }
-                let s = dot(q, v.get(n));
+                let s = E::dot(q, v.get(n));
                 if results.len() < ef || s > worst {
                     let cand = Cand { sim: s, id: n };
                     candidates.push(cand);
@@ -226,14 +274,14 @@ fn search_layer(
 
 /// The paper's neighbour heuristic: walking `cands` best first, keep a candidate unless a
 /// kept one is closer to it than the base point is; at most `m`.
-fn select(v: Vectors<'_>, cands: &[Cand], m: usize) -> Vec<u32> {
+fn select<E: Elem>(v: Vectors<'_, E>, cands: &[Cand], m: usize) -> Vec<u32> {
     let mut kept: Vec<u32> = Vec::with_capacity(m);
     for c in cands {
         if kept.len() >= m {
             break;
         }
         let cv = v.get(c.id);
-        if kept.iter().all(|&r| dot(cv, v.get(r)) <= c.sim) {
+        if kept.iter().all(|&r| E::dot(cv, v.get(r)) <= c.sim) {
             kept.push(c.id);
         }
     }
@@ -256,8 +304,8 @@ fn level_of(i: u32, ml: f64) -> u8 {
 /// point's links touches one place in memory, as hnswlib lays them out; upper-level lists
 /// (a `1 / M` fraction of points) are vectors with a lock each. A list is read and changed
 /// only under its lock, and a search holds it while it scores that list's points (no copy).
-struct Building<'a> {
-    v: Vectors<'a>,
+struct Building<'a, E> {
+    v: Vectors<'a, E>,
     m: usize,
     m0: usize,
     ef_construction: usize,
@@ -306,7 +354,7 @@ impl Level0<'_> {
     }
 }
 
-impl Links for Building<'_> {
+impl<E: Elem> Links for Building<'_, E> {
     #[inline]
     fn with<R>(&self, node: u32, level: usize, f: impl FnOnce(&[u32]) -> R) -> R {
         if level == 0 {
@@ -320,7 +368,7 @@ impl Links for Building<'_> {
     }
 }
 
-impl Building<'_> {
+impl<E: Elem> Building<'_, E> {
     /// Sets the links of `node` on `level` to `links` (at most the level's capacity).
     fn set_links(&self, node: u32, level: usize, links: &[u32]) {
         if level == 0 {
@@ -360,12 +408,12 @@ impl Building<'_> {
             let mut cands: Vec<Cand> = l
                 .iter()
                 .map(|&x| Cand {
-                    sim: dot(nv, self.v.get(x)),
+                    sim: E::dot(nv, self.v.get(x)),
                     id: x,
                 })
                 .collect();
             cands.push(Cand {
-                sim: dot(nv, self.v.get(q)),
+                sim: E::dot(nv, self.v.get(q)),
                 id: q,
             });
             cands.sort_unstable_by(|a, b| b.cmp(a));
@@ -393,7 +441,7 @@ impl Building<'_> {
         let _grow = (level > top).then(|| self.grow.lock().expect("not poisoned"));
         let (entry, top) = *self.entry.read().expect("not poisoned");
         let mut cur = Cand {
-            sim: dot(qv, self.v.get(entry)),
+            sim: E::dot(qv, self.v.get(entry)),
             id: entry,
         };
         for lc in (level + 1..=top).rev() {
@@ -416,7 +464,7 @@ impl Building<'_> {
 }
 
 /// A built graph, frozen for search.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Hnsw {
     dim: usize,
     m: usize,
@@ -430,6 +478,21 @@ pub struct Hnsw {
     upper_start: Vec<u32>,
     /// Upper lists: `1 + m` words each, levels 1.. of a point one after the other.
     upper: Vec<u32>,
+    /// The vectors rounded to bfloat16, which the search walks where the processor has
+    /// bfloat16 dot products ([`Hnsw::build`], [`Hnsw::attach`]); not part of the bytes.
+    walk: Option<Vec<u16>>,
+}
+
+/// Graphs are equal when their links are ([`Hnsw::to_bytes`]): the bfloat16 copy of the
+/// vectors a search walks is not part of the graph.
+impl PartialEq for Hnsw {
+    fn eq(&self, o: &Self) -> bool {
+        (self.dim, self.m, self.entry, self.top) == (o.dim, o.m, o.entry, o.top)
+            && self.levels == o.levels
+            && self.base == o.base
+            && self.upper_start == o.upper_start
+            && self.upper == o.upper
+    }
 }
 
 impl Links for Hnsw {
@@ -442,9 +505,32 @@ impl Links for Hnsw {
 impl Hnsw {
     /// Builds the graph of `vectors` (row-major, `dim` each) with at most `m` links per
     /// point (`2 m` on level 0) and `ef_construction` candidates, in parallel.
+    ///
+    /// On processors with bfloat16 dot products (AVX512-BF16) similarities while building
+    /// and walking are those of the vectors rounded to bfloat16: each visited point reads
+    /// half the memory, the cost that dominates both. Search results are scored again on
+    /// the f32 vectors ([`Hnsw::search`]).
     pub fn build(vectors: &[f32], dim: usize, m: usize, ef_construction: usize) -> Hnsw {
-        let v = Vectors { data: vectors, dim };
-        let n = v.len();
+        if bf16_walk() {
+            let walk = to_bf16(vectors);
+            let mut g = Self::build_on(Vectors { data: &walk, dim }, m, ef_construction);
+            g.walk = Some(walk);
+            g
+        } else {
+            Self::build_on(Vectors { data: vectors, dim }, m, ef_construction)
+        }
+    }
+
+    /// Prepares a graph read from bytes ([`Hnsw::from_bytes`]) to search `vectors`, the ones
+    /// it was built on: their bfloat16 copy where the search walks one ([`Hnsw::build`]).
+    pub fn attach(&mut self, vectors: &[f32]) {
+        if bf16_walk() {
+            self.walk = Some(to_bf16(vectors));
+        }
+    }
+
+    fn build_on<E: Elem>(v: Vectors<'_, E>, m: usize, ef_construction: usize) -> Hnsw {
+        let (n, dim) = (v.len(), v.dim);
         let m = m.clamp(2, MAX_M);
         let m0 = 2 * m;
         let ml = 1.0 / (m as f64).ln();
@@ -503,6 +589,7 @@ impl Hnsw {
             base,
             upper_start,
             upper,
+            walk: None,
         }
     }
 
@@ -528,25 +615,41 @@ impl Hnsw {
     }
 
     /// The `k` points most similar to `query` found with `ef` candidates: (ordinal,
-    /// inner product), best first. `vectors` must be the ones the graph was built on.
+    /// inner product), best first. `vectors` must be the ones the graph was built on. Where
+    /// the graph walks bfloat16 copies ([`Hnsw::build`]), the `ef` found are scored again
+    /// on `vectors` (f32) before the `k` best are taken.
     pub fn search(&self, vectors: &[f32], query: &[f32], k: usize, ef: usize) -> Vec<(u32, f32)> {
         if self.is_empty() || k == 0 {
             return Vec::new();
         }
-        let v = Vectors {
-            data: vectors,
-            dim: self.dim,
+        let dim = self.dim;
+        let v = Vectors { data: vectors, dim };
+        let found = match &self.walk {
+            Some(walk) if walk.len() == vectors.len() => {
+                let mut q = vec![0u16; query.len()];
+                sift_simd::bf16::round_into(query, &mut q);
+                let mut found = self.walk(Vectors { data: walk, dim }, &q, ef.max(k));
+                for c in &mut found {
+                    c.sim = dot(query, v.get(c.id));
+                }
+                found.sort_unstable_by(|a, b| b.cmp(a));
+                found
+            }
+            _ => self.walk(v, query, ef.max(k)),
         };
+        found.into_iter().take(k).map(|c| (c.id, c.sim)).collect()
+    }
+
+    /// The greedy descent through the upper levels, then the `ef` best on level 0.
+    fn walk<E: Elem>(&self, v: Vectors<'_, E>, q: &[E], ef: usize) -> Vec<Cand> {
         let mut cur = Cand {
-            sim: dot(query, v.get(self.entry)),
+            sim: E::dot(q, v.get(self.entry)),
             id: self.entry,
         };
         for lc in (1..=self.top).rev() {
-            cur = greedy(self, v, query, cur, lc);
+            cur = greedy(self, v, q, cur, lc);
         }
-        let found = SCRATCH
-            .with(|sc| search_layer(self, v, query, cur, ef.max(k), 0, &mut sc.borrow_mut()));
-        found.into_iter().take(k).map(|c| (c.id, c.sim)).collect()
+        SCRATCH.with(|sc| search_layer(self, v, q, cur, ef, 0, &mut sc.borrow_mut()))
     }
 
     /// Points that no path of level-0 links reaches from the entry point (ascending); a
@@ -594,7 +697,7 @@ impl Hnsw {
     }
 
     /// Reads [`Hnsw::to_bytes`]'s output, checking every count and link, for `dim`-sized
-    /// vectors.
+    /// vectors ([`Hnsw::attach`] the vectors before searching).
     pub fn from_bytes(bytes: &[u8], dim: usize) -> std::result::Result<Hnsw, String> {
         let header = 8 + 7 * 4;
         if bytes.len() < header || &bytes[..8] != MAGIC {
@@ -648,6 +751,7 @@ impl Hnsw {
             base,
             upper_start,
             upper,
+            walk: None,
         };
         g.check()?;
         Ok(g)

@@ -343,6 +343,73 @@ impl PackedBf16 {
     }
 }
 
+/// Rounds `src` to bfloat16 bits into `dst` (to nearest, ties to even; `dst` may be longer:
+/// the rest is left as it is).
+pub fn round_into(src: &[f32], dst: &mut [u16]) {
+    round_row(src, dst)
+}
+
+/// Inner product of two equally long bfloat16 vectors (bits), accumulated in f32: AVX512-BF16
+/// `vdpbf16ps` with four accumulators where the processor has it, else each value widened
+/// to f32 (exact) and multiplied in the portable loop.
+pub fn dot(a: &[u16], b: &[u16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_dot_bf16() {
+        // SAFETY: AVX512-BF16 was detected.
+        return unsafe { dot_avx512bf16(a, b) };
+    }
+    let mut acc = [0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            acc[i] += bf16_to_f32(x[i]) * bf16_to_f32(y[i]);
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        sum += bf16_to_f32(*x) * bf16_to_f32(*y);
+    }
+    sum
+}
+
+/// # Safety
+/// The processor must have AVX512-BF16 (with AVX-512F and BW).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn dot_avx512bf16(a: &[u16], b: &[u16]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut i = 0;
+    // SAFETY: every load reads 32 values at i + 32 * j + 32 <= n.
+    unsafe {
+        let mut s = [_mm512_setzero_ps(); 4];
+        while i + 128 <= n {
+            for (j, acc) in s.iter_mut().enumerate() {
+                let o = i + 32 * j;
+                let x = as_bh(_mm512_loadu_si512(pa.add(o) as *const __m512i));
+                let y = as_bh(_mm512_loadu_si512(pb.add(o) as *const __m512i));
+                *acc = _mm512_dpbf16_ps(*acc, x, y);
+            }
+            i += 128;
+        }
+        while i + 32 <= n {
+            let x = as_bh(_mm512_loadu_si512(pa.add(i) as *const __m512i));
+            let y = as_bh(_mm512_loadu_si512(pb.add(i) as *const __m512i));
+            s[0] = _mm512_dpbf16_ps(s[0], x, y);
+            i += 32;
+        }
+        let v = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
+        let mut sum = _mm512_reduce_add_ps(v);
+        while i < n {
+            sum += bf16_to_f32(a[i]) * bf16_to_f32(b[i]);
+            i += 1;
+        }
+        sum
+    }
+}
+
 /// Rounds one row to bfloat16 (`dst` may be longer: the rest stays zero).
 fn round_row(src: &[f32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
@@ -778,6 +845,24 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn bf16_dot_matches_a_double_precision_sum_at_every_length() {
+        for n in [0usize, 1, 31, 32, 33, 127, 128, 129, 384, 1000] {
+            let a: Vec<u16> = values(n, 7).iter().map(|&v| f32_to_bf16(v)).collect();
+            let b: Vec<u16> = values(n, 8).iter().map(|&v| f32_to_bf16(v)).collect();
+            let want: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| bf16_to_f32(*x) as f64 * bf16_to_f32(*y) as f64)
+                .sum();
+            let got = dot(&a, &b) as f64;
+            assert!(
+                (got - want).abs() <= 1e-4 * (1.0 + n as f64).sqrt(),
+                "n {n}: {got} vs {want}"
+            );
         }
     }
 
