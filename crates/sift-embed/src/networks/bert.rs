@@ -82,7 +82,7 @@ pub struct Bert {
 
 impl Bert {
     /// Loads the weights (with or without a `bert.` / `<model_type>.` prefix; bfloat16 on
-    /// the CPU: see [`Packing`]).
+    /// the CPU: see `Packing` in `nn::linear`).
     pub fn load(vb: VarBuilder, cfg: &BertConfig) -> Result<Bert> {
         let (vb, pk) = Packing::split(vb);
         let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") {

@@ -256,7 +256,7 @@ pub struct Clip {
 }
 
 impl Clip {
-    /// Loads a `CLIPModel` checkpoint (bfloat16 on the CPU: see [`Packing`]).
+    /// Loads a `CLIPModel` checkpoint (bfloat16 on the CPU: see `Packing` in `nn::linear`).
     pub fn load(vb: VarBuilder, config: &ClipConfig) -> Result<Clip> {
         let (vb, pk) = Packing::split(vb);
         Ok(Clip {

@@ -160,7 +160,7 @@ const EPS: f64 = 1e-6;
 impl EvaVision {
     /// Loads the weights under `vb` (`patch_embed.*`, `cls_token`, `pos_embed`, `blocks.{i}.*`,
     /// `norm.*`, `head.*`).
-    /// bfloat16 on the CPU: see [`Packing`].
+    /// bfloat16 on the CPU: see `Packing` in `nn::linear`.
     pub fn load(vb: VarBuilder, cfg: &EvaConfig) -> Result<EvaVision> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let (vb, pk) = Packing::split(vb);

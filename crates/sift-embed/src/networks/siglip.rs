@@ -267,7 +267,7 @@ pub struct Siglip {
 }
 
 impl Siglip {
-    /// Loads a `SiglipModel` checkpoint (bfloat16 on the CPU: see [`Packing`]).
+    /// Loads a `SiglipModel` checkpoint (bfloat16 on the CPU: see `Packing` in `nn::linear`).
     pub fn load(vb: VarBuilder, config: &SiglipConfig) -> Result<Siglip> {
         let (vb, pk) = Packing::split(vb);
         Ok(Siglip {

@@ -211,7 +211,7 @@ impl XlmRoberta {
     /// Loads the weights under `vb` (`embeddings.*`, `emb_ln`, `encoder.layers.{i}.*`; `vb` is
     /// `XLMRobertaLoRA.roberta`) with the adapter of LoRA task index `task` merged in (`None`:
     /// the original weights, as `HFTextEncoder` runs without a default LoRA task).
-    /// bfloat16 on the CPU: see [`Packing`].
+    /// bfloat16 on the CPU: see `Packing` in `nn::linear`.
     pub fn load(vb: VarBuilder, cfg: &XlmRobertaConfig, task: Option<usize>) -> Result<XlmRoberta> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let (vb, pk) = Packing::split(vb);
