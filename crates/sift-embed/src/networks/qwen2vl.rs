@@ -588,7 +588,10 @@ impl TextModel {
             cfg.head_dim(),
         );
         // bfloat16 on the CPU: packed linear layers, f32 for the rest
-        let packed = ops::fused_cpu(vb.device()) && vb.dtype() == DType::BF16;
+        // (the weights themselves are loaded in bfloat16, not through `Packing::split`'s f32
+        // builder: a 7B decoder is not widened to f32 on the way)
+        let pk = Packing::new(vb.dtype(), vb.device());
+        let packed = pk.is_packed();
         let small = |t: Tensor| -> Result<Tensor> {
             if packed {
                 t.to_dtype(DType::F32)
@@ -651,11 +654,11 @@ impl TextModel {
                 input_norm: rms(l.pp("input_layernorm"))?,
                 qk_norm,
                 qkv,
-                o: Proj::load(&a.pp("o_proj"), hq * d, h, false, packed)?,
+                o: pk.load(&a.pp("o_proj"), hq * d, h, false)?,
                 post_norm: rms(l.pp("post_attention_layernorm"))?,
-                gate: Proj::load(&mlp.pp("gate_proj"), h, inter, false, packed)?,
-                up: Proj::load(&mlp.pp("up_proj"), h, inter, false, packed)?,
-                down: Proj::load(&mlp.pp("down_proj"), inter, h, false, packed)?,
+                gate: pk.load(&mlp.pp("gate_proj"), h, inter, false)?,
+                up: pk.load(&mlp.pp("up_proj"), h, inter, false)?,
+                down: pk.load(&mlp.pp("down_proj"), inter, h, false)?,
             });
         }
         Ok(TextModel {

@@ -91,12 +91,28 @@ pub struct Packing {
 }
 
 impl Packing {
+    /// The packing of a model loaded in `dtype` on `device`.
+    pub fn new(dtype: DType, device: &Device) -> Packing {
+        Packing {
+            packed: cpu_packs(dtype, device),
+        }
+    }
+
     /// The packing for `vb`'s dtype and device, and the builder the rest of the model loads
     /// from (f32 when packed).
     pub fn split(vb: VarBuilder) -> (VarBuilder, Packing) {
-        let packed = cpu_packs(vb.dtype(), vb.device());
-        let vb = if packed { vb.set_dtype(DType::F32) } else { vb };
-        (vb, Packing { packed })
+        let pk = Packing::new(vb.dtype(), vb.device());
+        let vb = if pk.packed {
+            vb.set_dtype(DType::F32)
+        } else {
+            vb
+        };
+        (vb, pk)
+    }
+
+    /// Whether linear layers are packed bfloat16 weights.
+    pub fn is_packed(self) -> bool {
+        self.packed
     }
 
     /// `l` as the model runs it.
@@ -114,12 +130,12 @@ impl Packing {
 
     /// Loads `weight` `(out, inp)` (and `bias`) as the model runs it.
     pub fn load(self, vb: &VarBuilder, inp: usize, out: usize, bias: bool) -> Result<Proj> {
-        Proj::load(vb, inp, out, bias, self.packed)
+        self.proj(load_linear(vb, inp, out, bias)?)
     }
 }
 
 /// Whether a model loaded in `dtype` on `device` packs its linear layers ([`Packing`]).
-pub fn cpu_packs(dtype: DType, device: &Device) -> bool {
+fn cpu_packs(dtype: DType, device: &Device) -> bool {
     dtype == DType::BF16 && fused_cpu(device)
 }
 
@@ -281,20 +297,6 @@ pub enum Proj {
 }
 
 impl Proj {
-    /// Loads `weight` `(out, inp)` (and `bias`): packed when `packed`.
-    pub fn load(vb: &VarBuilder, inp: usize, out: usize, bias: bool, packed: bool) -> Result<Proj> {
-        let l = load_linear(vb, inp, out, bias)?;
-        if packed {
-            Ok(Proj::Packed(Box::new(PackedLinear::new(
-                l.weight(),
-                l.bias(),
-                None,
-            )?)))
-        } else {
-            Ok(Proj::Dense(l))
-        }
-    }
-
     /// Output features.
     pub fn out_features(&self) -> usize {
         match self {

@@ -3,7 +3,6 @@
 pub use super::act::Act;
 pub(crate) use super::attention::{Attention, ScoreBias, Segment, padding_key_bias};
 pub use super::kernels::Kernels;
-pub(crate) use super::kernels::fused_cpu;
 pub(crate) use super::linear::{
     PackedLinear, Packing, Proj, activation_dtype, fuse_qkv, linear, linear_act, load_linear,
     scale_query_rows,

@@ -119,19 +119,27 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
                 // accumulates in place: its output tiles are loaded, added to and stored
                 // back; a partial one is summed from zero and added through a buffer
                 let whole = i + BLOCK_ROWS <= p.rows && (g + 2) * 16 <= p.cols;
-                let c = p.dst.0.add((p.r0 + i) * p.ld + p.col0 + g * 16);
-                let ldb = p.ld * 4;
+                // where the four output tiles C00 C01 / C10 C11 are loaded from and stored to:
+                // the block itself, or the buffers (their pointers only made for a whole
+                // block, which the output holds)
+                let (c, stride) = if whole {
+                    let c = p.dst.0.add((p.r0 + i) * p.ld + p.col0 + g * 16);
+                    let l = p.ld;
+                    ([c, c.add(16), c.add(16 * l), c.add(16 * l + 16)], l * 4)
+                } else {
+                    (acc.each_mut().map(|t| t.as_mut_ptr()), 64)
+                };
                 if whole {
                     std::arch::asm!(
                         "tileloadd tmm0, [{c0} + {s}*1]",
                         "tileloadd tmm1, [{c1} + {s}*1]",
                         "tileloadd tmm2, [{c2} + {s}*1]",
                         "tileloadd tmm3, [{c3} + {s}*1]",
-                        c0 = in(reg) c,
-                        c1 = in(reg) c.add(16),
-                        c2 = in(reg) c.add(16 * p.ld),
-                        c3 = in(reg) c.add(16 * p.ld + 16),
-                        s = in(reg) ldb,
+                        c0 = in(reg) c[0],
+                        c1 = in(reg) c[1],
+                        c2 = in(reg) c[2],
+                        c3 = in(reg) c[3],
+                        s = in(reg) stride,
                         options(nostack, readonly)
                     );
                 } else {
@@ -166,33 +174,21 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
                         options(nostack, readonly)
                     );
                 }
-                if whole {
-                    std::arch::asm!(
-                        "tilestored [{c0} + {s}*1], tmm0",
-                        "tilestored [{c1} + {s}*1], tmm1",
-                        "tilestored [{c2} + {s}*1], tmm2",
-                        "tilestored [{c3} + {s}*1], tmm3",
-                        c0 = in(reg) c,
-                        c1 = in(reg) c.add(16),
-                        c2 = in(reg) c.add(16 * p.ld),
-                        c3 = in(reg) c.add(16 * p.ld + 16),
-                        s = in(reg) ldb,
-                        options(nostack)
-                    );
-                    continue;
-                }
                 std::arch::asm!(
                     "tilestored [{c0} + {s}*1], tmm0",
                     "tilestored [{c1} + {s}*1], tmm1",
                     "tilestored [{c2} + {s}*1], tmm2",
                     "tilestored [{c3} + {s}*1], tmm3",
-                    c0 = in(reg) acc[0].as_mut_ptr(),
-                    c1 = in(reg) acc[1].as_mut_ptr(),
-                    c2 = in(reg) acc[2].as_mut_ptr(),
-                    c3 = in(reg) acc[3].as_mut_ptr(),
-                    s = in(reg) 64usize,
+                    c0 = in(reg) c[0],
+                    c1 = in(reg) c[1],
+                    c2 = in(reg) c[2],
+                    c3 = in(reg) c[3],
+                    s = in(reg) stride,
                     options(nostack)
                 );
+                if whole {
+                    continue;
+                }
                 // C00 C01 / C10 C11: rows i.., i + 16..; columns of groups g, g + 1
                 for (t, c) in acc.iter().enumerate() {
                     let (dr, group) = (16 * (t / 2), g + t % 2);
