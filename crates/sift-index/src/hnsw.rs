@@ -98,6 +98,8 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    /// The query rounded to bfloat16, for graphs that walk bfloat16 vectors.
+    static QUERY_BF16: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A stored vector element the graph computes similarities on: f32, or bfloat16 bits
@@ -626,9 +628,13 @@ impl Hnsw {
         let v = Vectors { data: vectors, dim };
         let found = match &self.walk {
             Some(walk) if walk.len() == vectors.len() => {
-                let mut q = vec![0u16; query.len()];
-                sift_simd::bf16::round_into(query, &mut q);
-                let mut found = self.walk(Vectors { data: walk, dim }, &q, ef.max(k));
+                let mut found = QUERY_BF16.with(|q| {
+                    let mut q = q.borrow_mut();
+                    q.clear();
+                    q.resize(query.len(), 0);
+                    sift_simd::bf16::round_into(query, &mut q);
+                    self.walk(Vectors { data: walk, dim }, &q, ef.max(k))
+                });
                 for c in &mut found {
                     c.sim = dot(query, v.get(c.id));
                 }
