@@ -33,12 +33,14 @@ enum Command {
     /// Evaluate a retriever on a task, or score an existing TREC run against qrels.
     Eval(cmd::eval::Args),
     /// Benchmarks: HNSW against exact search, embedding throughput, index build rates.
-    Bench(cmd::bench::Args),
+    #[command(subcommand)]
+    Bench(cmd::bench::Cmd),
     /// Embed texts, or images with a vision-language model, and write the vectors (JSONL or
     /// .npy).
     Embed(cmd::embed::Args),
     /// List, inspect and download embedding models.
-    Models(cmd::models::Args),
+    #[command(subcommand)]
+    Models(cmd::models::Cmd),
     /// Serve an index to search agents: JSON API, Serper, SerpAPI, readable pages and a
     /// Jina-compatible reader, OpenAI embeddings, MCP; every domain merged unless one is named.
     #[command(long_about = cmd::serve::LONG_ABOUT)]

@@ -166,9 +166,12 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
+/// A cell's text (`None` when null), or what is wrong with it.
+type CellResult = std::result::Result<Option<String>, String>;
+
 /// An id cell of a JSONL row: a string, or an integer written as one (`1e3` and `2.0` have
 /// several spellings of one value, so they cannot name a row unambiguously); `None` when null.
-fn json_id(name: &str, v: Value) -> std::result::Result<Option<String>, String> {
+fn json_id(name: &str, v: Value) -> CellResult {
     match v {
         Value::Null => Ok(None),
         Value::String(s) => Ok(Some(s)),
@@ -184,7 +187,7 @@ fn json_id(name: &str, v: Value) -> std::result::Result<Option<String>, String> 
 }
 
 /// A string cell of a JSONL row; `None` when null.
-fn json_string(name: &str, v: Value) -> std::result::Result<Option<String>, String> {
+fn json_string(name: &str, v: Value) -> CellResult {
     match v {
         Value::Null => Ok(None),
         Value::String(s) => Ok(Some(s)),
@@ -196,7 +199,7 @@ fn json_string(name: &str, v: Value) -> std::result::Result<Option<String>, Stri
 }
 
 /// An id cell of a Parquet row: a string or an integer; `None` when null.
-fn parquet_id(name: &str, f: &Field) -> std::result::Result<Option<String>, String> {
+fn parquet_id(name: &str, f: &Field) -> CellResult {
     Ok(Some(match f {
         Field::Null => return Ok(None),
         Field::Str(s) => s.clone(),
@@ -330,33 +333,19 @@ fn json_row(file: &KbFile, line: u64, text: &str) -> Result<KbRow> {
         };
         file.error(line, format!("{what}: {e}"))
     })?;
-    let err = |m: String| file.error(line, m);
-    let id = match parsed
-        .id
-        .map(|v| json_id("id", v))
-        .transpose()
-        .map_err(err)?
-    {
-        Some(Some(id)) => Some(id),
-        _ => parsed
-            .qid
-            .map(|v| json_id("qid", v))
+    // a cell parsed by `parse`: `None` when absent or null
+    let cell = |name: &str, v: Option<Value>, parse: fn(&str, Value) -> CellResult| {
+        v.map(|v| parse(name, v))
             .transpose()
-            .map_err(err)?
-            .flatten(),
+            .map(Option::flatten)
+            .map_err(|m| file.error(line, m))
     };
-    let text = parsed
-        .text
-        .map(|v| json_string("text", v))
-        .transpose()
-        .map_err(err)?
-        .flatten();
-    let image = parsed
-        .image_path
-        .map(|v| json_string("image_path", v))
-        .transpose()
-        .map_err(err)?
-        .flatten();
+    let id = match cell("id", parsed.id, json_id)? {
+        Some(id) => Some(id),
+        None => cell("qid", parsed.qid, json_id)?,
+    };
+    let text = cell("text", parsed.text, json_string)?;
+    let image = cell("image_path", parsed.image_path, json_string)?;
     let Some(id) = id else {
         let hint = if parsed.beir_id.is_some() {
             " (it has \"_id\": a BEIR corpus.jsonl? give its directory as the corpus)"

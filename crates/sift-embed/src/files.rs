@@ -487,8 +487,31 @@ impl SafetensorsFiles {
         }
         Ok(SafetensorsFiles { files, tensors })
     }
+}
 
-    fn read(
+impl candle_nn::var_builder::SimpleBackend for SafetensorsFiles {
+    fn get(
+        &self,
+        s: candle_core::Shape,
+        name: &str,
+        _: candle_nn::Init,
+        dtype: candle_core::DType,
+        dev: &candle_core::Device,
+    ) -> candle_core::Result<candle_core::Tensor> {
+        if let Some(e) = self.tensors.get(name)
+            && e.shape != s.dims()
+        {
+            return Err(candle_core::Error::UnexpectedShape {
+                msg: format!("shape mismatch for {name}"),
+                expected: s,
+                got: e.shape.clone().into(),
+            }
+            .bt());
+        }
+        self.get_unchecked(name, dtype, dev)
+    }
+
+    fn get_unchecked(
         &self,
         name: &str,
         dtype: candle_core::DType,
@@ -514,38 +537,6 @@ impl SafetensorsFiles {
         )?;
         drop(bytes);
         t.to_dtype(dtype)?.to_device(dev)
-    }
-}
-
-impl candle_nn::var_builder::SimpleBackend for SafetensorsFiles {
-    fn get(
-        &self,
-        s: candle_core::Shape,
-        name: &str,
-        _: candle_nn::Init,
-        dtype: candle_core::DType,
-        dev: &candle_core::Device,
-    ) -> candle_core::Result<candle_core::Tensor> {
-        if let Some(e) = self.tensors.get(name)
-            && e.shape != s.dims()
-        {
-            return Err(candle_core::Error::UnexpectedShape {
-                msg: format!("shape mismatch for {name}"),
-                expected: s,
-                got: e.shape.clone().into(),
-            }
-            .bt());
-        }
-        self.read(name, dtype, dev)
-    }
-
-    fn get_unchecked(
-        &self,
-        name: &str,
-        dtype: candle_core::DType,
-        dev: &candle_core::Device,
-    ) -> candle_core::Result<candle_core::Tensor> {
-        self.read(name, dtype, dev)
     }
 
     fn contains_tensor(&self, name: &str) -> bool {

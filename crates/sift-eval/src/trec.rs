@@ -44,23 +44,28 @@ fn for_each_line(path: &Path, mut f: impl FnMut(u64, &str) -> Result<()>) -> Res
     }
 }
 
+/// The whitespace-separated fields of `text`, line `line` of `path`: as many as `names`
+/// names, else an error naming them.
+fn fields<'t>(path: &Path, line: u64, text: &'t str, names: &str) -> Result<Vec<&'t str>> {
+    let f: Vec<&str> = text.split_whitespace().collect();
+    let want = names.split(' ').count();
+    if f.len() != want {
+        return Err(Error::line(
+            path,
+            line,
+            format!("expected {want} fields ({names}), found {}", f.len()),
+        ));
+    }
+    Ok(f)
+}
+
 /// Reads a TREC run. The rank column is ignored (as trec_eval ignores it); a document listed
 /// twice for the same query is an error.
 pub fn read_run(path: &Path) -> Result<Run> {
     let mut run = Run::new();
     let mut seen: HashMap<(String, String), u64> = HashMap::new();
     for_each_line(path, |line, text| {
-        let f: Vec<&str> = text.split_whitespace().collect();
-        if f.len() != 6 {
-            return Err(Error::line(
-                path,
-                line,
-                format!(
-                    "expected 6 fields (qid Q0 docid rank score tag), found {}",
-                    f.len()
-                ),
-            ));
-        }
+        let f = fields(path, line, text, "qid Q0 docid rank score tag")?;
         let score: f64 = f[4]
             .parse()
             .map_err(|_| Error::line(path, line, format!("bad score {:?}", f[4])))?;
@@ -92,13 +97,18 @@ pub fn read_run(path: &Path) -> Result<Run> {
         });
         Ok(())
     })?;
-    if run.is_empty() {
+    non_empty(run, path, "run entries")
+}
+
+/// `map`, or [`Error::Empty`] naming `path` when it holds nothing.
+fn non_empty<K, V>(map: BTreeMap<K, V>, path: &Path, what: &'static str) -> Result<BTreeMap<K, V>> {
+    if map.is_empty() {
         return Err(Error::Empty {
             path: path.to_path_buf(),
-            what: "run entries",
+            what,
         });
     }
-    Ok(run)
+    Ok(map)
 }
 
 /// Reads TREC qrels (`qid iter docid grade`; a tab-separated BEIR file, `query-id
@@ -149,27 +159,14 @@ pub fn read_qrels(path: &Path, warnings: &mut Warnings) -> Result<Qrels> {
         }
         Ok(())
     })?;
-    if qrels.is_empty() {
-        return Err(Error::Empty {
-            path: path.to_path_buf(),
-            what: "judgements",
-        });
-    }
-    Ok(qrels)
+    non_empty(qrels, path, "judgements")
 }
 
 /// Reads an exclusion list: lines `qid docid`.
 pub fn read_exclusions(path: &Path) -> Result<Exclusions> {
     let mut out = Exclusions::new();
     for_each_line(path, |line, text| {
-        let f: Vec<&str> = text.split_whitespace().collect();
-        if f.len() != 2 {
-            return Err(Error::line(
-                path,
-                line,
-                format!("expected 2 fields (qid docid), found {}", f.len()),
-            ));
-        }
+        let f = fields(path, line, text, "qid docid")?;
         out.entry(f[0].to_string())
             .or_default()
             .insert(f[1].to_string());

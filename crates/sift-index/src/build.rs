@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::analyzer::AnalyzerConfig;
 use crate::bm25::{self, Bm25Params};
 use crate::dir::{IndexDir, remove_stale_generations};
-use crate::embedding::{DenseBuild, build_dense, build_images, counts};
+use crate::embedding::{DenseBuild, Target, build_dense, counts};
 use crate::manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, Manifest, sync_dir};
 use crate::paths::{self, GEN_PREFIX};
 use crate::progress::Progress;
@@ -315,9 +315,14 @@ fn write_generation(
         let mut dense = BTreeMap::new();
         for build in plan.dense {
             let todo = counts(&domains, &plan.dense_domains);
-            let mut info = build_dense(root, &gen_dir, source, &todo, build, progress)?;
-            info.images = build_images(root, &gen_dir, source, &todo, build, progress)?;
-            dense.insert(build.slug.clone(), info);
+            let target = Target {
+                root,
+                gen_dir: &gen_dir,
+                source,
+                domains: &todo,
+                progress,
+            };
+            dense.insert(build.slug.clone(), build_dense(target, build)?);
         }
         if let Some(old) = old {
             link_kept_dense(root, old, &gen_dir, plan, &mut dense)?;

@@ -16,18 +16,23 @@ use crate::{Error, Result};
 /// An error of an embedder, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Turns passages into unit vectors for a dense index.
-pub trait PassageEmbedder: Sync {
-    /// What can go wrong embedding.
-    type Error: std::error::Error + Send + Sync + 'static;
+/// What names the vectors of an embedder (either side): shared by [`PassageEmbedder`] and
+/// [`ImageEmbedder`].
+pub trait EmbedderInfo: Sync {
     /// Model name recorded in the manifest.
     fn name(&self) -> &str;
     /// Vector dimension.
     fn dim(&self) -> usize;
-    /// Everything that determines the vectors besides the text (the model's weights and
+    /// Everything that determines the vectors besides the input (the model's weights and
     /// files, prefix, pooling, maximum length, dtype, device kind): the embedding cache is
     /// keyed by it, so it must change whenever a vector could.
     fn fingerprint(&self) -> String;
+}
+
+/// Turns passages into unit vectors for a dense index.
+pub trait PassageEmbedder: EmbedderInfo {
+    /// What can go wrong embedding.
+    type Error: std::error::Error + Send + Sync + 'static;
     /// A hash of the model's files alone (weights, tokenizer, configs), recorded in the
     /// manifest so that a search can check it loads the same model; empty when unknown.
     fn model_hash(&self) -> String {
@@ -44,19 +49,13 @@ pub trait PassageEmbedder: Sync {
 
 /// Turns encoded images into unit vectors for an image index, in two stages so that the
 /// build can decode and preprocess the next batch while the model embeds the current one.
-pub trait ImageEmbedder: Sync {
+pub trait ImageEmbedder: EmbedderInfo {
     /// An image decoded and preprocessed for the model.
     type Prepared: Send + 'static;
     /// Why an image cannot be prepared (it is counted and skipped).
     type PrepareError: std::error::Error + Send + Sync + 'static;
     /// What can go wrong embedding prepared images (the build stops).
     type Error: std::error::Error + Send + Sync + 'static;
-    /// Model name recorded in the manifest.
-    fn name(&self) -> &str;
-    /// Vector dimension.
-    fn dim(&self) -> usize;
-    /// Everything besides the image bytes that determines the vectors (the cache key).
-    fn fingerprint(&self) -> String;
     /// Decodes and preprocesses encoded images: the model input of each, or why it cannot
     /// be embedded.
     fn prepare(
@@ -72,25 +71,13 @@ pub trait ImageEmbedder: Sync {
 
 /// [`PassageEmbedder`] with its error type erased, so that builds of different embedders
 /// fit in one list.
-trait DynPassageEmbedder: Sync {
-    fn name(&self) -> &str;
-    fn dim(&self) -> usize;
-    fn fingerprint(&self) -> String;
+trait DynPassageEmbedder: EmbedderInfo {
     fn model_hash(&self) -> String;
     fn profile(&self) -> Option<String>;
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, BoxError>;
 }
 
 impl<E: PassageEmbedder> DynPassageEmbedder for E {
-    fn name(&self) -> &str {
-        PassageEmbedder::name(self)
-    }
-    fn dim(&self) -> usize {
-        PassageEmbedder::dim(self)
-    }
-    fn fingerprint(&self) -> String {
-        PassageEmbedder::fingerprint(self)
-    }
     fn model_hash(&self) -> String {
         PassageEmbedder::model_hash(self)
     }
@@ -105,24 +92,12 @@ impl<E: PassageEmbedder> DynPassageEmbedder for E {
 type Erased = Box<dyn Any + Send>;
 
 /// [`ImageEmbedder`] with its associated types erased.
-trait DynImageEmbedder: Sync {
-    fn name(&self) -> &str;
-    fn dim(&self) -> usize;
-    fn fingerprint(&self) -> String;
+trait DynImageEmbedder: EmbedderInfo {
     fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Erased, String>>;
     fn embed_prepared(&self, images: Vec<Erased>) -> std::result::Result<Vec<Vec<f32>>, BoxError>;
 }
 
 impl<E: ImageEmbedder> DynImageEmbedder for E {
-    fn name(&self) -> &str {
-        ImageEmbedder::name(self)
-    }
-    fn dim(&self) -> usize {
-        ImageEmbedder::dim(self)
-    }
-    fn fingerprint(&self) -> String {
-        ImageEmbedder::fingerprint(self)
-    }
     fn prepare(&self, images: &[&[u8]]) -> Vec<std::result::Result<Erased, String>> {
         ImageEmbedder::prepare(self, images)
             .into_iter()
@@ -203,31 +178,45 @@ impl<'a> DenseBuild<'a> {
     }
 }
 
-/// Embeds every passage of `domains` (through the cache) and writes vectors, ids and graphs
-/// into the generation `gen_dir`.
-pub(crate) fn build_dense(
-    root: &Path,
-    gen_dir: &Path,
-    source: &dyn PassageSource,
-    domains: &[(String, u64)],
-    build: &DenseBuild<'_>,
-    progress: &dyn Progress,
-) -> Result<DenseInfo> {
+/// What a dense build reads and where it writes: the index `root` (its embedding cache),
+/// the generation `gen_dir` being written, the corpus and the `domains` to embed (with their
+/// passage counts).
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub root: &'a Path,
+    pub gen_dir: &'a Path,
+    pub source: &'a dyn PassageSource,
+    pub domains: &'a [(String, u64)],
+    pub progress: &'a dyn Progress,
+}
+
+/// Builds the dense index `build` of `target`: its passages' vectors and graphs and, for a
+/// model with an image side, its image index.
+pub(crate) fn build_dense(target: Target<'_>, build: &DenseBuild<'_>) -> Result<DenseInfo> {
+    let mut info = build_passages(target, build)?;
+    info.images = build_images(target, build)?;
+    Ok(info)
+}
+
+/// Embeds every passage of the target's domains (through the cache) and writes vectors, ids
+/// and graphs into its generation.
+fn build_passages(t: Target<'_>, build: &DenseBuild<'_>) -> Result<DenseInfo> {
     let embedder = build.passages;
     let dim = embedder.dim();
     let fingerprint = embedder.fingerprint();
-    let mut cache = EmbedCache::open(&paths::text_cache(root, &build.slug), &fingerprint, dim)?;
+    let mut cache = EmbedCache::open(&paths::text_cache(t.root, &build.slug), &fingerprint, dim)?;
     let (mut embedded, mut cached) = (0u64, 0u64);
     let output_err = |message: String| Error::EmbedOutput {
         model: embedder.name().to_string(),
         message,
     };
     const CHUNK: usize = 512;
-    for (domain, count) in domains {
+    for (domain, count) in t.domains {
         let mut vectors: Vec<f32> = Vec::with_capacity(*count as usize * dim);
         let mut ids: Vec<String> = Vec::with_capacity(*count as usize);
-        progress.start(&format!("{domain} {}", build.slug), Some(*count));
-        let mut passages = source.passages(domain)?;
+        t.progress
+            .start(&format!("{domain} {}", build.slug), Some(*count));
+        let mut passages = t.source.passages(domain)?;
         loop {
             let chunk: Vec<sift_core::Passage> = passages
                 .by_ref()
@@ -269,16 +258,16 @@ pub(crate) fn build_dense(
             cache.insert(&entries)?;
             embedded += fresh.len() as u64;
             cached += (chunk.len() - fresh.len()) as u64;
-            progress.inc(chunk.len() as u64);
+            t.progress.inc(chunk.len() as u64);
             for (key, p) in keys.iter().zip(chunk) {
                 vectors.extend(cache.get(*key).expect("inserted above"));
                 ids.push(p.id);
             }
         }
-        progress.finish();
+        t.progress.finish();
         if ids.len() as u64 != *count {
             return Err(Error::Corrupt {
-                path: source.location(domain),
+                path: t.source.location(domain),
                 message: format!(
                     "domain {domain}: {} passages embedded but {count} indexed (passages changed during the build?)",
                     ids.len()
@@ -286,12 +275,12 @@ pub(crate) fn build_dense(
             });
         }
         write_graph(
-            &paths::dense(gen_dir, &build.slug, domain),
+            &paths::dense(t.gen_dir, &build.slug, domain),
             &format!("{domain} hnsw"),
             embedder.name(),
             (dim, &vectors, &ids),
             build,
-            progress,
+            t.progress,
         )?;
     }
     Ok(DenseInfo {
@@ -373,22 +362,16 @@ fn read_ahead(
 /// Images read and prepared per chunk.
 const IMAGE_CHUNK: usize = 64;
 
-/// Embeds the images of `domains` (through the cache; images that cannot be prepared are
-/// counted and skipped) and writes their vectors, ids and graphs into `gen_dir`.
-pub(crate) fn build_images(
-    root: &Path,
-    gen_dir: &Path,
-    source: &dyn PassageSource,
-    domains: &[(String, u64)],
-    build: &DenseBuild<'_>,
-    progress: &dyn Progress,
-) -> Result<Option<ImageIndexInfo>> {
+/// Embeds the images of the target's domains (through the cache; images that cannot be
+/// prepared are counted and skipped) and writes their vectors, ids and graphs into its
+/// generation.
+fn build_images(t: Target<'_>, build: &DenseBuild<'_>) -> Result<Option<ImageIndexInfo>> {
     let Some(embedder) = build.images else {
         return Ok(None);
     };
     let dim = embedder.dim();
     let fingerprint = embedder.fingerprint();
-    let mut cache = EmbedCache::open(&paths::image_cache(root, &build.slug), &fingerprint, dim)?;
+    let mut cache = EmbedCache::open(&paths::image_cache(t.root, &build.slug), &fingerprint, dim)?;
     let mut info = ImageIndexInfo {
         fingerprint: fingerprint.clone(),
         cache_rejected: cache.rejected(),
@@ -398,12 +381,13 @@ pub(crate) fn build_images(
         model: embedder.name().to_string(),
         message,
     };
-    for (domain, _) in domains {
-        progress.start(&format!("{domain} {} images", build.slug), None);
+    for (domain, _) in t.domains {
+        t.progress
+            .start(&format!("{domain} {} images", build.slug), None);
         let mut ids: Vec<String> = Vec::new();
         let mut vectors: Vec<f32> = Vec::new();
         let mut skipped = 0u64;
-        let mut images = source.images(domain)?;
+        let mut images = t.source.images(domain)?;
         // a reader thread decodes and preprocesses chunk i + 1 while the model runs on chunk i
         std::thread::scope(|scope| -> Result<()> {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Prepared>>(1);
@@ -480,18 +464,18 @@ pub(crate) fn build_images(
                     ids.push(r.path.clone());
                 }
                 info.cached += (p.records.len() - bad.len() - fresh.len()) as u64;
-                progress.inc(p.records.len() as u64);
+                t.progress.inc(p.records.len() as u64);
             }
             Ok(())
         })?;
-        progress.finish();
+        t.progress.finish();
         write_graph(
-            &paths::images(gen_dir, &build.slug, domain),
+            &paths::images(t.gen_dir, &build.slug, domain),
             &format!("{domain} image hnsw"),
             embedder.name(),
             (dim, &vectors, &ids),
             build,
-            progress,
+            t.progress,
         )?;
         info.images.insert(domain.clone(), ids.len() as u64);
         if skipped > 0 {

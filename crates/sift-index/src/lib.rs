@@ -56,7 +56,7 @@ pub use dense::{
     AnnMode, DenseDomain, DenseMeta, HnswParams, VectorDtype, dot, write as write_dense,
 };
 pub use dir::IndexDir;
-pub use embedding::{BoxError, DenseBuild, ImageEmbedder, PassageEmbedder};
+pub use embedding::{BoxError, DenseBuild, EmbedderInfo, ImageEmbedder, PassageEmbedder};
 pub use error::{Error, Result};
 pub use hnsw::Hnsw;
 pub use manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, ImageIndexInfo, Manifest};

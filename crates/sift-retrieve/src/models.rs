@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use sift_embed::{Embedder, EmbedderOptions, Input, PreparedImage, PreprocessError, Profile, Role};
-use sift_index::{DenseBuild, ImageEmbedder, IndexDir, PassageEmbedder};
+use sift_index::{DenseBuild, EmbedderInfo, ImageEmbedder, IndexDir, PassageEmbedder};
 
 use crate::spec::RetrieverSpec;
 use crate::{Error, Result};
@@ -31,79 +31,81 @@ pub fn safe_name(name: &str) -> String {
         .collect()
 }
 
-/// The passage side of an embedder, for [`DenseBuild`]: passages embedded with the passage
-/// role (prefix, prompt).
-pub struct PassageSide<'a>(pub &'a Embedder);
+/// One side of an embedder for [`DenseBuild`]: its passages (embedded with the passage
+/// role: prefix, prompt) or its images.
+pub struct Side<'a> {
+    embedder: &'a Embedder,
+    input: Input,
+}
 
-impl PassageEmbedder for PassageSide<'_> {
-    type Error = sift_embed::Error;
+impl<'a> Side<'a> {
+    /// The passage side of `embedder`.
+    pub fn passages(embedder: &'a Embedder) -> Side<'a> {
+        Side {
+            embedder,
+            input: Input::Text(Role::Passage),
+        }
+    }
+
+    /// The image side of `embedder`, if it embeds images.
+    pub fn images(embedder: &'a Embedder) -> Option<Side<'a>> {
+        embedder.capabilities().images.then_some(Side {
+            embedder,
+            input: Input::Image,
+        })
+    }
+}
+
+impl EmbedderInfo for Side<'_> {
     fn name(&self) -> &str {
-        self.0.name()
+        self.embedder.name()
     }
     fn dim(&self) -> usize {
-        self.0.dim()
+        self.embedder.dim()
     }
     fn fingerprint(&self) -> String {
-        self.0.fingerprint(Input::Text(Role::Passage))
+        self.embedder.fingerprint(self.input)
     }
+}
+
+impl PassageEmbedder for Side<'_> {
+    type Error = sift_embed::Error;
     fn model_hash(&self) -> String {
-        self.0.content_hash().to_string()
+        self.embedder.content_hash().to_string()
     }
     fn profile(&self) -> Option<String> {
         // both reference profiles make the same vectors: the index records "reference"
-        let p = self.0.profile().vectors();
+        let p = self.embedder.profile().vectors();
         (p != Profile::Default).then(|| p.name().to_string())
     }
     fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, sift_embed::Error> {
-        self.0.embed_texts(texts, Role::Passage)
+        self.embedder.embed_texts(texts, Role::Passage)
     }
 }
 
-/// The image side of an embedder that embeds images, for [`DenseBuild::with_images`].
-pub struct ImageSide<'a>(&'a Embedder);
-
-impl<'a> ImageSide<'a> {
-    /// The image side of `embedder`, if it embeds images.
-    pub fn of(embedder: &'a Embedder) -> Option<ImageSide<'a>> {
-        embedder
-            .capabilities()
-            .images
-            .then_some(ImageSide(embedder))
-    }
-}
-
-impl ImageEmbedder for ImageSide<'_> {
+impl ImageEmbedder for Side<'_> {
     type Prepared = PreparedImage;
     type PrepareError = PreprocessError;
     type Error = sift_embed::Error;
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn dim(&self) -> usize {
-        self.0.dim()
-    }
-    fn fingerprint(&self) -> String {
-        self.0.fingerprint(Input::Image)
-    }
     fn prepare(
         &self,
         images: &[&[u8]],
     ) -> Vec<std::result::Result<PreparedImage, PreprocessError>> {
-        self.0.prepare_images(images)
+        self.embedder.prepare_images(images)
     }
     fn embed_prepared(
         &self,
         images: &[PreparedImage],
     ) -> std::result::Result<Vec<Vec<f32>>, sift_embed::Error> {
-        self.0.embed_images(images)
+        self.embedder.embed_images(images)
     }
 }
 
 /// The sides of one embedder an index build needs; [`Sides::dense_build`] describes its
 /// dense index.
 pub struct Sides<'a> {
-    passages: PassageSide<'a>,
-    images: Option<ImageSide<'a>>,
+    passages: Side<'a>,
+    images: Option<Side<'a>>,
 }
 
 /// What a dense index holds of a model that embeds images.
@@ -120,8 +122,8 @@ impl<'a> Sides<'a> {
     /// its image side.
     pub fn new(embedder: &'a Embedder, indexed: Indexed) -> Sides<'a> {
         Sides {
-            passages: PassageSide(embedder),
-            images: ImageSide::of(embedder).filter(|_| indexed == Indexed::PassagesAndImages),
+            passages: Side::passages(embedder),
+            images: Side::images(embedder).filter(|_| indexed == Indexed::PassagesAndImages),
         }
     }
 

@@ -194,7 +194,7 @@ fn count(min: u64) -> Value {
 
 /// Serper's query, as GET parameters.
 fn serper_params(first: Value) -> Value {
-    json!([
+    let mut params = vec![
         first,
         query_param("num", false, count(1), "Results per page (default 10)"),
         query_param("page", false, count(1), "1-based page"),
@@ -205,63 +205,61 @@ fn serper_params(first: Value) -> Value {
             "tbs",
             false,
             text(),
-            "Time filter (echoed; passages have no dates)"
+            "Time filter (echoed; passages have no dates)",
         ),
+    ];
+    params.extend(domain_and_key());
+    Value::Array(params)
+}
+
+/// The parameters every search API of the service ends with.
+fn domain_and_key() -> [Value; 2] {
+    [
         query_param(
             "domain",
             false,
             text(),
-            "Domain (default: every domain served)"
+            "Domain (default: every domain served)",
         ),
         query_param(
             "api_key",
             false,
             text(),
-            "API key (checked with --api-key, else ignored)"
+            "API key (checked with --api-key, else ignored)",
         ),
-    ])
+    ]
 }
 
 /// SerpAPI's query parameters.
 fn serpapi_params() -> Value {
-    json!([
+    let mut params = vec![
         query_param(
             "engine",
             false,
             json!({"type": "string"}),
-            "google (default: passages), google_images or google_lens; others are answered {\"error\"} (400)"
+            "google (default: passages), google_images or google_lens; others are answered {\"error\"} (400)",
         ),
         query_param("q", false, text(), "Query text (google, google_images)"),
         query_param(
             "url",
             false,
             text(),
-            "Image URL (google_lens): a link of this service, a data: URL or base64"
+            "Image URL (google_lens): a link of this service, a data: URL or base64",
         ),
         query_param(
             "num",
             false,
             count(0),
-            "Results (default 10; 100 for images)"
+            "Results (default 10; 100 for images)",
         ),
         query_param("start", false, count(0), "Results to skip"),
         query_param("ijn", false, count(0), "Page of images (google_images)"),
         query_param("gl", false, text(), "Country (echoed)"),
         query_param("hl", false, text(), "Language (echoed)"),
         query_param("location", false, text(), "Location (echoed)"),
-        query_param(
-            "domain",
-            false,
-            text(),
-            "Domain (default: every domain served)"
-        ),
-        query_param(
-            "api_key",
-            false,
-            text(),
-            "API key (checked with --api-key, else ignored)"
-        ),
-    ])
+    ];
+    params.extend(domain_and_key());
+    Value::Array(params)
 }
 
 /// The paths.

@@ -147,28 +147,27 @@ fn alt_text(s: &str) -> String {
 
 /// The page as Markdown.
 pub fn markdown(page: &Page, base: &str) -> String {
-    let mut out = format!("# {}\n\n", page.id);
-    for p in paragraphs(&page.text) {
-        out.push_str(p);
-        out.push_str("\n\n");
-    }
-    for (alt, url) in image_links(page, base) {
-        out.push_str(&format!("![{}]({url})\n\n", alt_text(&alt)));
-    }
-    out.truncate(out.trim_end().len());
-    out.push('\n');
-    out
+    plain(page, base, format!("# {}", page.id), |alt, url| {
+        format!("![{}]({url})\n\n", alt_text(alt))
+    })
 }
 
 /// The page as plain text: title, text, then the image URLs.
 pub fn text(page: &Page, base: &str) -> String {
-    let mut out = format!("{}\n\n", page.id);
+    plain(page, base, page.id.clone(), |alt, url| {
+        format!("{alt} {url}\n")
+    })
+}
+
+/// `title`, the paragraphs, then one `image(alt, url)` each; ends with one newline.
+fn plain(page: &Page, base: &str, title: String, image: impl Fn(&str, &str) -> String) -> String {
+    let mut out = title + "\n\n";
     for p in paragraphs(&page.text) {
         out.push_str(p);
         out.push_str("\n\n");
     }
     for (alt, url) in image_links(page, base) {
-        out.push_str(&format!("{alt} {url}\n"));
+        out.push_str(&image(&alt, &url));
     }
     out.truncate(out.trim_end().len());
     out.push('\n');

@@ -12,15 +12,8 @@ use sift_index::{AnnMode, IndexDir};
 use crate::models::ModelFlags;
 use crate::options::split_list;
 
-/// Measure search speed and quality of an index.
-#[derive(clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    command: Cmd,
-}
-
 #[derive(Subcommand)]
-enum Cmd {
+pub enum Cmd {
     /// HNSW against exact search on a dense index: recall@k and queries/s for each
     /// ef_search, with the corpus's queries (the recall/QPS curve).
     Search(SearchArgs),
@@ -37,7 +30,7 @@ enum Cmd {
 #[derive(clap::Args)]
 #[command(after_help = "Example:\n  \
 sift bench index --corpus ../shared/data/cranfield --index target/cranfield --dense minilm --json")]
-struct IndexArgs {
+pub struct IndexArgs {
     /// Corpus to index with BM25.
     #[arg(long)]
     corpus: PathBuf,
@@ -68,7 +61,7 @@ struct IndexArgs {
 #[command(after_help = "Examples:\n  \
 sift bench embed --model models/local/all-MiniLM-L6-v2 --batch-size 16,32,64 --json\n  \
 sift bench embed --model openai/clip-vit-base-patch32 --modality image --input figures/")]
-struct EmbedArgs {
+pub struct EmbedArgs {
     /// Model: a directory in Hugging Face layout, or a hub id / registry alias.
     #[arg(long)]
     model: String,
@@ -108,7 +101,7 @@ enum Modality {
 }
 
 #[derive(clap::Args)]
-struct SearchArgs {
+pub struct SearchArgs {
     /// Index directory.
     #[arg(long)]
     index: PathBuf,
@@ -137,8 +130,8 @@ struct SearchArgs {
     json: bool,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    match a.command {
+pub fn run(cmd: Cmd) -> Result<()> {
+    match cmd {
         Cmd::Search(s) => search(s),
         Cmd::Embed(e) => embed(e),
         Cmd::Index(i) => bench_index(i),

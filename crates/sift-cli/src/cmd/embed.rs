@@ -50,6 +50,16 @@ pub struct Args {
     quiet: bool,
 }
 
+/// `bytes` as text, or an error naming `place` (a file, or a file and line) and the byte.
+fn utf8(bytes: Vec<u8>, place: impl std::fmt::Display) -> Result<String> {
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{place}: invalid UTF-8 at byte {}",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
 pub(crate) fn read_inputs(path: &std::path::Path) -> Result<Vec<(String, String)>> {
     let reader = BufReader::new(sift_core::open_regular_file(path)?);
     let mut out = Vec::new();
@@ -60,13 +70,7 @@ pub(crate) fn read_inputs(path: &std::path::Path) -> Result<Vec<(String, String)
         if n == 1 && line.starts_with(sift_core::UTF8_BOM) {
             line.drain(..sift_core::UTF8_BOM.len());
         }
-        let text = String::from_utf8(line).map_err(|e| {
-            anyhow::anyhow!(
-                "{}:{n}: invalid UTF-8 at byte {}",
-                path.display(),
-                e.utf8_error().valid_up_to()
-            )
-        })?;
+        let text = utf8(line, format_args!("{}:{n}", path.display()))?;
         let text = text.trim_end_matches('\r');
         if text.trim().is_empty() {
             continue;
@@ -181,13 +185,7 @@ pub(crate) fn image_inputs(input: &PathBuf) -> Result<Vec<(String, PathBuf)>> {
     }
     let base = input.parent().map(PathBuf::from).unwrap_or_default();
     let bytes = sift_core::read_regular_file(input, 1 << 30)?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: invalid UTF-8 at byte {}",
-            input.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })?;
+    let text = utf8(bytes, input.display())?;
     let mut out = Vec::new();
     let mut lines: HashMap<String, usize> = HashMap::new();
     for (i, line) in text.lines().enumerate() {

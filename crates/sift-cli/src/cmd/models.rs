@@ -2,15 +2,8 @@ use anyhow::Result;
 use clap::Subcommand;
 use sift_embed::{ModelFiles, registry};
 
-/// List, inspect and download embedding models.
-#[derive(clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    command: Cmd,
-}
-
 #[derive(Subcommand)]
-enum Cmd {
+pub enum Cmd {
     /// The supported models (the registry in models/registry.json).
     List {
         /// Print JSON.
@@ -34,8 +27,8 @@ enum Cmd {
     },
 }
 
-pub fn run(a: Args) -> Result<()> {
-    match a.command {
+pub fn run(cmd: Cmd) -> Result<()> {
+    match cmd {
         Cmd::List { json } => {
             if json {
                 println!("{}", serde_json::to_string_pretty(registry::all())?);

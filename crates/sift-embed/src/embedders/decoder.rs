@@ -107,6 +107,8 @@ pub struct DecoderEmbedder {
 }
 
 impl DecoderEmbedder {
+    super::identity_getters!();
+
     /// Loads a Mistral, Qwen2, Qwen3 or Llama checkpoint (`model_type` mistral / qwen2 /
     /// qwen3 / llama).
     pub fn load(files: &ModelFiles, device: &Device, options: DecoderOptions) -> Result<Self> {
@@ -235,16 +237,6 @@ impl DecoderEmbedder {
         })
     }
 
-    /// Model name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Embedding dimension (the hidden size).
-    pub fn dim(&self) -> usize {
-        self.dim
-    }
-
     /// Maximum tokens per input, BOS and EOS included.
     pub fn max_seq_len(&self) -> usize {
         self.max_seq_len
@@ -263,11 +255,6 @@ impl DecoderEmbedder {
     /// Whether attention is causal (else bidirectional).
     pub fn causal(&self) -> bool {
         self.causal
-    }
-
-    /// [`ModelFiles::content_hash`] of the files it was loaded from.
-    pub fn content_hash(&self) -> &str {
-        &self.content
     }
 
     /// The prefix of texts of `role`.

@@ -378,6 +378,8 @@ pub fn is_gme_model(config: &Path) -> bool {
 }
 
 impl GmeEmbedder {
+    super::identity_getters!();
+
     /// Loads a GME (any Qwen2-VL) checkpoint onto `device`.
     pub fn load(files: &ModelFiles, device: &Device, options: GmeOptions) -> Result<Self> {
         let value = read_json::<Value>(&files.config)?;
@@ -461,21 +463,6 @@ impl GmeEmbedder {
             options,
             content: files.content_hash()?,
         })
-    }
-
-    /// [`ModelFiles::content_hash`] of the files the model was loaded from.
-    pub fn content_hash(&self) -> &str {
-        &self.content
-    }
-
-    /// Model name (hub id or directory name).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Embedding dimension (the language model's hidden size).
-    pub fn dim(&self) -> usize {
-        self.dim
     }
 
     /// Maximum prompt length in tokens.

@@ -295,6 +295,8 @@ pub struct JinaClipEmbedder {
 }
 
 impl JinaClipEmbedder {
+    super::identity_getters!();
+
     /// Whether `config.json` (parsed) is a Jina-CLIP checkpoint: `model_type` jina_clip or
     /// `architectures` naming `JinaCLIPModel`.
     pub fn is_config(value: &serde_json::Value) -> bool {
@@ -451,24 +453,9 @@ impl JinaClipEmbedder {
         })
     }
 
-    /// Model name (hub id or directory name).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Embedding dimension.
-    pub fn dim(&self) -> usize {
-        self.dim
-    }
-
     /// Maximum tokens per text, special tokens included.
     pub fn max_seq_len(&self) -> usize {
         self.max_seq_len
-    }
-
-    /// [`ModelFiles::content_hash`] of the checkpoint.
-    pub fn content_hash(&self) -> &str {
-        &self.content
     }
 
     /// Token ids of passages ([`JinaClipEmbedder::tokenize_role`] with [`Role::Passage`]).

@@ -55,3 +55,26 @@ pub(crate) fn pixel_rows(
     }
     crate::error::finite(model, out)
 }
+
+/// An embedder's `name`, `dim` and `content_hash`, read from its fields `name`, `dim` and
+/// `content` (one definition for every family's embedder).
+macro_rules! identity_getters {
+    () => {
+        /// Model name (hub id or directory name).
+        pub fn name(&self) -> &str {
+            &self.name
+        }
+
+        /// Embedding dimension.
+        pub fn dim(&self) -> usize {
+            self.dim
+        }
+
+        /// [`ModelFiles::content_hash`](crate::ModelFiles::content_hash) of the files the
+        /// model was loaded from.
+        pub fn content_hash(&self) -> &str {
+            &self.content
+        }
+    };
+}
+pub(crate) use identity_getters;

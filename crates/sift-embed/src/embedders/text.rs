@@ -91,6 +91,13 @@ impl Encoder {
             Encoder::Nomic(m) => m.forward(seqs),
         }
     }
+
+    fn hidden_size(&self) -> usize {
+        match self {
+            Encoder::Bert(m) => m.hidden_size(),
+            Encoder::Nomic(m) => m.hidden_size(),
+        }
+    }
 }
 
 /// A sentence encoder: tokenise, run BERT, pool, L2-normalise.
@@ -131,6 +138,8 @@ struct SentenceConfig {
 use crate::files::read_json;
 
 impl TextEmbedder {
+    super::identity_getters!();
+
     /// Loads a model (see [`ModelFiles::resolve`]) onto `device`.
     pub fn load(
         files: &ModelFiles,
@@ -191,15 +200,7 @@ impl TextEmbedder {
             path: files.config.clone(),
             message: format!("weights do not match a BERT model: {e}"),
         })?);
-        Self::assemble(
-            files,
-            device,
-            options,
-            model,
-            pooling,
-            max_seq_len,
-            config.hidden_size,
-        )
+        Self::assemble(files, device, options, model, pooling, max_seq_len)
     }
 
     /// Loads a NomicBERT checkpoint (`model_type` nomic_bert: Nomic Embed's text tower).
@@ -223,15 +224,7 @@ impl TextEmbedder {
                 unsupported(format!("weights do not match a NomicBERT model: {e}"))
             })?);
         // the model card pools by the mean (sentence-transformers' 1_Pooling says so too)
-        Self::assemble(
-            files,
-            device,
-            options,
-            model,
-            Pooling::Mean,
-            max_seq_len,
-            config.n_embd,
-        )
+        Self::assemble(files, device, options, model, Pooling::Mean, max_seq_len)
     }
 
     /// The tokenizer, prefixes and settings around a loaded encoder.
@@ -242,8 +235,8 @@ impl TextEmbedder {
         model: Encoder,
         pooling: Pooling,
         max_seq_len: usize,
-        hidden: usize,
     ) -> Result<Self> {
+        let hidden = model.hidden_size();
         let info = registry::find(&files.name).or_else(|| {
             options
                 .registry_fallback
@@ -291,11 +284,6 @@ impl TextEmbedder {
         })
     }
 
-    /// [`ModelFiles::content_hash`] of the files the model was loaded from.
-    pub fn content_hash(&self) -> &str {
-        &self.content
-    }
-
     /// Everything that decides the vectors of texts of `kind` besides the text: the model's
     /// files, pooling, length, prefix, dtype and kind of device (for caches).
     pub fn fingerprint(&self, kind: Role) -> String {
@@ -309,16 +297,6 @@ impl TextEmbedder {
             crate::files::device_class(&self.device),
             self.content
         )
-    }
-
-    /// Model name (hub id or directory name).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Embedding dimension.
-    pub fn dim(&self) -> usize {
-        self.dim
     }
 
     /// Pooling in use.

@@ -108,6 +108,8 @@ pub fn is_vision_model(config: &Path) -> bool {
 }
 
 impl VisionEmbedder {
+    super::identity_getters!();
+
     /// Loads a model (see [`ModelFiles::resolve`]) onto `device`.
     pub fn load(files: &ModelFiles, device: &Device, options: VisionOptions) -> Result<Self> {
         let arch: Arch = read_json(&files.config)?;
@@ -212,24 +214,9 @@ impl VisionEmbedder {
         })
     }
 
-    /// [`ModelFiles::content_hash`] of the files the model was loaded from.
-    pub fn content_hash(&self) -> &str {
-        &self.content
-    }
-
-    /// Model name (hub id or directory name).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Family.
     pub fn arch(&self) -> VisionArch {
         self.arch
-    }
-
-    /// Embedding dimension.
-    pub fn dim(&self) -> usize {
-        self.dim
     }
 
     /// Longest text, in tokens.

@@ -81,6 +81,11 @@ pub struct Bert {
 }
 
 impl Bert {
+    /// Hidden size (the width of its token vectors).
+    pub fn hidden_size(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
     /// Loads the weights (with or without a `bert.` / `<model_type>.` prefix; bfloat16 on
     /// the CPU: see `Packing` in `nn::linear`).
     pub fn load(vb: VarBuilder, cfg: &BertConfig) -> Result<Bert> {

@@ -141,6 +141,11 @@ pub struct NomicBert {
 }
 
 impl NomicBert {
+    /// Hidden size (the width of its token vectors).
+    pub fn hidden_size(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
     /// Loads the weights (at the root, or under `bert.`; bfloat16 on the CPU: see
     /// `Packing` in `nn::linear`).
     pub fn load(vb: VarBuilder, cfg: &NomicConfig) -> Result<NomicBert> {

@@ -11,14 +11,13 @@ use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
-use crate::api::{
-    EmbeddingsRequest, EvalRequest, FuseRequest, Health, LocalSearchRequest, SearchRequest,
-};
+use crate::api::{Health, SearchRequest};
 use crate::error::{ApiError, ErrorKind};
 use crate::pages::{self};
 use crate::server::LONGEST;
@@ -175,15 +174,24 @@ pub fn router(
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
         .route("/v1/indexes", get(indexes))
-        .route("/v1/search", post(search))
+        .route("/v1/search", json_post(Service::search))
         .route("/v1/reverse_image_search", post(upload_search))
-        .route("/v1/fuse", post(fuse))
-        .route("/v1/eval", post(eval))
-        .route("/v1/local_text_search", post(local_text))
-        .route("/v1/local_text_to_image_search", post(local_text_to_image))
-        .route("/v1/local_image_search", post(local_image))
+        .route("/v1/fuse", json_post(Service::fuse))
+        .route("/v1/eval", json_post(Service::eval))
+        .route(
+            "/v1/local_text_search",
+            json_post(|svc, r| shapes::local(svc, r, LocalTool::Text)),
+        )
+        .route(
+            "/v1/local_text_to_image_search",
+            json_post(|svc, r| shapes::local(svc, r, LocalTool::TextToImage)),
+        )
+        .route(
+            "/v1/local_image_search",
+            json_post(|svc, r| shapes::local(svc, r, LocalTool::Image)),
+        )
         .route("/v1/models", get(models))
-        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/embeddings", json_post(Service::embed))
         .route("/v1/{domain}/search", get(rest_search))
         .route("/v1/{domain}/doc/{*id}", get(document))
         .route("/v1/{domain}/page/{*id}", get(page))
@@ -333,15 +341,23 @@ async fn openapi() -> Response {
         .into_response()
 }
 
-async fn indexes(State(s): State<Arc<Shared>>) -> Json<crate::api::IndexInfo> {
-    Json(s.service().info())
+/// A POST whose JSON body `call` answers on the service's workers ([`Shared::run`]).
+fn json_post<Req, Res>(
+    call: fn(&Service, &Req) -> Result<Res, ApiError>,
+) -> MethodRouter<Arc<Shared>>
+where
+    Req: DeserializeOwned + Send + 'static,
+    Res: Serialize + Send + 'static,
+{
+    post(
+        move |State(s): State<Arc<Shared>>, JsonBody(req): JsonBody<Req>| async move {
+            s.run(move |svc| call(svc, &req)).await.map(Json)
+        },
+    )
 }
 
-async fn search(
-    State(s): State<Arc<Shared>>,
-    JsonBody(req): JsonBody<SearchRequest>,
-) -> Result<Json<crate::api::SearchResponse>, ApiError> {
-    s.run(move |svc| svc.search(&req)).await.map(Json)
+async fn indexes(State(s): State<Arc<Shared>>) -> Json<crate::api::IndexInfo> {
+    Json(s.service().info())
 }
 
 /// An image file as the body (any image content type), the rest in the query string.
@@ -389,60 +405,8 @@ async fn upload_search(
     s.run(move |svc| svc.search(&req)).await.map(Json)
 }
 
-async fn fuse(
-    State(s): State<Arc<Shared>>,
-    JsonBody(req): JsonBody<FuseRequest>,
-) -> Result<Json<crate::api::FuseResponse>, ApiError> {
-    s.run(move |svc| svc.fuse(&req)).await.map(Json)
-}
-
-async fn eval(
-    State(s): State<Arc<Shared>>,
-    JsonBody(req): JsonBody<EvalRequest>,
-) -> Result<Json<crate::api::EvalResponse>, ApiError> {
-    s.run(move |svc| svc.eval(&req)).await.map(Json)
-}
-
-async fn local(
-    s: Arc<Shared>,
-    req: LocalSearchRequest,
-    tool: LocalTool,
-) -> Result<Json<crate::api::LocalResponse>, ApiError> {
-    s.run(move |svc| shapes::local(svc, &req, tool))
-        .await
-        .map(Json)
-}
-
-async fn local_text(
-    State(s): State<Arc<Shared>>,
-    JsonBody(req): JsonBody<LocalSearchRequest>,
-) -> Result<Json<crate::api::LocalResponse>, ApiError> {
-    local(s, req, LocalTool::Text).await
-}
-
-async fn local_text_to_image(
-    State(s): State<Arc<Shared>>,
-    JsonBody(req): JsonBody<LocalSearchRequest>,
-) -> Result<Json<crate::api::LocalResponse>, ApiError> {
-    local(s, req, LocalTool::TextToImage).await
-}
-
-async fn local_image(
-    State(s): State<Arc<Shared>>,
-    JsonBody(req): JsonBody<LocalSearchRequest>,
-) -> Result<Json<crate::api::LocalResponse>, ApiError> {
-    local(s, req, LocalTool::Image).await
-}
-
 async fn models(State(s): State<Arc<Shared>>) -> Json<crate::api::ModelList> {
     Json(s.service().models())
-}
-
-async fn embeddings(
-    State(s): State<Arc<Shared>>,
-    JsonBody(req): JsonBody<EmbeddingsRequest>,
-) -> Result<Json<crate::api::EmbeddingsResponse>, ApiError> {
-    s.run(move |svc| svc.embed(&req)).await.map(Json)
 }
 
 /// pyserini's REST query: `?query=&hits=`.
