@@ -145,14 +145,6 @@ fn merged(
                 .collect()
         }
     };
-    let k = settings.top_k;
-    if k < all.len() {
-        if k == 0 {
-            return Ok(Vec::new());
-        }
-        all.select_nth_unstable_by(k - 1, order);
-        all.truncate(k);
-    }
-    all.sort_by(order);
+    crate::searcher::top_k(&mut all, settings.top_k, order);
     Ok(all)
 }

@@ -260,9 +260,11 @@ impl DomainSearcher {
     }
 
     /// What ranking Task 4 pairs needs that does not depend on the query, made once for
-    /// every search of them ([`DomainSearcher::search_with_table`]): each pair's image
-    /// ordinals and passage-image cosines per model, a pass over every pair. The arguments
-    /// are those of [`Candidates::Pairs`].
+    /// every search of them ([`DomainSearcher::search_with_table`]), a pass over every pair:
+    /// for every model with an image index, the image-index ordinal of each corpus image, the
+    /// cosine of each pair's passage and image vectors, and (for models with a stand-in
+    /// image) the stand-in and its cosine with each passage. The arguments are those of
+    /// [`Candidates::Pairs`].
     pub fn pair_table<'v>(
         &self,
         pairs: &Pairs,
@@ -270,8 +272,53 @@ impl DomainSearcher {
         stand_ins: &PairStandIns,
         vectors: &'v crate::PairVectors,
     ) -> Result<PairTable<'v>> {
+        let mut out = PairGeometry {
+            image_index: images
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.clone(), i as u32))
+                .collect(),
+            overrides: Some(vectors),
+            ..PairGeometry::default()
+        };
+        for (name, idx) in &self.images {
+            let dense = self.dense(name)?;
+            let ord_of: HashMap<&str, u32> = idx
+                .ids()
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), i as u32))
+                .collect();
+            let ords: Vec<Option<u32>> = images
+                .iter()
+                .map(|p| ord_of.get(p.as_str()).copied())
+                .collect();
+            let cos: Vec<f32> = pairs
+                .pairs
+                .par_iter()
+                .map(|&(p, img)| match img.and_then(|i| ords[i as usize]) {
+                    Some(o) => dot(dense.vector(p), idx.vector(o)),
+                    None => 0.0,
+                })
+                .collect();
+            let stand_in = stand_ins.get(name).map(|w| {
+                let cos: Vec<f32> = (0..dense.len() as u32)
+                    .into_par_iter()
+                    .map(|o| dot(dense.vector(o), w))
+                    .collect();
+                (w.clone(), cos)
+            });
+            out.models.insert(
+                name.clone(),
+                ModelGeometry {
+                    ords,
+                    cos,
+                    stand_in,
+                },
+            );
+        }
         Ok(PairTable {
-            geometry: self.pair_geometry(pairs, images, stand_ins, vectors)?,
+            geometry: out,
             pairs: pairs.pairs.len(),
             images: images.len(),
             domain: self.domain.clone(),
@@ -333,7 +380,7 @@ impl DomainSearcher {
                         &t.geometry
                     }
                     None => {
-                        own = self.pair_geometry(pairs, images, stand_ins, vectors)?;
+                        own = self.pair_table(pairs, images, stand_ins, vectors)?.geometry;
                         &own
                     }
                 };
@@ -364,7 +411,7 @@ impl DomainSearcher {
                 images,
                 stand_ins,
                 vectors,
-            } => Some(self.pair_geometry(pairs, images, stand_ins, vectors)?),
+            } => Some(self.pair_table(pairs, images, stand_ins, vectors)?.geometry),
             _ => None,
         };
         (0..queries.len())
@@ -450,11 +497,9 @@ impl DomainSearcher {
                 entries(dense.search(q.vector(name)?, settings.top_k, mode, exclude)?)
             }
             RetrieverSpec::Hybrid { parts, fusion } => {
-                let lists = parts
-                    .iter()
-                    .map(|p| self.rank_passages(p, scratch, q, exclude, settings))
-                    .collect::<Result<Vec<_>>>()?;
-                fuse(&lists, fusion, settings.top_k)
+                fuse_parts(parts, fusion, settings.top_k, |p| {
+                    self.rank_passages(p, scratch, q, exclude, settings)
+                })?
             }
         })
     }
@@ -511,71 +556,11 @@ impl DomainSearcher {
                     .collect()
             }
             RetrieverSpec::Hybrid { parts, fusion } => {
-                let lists = parts
-                    .iter()
-                    .map(|p| self.rank_images(p, q, exclude, settings, uniform))
-                    .collect::<Result<Vec<_>>>()?;
-                fuse(&lists, fusion, settings.top_k)
+                fuse_parts(parts, fusion, settings.top_k, |p| {
+                    self.rank_images(p, q, exclude, settings, uniform)
+                })?
             }
         })
-    }
-
-    /// For every model with an image index: the image-index ordinal of each corpus image,
-    /// the cosine of each pair's passage and image vectors, and (for models with a stand-in
-    /// image) the stand-in and its cosine with each passage.
-    fn pair_geometry<'v>(
-        &self,
-        pairs: &Pairs,
-        images: &[String],
-        stand_ins: &PairStandIns,
-        vectors: &'v crate::PairVectors,
-    ) -> Result<PairGeometry<'v>> {
-        let mut out = PairGeometry {
-            image_index: images
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (p.clone(), i as u32))
-                .collect(),
-            overrides: Some(vectors),
-            ..PairGeometry::default()
-        };
-        for (name, idx) in &self.images {
-            let dense = self.dense(name)?;
-            let ord_of: HashMap<&str, u32> = idx
-                .ids()
-                .iter()
-                .enumerate()
-                .map(|(i, id)| (id.as_str(), i as u32))
-                .collect();
-            let ords: Vec<Option<u32>> = images
-                .iter()
-                .map(|p| ord_of.get(p.as_str()).copied())
-                .collect();
-            let cos: Vec<f32> = pairs
-                .pairs
-                .par_iter()
-                .map(|&(p, img)| match img.and_then(|i| ords[i as usize]) {
-                    Some(o) => dot(dense.vector(p), idx.vector(o)),
-                    None => 0.0,
-                })
-                .collect();
-            let stand_in = stand_ins.get(name).map(|w| {
-                let cos: Vec<f32> = (0..dense.len() as u32)
-                    .into_par_iter()
-                    .map(|o| dot(dense.vector(o), w))
-                    .collect();
-                (w.clone(), cos)
-            });
-            out.models.insert(
-                name.clone(),
-                ModelGeometry {
-                    ords,
-                    cos,
-                    stand_in,
-                },
-            );
-        }
-        Ok(out)
     }
 
     /// Task 4: scores every candidate pair. A passage shown without an image scores as the
@@ -663,13 +648,9 @@ impl DomainSearcher {
                 }
             }
             RetrieverSpec::Hybrid { parts, fusion } => {
-                let lists = parts
-                    .iter()
-                    .map(|p| {
-                        self.rank_pairs(p, scratch, q, exclude, settings, pairs, images, geometry)
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                return Ok(fuse(&lists, fusion, settings.top_k));
+                return fuse_parts(parts, fusion, settings.top_k, |p| {
+                    self.rank_pairs(p, scratch, q, exclude, settings, pairs, images, geometry)
+                });
             }
         }
         if !exclude.is_empty() {
@@ -693,15 +674,7 @@ impl DomainSearcher {
                 .total_cmp(&trec_score_key(a.0 as f64))
                 .then_with(|| cmp_pair_ids(half(b.1), half(a.1)))
         };
-        let k = settings.top_k;
-        if k < scored.len() {
-            if k == 0 {
-                return Ok(Vec::new());
-            }
-            scored.select_nth_unstable_by(k - 1, order);
-            scored.truncate(k);
-        }
-        scored.sort_unstable_by(order);
+        top_k(&mut scored, settings.top_k, order);
         Ok(scored
             .into_iter()
             .map(|(s, i)| {
@@ -776,6 +749,30 @@ struct ModelGeometry {
     cos: Vec<f32>,
     /// The stand-in image of text-only pairs and its cosine with each passage.
     stand_in: Option<(Vec<f32>, Vec<f32>)>,
+}
+
+/// Keeps the `k` first of `items` by `order`, sorted (stable).
+pub(crate) fn top_k<T>(items: &mut Vec<T>, k: usize, order: impl Fn(&T, &T) -> std::cmp::Ordering) {
+    if k < items.len() {
+        if k == 0 {
+            items.clear();
+            return;
+        }
+        items.select_nth_unstable_by(k - 1, &order);
+        items.truncate(k);
+    }
+    items.sort_by(order);
+}
+
+/// Each of `parts` ranked by `rank`, the lists fused.
+fn fuse_parts(
+    parts: &[RetrieverSpec],
+    fusion: &RankFusion,
+    top_k: usize,
+    rank: impl FnMut(&RetrieverSpec) -> Result<Vec<RunEntry>>,
+) -> Result<Vec<RunEntry>> {
+    let lists = parts.iter().map(rank).collect::<Result<Vec<_>>>()?;
+    Ok(fuse(&lists, fusion, top_k))
 }
 
 /// Combines the rankings of a hybrid retriever's parts.

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use crate::api::{
     CandidateKind, Hit, ImageInput, LocalResponse, LocalResult, LocalSearchRequest, SearchRequest,
     SerpApiImage, SerpApiInformation, SerpApiMetadata, SerpApiOrganic, SerpApiResponse,
-    SerpApiVisualMatch, SerperImage, SerperImagesResponse, SerperLens, SerperLensResponse,
-    SerperOrganic, SerperParameters, SerperQuery, SerperSearchResponse,
+    SerpApiVisualMatch, SerperEcho, SerperImage, SerperImagesResponse, SerperLens,
+    SerperLensResponse, SerperOrganic, SerperParameters, SerperQuery, SerperSearchResponse,
 };
 use crate::error::ApiError;
 use crate::pages::{self, Link};
@@ -235,10 +235,7 @@ fn parameters(req: &SerperQuery, kind: &str, page: usize) -> SerperParameters {
         kind: kind.to_string(),
         num: req.num,
         page,
-        gl: req.gl.clone(),
-        hl: req.hl.clone(),
-        location: req.location.clone(),
-        tbs: req.tbs.clone(),
+        echo: req.echo.clone(),
         engine: "sift".into(),
     }
 }
@@ -354,10 +351,11 @@ pub fn serper_lens(
             kind: "lens".into(),
             num: req.num,
             page: req.page,
-            gl: req.rest.get("gl").cloned(),
-            hl: req.rest.get("hl").cloned(),
-            location: None,
-            tbs: None,
+            echo: SerperEcho {
+                gl: req.rest.get("gl").cloned(),
+                hl: req.rest.get("hl").cloned(),
+                ..SerperEcho::default()
+            },
             engine: "sift".into(),
         },
         organic: hits.into_iter().map(|h| organic(h, base, true)).collect(),

@@ -60,41 +60,26 @@ impl<T: Unit> Word<'_, T> {
 
     /// The number of vowel-consonant sequences in `b[..=j]`.
     fn m(&self) -> usize {
+        // the first index from `i` up to `j` that is a consonant (`cons`) or a vowel
+        let find = |mut i: isize, cons: bool| {
+            while i <= self.j {
+                if self.cons(i) == cons {
+                    return Some(i);
+                }
+                i += 1;
+            }
+            None
+        };
         let mut n = 0;
-        let mut i = 0;
-        loop {
-            if i > self.j {
-                return n;
-            }
-            if !self.cons(i) {
+        let mut vowel = find(0, false);
+        while let Some(v) = vowel {
+            let Some(c) = find(v + 1, true) else {
                 break;
-            }
-            i += 1;
-        }
-        i += 1;
-        loop {
-            loop {
-                if i > self.j {
-                    return n;
-                }
-                if self.cons(i) {
-                    break;
-                }
-                i += 1;
-            }
-            i += 1;
+            };
             n += 1;
-            loop {
-                if i > self.j {
-                    return n;
-                }
-                if !self.cons(i) {
-                    break;
-                }
-                i += 1;
-            }
-            i += 1;
+            vowel = find(c + 1, false);
         }
+        n
     }
 
     fn vowel_in_stem(&self) -> bool {

@@ -87,6 +87,24 @@ fn first_page() -> usize {
     1
 }
 
+/// What a Serper query may narrow by, accepted and echoed in `searchParameters` as given:
+/// the index has no countries, languages, places or dates.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct SerperEcho {
+    /// Country.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gl: Option<serde_json::Value>,
+    /// Language.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hl: Option<serde_json::Value>,
+    /// Location.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<serde_json::Value>,
+    /// Time filter, `qdr:d` or `cdr:1,cd_min:...`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tbs: Option<serde_json::Value>,
+}
+
 /// Serper's query of `/search`, `/images`, `/videos` and `/news`: the JSON body of a POST
 /// (or each element of a JSON array of them, Serper's batch form), or a GET's query string.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -101,19 +119,9 @@ pub struct SerperQuery {
     #[serde(default = "first_page", deserialize_with = "lenient_count")]
     #[schemars(range(min = 1))]
     pub page: usize,
-    /// Country (accepted and echoed; the index has no countries).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gl: Option<serde_json::Value>,
-    /// Language (accepted and echoed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hl: Option<serde_json::Value>,
-    /// Location (accepted and echoed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub location: Option<serde_json::Value>,
-    /// Time filter, `qdr:d` or `cdr:1,cd_min:...` (accepted and echoed; passages have no
-    /// dates).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tbs: Option<serde_json::Value>,
+    /// Country, language, location and time filter: accepted and echoed.
+    #[serde(flatten)]
+    pub echo: SerperEcho,
     /// Sift's: the domain to search (default: every domain served).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
@@ -171,17 +179,8 @@ pub struct SerperParameters {
     /// Page.
     pub page: usize,
     /// Echoed as given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gl: Option<serde_json::Value>,
-    /// Echoed as given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hl: Option<serde_json::Value>,
-    /// Echoed as given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub location: Option<serde_json::Value>,
-    /// Echoed as given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tbs: Option<serde_json::Value>,
+    #[serde(flatten)]
+    pub echo: SerperEcho,
     /// Always `sift`.
     pub engine: String,
 }
