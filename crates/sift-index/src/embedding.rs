@@ -190,6 +190,24 @@ pub(crate) struct Target<'a> {
     pub progress: &'a dyn Progress,
 }
 
+impl Target<'_> {
+    /// Writes one domain's vectors and their HNSW graph to `dir`, shown as `label` while
+    /// the graph is built.
+    fn write_graph(
+        &self,
+        dir: &Path,
+        label: &str,
+        (dim, vectors, ids): (usize, &[f32], &[String]),
+        build: &DenseBuild<'_>,
+    ) -> Result<()> {
+        self.progress.start(label, None);
+        let model = build.passages.name();
+        let written = dense::write(dir, model, dim, vectors, ids, build.dtype, build.hnsw);
+        self.progress.finish();
+        written.map(|_| ())
+    }
+}
+
 /// Builds the dense index `build` of `target`: its passages' vectors and graphs and, for a
 /// model with an image side, its image index.
 pub(crate) fn build_dense(target: Target<'_>, build: &DenseBuild<'_>) -> Result<DenseInfo> {
@@ -274,14 +292,9 @@ fn build_passages(t: Target<'_>, build: &DenseBuild<'_>) -> Result<DenseInfo> {
                 ),
             });
         }
-        write_graph(
-            &paths::dense(t.gen_dir, &build.slug, domain),
-            &format!("{domain} hnsw"),
-            embedder.name(),
-            (dim, &vectors, &ids),
-            build,
-            t.progress,
-        )?;
+        let dir = paths::dense(t.gen_dir, &build.slug, domain);
+        let label = format!("{domain} hnsw");
+        t.write_graph(&dir, &label, (dim, &vectors, &ids), build)?;
     }
     Ok(DenseInfo {
         model: embedder.name().to_string(),
@@ -469,14 +482,9 @@ fn build_images(t: Target<'_>, build: &DenseBuild<'_>) -> Result<Option<ImageInd
             Ok(())
         })?;
         t.progress.finish();
-        write_graph(
-            &paths::images(t.gen_dir, &build.slug, domain),
-            &format!("{domain} image hnsw"),
-            embedder.name(),
-            (dim, &vectors, &ids),
-            build,
-            t.progress,
-        )?;
+        let dir = paths::images(t.gen_dir, &build.slug, domain);
+        let label = format!("{domain} image hnsw");
+        t.write_graph(&dir, &label, (dim, &vectors, &ids), build)?;
         info.images.insert(domain.clone(), ids.len() as u64);
         if skipped > 0 {
             info.undecodable.insert(domain.clone(), skipped);
@@ -510,20 +518,4 @@ fn check_output(
         Some(j) => Err(non_finite(j)),
         None => Ok(()),
     }
-}
-
-/// Writes one domain's vectors and their HNSW graph to `dir`, shown as `label` while the
-/// graph is built.
-fn write_graph(
-    dir: &std::path::Path,
-    label: &str,
-    model: &str,
-    (dim, vectors, ids): (usize, &[f32], &[String]),
-    build: &DenseBuild<'_>,
-    progress: &dyn Progress,
-) -> Result<()> {
-    progress.start(label, None);
-    let written = dense::write(dir, model, dim, vectors, ids, build.dtype, build.hnsw);
-    progress.finish();
-    written.map(|_| ())
 }

@@ -198,10 +198,10 @@ pub fn router(
         .route("/v1/{domain}/image/{*id}", get(image))
         .route("/search", get(search_get).post(serper_search))
         .route("/search.json", get(serpapi_get))
-        .route("/images", get(serper_images_get).post(serper_images))
-        .route("/lens", get(serper_lens_get).post(serper_lens))
-        .route("/videos", get(serper_videos_get).post(serper_videos))
-        .route("/news", get(serper_news_get).post(serper_news))
+        .route("/images", serper::endpoint(shapes::serper_images))
+        .route("/lens", serper::endpoint(shapes::serper_lens))
+        .route("/videos", serper::endpoint(serper::videos))
+        .route("/news", serper::endpoint(serper::news))
         .route("/r/{*url}", get(reader));
     if let Some(mcp) = mcp {
         app = app.merge(mcp);

@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
-use crate::api::{SerperLens, SerperNewsResponse, SerperQuery, SerperVideosResponse};
+use crate::api::{SerperNewsResponse, SerperQuery, SerperVideosResponse};
 use crate::error::ApiError;
 use crate::shapes::{self};
 
@@ -87,6 +87,28 @@ where
     }
 }
 
+/// A Serper endpoint: POST of a query (or a batch of them) as JSON, and GET of one in the
+/// query string, each answered by `answer`.
+pub(super) fn endpoint<Q, R>(
+    answer: fn(&crate::service::Service, &Q, &str) -> Result<R, ApiError>,
+) -> MethodRouter<Arc<Shared>>
+where
+    Q: DeserializeOwned + Send + 'static,
+    R: serde::Serialize + Send + 'static,
+{
+    get(
+        move |State(s): State<Arc<Shared>>, headers: HeaderMap, req: Request| async move {
+            let q: Q = serper_params(req.uri().query())?;
+            batch(s, &headers, Batch::One(q), answer).await
+        },
+    )
+    .post(
+        move |State(s): State<Arc<Shared>>, headers: HeaderMap, body: Batch<Q>| async move {
+            batch(s, &headers, body, answer).await
+        },
+    )
+}
+
 pub(super) async fn serper_search(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -150,40 +172,6 @@ pub(super) async fn serpapi_answer(
     }
 }
 
-pub(super) async fn serper_images(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Batch<SerperQuery>,
-) -> Result<Response, ApiError> {
-    batch(s, &headers, body, shapes::serper_images).await
-}
-
-pub(super) async fn serper_images_get(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    req: Request,
-) -> Result<Response, ApiError> {
-    let q: SerperQuery = serper_params(req.uri().query())?;
-    batch(s, &headers, Batch::One(q), shapes::serper_images).await
-}
-
-pub(super) async fn serper_lens(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Batch<SerperLens>,
-) -> Result<Response, ApiError> {
-    batch(s, &headers, body, shapes::serper_lens).await
-}
-
-pub(super) async fn serper_lens_get(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    req: Request,
-) -> Result<Response, ApiError> {
-    let q: SerperLens = serper_params(req.uri().query())?;
-    batch(s, &headers, Batch::One(q), shapes::serper_lens).await
-}
-
 pub(super) fn videos(
     _: &crate::service::Service,
     q: &SerperQuery,
@@ -204,38 +192,4 @@ pub(super) fn news(
         search_parameters: shapes::serper_nothing(q, "news")?,
         news: Vec::new(),
     })
-}
-
-pub(super) async fn serper_videos(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Batch<SerperQuery>,
-) -> Result<Response, ApiError> {
-    batch(s, &headers, body, videos).await
-}
-
-pub(super) async fn serper_videos_get(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    req: Request,
-) -> Result<Response, ApiError> {
-    let q: SerperQuery = serper_params(req.uri().query())?;
-    batch(s, &headers, Batch::One(q), videos).await
-}
-
-pub(super) async fn serper_news(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Batch<SerperQuery>,
-) -> Result<Response, ApiError> {
-    batch(s, &headers, body, news).await
-}
-
-pub(super) async fn serper_news_get(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    req: Request,
-) -> Result<Response, ApiError> {
-    let q: SerperQuery = serper_params(req.uri().query())?;
-    batch(s, &headers, Batch::One(q), news).await
 }
