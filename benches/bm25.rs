@@ -1,4 +1,5 @@
-//! BM25 indexing and search throughput on a BEIR corpus (Cranfield by default).
+//! BM25 indexing and search throughput on a corpus (Cranfield by default; any layout `sift`
+//! reads, the first domain).
 //!
 //! One process = one measured round, printed as one JSON object, so that
 //! `benches/bm25_vs_bm25s.py` can alternate it with the bm25s peer in the same run and
@@ -9,6 +10,9 @@
 //! - latency: each query alone on one thread (analyse + score + top-k), p50 / p99.
 //!
 //! Usage: cargo bench --bench bm25 -- --corpus $PWD/../shared/data/cranfield --threads 2 --json
+//! With `--index DIR` a built index (`sift index`) is searched instead of building one (no
+//! index timing); `--repeat N` reports the median of N timed batches
+//! (`benches/bm25_search_338k.py` runs it that way).
 use std::path::PathBuf;
 use std::time::Instant;
 
