@@ -82,24 +82,19 @@ fn main() -> Result<()> {
     let (index, index_seconds) = match &args.index {
         Some(dir) => (IndexDir::open(dir)?, None),
         None => {
-            // warm-up build, then the timed one
-            IndexDir::build(
-                tmp.path().join("warm"),
-                &corpus,
-                std::slice::from_ref(&domain),
-                &options,
-                &[],
-                &NoProgress,
-            )?;
+            let build = |name: &str| {
+                IndexDir::build(
+                    tmp.path().join(name),
+                    &corpus,
+                    std::slice::from_ref(&domain),
+                    &options,
+                    &[],
+                    &NoProgress,
+                )
+            };
+            build("warm")?; // warm-up build, then the timed one
             let t = Instant::now();
-            let index = IndexDir::build(
-                tmp.path().join("timed"),
-                &corpus,
-                std::slice::from_ref(&domain),
-                &options,
-                &[],
-                &NoProgress,
-            )?;
+            let index = build("timed")?;
             (index, Some(t.elapsed().as_secs_f64()))
         }
     };
