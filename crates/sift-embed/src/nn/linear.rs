@@ -359,7 +359,8 @@ impl PackedLinear {
         Ok(PackedLinear { w, bias, scale })
     }
 
-    /// `act((x W^T + b) * scale) (+ residual)` for a 2-D f32 `x` on the CPU.
+    /// `act((x W^T + b) * scale) (+ residual)` for a 2-D f32 `x` on the CPU (the product,
+    /// then bias, scale, activation and residual on each block of rows while it is cached).
     pub fn forward(
         &self,
         x: &Tensor,
@@ -399,7 +400,6 @@ impl PackedOp<'_> {
         xl: &Layout,
         residual: Option<(&CpuStorage, &Layout)>,
     ) -> Result<(CpuStorage, Shape)> {
-        use rayon::prelude::*;
         let CpuStorage::F32(x) = x else {
             candle_core::bail!("packed linear: f32 input only")
         };
@@ -414,7 +414,7 @@ impl PackedOp<'_> {
                 l.w.cols()
             )
         }
-        let mut dst = match residual {
+        let res: Option<&[f32]> = match residual {
             Some((CpuStorage::F32(r), rl)) => {
                 let Some((r0, r1)) = rl.contiguous_offsets() else {
                     candle_core::bail!("packed linear: contiguous residual only")
@@ -422,28 +422,37 @@ impl PackedOp<'_> {
                 if r1 - r0 != m * n {
                     candle_core::bail!("packed linear: residual of {} values for {m}x{n}", r1 - r0)
                 }
-                r[r0..r1].to_vec()
+                Some(&r[r0..r1])
             }
             Some(_) => candle_core::bail!("packed linear: f32 residual only"),
-            None => vec![0f32; m * n],
+            None => None,
         };
-        l.w.matmul_acc(&x[x0..x1], m, &mut dst);
-        let rows = (16384 / n.max(1)).max(1);
-        if l.bias.is_some() || l.scale.is_some() || self.act.is_some() {
-            dst.par_chunks_mut(rows * n).for_each(|d| {
-                for row in d.chunks_mut(n) {
-                    if let Some(b) = &l.bias {
-                        row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
-                    }
-                    if let Some(s) = &l.scale {
-                        row.iter_mut().zip(s).for_each(|(o, s)| *o *= s);
-                    }
+        // bias, scale, activation and residual fused into the product, on rows still in
+        // the cache
+        let then = |first: usize, d: &mut [f32]| {
+            for row in d.chunks_mut(n) {
+                if let Some(b) = &l.bias {
+                    row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
                 }
-                if let Some(act) = self.act {
-                    act_slice(act, d);
+                if let Some(s) = &l.scale {
+                    row.iter_mut().zip(s).for_each(|(o, s)| *o *= s);
                 }
-            });
-        }
+            }
+            if let Some(act) = self.act {
+                act_slice(act, d);
+            }
+            if let Some(r) = res {
+                let r = &r[first * n..first * n + d.len()];
+                d.iter_mut().zip(r).for_each(|(o, r)| *o += r);
+            }
+        };
+        let fused = l.bias.is_some() || l.scale.is_some() || self.act.is_some() || res.is_some();
+        let then: Option<sift_simd::bf16::Epilogue> = fused.then_some(&then);
+        // written whole by the product: no zero-fill first
+        let mut dst = Vec::with_capacity(m * n);
+        l.w.matmul_into(&x[x0..x1], m, &mut dst.spare_capacity_mut()[..m * n], then);
+        // SAFETY: `matmul_into` initialised the first m * n elements.
+        unsafe { dst.set_len(m * n) };
         Ok((CpuStorage::F32(dst), Shape::from((m, n))))
     }
 }

@@ -81,17 +81,44 @@ pub(super) struct PanelRows<'a> {
     /// The output, `ld` columns a row; the task's first row is `r0`, its panel's first column
     /// `col0`, `cols` wide (at most 64).
     pub dst: Out,
+    /// Whether the product is added to the output (`out += x · Wᵀ`) or written over it
+    /// (`out = x · Wᵀ`: the output is never read, so it may be uninitialised).
+    pub acc: bool,
     pub ld: usize,
     pub r0: usize,
     pub col0: usize,
     pub cols: usize,
 }
 
+/// Loads the tile configuration ([`TileConfig::full`]) on this thread, for the
+/// [`panel_rows`] calls that follow until [`release`].
+///
+/// # Safety
+/// [`available`] must have returned true.
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn configure() {
+    let cfg = TileConfig::full();
+    // SAFETY: the tiles were granted (`available`, the caller's contract); `ldtilecfg`
+    // reads the 64-byte configuration.
+    unsafe { std::arch::asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack)) };
+}
+
+/// Releases this thread's tiles (after [`configure`] and its [`panel_rows`] calls).
+///
+/// # Safety
+/// [`available`] must have returned true.
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn release() {
+    // SAFETY: the tiles were granted; `tilerelease` touches no memory.
+    unsafe { std::arch::asm!("tilerelease", options(nostack)) };
+}
+
 /// Runs `p` on the tiles.
 ///
 /// # Safety
-/// [`available`] must have returned true; `p.dst` must be valid for rows `p.r0..p.r0 +
-/// p.rows`, columns `p.col0..p.col0 + p.cols`, written by no other thread.
+/// [`configure`] must have run on this thread (and no [`release`] since); `p.dst` must be
+/// valid for rows `p.r0..p.r0 + p.rows`, columns `p.col0..p.col0 + p.cols`, written by no
+/// other thread.
 #[cfg(target_arch = "x86_64")]
 pub(super) unsafe fn panel_rows(p: &PanelRows) {
     let steps = p.xs / (2 * STEP_PAIRS);
@@ -99,16 +126,14 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
     assert!(p.xs.is_multiple_of(2 * STEP_PAIRS) && p.cols <= 64);
     assert!(p.x.len() >= blocks * BLOCK_ROWS * p.xs);
     assert!(p.lines.len() >= steps * STEP_PAIRS * 4);
-    let cfg = TileConfig::full();
     let (xstride, wstride) = (p.xs * 2, 4 * std::mem::size_of::<Line>());
     let mut acc = [[0f32; 256]; 4];
-    // SAFETY: the tiles were granted (`available`); every tile load reads 16 rows of 64 bytes
+    // SAFETY: the tiles are configured (the caller's contract); every tile load reads 16 rows of 64 bytes
     // inside `x` (rows of a block: asserted above) or inside `lines` (steps * 16 pairs of
     // four lines: asserted); the stores write the 1 KiB buffers of `acc`, or, for a whole
     // block, the block's 32 rows x 32 columns of the output, all inside the caller's rows
     // and columns (checked by `whole`), which is where the output is read and written.
     unsafe {
-        std::arch::asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack));
         for b in 0..blocks {
             let i = b * BLOCK_ROWS;
             for g in [0usize, 2] {
@@ -116,8 +141,9 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
                     break;
                 }
                 // a whole 32 x 32 block inside the task's rows and the panel's columns
-                // accumulates in place: its output tiles are loaded, added to and stored
-                // back; a partial one is summed from zero and added through a buffer
+                // accumulates in place: its output tiles are loaded (or zeroed when the
+                // product is written over the output), added to and stored back; a partial
+                // one is summed from zero and added (or written) through a buffer
                 let whole = i + BLOCK_ROWS <= p.rows && (g + 2) * 16 <= p.cols;
                 // where the four output tiles C00 C01 / C10 C11 are loaded from and stored to:
                 // the block itself, or the buffers (their pointers only made for a whole
@@ -129,7 +155,7 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
                 } else {
                     (acc.each_mut().map(|t| t.as_mut_ptr()), 64)
                 };
-                if whole {
+                if whole && p.acc {
                     std::arch::asm!(
                         "tileloadd tmm0, [{c0} + {s}*1]",
                         "tileloadd tmm1, [{c1} + {s}*1]",
@@ -203,14 +229,17 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
                             break;
                         }
                         let o = p.dst.0.add((p.r0 + row) * p.ld + p.col0 + first);
-                        let out = std::slice::from_raw_parts_mut(o, width);
-                        for (d, v) in out.iter_mut().zip(&c[16 * r..16 * r + width]) {
-                            *d += v;
+                        let sum = &c[16 * r..16 * r + width];
+                        if p.acc {
+                            let out = std::slice::from_raw_parts_mut(o, width);
+                            out.iter_mut().zip(sum).for_each(|(d, v)| *d += v);
+                        } else {
+                            // the output may be uninitialised: written, never read
+                            std::ptr::copy_nonoverlapping(sum.as_ptr(), o, width);
                         }
                     }
                 }
             }
         }
-        std::arch::asm!("tilerelease", options(nostack));
     }
 }

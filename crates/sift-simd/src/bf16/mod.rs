@@ -18,6 +18,7 @@
 //! All accumulate in f32. The product is split over the panels (and over rows when there
 //! are fewer panels than threads) on rayon's pool; each task writes its own columns.
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 pub mod amx;
 
@@ -120,6 +121,14 @@ unsafe impl Send for Out {}
 // SAFETY: as above.
 unsafe impl Sync for Out {}
 
+impl Out {
+    /// The element `offset` places past the start (a method, so that closures capture the
+    /// whole `Out`, which is `Sync`, rather than its raw pointer).
+    fn at(self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
 impl PackedBf16 {
     /// Packs `w`: `n` rows of `k` bfloat16 values (bits), row-major (a linear layer's
     /// `(out, in)` weight). Panics when `w.len() != n * k`.
@@ -179,11 +188,48 @@ impl PackedBf16 {
     /// `out += x · Wᵀ` on `kernel`; [`Kernel::DotBf16`] falls back to [`Kernel::F32`] on a
     /// processor without AVX512-BF16. Panics when the lengths do not match `m`.
     pub fn matmul_acc_with(&self, kernel: Kernel, x: &[f32], m: usize, out: &mut [f32]) {
-        self.matmul_acc_at(kernel, crate::level(), x, m, out)
+        assert_eq!(out.len(), m * self.n, "out is not {m}x{}", self.n);
+        let dst = Out(out.as_mut_ptr());
+        self.product(kernel, crate::level(), x, m, dst, true, None)
+    }
+
+    /// `out = x · Wᵀ` on [`Kernel::best`], then `then(first_row, rows)` over the output in
+    /// blocks of whole rows (`rows` holds `n` values a row), each block while it is still in
+    /// the cache where the kernel allows: a bias, an activation or a residual fused into the
+    /// product. `out` may be uninitialised (a `Vec`'s spare capacity): every element is
+    /// written, none is read first, so no zero-fill pass is needed; the returned slice is
+    /// `out`, initialised.
+    pub fn matmul_into<'o>(
+        &self,
+        x: &[f32],
+        m: usize,
+        out: &'o mut [MaybeUninit<f32>],
+        then: Option<Epilogue>,
+    ) -> &'o mut [f32] {
+        self.matmul_into_with(Kernel::best(), x, m, out, then)
+    }
+
+    /// [`PackedBf16::matmul_into`] on `kernel` (falling back as
+    /// [`PackedBf16::matmul_acc_with`] does).
+    pub fn matmul_into_with<'o>(
+        &self,
+        kernel: Kernel,
+        x: &[f32],
+        m: usize,
+        out: &'o mut [MaybeUninit<f32>],
+        then: Option<Epilogue>,
+    ) -> &'o mut [f32] {
+        assert_eq!(out.len(), m * self.n, "out is not {m}x{}", self.n);
+        let dst = Out(out.as_mut_ptr().cast::<f32>());
+        self.product(kernel, crate::level(), x, m, dst, false, then);
+        // SAFETY: `product` with `acc: false` writes every one of the m x n elements (the
+        // AMX tasks cover every row and panel; the other kernels zero-fill first).
+        unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) }
     }
 
     /// [`PackedBf16::matmul_acc_with`], the widening kernel compiled for `level` (at most
     /// the processor's).
+    #[cfg(test)]
     fn matmul_acc_at(
         &self,
         kernel: Kernel,
@@ -192,10 +238,26 @@ impl PackedBf16 {
         m: usize,
         out: &mut [f32],
     ) {
+        assert_eq!(out.len(), m * self.n, "out is not {m}x{}", self.n);
+        let dst = Out(out.as_mut_ptr());
+        self.product(kernel, level, x, m, dst, true, None)
+    }
+
+    /// The product into `dst` (`m × n`, valid for writes; read only when `acc`), then `then`.
+    #[allow(clippy::too_many_arguments)]
+    fn product(
+        &self,
+        kernel: Kernel,
+        level: crate::Level,
+        x: &[f32],
+        m: usize,
+        dst: Out,
+        acc: bool,
+        then: Option<Epilogue>,
+    ) {
         let (n, k) = (self.n, self.k);
         assert_eq!(x.len(), m * k, "x is not {m}x{k}");
-        assert_eq!(out.len(), m * n, "out is not {m}x{n}");
-        if m == 0 || n == 0 || k == 0 {
+        if m == 0 || n == 0 {
             return;
         }
         let kernel = match kernel {
@@ -203,9 +265,29 @@ impl PackedBf16 {
             Kernel::DotBf16 if !has_dot_bf16() => Kernel::F32,
             k => k,
         };
-        if kernel == Kernel::Amx {
-            return self.matmul_acc_amx(x, m, out);
+        if kernel == Kernel::Amx && k > 0 {
+            return self.product_amx(x, m, dst, acc, then);
         }
+        if !acc {
+            // the other kernels add into the output: start it at zero
+            (0..m).into_par_iter().for_each(|r| {
+                // SAFETY: row r of the m x n output is valid for writes (the caller's
+                // contract) and written by this iteration alone.
+                unsafe { std::ptr::write_bytes(dst.at(r * n), 0, n) }
+            });
+        }
+        if k > 0 {
+            self.product_panels(kernel, level, x, m, dst);
+        }
+        if let Some(then) = then {
+            epilogue_rows(then, dst, m, n);
+        }
+    }
+
+    /// `dst += x · Wᵀ` on the [`Kernel::DotBf16`] or [`Kernel::F32`] kernel, split over the
+    /// panels (and rows).
+    fn product_panels(&self, kernel: Kernel, level: crate::Level, x: &[f32], m: usize, dst: Out) {
+        let (n, k) = (self.n, self.k);
         // rows of the activations as the kernel reads them: bfloat16 pairs, or f32 padded
         // to an even length
         let kp = 2 * self.pairs;
@@ -245,7 +327,6 @@ impl PackedBf16 {
             .div_ceil(panels)
             .clamp(1, m.div_ceil(8).max(1));
         let rows_per = m.div_ceil(row_parts);
-        let dst = Out(out.as_mut_ptr());
         (0..panels * row_parts).into_par_iter().for_each(|task| {
             let (p, r) = (task / row_parts, task % row_parts);
             let (r0, r1) = (r * rows_per, ((r + 1) * rows_per).min(m));
@@ -293,54 +374,188 @@ impl PackedBf16 {
     }
 }
 
+/// Rows of the activations one AMX task takes: rounded to bfloat16 into the thread's
+/// scratch (48 KiB at 384 inputs, 192 KiB at 1536: in the core's L1 or L2 cache) and
+/// multiplied against every panel of the task before the next rows are read. 64, 128 and
+/// 256 measured within 10% of each other on MiniLM and BERT-base shapes (Sapphire Rapids, 2
+/// cores; `examples/bf16_matmul`), 64 ahead.
+const AMX_CHUNK_ROWS: usize = 64;
+
+thread_local! {
+    /// A thread's rounded rows for the AMX tasks, kept between products.
+    static AMX_ROWS: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A calling thread's rounded rows for the panel-outermost AMX product.
+    static AMX_SHARED: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl PackedBf16 {
-    /// `out += x · Wᵀ` on the AMX tiles ([`amx`]); the processor must have them.
-    fn matmul_acc_amx(&self, x: &[f32], m: usize, out: &mut [f32]) {
+    /// `dst = x · Wᵀ` or `dst += x · Wᵀ` on the AMX tiles ([`amx`]), then `then`; the
+    /// processor must have them. Tasks take [`AMX_CHUNK_ROWS`] rows each and every panel
+    /// (the epilogue runs in the task, on rows still in the cache); with too few rows to
+    /// keep the threads busy, the panels are split between tasks as well and the epilogue
+    /// runs after them.
+    fn product_amx(&self, x: &[f32], m: usize, dst: Out, acc: bool, then: Option<Epilogue>) {
         let (n, k) = (self.n, self.k);
-        // rows rounded to bfloat16, zero past the inputs, in whole blocks of rows
         let xs = 2 * self.stride;
-        let padded = m.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
-        let mut xb = vec![0u16; padded * xs];
-        xb.par_chunks_mut(xs)
-            .zip(x.par_chunks(k))
-            .for_each(|(d, s)| round_row(s, d));
+        if self.bytes() > m * xs * 2 {
+            // the weight outweighs the rounded rows (a decoder's layers, short inputs):
+            // stream each panel once over all rows instead of once per chunk of rows
+            return self.product_amx_panels(x, m, dst, acc, then);
+        }
         let panels = n.div_ceil(PANEL);
         let threads = rayon::current_num_threads().max(1);
-        let row_parts = (2 * threads)
-            .div_ceil(panels)
-            .clamp(1, padded / amx::BLOCK_ROWS);
-        // whole blocks of rows per task
-        let rows_per = (padded / amx::BLOCK_ROWS).div_ceil(row_parts) * amx::BLOCK_ROWS;
-        let dst = Out(out.as_mut_ptr());
-        let xb = &xb;
-        (0..panels * row_parts).into_par_iter().for_each(|task| {
-            let (p, r) = (task / row_parts, task % row_parts);
-            let (r0, r1) = (r * rows_per, ((r + 1) * rows_per).min(m));
-            if r0 >= r1 {
+        let chunks = m.div_ceil(AMX_CHUNK_ROWS);
+        let col_parts = (2 * threads).div_ceil(chunks).clamp(1, panels);
+        let panels_per = panels.div_ceil(col_parts);
+        (0..chunks * col_parts).into_par_iter().for_each(|task| {
+            let (c, part) = (task / col_parts, task % col_parts);
+            let (r0, r1) = (c * AMX_CHUNK_ROWS, ((c + 1) * AMX_CHUNK_ROWS).min(m));
+            let (p0, p1) = (part * panels_per, ((part + 1) * panels_per).min(panels));
+            if p0 >= p1 {
                 return;
             }
-            let col0 = p * PANEL;
-            let run = amx::PanelRows {
-                x: &xb[r0 * xs..],
-                xs,
-                rows: r1 - r0,
-                lines: &self.lines[p * self.stride * 4..(p + 1) * self.stride * 4],
-                dst,
-                ld: n,
-                r0,
-                col0,
-                cols: (n - col0).min(PANEL),
-            };
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: AMX is available (checked by the caller); this task alone writes rows
-            // r0..r1, columns col0..+cols; xb holds whole blocks of rows past r1.
-            unsafe {
-                amx::panel_rows(&run)
-            };
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = run;
+            let rows = r1 - r0;
+            AMX_ROWS.with_borrow_mut(|xb| {
+                // rows rounded to bfloat16, zero past the inputs, whole blocks of rows
+                let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
+                if xb.len() < padded * xs {
+                    xb.resize(padded * xs, 0);
+                }
+                for (r, d) in xb[..padded * xs].chunks_mut(xs).enumerate() {
+                    if r < rows {
+                        round_row(&x[(r0 + r) * k..(r0 + r + 1) * k], d);
+                        d[k..].fill(0);
+                    } else {
+                        d.fill(0);
+                    }
+                }
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: AMX is available (checked by the caller) and configured here for
+                // this task's calls; this task alone writes rows r0..r1 of panels p0..p1
+                // (columns p0 * PANEL.. up to n); xb holds whole blocks of rows past `rows`.
+                unsafe {
+                    amx::configure();
+                    for p in p0..p1 {
+                        let col0 = p * PANEL;
+                        amx::panel_rows(&amx::PanelRows {
+                            x: &xb[..padded * xs],
+                            xs,
+                            rows,
+                            lines: &self.lines[p * self.stride * 4..(p + 1) * self.stride * 4],
+                            dst,
+                            ld: n,
+                            r0,
+                            col0,
+                            cols: (n - col0).min(PANEL),
+                            acc,
+                        });
+                    }
+                    amx::release();
+                }
+            });
+            if col_parts == 1
+                && let Some(then) = then
+            {
+                // SAFETY: this task alone wrote (and now owns) rows r0..r1, all n columns.
+                let out = unsafe { std::slice::from_raw_parts_mut(dst.at(r0 * n), rows * n) };
+                then(r0, out);
+            }
         });
+        if col_parts > 1
+            && let Some(then) = then
+        {
+            epilogue_rows(then, dst, m, n);
+        }
     }
+}
+
+impl PackedBf16 {
+    /// [`PackedBf16::product_amx`] with the panels outermost: the rows are rounded once
+    /// into a shared buffer and each task takes a panel (and a part of the rows when there
+    /// are fewer panels than tasks); the epilogue runs after them.
+    fn product_amx_panels(&self, x: &[f32], m: usize, dst: Out, acc: bool, then: Option<Epilogue>) {
+        let (n, k) = (self.n, self.k);
+        let xs = 2 * self.stride;
+        let padded = m.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
+        let run = |xb: &mut Vec<u16>| {
+            if xb.len() < padded * xs {
+                xb.resize(padded * xs, 0);
+            }
+            let xb = &mut xb[..padded * xs];
+            xb.par_chunks_mut(xs).enumerate().for_each(|(r, d)| {
+                if r < m {
+                    round_row(&x[r * k..(r + 1) * k], d);
+                    d[k..].fill(0);
+                } else {
+                    d.fill(0);
+                }
+            });
+            let xb = &*xb;
+            let panels = n.div_ceil(PANEL);
+            let threads = rayon::current_num_threads().max(1);
+            let row_parts = (2 * threads)
+                .div_ceil(panels)
+                .clamp(1, padded / amx::BLOCK_ROWS);
+            // whole blocks of rows per task
+            let rows_per = (padded / amx::BLOCK_ROWS).div_ceil(row_parts) * amx::BLOCK_ROWS;
+            (0..panels * row_parts).into_par_iter().for_each(|task| {
+                let (p, r) = (task / row_parts, task % row_parts);
+                let (r0, r1) = (r * rows_per, ((r + 1) * rows_per).min(m));
+                if r0 >= r1 {
+                    return;
+                }
+                let col0 = p * PANEL;
+                let run = amx::PanelRows {
+                    x: &xb[r0 * xs..],
+                    xs,
+                    rows: r1 - r0,
+                    lines: &self.lines[p * self.stride * 4..(p + 1) * self.stride * 4],
+                    dst,
+                    ld: n,
+                    r0,
+                    col0,
+                    cols: (n - col0).min(PANEL),
+                    acc,
+                };
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: AMX is available (checked by the caller) and configured here; this
+                // task alone writes rows r0..r1, columns col0..+cols; xb holds whole blocks
+                // of rows past r1.
+                unsafe {
+                    amx::configure();
+                    amx::panel_rows(&run);
+                    amx::release();
+                };
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = run;
+            });
+        };
+        // the calling thread's buffer, kept between products (a fresh one if it is in use:
+        // a product started from inside another's task)
+        AMX_SHARED.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut xb) => run(&mut xb),
+            Err(_) => run(&mut Vec::new()),
+        });
+        if let Some(then) = then {
+            epilogue_rows(then, dst, m, n);
+        }
+    }
+}
+
+/// A pass over a product's output after it is written: `then(first_row, rows)` on blocks of
+/// whole rows (`n` values a row).
+pub type Epilogue<'a> = &'a (dyn Fn(usize, &mut [f32]) + Sync);
+
+/// Runs `then` over the written `m × n` output at `dst` in parallel blocks of rows.
+fn epilogue_rows(then: Epilogue, dst: Out, m: usize, n: usize) {
+    let rows = (16384 / n.max(1)).max(1);
+    (0..m.div_ceil(rows)).into_par_iter().for_each(|b| {
+        let (r0, r1) = (b * rows, ((b + 1) * rows).min(m));
+        // SAFETY: the product wrote all m x n elements; this iteration alone holds rows
+        // r0..r1.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst.at(r0 * n), (r1 - r0) * n) };
+        then(r0, out);
+    });
 }
 
 /// Rounds `src` to bfloat16 bits into `dst` (to nearest, ties to even; `dst` may be longer:
@@ -863,6 +1078,80 @@ mod tests {
                 (got - want).abs() <= 1e-4 * (1.0 + n as f64).sqrt(),
                 "n {n}: {got} vs {want}"
             );
+        }
+    }
+
+    #[test]
+    fn written_products_equal_accumulated_ones_and_run_the_epilogue_once_per_row() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(8)
+            .build()
+            .unwrap();
+        // rows outweighing the weight (chunks of rows on the tiles), a weight outweighing
+        // the rows (panels outermost), a single row, an odd number of inputs
+        for (m, k, n) in [(301, 70, 150), (5, 300, 200), (1, 64, 70), (130, 33, 64)] {
+            let x = values(m * k, 5);
+            let w: Vec<u16> = values(n * k, 6).iter().map(|&v| f32_to_bf16(v)).collect();
+            let packed = PackedBf16::pack(&w, n, k);
+            let mut kernels = vec![Kernel::F32];
+            if has_dot_bf16() {
+                kernels.push(Kernel::DotBf16);
+            }
+            if amx::available() {
+                kernels.push(Kernel::Amx);
+            } else {
+                eprintln!("skipped: the AMX kernel's written products (no AMX tiles)");
+            }
+            for kernel in kernels {
+                let mut want = vec![0f32; m * n];
+                packed.matmul_acc_with(kernel, &x, m, &mut want);
+                for threads in [1, 8] {
+                    let run = || {
+                        // garbage where the product writes: every element must be written
+                        let mut out = vec![MaybeUninit::new(f32::NAN); m * n];
+                        packed
+                            .matmul_into_with(kernel, &x, m, &mut out, None)
+                            .to_vec()
+                    };
+                    let got = if threads == 1 {
+                        run()
+                    } else {
+                        pool.install(run)
+                    };
+                    assert_eq!(got, want, "{kernel:?} {m}x{k}x{n}, {threads} threads");
+                    // the epilogue sees every row once, with its index
+                    let seen: Vec<std::sync::atomic::AtomicUsize> =
+                        (0..m).map(|_| Default::default()).collect();
+                    let then = |first: usize, rows: &mut [f32]| {
+                        assert_eq!(rows.len() % n, 0);
+                        for (i, row) in rows.chunks_mut(n).enumerate() {
+                            seen[first + i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            row.iter_mut().for_each(|v| *v += (first + i) as f32);
+                        }
+                    };
+                    let fused = || {
+                        let mut out = vec![MaybeUninit::new(f32::NAN); m * n];
+                        packed
+                            .matmul_into_with(kernel, &x, m, &mut out, Some(&then))
+                            .to_vec()
+                    };
+                    let got = if threads == 1 {
+                        fused()
+                    } else {
+                        pool.install(fused)
+                    };
+                    let shifted: Vec<f32> = want
+                        .chunks(n)
+                        .enumerate()
+                        .flat_map(|(r, row)| row.iter().map(move |v| v + r as f32))
+                        .collect();
+                    assert_eq!(got, shifted, "{kernel:?} {m}x{k}x{n} epilogue");
+                    assert!(
+                        seen.iter()
+                            .all(|c| c.load(std::sync::atomic::Ordering::Relaxed) == 1)
+                    );
+                }
+            }
         }
     }
 
