@@ -131,7 +131,7 @@ fn bf16_walk() -> bool {
 
 /// `v` rounded to bfloat16.
 fn to_bf16(v: &[f32]) -> Vec<u16> {
-    let mut out = vec![0u16; v.len()];
+    let mut out = sift_simd::mem::huge_vec(v.len(), || 0u16);
     out.par_chunks_mut(1 << 16)
         .zip(v.par_chunks(1 << 16))
         .for_each(|(d, s)| sift_simd::bf16::round_into(s, d));
@@ -165,10 +165,11 @@ trait Links {
     fn with<R>(&self, node: u32, level: usize, f: impl FnOnce(&[u32]) -> R) -> R;
 }
 
-/// The vectors, row-major.
+/// The vectors, row-major; with `remap`, point `i`'s vector is row `remap[i]`.
 struct Vectors<'a, E> {
     data: &'a [E],
     dim: usize,
+    remap: Option<&'a [u32]>,
 }
 
 impl<E> Clone for Vectors<'_, E> {
@@ -178,10 +179,19 @@ impl<E> Clone for Vectors<'_, E> {
 }
 impl<E> Copy for Vectors<'_, E> {}
 
-impl<E> Vectors<'_, E> {
+impl<'a, E> Vectors<'a, E> {
+    fn new(data: &'a [E], dim: usize) -> Self {
+        Vectors {
+            data,
+            dim,
+            remap: None,
+        }
+    }
+
     #[inline]
     fn get(&self, id: u32) -> &[E] {
-        let i = id as usize * self.dim;
+        let row = self.remap.map_or(id, |r| r[id as usize]);
+        let i = row as usize * self.dim;
         &self.data[i..i + self.dim]
     }
 
@@ -480,9 +490,9 @@ pub struct Hnsw {
     upper_start: Vec<u32>,
     /// Upper lists: `1 + m` words each, levels 1.. of a point one after the other.
     upper: Vec<u32>,
-    /// The vectors rounded to bfloat16, which the search walks where the processor has
-    /// bfloat16 dot products ([`Hnsw::build`], [`Hnsw::attach`]); not part of the bytes.
-    walk: Option<Vec<u16>>,
+    /// The copy of the graph the search walks where the processor has bfloat16 dot
+    /// products ([`Hnsw::build`], [`Hnsw::attach`]); not part of the bytes.
+    walk: Option<Walk>,
 }
 
 /// Graphs are equal when their links are ([`Hnsw::to_bytes`]): the bfloat16 copy of the
@@ -494,6 +504,117 @@ impl PartialEq for Hnsw {
             && self.base == o.base
             && self.upper_start == o.upper_start
             && self.upper == o.upper
+    }
+}
+
+/// The copy of a graph a search walks on bfloat16 vectors: the vectors rounded to bfloat16
+/// and the level-0 links, both renumbered in breadth-first order from the entry point, so
+/// that linked points sit near each other in memory and a visit to a neighbour more often
+/// finds its vector (and its page) in the cache. The upper levels keep the graph's own
+/// numbering (`num` maps it to a row here), level 0 is walked in the new one, and results
+/// are mapped back (`ord`).
+#[derive(Debug, Clone)]
+struct Walk {
+    /// The vectors rounded to bfloat16, row `i` the point numbered `i`.
+    vectors: Vec<u16>,
+    /// Level-0 lists, `1 + m0` words per point (count, links), in the new numbering.
+    base: Vec<u32>,
+    m0: usize,
+    /// Ordinal of each new number.
+    ord: Vec<u32>,
+    /// New number of each ordinal.
+    num: Vec<u32>,
+}
+
+impl Links for Walk {
+    #[inline]
+    fn with<R>(&self, node: u32, _level: usize, f: impl FnOnce(&[u32]) -> R) -> R {
+        let s = node as usize * (1 + self.m0);
+        f(&self.base[s + 1..s + 1 + self.base[s] as usize])
+    }
+}
+
+impl Walk {
+    /// The walk copy of `g` from `rounded`, its vectors rounded to bfloat16 (by ordinal).
+    fn new(g: &Hnsw, rounded: &[u16]) -> Walk {
+        let (n, dim, m0) = (g.len(), g.dim, g.m0);
+        // breadth-first from the entry point; points no level-0 path reaches follow in
+        // ordinal order, each starting its own search
+        let mut num = vec![u32::MAX; n];
+        let mut ord: Vec<u32> = Vec::with_capacity(n);
+        let mut head = 0;
+        let mut next_root = 0usize;
+        let mut root = (n > 0).then_some(g.entry);
+        while let Some(r) = root {
+            num[r as usize] = ord.len() as u32;
+            ord.push(r);
+            while head < ord.len() {
+                let x = ord[head];
+                head += 1;
+                for &y in g.links(x, 0) {
+                    if num[y as usize] == u32::MAX {
+                        num[y as usize] = ord.len() as u32;
+                        ord.push(y);
+                    }
+                }
+            }
+            while next_root < n && num[next_root] != u32::MAX {
+                next_root += 1;
+            }
+            root = (next_root < n).then_some(next_root as u32);
+        }
+        let mut vectors = sift_simd::mem::huge_vec(rounded.len(), || 0u16);
+        vectors
+            .par_chunks_mut(dim.max(1))
+            .zip(ord.par_iter())
+            .for_each(|(d, &o)| {
+                d.copy_from_slice(&rounded[o as usize * dim..(o as usize + 1) * dim])
+            });
+        let mut base = sift_simd::mem::huge_vec(n * (1 + m0), || 0u32);
+        base.par_chunks_mut(1 + m0)
+            .zip(ord.par_iter())
+            .for_each(|(d, &o)| {
+                let links = g.links(o, 0);
+                d[0] = links.len() as u32;
+                for (w, &l) in d[1..].iter_mut().zip(links) {
+                    *w = num[l as usize];
+                }
+            });
+        Walk {
+            vectors,
+            base,
+            m0,
+            ord,
+            num,
+        }
+    }
+
+    /// The greedy descent through `g`'s upper levels, then the `ef` best on level 0 (by
+    /// ordinal, similarities on the bfloat16 vectors); `q` is the query rounded.
+    fn search(&self, g: &Hnsw, q: &[u16], ef: usize) -> Vec<Cand> {
+        let upper = Vectors {
+            data: &self.vectors,
+            dim: g.dim,
+            remap: Some(&self.num),
+        };
+        let mut cur = Cand {
+            sim: u16::dot(q, upper.get(g.entry)),
+            id: g.entry,
+        };
+        for lc in (1..=g.top).rev() {
+            cur = greedy(g, upper, q, cur, lc);
+        }
+        let start = Cand {
+            sim: cur.sim,
+            id: self.num[cur.id as usize],
+        };
+        let level0 = Vectors::new(&self.vectors, g.dim);
+        let mut found =
+            SCRATCH.with(|sc| search_layer(self, level0, q, start, ef, 0, &mut sc.borrow_mut()));
+        for c in &mut found {
+            c.id = self.ord[c.id as usize];
+        }
+        found
     }
 }
 
@@ -515,11 +636,11 @@ impl Hnsw {
     pub fn build(vectors: &[f32], dim: usize, m: usize, ef_construction: usize) -> Hnsw {
         if bf16_walk() {
             let walk = to_bf16(vectors);
-            let mut g = Self::build_on(Vectors { data: &walk, dim }, m, ef_construction);
-            g.walk = Some(walk);
+            let mut g = Self::build_on(Vectors::new(&walk, dim), m, ef_construction);
+            g.walk = Some(Walk::new(&g, &walk));
             g
         } else {
-            Self::build_on(Vectors { data: vectors, dim }, m, ef_construction)
+            Self::build_on(Vectors::new(vectors, dim), m, ef_construction)
         }
     }
 
@@ -527,7 +648,7 @@ impl Hnsw {
     /// it was built on: their bfloat16 copy where the search walks one ([`Hnsw::build`]).
     pub fn attach(&mut self, vectors: &[f32]) {
         if bf16_walk() {
-            self.walk = Some(to_bf16(vectors));
+            self.walk = Some(Walk::new(self, &to_bf16(vectors)));
         }
     }
 
@@ -549,7 +670,7 @@ impl Hnsw {
             m0,
             ef_construction: ef_construction.max(m),
             entry: RwLock::new((0, levels.first().copied().unwrap_or(0) as usize)),
-            base: (0..n * (1 + m0)).map(|_| AtomicU32::new(0)).collect(),
+            base: sift_simd::mem::huge_vec(n * (1 + m0), || AtomicU32::new(0)),
             locks0: (0..n).map(|_| Mutex::new(())).collect(),
             upper_offset,
             upper: (0..uppers).map(|_| Mutex::new(Vec::new())).collect(),
@@ -562,7 +683,10 @@ impl Hnsw {
             });
         }
         let (entry, top) = *b.entry.read().expect("not poisoned");
-        let base: Vec<u32> = b.base.into_iter().map(AtomicU32::into_inner).collect();
+        let mut base = sift_simd::mem::huge_vec(b.base.len(), || 0u32);
+        base.iter_mut()
+            .zip(b.base)
+            .for_each(|(d, a)| *d = a.into_inner());
         let lists: Vec<Vec<u32>> = b
             .upper
             .into_iter()
@@ -625,15 +749,15 @@ impl Hnsw {
             return Vec::new();
         }
         let dim = self.dim;
-        let v = Vectors { data: vectors, dim };
+        let v = Vectors::new(vectors, dim);
         let found = match &self.walk {
-            Some(walk) if walk.len() == vectors.len() => {
+            Some(walk) if walk.vectors.len() == vectors.len() => {
                 let mut found = QUERY_BF16.with(|q| {
                     let mut q = q.borrow_mut();
                     q.clear();
                     q.resize(query.len(), 0);
                     sift_simd::bf16::round_into(query, &mut q);
-                    self.walk(Vectors { data: walk, dim }, &q, ef.max(k))
+                    walk.search(self, &q, ef.max(k))
                 });
                 for c in &mut found {
                     c.sim = dot(query, v.get(c.id));
@@ -744,7 +868,9 @@ impl Hnsw {
         let mut it = bytes[header + n..]
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-        let base: Vec<u32> = it.by_ref().take(n * (1 + m0)).collect();
+        // the level-0 links, read at random by every search: on huge pages where allowed
+        let mut base = sift_simd::mem::huge_vec(n * (1 + m0), || 0u32);
+        base.iter_mut().zip(it.by_ref()).for_each(|(d, w)| *d = w);
         let upper_start: Vec<u32> = it.by_ref().take(n).collect();
         let upper: Vec<u32> = it.collect();
         let g = Hnsw {
@@ -845,6 +971,49 @@ mod tests {
         let back = Hnsw::from_bytes(&g.to_bytes(), dim).unwrap();
         assert_eq!(back, g);
         assert!(g.unreachable().len() < n / 100);
+    }
+
+    #[test]
+    fn the_walk_renumbers_every_point_once_and_keeps_the_links() {
+        // level 0: 0 - 1 - 2 reachable from the entry (0); 3 - 4 apart, reachable from no one
+        let (n, m0) = (5, 4);
+        let lists: [&[u32]; 5] = [&[1], &[0, 2], &[1], &[4], &[3]];
+        let mut base = vec![0u32; n * (1 + m0)];
+        for (i, l) in lists.iter().enumerate() {
+            base[i * (1 + m0)] = l.len() as u32;
+            base[i * (1 + m0) + 1..i * (1 + m0) + 1 + l.len()].copy_from_slice(l);
+        }
+        let g = Hnsw {
+            dim: 2,
+            m: 2,
+            m0,
+            entry: 0,
+            top: 0,
+            levels: vec![0; n],
+            base,
+            upper_start: vec![NO_UPPER; n],
+            upper: Vec::new(),
+            walk: None,
+        };
+        let rounded: Vec<u16> = (0..2 * n as u16).collect();
+        let w = Walk::new(&g, &rounded);
+        // breadth-first from the entry, then the unreached points in ordinal order
+        assert_eq!(w.ord, [0, 1, 2, 3, 4]);
+        for (new, &o) in w.ord.iter().enumerate() {
+            assert_eq!(w.num[o as usize] as usize, new);
+            assert_eq!(
+                &w.vectors[2 * new..2 * new + 2],
+                &rounded[2 * o as usize..2 * o as usize + 2]
+            );
+            let mapped: Vec<u32> = w.with(new as u32, 0, |l| {
+                l.iter().map(|&x| w.ord[x as usize]).collect()
+            });
+            assert_eq!(mapped, g.links(o, 0));
+        }
+        // an entry in the middle renumbers its neighbours first
+        let g = Hnsw { entry: 2, ..g };
+        let w = Walk::new(&g, &rounded);
+        assert_eq!(w.ord, [2, 1, 0, 3, 4]);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod bf16;
+pub mod mem;
 
 /// The widest instruction set the kernels may use on this processor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
