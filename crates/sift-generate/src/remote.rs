@@ -1,0 +1,294 @@
+//! Any OpenAI-compatible `/v1/chat/completions` endpoint: vLLM, llama.cpp's server, Ollama,
+//! `transformers serve`, OpenAI.
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::request::{Generation, Message, Part, Request, Usage};
+use crate::{Error, Generator, Result};
+
+/// When and how long to wait before trying a request again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0: none).
+    pub max_retries: u32,
+    /// The first wait; each retry doubles it.
+    pub base: Duration,
+    /// The longest wait (a server's `Retry-After` included).
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 5,
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (0-based), or the server's `Retry-After`.
+    fn wait(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
+        let backoff = self.base.saturating_mul(1u32 << retry.min(20));
+        retry_after.unwrap_or(backoff).min(self.cap)
+    }
+}
+
+/// An OpenAI-compatible chat-completions endpoint. Requests carry images as `data:` URLs;
+/// 429, 408 and 5xx answers, timeouts, failed connections and 200 answers that are not a
+/// chat completion are retried with exponential backoff (honouring `Retry-After`); other
+/// statuses fail at once.
+#[derive(Debug, Clone)]
+pub struct OpenAiCompatible {
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    retry: RetryPolicy,
+    agent: ureq::Agent,
+    timeout: Duration,
+}
+
+impl OpenAiCompatible {
+    /// The endpoint under `base` (`http://host:port/v1`; `/chat/completions` is added) serving
+    /// `model`; no key, a 120 s timeout per request, the default [`RetryPolicy`].
+    pub fn new(base: &str, model: &str) -> OpenAiCompatible {
+        let url = format!("{}/chat/completions", base.trim_end_matches('/'));
+        let timeout = Duration::from_secs(120);
+        OpenAiCompatible {
+            url,
+            model: model.to_string(),
+            api_key: None,
+            retry: RetryPolicy::default(),
+            agent: agent(timeout),
+            timeout,
+        }
+    }
+
+    /// The bearer key read from environment variable `var` (none if unset or empty).
+    pub fn with_api_key_from_env(mut self, var: &str) -> OpenAiCompatible {
+        self.api_key = std::env::var(var).ok().filter(|k| !k.is_empty());
+        self
+    }
+
+    /// This bearer key.
+    pub fn with_api_key(mut self, key: impl Into<String>) -> OpenAiCompatible {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// The longest one request may take (connecting, sending and reading the answer).
+    pub fn with_timeout(mut self, timeout: Duration) -> OpenAiCompatible {
+        self.timeout = timeout;
+        self.agent = agent(timeout);
+        self
+    }
+
+    /// How failed requests are retried.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> OpenAiCompatible {
+        self.retry = retry;
+        self
+    }
+
+    /// The full chat-completions URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The request body sent for `request` (OpenAI's chat-completions shape).
+    pub fn body(&self, request: &Request) -> Value {
+        let s = &request.sampling;
+        let mut body = json!({
+            "model": self.model,
+            "messages": request.messages.iter().map(message_json).collect::<Vec<_>>(),
+            "max_tokens": s.max_new_tokens,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "stream": false,
+        });
+        if let Some(seed) = s.seed {
+            body["seed"] = json!(seed);
+        }
+        if !s.stop.is_empty() {
+            body["stop"] = json!(s.stop);
+        }
+        body
+    }
+
+    /// One attempt: the generation, or the error and whether it is worth retrying (with
+    /// the server's `Retry-After`).
+    fn attempt(&self, body: &str, attempts: u32) -> std::result::Result<Generation, Failure> {
+        let mut req = self
+            .agent
+            .post(&self.url)
+            .header("Content-Type", "application/json");
+        if let Some(k) = &self.api_key {
+            req = req.header("Authorization", format!("Bearer {k}"));
+        }
+        let transport = |e: ureq::Error| {
+            let message = match e {
+                ureq::Error::Timeout(_) => format!("timed out ({:?} allowed)", self.timeout),
+                e => e.to_string(),
+            };
+            Failure::retry(Error::Transport {
+                url: self.url.clone(),
+                message,
+                attempts,
+            })
+        };
+        let mut resp = req.send(body.as_bytes()).map_err(transport)?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64);
+        let text = resp.body_mut().read_to_string().map_err(transport)?;
+        if status != 200 {
+            let err = Error::Status {
+                url: self.url.clone(),
+                status,
+                body: head(&text),
+                attempts,
+            };
+            let again = status == 408 || status == 429 || status >= 500;
+            return Err(Failure {
+                error: err,
+                again,
+                retry_after,
+            });
+        }
+        parse_completion(&text).map_err(|message| {
+            Failure::retry(Error::Malformed {
+                url: self.url.clone(),
+                message,
+                body: head(&text),
+                attempts,
+            })
+        })
+    }
+}
+
+impl Generator for OpenAiCompatible {
+    fn model_id(&self) -> &str {
+        &self.model
+    }
+
+    fn generate(&self, request: &Request) -> Result<Generation> {
+        if request.messages.is_empty() {
+            return Err(Error::Invalid("a chat needs at least one message".into()));
+        }
+        let body = self.body(request).to_string();
+        let mut retry = 0;
+        loop {
+            match self.attempt(&body, retry + 1) {
+                Ok(g) => return Ok(g),
+                Err(f) if f.again && retry < self.retry.max_retries => {
+                    std::thread::sleep(self.retry.wait(retry, f.retry_after));
+                    retry += 1;
+                }
+                Err(f) => return Err(f.error),
+            }
+        }
+    }
+}
+
+/// A failed attempt.
+struct Failure {
+    error: Error,
+    again: bool,
+    retry_after: Option<Duration>,
+}
+
+impl Failure {
+    fn retry(error: Error) -> Failure {
+        Failure {
+            error,
+            again: true,
+            retry_after: None,
+        }
+    }
+}
+
+fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// A message as OpenAI's API takes it: plain text as a string, text with images as a list
+/// of `text` and `image_url` parts.
+fn message_json(m: &Message) -> Value {
+    let only_text = m.content.iter().all(|p| matches!(p, Part::Text(_)));
+    let content = if only_text {
+        let texts: Vec<&str> = m
+            .content
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.as_str(),
+                Part::Image { .. } => "",
+            })
+            .collect();
+        json!(texts.concat())
+    } else {
+        json!(
+            m.content
+                .iter()
+                .map(|p| match p {
+                    Part::Text(t) => json!({"type": "text", "text": t}),
+                    Part::Image { .. } => json!({
+                        "type": "image_url",
+                        "image_url": {"url": p.data_url().unwrap_or_default()},
+                    }),
+                })
+                .collect::<Vec<_>>()
+        )
+    };
+    json!({"role": m.role, "content": content})
+}
+
+/// The first choice's text, finish reason and usage of a chat-completions answer.
+fn parse_completion(text: &str) -> std::result::Result<Generation, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    let choice = v
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or("no choices[0]")?;
+    let content = choice
+        .get("message")
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_str)
+        .ok_or("no choices[0].message.content string")?;
+    let usage = v.get("usage");
+    let count = |k: &str| {
+        usage
+            .and_then(|u| u.get(k))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    Ok(Generation {
+        text: content.to_string(),
+        finish_reason: choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        usage: Usage {
+            prompt_tokens: count("prompt_tokens"),
+            completion_tokens: count("completion_tokens"),
+        },
+    })
+}
+
+/// The start of a body, for error messages.
+fn head(text: &str) -> String {
+    let mut end = text.len().min(300);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
