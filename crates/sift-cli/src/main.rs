@@ -48,6 +48,9 @@ enum Command {
     /// Read a whole corpus and report counts and problems (duplicate ids, bad rows, images
     /// that do not decode, judgements naming unknown ids).
     Check(cmd::check::Args),
+    /// Generate text for each query with an OpenAI-compatible generator (captions of its
+    /// images, reformulations, reasoning), cached and resumable.
+    Generate(cmd::generate::Args),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Index(a) => cmd::index::run(a),
         Command::Search(a) => cmd::search::run(a),
         Command::Eval(a) => cmd::eval::run(a),
+        Command::Generate(a) => cmd::generate::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Embed(a) => cmd::embed::run(a),
         Command::Bench(a) => cmd::bench::run(a),

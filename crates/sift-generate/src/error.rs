@@ -49,6 +49,9 @@ pub enum Error {
         /// The cache key.
         key: String,
     },
+    /// Reading the corpus.
+    #[error(transparent)]
+    Corpus(#[from] sift_core::Error),
     /// Reading or writing a file.
     #[error("{}: {source}", path.display())]
     Io {

@@ -21,6 +21,7 @@
 
 mod cache;
 mod error;
+pub mod experiments;
 mod remote;
 mod request;
 mod run;

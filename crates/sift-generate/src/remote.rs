@@ -156,7 +156,7 @@ impl OpenAiCompatible {
             };
             let again = status == 408 || status == 429 || status >= 500;
             return Err(Failure {
-                error: err,
+                error: Box::new(err),
                 again,
                 retry_after,
             });
@@ -190,7 +190,7 @@ impl Generator for OpenAiCompatible {
                     std::thread::sleep(self.retry.wait(retry, f.retry_after));
                     retry += 1;
                 }
-                Err(f) => return Err(f.error),
+                Err(f) => return Err(*f.error),
             }
         }
     }
@@ -198,7 +198,7 @@ impl Generator for OpenAiCompatible {
 
 /// A failed attempt.
 struct Failure {
-    error: Error,
+    error: Box<Error>,
     again: bool,
     retry_after: Option<Duration>,
 }
@@ -206,7 +206,7 @@ struct Failure {
 impl Failure {
     fn retry(error: Error) -> Failure {
         Failure {
-            error,
+            error: Box::new(error),
             again: true,
             retry_after: None,
         }

@@ -2,6 +2,7 @@ pub mod bench;
 pub mod check;
 pub mod embed;
 pub mod eval;
+pub mod generate;
 pub mod index;
 pub mod models;
 pub mod search;

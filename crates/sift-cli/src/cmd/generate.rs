@@ -1,0 +1,239 @@
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use sift_core::Warnings;
+use sift_generate::experiments::{self, Experiment, Template};
+use sift_generate::{
+    GenerationCache, OpenAiCompatible, RetryPolicy, RunOptions, RunSummary, Sampling, generate_all,
+};
+
+use crate::cmd::report_warnings;
+use crate::options::{CorpusFlags, domain_list, split_list};
+use crate::progress::Bars;
+
+/// Generate text for each query with a generator: captions of its images, a reformulated
+/// query, or BRIGHT-style reasoning. Every generation is cached (`--cache`) under the model,
+/// prompt template and version, sampling settings, query id and the images' hashes: a rerun
+/// only generates what is missing, an interrupted run resumes, `--offline` fails on a
+/// missing entry instead of generating. Writes `<out>/<domain>.jsonl`, one line per query
+/// (`id`, `text`, and the captions or the whole generation), for `--query-augment`.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  sift generate captions --corpus corpora/sample --generator http://127.0.0.1:8000/v1 \\
+      --model Qwen/Qwen2-VL-7B-Instruct --out gen/captions
+  OPENAI_API_KEY=... sift generate reasoning --corpus mm-bright --domains physics \\
+      --generator https://api.openai.com/v1 --model gpt-4o --out gen/reasoning")]
+pub struct Args {
+    /// What to generate.
+    #[arg(value_enum)]
+    experiment: ExperimentArg,
+    /// Corpus directory (MM-BRIGHT or BEIR layout).
+    #[arg(long)]
+    corpus: PathBuf,
+    #[command(flatten)]
+    corpus_flags: CorpusFlags,
+    /// Comma-separated domains [default: all the corpus's].
+    #[arg(long, value_parser = domain_list)]
+    domains: Option<String>,
+    /// An OpenAI-compatible endpoint's base URL (`http://host:port/v1`: vLLM, llama.cpp's
+    /// server, Ollama, `transformers serve`, OpenAI).
+    #[arg(long)]
+    generator: String,
+    /// The model the endpoint serves (its `model` field).
+    #[arg(long)]
+    model: String,
+    /// Environment variable holding the endpoint's bearer key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    api_key_env: String,
+    /// A prompt template file of your own (with a `{query}` placeholder) instead of the
+    /// committed one.
+    #[arg(long)]
+    prompt: Option<PathBuf>,
+    /// Show the query images to the generator for reformulations and reasoning (the
+    /// multimodal queries of Tasks 2-4); captions always do.
+    #[arg(long)]
+    with_images: bool,
+    /// At most this many new tokens a generation.
+    #[arg(long, default_value_t = 512)]
+    max_new_tokens: u32,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Nucleus sampling's mass.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// The sampler's seed (sent to endpoints that take one).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Seconds one request may take.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+    /// Retries of a request that failed with 429, 408 or 5xx, timed out or came back
+    /// malformed (exponential backoff from 0.5 s, honouring Retry-After).
+    #[arg(long, default_value_t = 5)]
+    retries: u32,
+    /// The generation cache (JSONL) [default: <out>/cache.jsonl].
+    #[arg(long)]
+    cache: Option<PathBuf>,
+    /// Only read the cache: a query without a cached generation fails instead.
+    #[arg(long)]
+    offline: bool,
+    /// Output directory: `<domain>.jsonl` per domain.
+    #[arg(long)]
+    out: PathBuf,
+    /// Print a JSON summary.
+    #[arg(long)]
+    json: bool,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+enum ExperimentArg {
+    Captions,
+    Reformulations,
+    Reasoning,
+}
+
+impl From<ExperimentArg> for Experiment {
+    fn from(e: ExperimentArg) -> Self {
+        match e {
+            ExperimentArg::Captions => Experiment::Captions,
+            ExperimentArg::Reformulations => Experiment::Reformulations,
+            ExperimentArg::Reasoning => Experiment::Reasoning,
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct DomainReport {
+    queries: usize,
+    written: usize,
+    jobs: usize,
+    cached: usize,
+    generated: usize,
+    failed: usize,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    missing_images: usize,
+    file: PathBuf,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if a.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    let experiment = Experiment::from(a.experiment);
+    let template = match &a.prompt {
+        Some(p) => Template::from_file(p)?,
+        None => experiment.template(),
+    };
+    let corpus = a.corpus_flags.open(&a.corpus)?;
+    let domains = corpus.select_domains(&split_list(&a.domains))?;
+    let generator = OpenAiCompatible::new(&a.generator, &a.model)
+        .with_api_key_from_env(&a.api_key_env)
+        .with_timeout(Duration::from_secs(a.timeout.max(1)))
+        .with_retry(RetryPolicy {
+            max_retries: a.retries,
+            ..RetryPolicy::default()
+        });
+    let cache_path = a.cache.clone().unwrap_or_else(|| a.out.join("cache.jsonl"));
+    let cache = GenerationCache::open(&cache_path)?;
+    let opened = cache.opened();
+    if opened.truncated + opened.malformed > 0 {
+        eprintln!(
+            "warning: {}: {} unfinished last line dropped, {} malformed line(s) skipped",
+            cache_path.display(),
+            opened.truncated,
+            opened.malformed
+        );
+    }
+    let sampling = Sampling {
+        max_new_tokens: a.max_new_tokens,
+        temperature: a.temperature,
+        top_p: a.top_p,
+        seed: a.seed,
+        stop: Vec::new(),
+    };
+    let images = experiment == Experiment::Captions || a.with_images;
+    let bars = Bars::new(a.quiet || a.json);
+    let mut warnings = Warnings::new();
+    let mut report = BTreeMap::new();
+    let mut failures = 0;
+    for domain in &domains {
+        let (queries, missing) = experiments::load_queries(&corpus, domain, images, &mut warnings)
+            .with_context(|| format!("reading the queries of {domain}"))?;
+        for m in missing.iter().take(5) {
+            eprintln!("warning: {domain}: query image not found in examples_images: {m}");
+        }
+        let (jobs, slots) = experiments::plan(experiment, &template, &queries, &sampling);
+        let bar = bars.bar(
+            &format!("{domain} {}", experiment.name()),
+            jobs.len() as u64,
+        );
+        let options = RunOptions {
+            concurrency: a.concurrency,
+            offline: a.offline,
+        };
+        let outcomes = generate_all(&generator, &jobs, &cache, options, Some(&bar));
+        bar.finish_and_clear();
+        let (rows, failed) = experiments::assemble(experiment, &slots, &outcomes);
+        for f in &failed {
+            eprintln!("error: {domain}: {f}");
+        }
+        failures += failed.len();
+        let file = a.out.join(format!("{domain}.jsonl"));
+        experiments::write_augmentations(&file, &rows)?;
+        let s = RunSummary::of(&outcomes);
+        let r = DomainReport {
+            queries: queries.len(),
+            written: rows.len(),
+            jobs: jobs.len(),
+            cached: s.cached,
+            generated: s.generated,
+            failed: s.failed,
+            prompt_tokens: s.prompt_tokens,
+            completion_tokens: s.completion_tokens,
+            missing_images: missing.len(),
+            file,
+        };
+        if !a.json {
+            println!(
+                "{domain}: {} of {} queries written to {} ({} generated, {} cached, {} failed; {} + {} tokens)",
+                r.written,
+                r.queries,
+                r.file.display(),
+                r.generated,
+                r.cached,
+                r.failed,
+                r.prompt_tokens,
+                r.completion_tokens
+            );
+        }
+        report.insert(domain.clone(), r);
+    }
+    report_warnings("queries", &warnings);
+    if a.json {
+        let out = serde_json::json!({
+            "experiment": experiment.name(),
+            "model": a.model,
+            "generator": generator.url(),
+            "template": {"name": template.name, "version": template.version},
+            "cache": cache_path,
+            "domains": report,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    if failures > 0 {
+        bail!(
+            "{failures} generation(s) failed (see above); rerun to retry them: the rest are cached"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! `sift generate` end to end on the sample corpus against a loopback OpenAI-compatible
+//! server: the outputs and the cache, and a run killed with SIGKILL mid-way, then rerun: no
+//! duplicate or truncated cache entries, and only the missing generations requested again.
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{ok, s, sample};
+use serde_json::{Value, json};
+
+/// A chat-completions server answering after `delay`; returns its base URL and a request
+/// counter.
+fn serve(delay: Duration) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut len = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; len];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let body: Value = serde_json::from_slice(&body).unwrap();
+                c.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(delay);
+                let prompt = body["messages"][0]["content"].to_string();
+                let text = json!({
+                    "choices": [{"message": {"role": "assistant",
+                        "content": format!("thoughts on {} chars\nQuery: rewritten", prompt.len())},
+                        "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+                })
+                .to_string();
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            });
+        }
+    });
+    (base, count)
+}
+
+fn cache_lines(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "an unfinished line in the cache"
+    );
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn reformulations_are_written_per_domain_and_a_rerun_reads_the_cache() {
+    let (base, count) = serve(Duration::ZERO);
+    let out = tempfile::tempdir().unwrap();
+    let corpus = sample();
+    let args = [
+        "generate",
+        "reformulations",
+        "--corpus",
+        s(&corpus),
+        "--generator",
+        &base,
+        "--model",
+        "tiny",
+        "--out",
+        s(out.path()),
+        "--json",
+        "--quiet",
+    ];
+    let report: Value = serde_json::from_str(&ok(&args)).unwrap();
+    let domains = report["domains"].as_object().unwrap();
+    let queries: u64 = domains
+        .values()
+        .map(|d| d["queries"].as_u64().unwrap())
+        .sum();
+    assert!(queries > 0);
+    assert_eq!(count.load(Ordering::SeqCst) as u64, queries);
+    for (domain, d) in domains {
+        assert_eq!(d["generated"], d["queries"]);
+        let rows = std::fs::read_to_string(out.path().join(format!("{domain}.jsonl"))).unwrap();
+        for row in rows.lines() {
+            let row: Value = serde_json::from_str(row).unwrap();
+            assert_eq!(row["text"], "rewritten", "{row}");
+            assert!(
+                row["generation"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("thoughts on ")
+            );
+        }
+        assert_eq!(rows.lines().count() as u64, d["queries"].as_u64().unwrap());
+    }
+    // all cached now: nothing requested
+    let again: Value = serde_json::from_str(&ok(&args)).unwrap();
+    assert_eq!(count.load(Ordering::SeqCst) as u64, queries);
+    for d in again["domains"].as_object().unwrap().values() {
+        assert_eq!(d["cached"], d["queries"]);
+    }
+    // --offline with another template version (a prompt file) finds nothing cached
+    let prompt = out.path().join("mine.txt");
+    std::fs::write(&prompt, "Rewrite: {query}").unwrap();
+    let mut offline = args.to_vec();
+    offline.extend(["--prompt", s(&prompt), "--offline"]);
+    let err = common::fails(&offline);
+    assert!(err.contains("offline: no cached generation"), "{err}");
+    assert_eq!(count.load(Ordering::SeqCst) as u64, queries);
+}
+
+#[test]
+fn a_run_killed_mid_way_resumes_without_duplicates_or_truncation() {
+    let (slow, _) = serve(Duration::from_millis(150));
+    let out = tempfile::tempdir().unwrap();
+    let cache = out.path().join("cache.jsonl");
+    let args = |base: &str| {
+        vec![
+            "generate".to_string(),
+            "reasoning".into(),
+            "--corpus".into(),
+            s(&sample()).into(),
+            "--generator".into(),
+            base.into(),
+            "--model".into(),
+            "tiny".into(),
+            "--concurrency".into(),
+            "2".into(),
+            "--out".into(),
+            s(out.path()).into(),
+            "--quiet".into(),
+        ]
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sift"))
+        .args(args(&slow))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while cache_lines(&cache).len() < 4 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no generation cached"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let before = cache_lines(&cache);
+    let total: usize = ["biology", "gis", "physics"].len() * 5;
+    assert!(
+        before.len() < total,
+        "the run finished before it was killed"
+    );
+    let (fast, count) = serve(Duration::ZERO);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sift"));
+    let status = cmd.args(args(&fast)).status().unwrap();
+    assert!(status.success());
+    assert_eq!(count.load(Ordering::SeqCst), total - before.len());
+    let after = cache_lines(&cache);
+    assert_eq!(after.len(), total);
+    let keys: HashSet<&str> = after.iter().map(|e| e["key"].as_str().unwrap()).collect();
+    assert_eq!(keys.len(), total, "a duplicate cache entry");
+    for f in ["biology", "gis", "physics"] {
+        let rows = std::fs::read_to_string(out.path().join(format!("{f}.jsonl"))).unwrap();
+        assert_eq!(rows.lines().count(), 5, "{f}");
+    }
+}
