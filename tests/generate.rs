@@ -194,3 +194,82 @@ fn a_run_killed_mid_way_resumes_without_duplicates_or_truncation() {
         assert_eq!(rows.lines().count(), 5, "{f}");
     }
 }
+
+#[test]
+fn generated_captions_join_the_queries_of_sift_eval_beside_the_plain_ones() {
+    let (base, _) = serve(Duration::ZERO);
+    let tmp = tempfile::tempdir().unwrap();
+    let (index, captions) = (tmp.path().join("index"), tmp.path().join("captions"));
+    let corpus = sample();
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    ok(&[
+        "generate",
+        "captions",
+        "--corpus",
+        s(&corpus),
+        "--generator",
+        &base,
+        "--model",
+        "tiny",
+        "--out",
+        s(&captions),
+        "--quiet",
+    ]);
+    let augment = format!("captions:{}", s(&captions));
+    let eval = |extra: &[&str]| -> Value {
+        let mut args = vec![
+            "eval",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--task",
+            "1",
+            "--retriever",
+            "bm25",
+            "--query-augment",
+            &augment,
+            "--json",
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&ok(&args)).unwrap()
+    };
+    let report = eval(&[]);
+    let labels: Vec<&str> = report["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["bm25", "bm25 +captions"]);
+    // the captions change the queries that have images, so the runs differ
+    let mean = |r: &Value| r["metrics"].to_string();
+    let reports = report["reports"].as_array().unwrap();
+    assert_ne!(mean(&reports[0]), mean(&reports[1]), "{report}");
+    // queries without images have no caption: counted in the notes
+    let notes = report["notes"].to_string();
+    assert!(notes.contains("have no captions text"), "{notes}");
+    // replacing instead of appending makes another run again
+    let replaced = eval(&["--augment-replace"]);
+    assert_ne!(
+        mean(&replaced["reports"][1]),
+        mean(&reports[1]),
+        "{replaced}"
+    );
+    // a malformed augmentation file is an error naming file and line
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"id\": 3}\n").unwrap();
+    let err = common::fails(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--retriever",
+        "bm25",
+        "--query-augment",
+        &format!("x:{}", s(&bad)),
+    ]);
+    assert!(err.contains("bad.jsonl:1"), "{err}");
+}

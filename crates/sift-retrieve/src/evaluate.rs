@@ -1,5 +1,6 @@
 //! [`evaluate`]: every (task, retriever, query-image mode) over the domains of an index, as
 //! MM-BRIGHT scores them (`shared/docs/mm-bright-protocol.md`), with trec_eval semantics.
+use crate::augment::QueryAugment;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -50,6 +51,9 @@ pub struct EvalConfig {
     /// `src/data.py` 164-168), whatever the retriever. Each dense model follows its own
     /// profile ([`sift_embed::Embedder::profile`]).
     pub profile: sift_embed::Profile,
+    /// Generated text joined to the queries ([`QueryAugment`]): each makes a job beside
+    /// every plain one (`<retriever> +<label>`).
+    pub augments: Vec<QueryAugment>,
 }
 
 impl Default for EvalConfig {
@@ -67,6 +71,7 @@ impl Default for EvalConfig {
             per_query: false,
             instructions: Instructions::Reference,
             profile: sift_embed::Profile::Default,
+            augments: Vec::new(),
         }
     }
 }
@@ -97,6 +102,8 @@ pub struct JobReport {
     pub retriever: RetrieverSpec,
     /// How query images were used (models that embed images, Tasks 2-4), else `None`.
     pub query_images: Option<QueryImages>,
+    /// Which of [`EvalConfig::augments`] rewrote the queries, else `None` (plain queries).
+    pub augment: Option<usize>,
     /// `spec [query images: mode]`: the job's name in tables.
     pub label: String,
     /// Per-domain metrics.
@@ -322,13 +329,22 @@ fn plan_jobs(config: &EvalConfig, models: &ModelSet) -> (Vec<JobReport>, Vec<Str
                 } else {
                     vec![None]
                 };
-            for mode in modes {
-                let suffix = mode.map(|m| format!(" [query images: {}]", m.name()));
-                let suffix = suffix.unwrap_or_default();
+            let augments = std::iter::once(None).chain((0..config.augments.len()).map(Some));
+            for (mode, augment) in modes
+                .iter()
+                .flat_map(|&m| augments.clone().map(move |a| (m, a)))
+            {
+                let mut suffix = mode
+                    .map(|m| format!(" [query images: {}]", m.name()))
+                    .unwrap_or_default();
+                if let Some(i) = augment {
+                    suffix.push_str(&format!(" +{}", config.augments[i].label));
+                }
                 jobs.push(JobReport {
                     task,
                     retriever: r.clone(),
                     query_images: mode,
+                    augment,
                     label: format!("{r}{suffix}"),
                     report: Report {
                         task: match task {
@@ -525,7 +541,25 @@ fn evaluate_task(
         CandidateKind::Pairs => {}
     }
     let source = corpus.root().join("examples_images");
-    let mut vectors: BTreeMap<Option<QueryImages>, QueryVectors> = BTreeMap::new();
+    // the plain queries, and each augmentation's, made once for every job that uses them
+    let plain = std::mem::take(&mut data.queries);
+    let augmented: Vec<Vec<sift_core::Example>> = config
+        .augments
+        .iter()
+        .map(|a| {
+            let (queries, missing) = a.apply(&plain);
+            if missing > 0 {
+                out.notes.push(format!(
+                    "task {task}, domain {domain}: {missing} of {} queries have no {} text \
+                     (searched as they are)",
+                    queries.len(),
+                    a.label
+                ));
+            }
+            queries
+        })
+        .collect();
+    let mut vectors: BTreeMap<(Option<QueryImages>, Option<usize>), QueryVectors> = BTreeMap::new();
     for (job, writers) in out
         .jobs
         .iter_mut()
@@ -537,12 +571,17 @@ fn evaluate_task(
         } else {
             None
         };
-        if let std::collections::btree_map::Entry::Vacant(slot) = vectors.entry(mode) {
+        let queries = match job.augment {
+            Some(i) => &augmented[i],
+            None => &plain,
+        };
+        if let std::collections::btree_map::Entry::Vacant(slot) = vectors.entry((mode, job.augment))
+        {
             slot.insert(encode_queries(
                 cx.models,
                 cx.combined,
                 task,
-                &data.queries,
+                queries,
                 mode,
                 &d.query_images,
                 &config.instructions,
@@ -556,13 +595,14 @@ fn evaluate_task(
             domain,
             task,
             mode,
-            &vectors[&mode],
+            (queries, &vectors[&(mode, job.augment)]),
             d,
             &mut data,
             job,
             writers,
         )?;
     }
+    data.queries = plain;
     out.dropped
         .entry(task)
         .or_default()
@@ -582,7 +622,7 @@ fn run_job(
     domain: &str,
     task: Task,
     mode: Option<QueryImages>,
-    qv: &QueryVectors,
+    (queries, qv): (&[sift_core::Example], &QueryVectors),
     d: &mut OpenDomain,
     data: &mut sift_eval::TaskData,
     job: &mut JobReport,
@@ -620,14 +660,11 @@ fn run_job(
             .map(|x| x.iter().cloned().collect())
             .unwrap_or_default()
     };
-    progress.start(
-        &format!("{domain} t{task}"),
-        Some(data.queries.len() as u64),
-    );
+    progress.start(&format!("{domain} t{task}"), Some(queries.len() as u64));
     let results = d.searcher.run(
         &job.retriever,
         &candidates,
-        &data.queries,
+        queries,
         qv,
         &exclusions,
         &config.settings,

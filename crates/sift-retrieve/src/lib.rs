@@ -36,6 +36,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod augment;
 mod candidates;
 mod error;
 mod evaluate;
@@ -48,6 +49,7 @@ mod reference;
 mod searcher;
 mod spec;
 
+pub use augment::QueryAugment;
 pub use candidates::{PairCandidates, PairLinking};
 pub use error::{Error, Result, SpecError};
 pub use evaluate::{

@@ -129,6 +129,15 @@ pub struct Args {
     /// Print one JSON object: {"metrics": {...}, "per_domain": {...}, ...}.
     #[arg(long)]
     json: bool,
+    /// Generated text to join to the queries, as LABEL:PATH (`captions:gen/captions`):
+    /// `sift generate`'s output directory or one JSONL file (`id`, `text` per line). Each
+    /// runs beside the plain queries, as its own row (`bm25 +captions`). Repeat for several.
+    #[arg(long, value_name = "LABEL:PATH")]
+    query_augment: Vec<String>,
+    /// Put the generated text in the query's place instead of appending it (after a
+    /// newline).
+    #[arg(long)]
+    augment_replace: bool,
     /// No progress bars.
     #[arg(long, short)]
     quiet: bool,
@@ -292,6 +301,21 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         per_query: a.per_query,
         instructions,
         profile: a.model_flags.profile,
+        augments: a
+            .query_augment
+            .iter()
+            .map(|spec| {
+                let (label, path) = spec
+                    .split_once(':')
+                    .filter(|(l, p)| !l.is_empty() && !p.is_empty())
+                    .with_context(|| format!("--query-augment {spec:?}: give LABEL:PATH"))?;
+                Ok(sift_retrieve::QueryAugment::from_path(
+                    label,
+                    Path::new(path),
+                    a.augment_replace,
+                )?)
+            })
+            .collect::<Result<_>>()?,
     };
     let jobs = sift_retrieve::count_jobs(&config, &models);
     if jobs != 1 && (a.run_out.is_some() || a.qrels_out.is_some()) {
