@@ -49,9 +49,21 @@ fn serve(delay: Duration) -> (String, Arc<AtomicUsize>) {
                 c.fetch_add(1, Ordering::SeqCst);
                 std::thread::sleep(delay);
                 let prompt = body["messages"][0]["content"].to_string();
+                // a judge's prompt: 80 for answers made from evidence, else 20
+                let content = if prompt.contains("Reference answer:") {
+                    let score = if prompt.contains("from EVIDENCE") {
+                        80
+                    } else {
+                        20
+                    };
+                    format!("Reasonable.\nScore: {score}")
+                } else if prompt.contains("Documents that may help") {
+                    "an answer from EVIDENCE".to_string()
+                } else {
+                    format!("thoughts on {} chars\nQuery: rewritten", prompt.len())
+                };
                 let text = json!({
-                    "choices": [{"message": {"role": "assistant",
-                        "content": format!("thoughts on {} chars\nQuery: rewritten", prompt.len())},
+                    "choices": [{"message": {"role": "assistant", "content": content},
                         "finish_reason": "stop"}],
                     "usage": {"prompt_tokens": 5, "completion_tokens": 2},
                 })
@@ -272,4 +284,63 @@ fn generated_captions_join_the_queries_of_sift_eval_beside_the_plain_ones() {
         &format!("x:{}", s(&bad)),
     ]);
     assert!(err.contains("bad.jsonl:1"), "{err}");
+}
+
+#[test]
+fn rag_answers_from_none_oracle_and_bm25_and_reports_the_judge_scores() {
+    let (base, count) = serve(Duration::ZERO);
+    let tmp = tempfile::tempdir().unwrap();
+    let (index, out) = (tmp.path().join("index"), tmp.path().join("rag"));
+    let corpus = sample();
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    let args = [
+        "rag",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--retriever",
+        "none",
+        "--retriever",
+        "oracle",
+        "--retriever",
+        "bm25",
+        "--generator",
+        &base,
+        "--model",
+        "tiny",
+        "--judge-model",
+        "judge",
+        "--out",
+        s(&out),
+        "--json",
+        "--quiet",
+    ];
+    let report: Value = serde_json::from_str(&ok(&args)).unwrap();
+    assert_eq!(report["mean"]["none"], 20.0, "{report}");
+    assert_eq!(report["mean"]["oracle"], 80.0, "{report}");
+    assert_eq!(report["mean"]["bm25"], 80.0, "{report}");
+    let physics = &report["results"]["oracle"]["physics"];
+    assert_eq!(physics["judged"], physics["queries"]);
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("| none |") && md.contains("| 60.0 |"), "{md}");
+    // per query: the evidence given, the answer, the judgement and its score
+    let rows = std::fs::read_to_string(out.join("bm25").join("physics.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(rows.lines().next().unwrap()).unwrap();
+    assert_eq!(first["evidence"].as_array().unwrap().len(), 5);
+    assert_eq!(first["answer"], "an answer from EVIDENCE");
+    assert_eq!(first["score"], 80.0);
+    let oracle: Value = serde_json::from_str(
+        std::fs::read_to_string(out.join("oracle").join("physics.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(!oracle["evidence"].as_array().unwrap().is_empty());
+    // everything cached: a rerun asks for nothing
+    let before = count.load(Ordering::SeqCst);
+    ok(&args);
+    assert_eq!(count.load(Ordering::SeqCst), before);
 }

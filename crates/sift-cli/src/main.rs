@@ -51,6 +51,9 @@ enum Command {
     /// Generate text for each query with an OpenAI-compatible generator (captions of its
     /// images, reformulations, reasoning), cached and resumable.
     Generate(cmd::generate::Args),
+    /// End-to-end RAG with a judge: answers from no evidence, the gold passages or a
+    /// retriever's top k, scored 0-100 against the reference answers.
+    Rag(cmd::rag::Args),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Command::Search(a) => cmd::search::run(a),
         Command::Eval(a) => cmd::eval::run(a),
         Command::Generate(a) => cmd::generate::run(a),
+        Command::Rag(a) => cmd::rag::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Embed(a) => cmd::embed::run(a),
         Command::Bench(a) => cmd::bench::run(a),

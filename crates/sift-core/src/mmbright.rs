@@ -296,7 +296,8 @@ fn list_column(
             format!("{nulls} null element(s) in {name:?}: skipped"),
         );
     }
-    for id in &ids {
+    // answers are free text; every other list holds ids
+    for id in ids.iter().filter(|_| name != "gold_answers") {
         Error::check_id(
             &table.path,
             || format!("row {file_row}"),
@@ -436,13 +437,14 @@ pub(crate) fn read_examples(
     let optional: &[&str] = if multimodal {
         &[
             "gold_ids",
+            "gold_answers",
             "negative_ids",
             "image_paths",
             "positive_images",
             "negative_images",
         ]
     } else {
-        &["gold_ids", "negative_ids", "image_paths"]
+        &["gold_ids", "gold_answers", "negative_ids", "image_paths"]
     };
     for file in files {
         let mut table = Table::open(file, &["id", "query"], optional, 1024)?;
@@ -495,6 +497,7 @@ pub(crate) fn read_examples(
                     query,
                     gold_ids: list_column(&table, cells, "gold_ids", row, warnings)?,
                     negative_ids: list_column(&table, cells, "negative_ids", row, warnings)?,
+                    gold_answers: list_column(&table, cells, "gold_answers", row, warnings)?,
                     image_paths: list_column(&table, cells, "image_paths", row, warnings)?,
                     images,
                 });

@@ -34,6 +34,9 @@ pub struct Example {
     pub gold_ids: Vec<String>,
     /// Passage ids removed from this query's ranking before scoring (Tasks 1 and 2).
     pub negative_ids: Vec<String>,
+    /// Reference answers (MM-BRIGHT's `gold_answers`), what generated answers are judged
+    /// against (`sift rag`); empty where the corpus has none (BEIR).
+    pub gold_answers: Vec<String>,
     /// Query images (normalised paths into `examples_images`).
     pub image_paths: Vec<String>,
     /// Image annotations; present only for multimodal examples.

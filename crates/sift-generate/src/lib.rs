@@ -22,6 +22,7 @@
 mod cache;
 mod error;
 pub mod experiments;
+pub mod rag;
 mod remote;
 mod request;
 mod run;

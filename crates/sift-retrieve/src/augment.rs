@@ -118,6 +118,7 @@ mod tests {
             query: text.into(),
             gold_ids: vec![],
             negative_ids: vec![],
+            gold_answers: vec![],
             image_paths: vec![],
             images: None,
         }

@@ -5,6 +5,7 @@ pub mod eval;
 pub mod generate;
 pub mod index;
 pub mod models;
+pub mod rag;
 pub mod search;
 pub mod serve;
 
