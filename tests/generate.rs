@@ -344,3 +344,59 @@ fn rag_answers_from_none_oracle_and_bm25_and_reports_the_judge_scores() {
     ok(&args);
     assert_eq!(count.load(Ordering::SeqCst), before);
 }
+
+#[test]
+fn the_local_generator_writes_reasoning_for_the_sample_corpus() {
+    // the tiny Qwen2-VL-Instruct checkpoint: the GME fixture's weights with a chat template
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny-qwen2-vl-instruct");
+    std::fs::create_dir(&model).unwrap();
+    let repo = common::repo();
+    for f in std::fs::read_dir(repo.join("models/fixtures/gme/tiny-gme")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), model.join(f.file_name())).unwrap();
+    }
+    std::fs::copy(
+        repo.join("models/fixtures/qwen2_vl_instruct/chat_template.jinja"),
+        model.join("chat_template.jinja"),
+    )
+    .unwrap();
+    let out = tmp.path().join("reasoning");
+    let corpus = sample();
+    let args = [
+        "generate",
+        "reasoning",
+        "--corpus",
+        s(&corpus),
+        "--domains",
+        "gis",
+        "--generator",
+        s(&model),
+        "--max-new-tokens",
+        "8",
+        "--out",
+        s(&out),
+        "--json",
+        "--quiet",
+    ];
+    let report: Value = serde_json::from_str(&ok(&args)).unwrap();
+    let gis = &report["domains"]["gis"];
+    assert_eq!(gis["generated"], gis["queries"], "{report}");
+    assert_eq!(
+        gis["completion_tokens"].as_u64().unwrap(),
+        8 * gis["queries"].as_u64().unwrap()
+    );
+    let rows = std::fs::read_to_string(out.join("gis.jsonl")).unwrap();
+    assert_eq!(
+        rows.lines().count() as u64,
+        gis["queries"].as_u64().unwrap()
+    );
+    // a model name with a local generator is refused
+    let mut bad = args.to_vec();
+    bad.extend(["--model", "x"]);
+    let err = common::fails(&bad);
+    assert!(err.contains("local model"), "{err}");
+    // the rerun reads everything from the cache
+    let again: Value = serde_json::from_str(&ok(&args)).unwrap();
+    assert_eq!(again["domains"]["gis"]["cached"], gis["queries"]);
+}

@@ -49,6 +49,14 @@ pub enum Error {
         /// The cache key.
         key: String,
     },
+    /// A local model could not be loaded or run.
+    #[error("model {model}: {message}")]
+    Model {
+        /// The model.
+        model: String,
+        /// What went wrong.
+        message: String,
+    },
     /// Reading the corpus.
     #[error(transparent)]
     Corpus(#[from] sift_core::Error),

@@ -22,6 +22,7 @@
 mod cache;
 mod error;
 pub mod experiments;
+mod local;
 pub mod rag;
 mod remote;
 mod request;
@@ -29,6 +30,7 @@ mod run;
 
 pub use cache::{CacheKey, CacheOpen, CachedGeneration, GenerationCache};
 pub use error::{Error, Result};
+pub use local::LocalQwen2Vl;
 pub use remote::{OpenAiCompatible, RetryPolicy};
 pub use request::{Generation, Message, Part, Request, Role, Sampling, Usage};
 pub use run::{Job, Outcome, RunOptions, RunSummary, generate_all};
@@ -39,4 +41,43 @@ pub trait Generator: Send + Sync {
     fn model_id(&self) -> &str;
     /// One generation for `request`.
     fn generate(&self, request: &Request) -> Result<Generation>;
+}
+
+/// How a remote generator is reached ([`open`]).
+#[derive(Debug, Clone)]
+pub struct RemoteSettings {
+    /// Environment variable holding the bearer key.
+    pub api_key_env: String,
+    /// The longest one request may take.
+    pub timeout: std::time::Duration,
+    /// How failed requests are retried.
+    pub retry: RetryPolicy,
+}
+
+/// The generator `spec` names: an OpenAI-compatible endpoint (`http://` or `https://` base
+/// URL; `model` names the model it serves and is required), or else a local Qwen2-VL
+/// checkpoint (a directory or a hub id) loaded on `device` ([`LocalQwen2Vl`]; `model` must
+/// be left out). Also says whether it is local (one request at a time is all it takes).
+pub fn open(
+    spec: &str,
+    model: Option<&str>,
+    remote: &RemoteSettings,
+    device: &candle_core::Device,
+) -> Result<(Box<dyn Generator>, bool)> {
+    if spec.starts_with("http://") || spec.starts_with("https://") {
+        let model = model.ok_or_else(|| {
+            Error::Invalid(format!("{spec} is an endpoint: name the model it serves"))
+        })?;
+        let g = OpenAiCompatible::new(spec, model)
+            .with_api_key_from_env(&remote.api_key_env)
+            .with_timeout(remote.timeout)
+            .with_retry(remote.retry);
+        return Ok((Box::new(g), false));
+    }
+    if let Some(m) = model {
+        return Err(Error::Invalid(format!(
+            "{spec} is a local model: leave the model name ({m}) out"
+        )));
+    }
+    Ok((Box::new(LocalQwen2Vl::load(spec, device)?), true))
 }

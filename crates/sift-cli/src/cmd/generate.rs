@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use sift_core::Warnings;
 use sift_generate::experiments::{self, Experiment, Template};
 use sift_generate::{
-    GenerationCache, OpenAiCompatible, RetryPolicy, RunOptions, RunSummary, Sampling, generate_all,
+    GenerationCache, RemoteSettings, RetryPolicy, RunOptions, RunSummary, Sampling, generate_all,
 };
 
 use crate::cmd::report_warnings;
@@ -37,13 +37,17 @@ pub struct Args {
     /// Comma-separated domains [default: all the corpus's].
     #[arg(long, value_parser = domain_list)]
     domains: Option<String>,
-    /// An OpenAI-compatible endpoint's base URL (`http://host:port/v1`: vLLM, llama.cpp's
-    /// server, Ollama, `transformers serve`, OpenAI).
+    /// The generator: an OpenAI-compatible endpoint's base URL (`http://host:port/v1`:
+    /// vLLM, llama.cpp's server, Ollama, `transformers serve`, OpenAI), or a local
+    /// Qwen2-VL-Instruct checkpoint (directory or hub id) run in Sift (text prompts for now).
     #[arg(long)]
     generator: String,
-    /// The model the endpoint serves (its `model` field).
+    /// The model an endpoint serves (its `model` field); not for a local generator.
     #[arg(long)]
-    model: String,
+    model: Option<String>,
+    /// Device of a local generator: cpu, cuda, cuda:N, metal or auto.
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Environment variable holding the endpoint's bearer key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     api_key_env: String,
@@ -136,13 +140,19 @@ pub fn run(a: Args) -> Result<()> {
     };
     let corpus = a.corpus_flags.open(&a.corpus)?;
     let domains = corpus.select_domains(&split_list(&a.domains))?;
-    let generator = OpenAiCompatible::new(&a.generator, &a.model)
-        .with_api_key_from_env(&a.api_key_env)
-        .with_timeout(Duration::from_secs(a.timeout.max(1)))
-        .with_retry(RetryPolicy {
+    let remote = RemoteSettings {
+        api_key_env: a.api_key_env.clone(),
+        timeout: Duration::from_secs(a.timeout.max(1)),
+        retry: RetryPolicy {
             max_retries: a.retries,
             ..RetryPolicy::default()
-        });
+        },
+    };
+    let device = sift_embed::select_device(a.device.parse()?)?;
+    let (generator, local) =
+        sift_generate::open(&a.generator, a.model.as_deref(), &remote, &device)
+            .with_context(|| format!("opening the generator {}", a.generator))?;
+    let concurrency = if local { 1 } else { a.concurrency };
     let cache_path = a.cache.clone().unwrap_or_else(|| a.out.join("cache.jsonl"));
     let cache = GenerationCache::open(&cache_path)?;
     let opened = cache.opened();
@@ -178,10 +188,10 @@ pub fn run(a: Args) -> Result<()> {
             jobs.len() as u64,
         );
         let options = RunOptions {
-            concurrency: a.concurrency,
+            concurrency,
             offline: a.offline,
         };
-        let outcomes = generate_all(&generator, &jobs, &cache, options, Some(&bar));
+        let outcomes = generate_all(generator.as_ref(), &jobs, &cache, options, Some(&bar));
         bar.finish_and_clear();
         let (rows, failed) = experiments::assemble(experiment, &slots, &outcomes);
         for f in &failed {
@@ -222,8 +232,8 @@ pub fn run(a: Args) -> Result<()> {
     if a.json {
         let out = serde_json::json!({
             "experiment": experiment.name(),
-            "model": a.model,
-            "generator": generator.url(),
+            "model": generator.model_id(),
+            "generator": a.generator,
             "template": {"name": template.name, "version": template.version},
             "cache": cache_path,
             "domains": report,

@@ -7,8 +7,8 @@ use sift_core::{Example, Warnings};
 use sift_eval::{Task, trec_order};
 use sift_generate::rag::{self, RagQuery};
 use sift_generate::{
-    GenerationCache, Generator, Job, OpenAiCompatible, Outcome, RetryPolicy, RunOptions,
-    RunSummary, Sampling, generate_all,
+    GenerationCache, Generator, Job, Outcome, RemoteSettings, RetryPolicy, RunOptions, RunSummary,
+    Sampling, generate_all,
 };
 use sift_index::IndexDir;
 use sift_retrieve::{EvalConfig, ModelSet, RetrieverSpec, RunOutput};
@@ -54,18 +54,20 @@ pub struct Args {
     /// Characters of each passage in the prompt.
     #[arg(long, default_value_t = 2000)]
     max_evidence_chars: usize,
-    /// The answering model's OpenAI-compatible endpoint (`http://host:port/v1`).
+    /// The answering generator: an OpenAI-compatible endpoint's base URL
+    /// (`http://host:port/v1`), or a local Qwen2-VL-Instruct checkpoint (directory or hub
+    /// id; text prompts for now: use --task 1).
     #[arg(long)]
     generator: String,
-    /// The answering model.
+    /// The model an endpoint serves; not for a local generator.
     #[arg(long)]
-    model: String,
-    /// The judge's endpoint [default: --generator].
+    model: Option<String>,
+    /// The judge: an endpoint's base URL or a local checkpoint [default: --generator].
     #[arg(long)]
     judge_generator: Option<String>,
-    /// The judge model.
+    /// The judge model an endpoint serves.
     #[arg(long)]
-    judge_model: String,
+    judge_model: Option<String>,
     /// Environment variable holding the endpoints' bearer key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     api_key_env: String,
@@ -165,25 +167,31 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
     }
-    let endpoint = |url: &str, model: &str| {
-        OpenAiCompatible::new(url, model)
-            .with_api_key_from_env(&a.api_key_env)
-            .with_timeout(Duration::from_secs(a.timeout.max(1)))
-            .with_retry(RetryPolicy {
-                max_retries: a.retries,
-                ..RetryPolicy::default()
-            })
+    let remote = RemoteSettings {
+        api_key_env: a.api_key_env.clone(),
+        timeout: Duration::from_secs(a.timeout.max(1)),
+        retry: RetryPolicy {
+            max_retries: a.retries,
+            ..RetryPolicy::default()
+        },
     };
-    let generator = endpoint(&a.generator, &a.model);
-    let judge = endpoint(
-        a.judge_generator.as_deref().unwrap_or(&a.generator),
-        &a.judge_model,
-    );
+    let device = sift_embed::select_device(a.model_flags.device.parse()?)?;
+    let (generator, local) =
+        sift_generate::open(&a.generator, a.model.as_deref(), &remote, &device)
+            .with_context(|| format!("opening the generator {}", a.generator))?;
+    let judge_spec = a.judge_generator.as_deref().unwrap_or(&a.generator);
+    let (judge, judge_local) =
+        sift_generate::open(judge_spec, a.judge_model.as_deref(), &remote, &device)
+            .with_context(|| format!("opening the judge {judge_spec}"))?;
     let cache_path = a.cache.clone().unwrap_or_else(|| a.out.join("cache.jsonl"));
     let cache = GenerationCache::open(&cache_path)?;
     let bars = Bars::new(a.quiet || a.json);
     let options = RunOptions {
-        concurrency: a.concurrency,
+        concurrency: if local || judge_local {
+            1
+        } else {
+            a.concurrency
+        },
         offline: a.offline,
     };
     let (answer_t, judge_t) = (rag::answer_template(), rag::judge_template());
@@ -246,7 +254,7 @@ pub fn run(a: Args) -> Result<()> {
                 })
                 .collect();
             let (cell, rows, failed) = answer_and_judge(
-                (&generator, &judge),
+                (generator.as_ref(), judge.as_ref()),
                 (&answer_t, &judge_t),
                 &queries,
                 &a,
@@ -274,8 +282,8 @@ pub fn run(a: Args) -> Result<()> {
     let labels: Vec<String> = sources.iter().map(|(l, _)| l.clone()).collect();
     let markdown = markdown(&labels, &domains, &table);
     let json = serde_json::json!({
-        "generator": {"url": generator.url(), "model": generator.model_id()},
-        "judge": {"url": judge.url(), "model": judge.model_id()},
+        "generator": {"spec": a.generator, "model": generator.model_id()},
+        "judge": {"spec": judge_spec, "model": judge.model_id()},
         "task": task.number(),
         "top_k": a.top_k,
         "results": table,

@@ -567,6 +567,27 @@ pub struct TextModel {
 /// M-RoPE positions of one token: temporal, height, width.
 pub type Position = [u32; 3];
 
+/// The keys and values of one sequence's tokens so far, per layer, for incremental decoding
+/// ([`TextModel::forward_cached`]): `(tokens, heads * head_dim)` each, already repeated to
+/// every query head of their group.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Tokens held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True before the first tokens.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 impl TextModel {
     /// Loads the language model from the checkpoint root `vb`.
     pub fn load(vb: &VarBuilder, cfg: &TextConfig) -> Result<Self> {
@@ -676,6 +697,114 @@ impl TextModel {
             cfg: cfg.clone(),
             packed,
         })
+    }
+
+    /// The checkpoint's own LM head (`lm_head.weight`, `(vocab, hidden)`), or `None` where
+    /// the output projection is tied to the token embeddings (and not stored).
+    pub fn load_head(vb: &VarBuilder, cfg: &TextConfig) -> Result<Option<Tensor>> {
+        for name in ["lm_head.weight", "model.lm_head.weight"] {
+            if vb.contains_tensor(name) {
+                return vb.get((cfg.vocab_size, cfg.hidden_size), name).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    /// An empty [`KvCache`] for one sequence.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache {
+            layers: vec![None; self.layers.len()],
+            len: 0,
+        }
+    }
+
+    /// Runs one sequence's next tokens, their input embeddings `x` `(n, hidden)` at
+    /// `positions`, attending causally to each other and to every token in `cache`, which
+    /// they join; returns the final-norm hidden state of the last of them `(1, hidden)`.
+    /// Prefill is one call with the whole prompt, each decoding step one with one token.
+    pub fn forward_cached(
+        &self,
+        mut x: Tensor,
+        positions: &[Position],
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        if self.cfg.attention_window.is_some() {
+            candle_core::bail!(
+                "incremental decoding with sliding-window attention is not supported"
+            )
+        }
+        let (hq, hk, d) = (
+            self.cfg.num_attention_heads,
+            self.cfg.num_key_value_heads,
+            self.cfg.head_dim(),
+        );
+        if self.packed {
+            x = x.to_dtype(DType::F32)?;
+        }
+        let (n, past) = (x.dim(0)?, cache.len);
+        if n == 0 || positions.len() != n || cache.layers.len() != self.layers.len() {
+            candle_core::bail!("forward_cached: {n} tokens, {} positions", positions.len())
+        }
+        let total = past + n;
+        let device = x.device().clone();
+        let (cos, sin) = self.rotary(positions, &device, x.dtype())?;
+        // new token i (absolute position past + i) sees keys 0..=past + i
+        let mask: Vec<f32> = (0..n)
+            .flat_map(|i| {
+                (0..total).map(move |j| {
+                    if j <= past + i {
+                        0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                })
+            })
+            .collect();
+        let mask = Tensor::from_vec(mask, (1, n, total), &device)?.to_dtype(x.dtype())?;
+        let heads = |t: &Tensor, len: usize| -> Result<Tensor> {
+            t.reshape((len, hq, d))?.transpose(0, 1)?.contiguous()
+        };
+        for (l, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
+            let mut qkv = l.qkv.forward(&l.input_norm.forward(&x)?, None, None)?;
+            if let Some((qn, kn)) = &l.qk_norm {
+                qkv = norm_heads(&qkv, hq, hk, d, qn, kn)?;
+            }
+            // (n, 3 hq d): queries (scaled), keys and values repeated to every query head
+            let qkv = rotate_qkv(&qkv, hq, hk, d, &cos, &sin)?;
+            let q = qkv.narrow(1, 0, hq * d)?;
+            let (k, v) = (
+                qkv.narrow(1, hq * d, hq * d)?,
+                qkv.narrow(1, 2 * hq * d, hq * d)?,
+            );
+            let (k, v) = match slot.take() {
+                Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 0)?, Tensor::cat(&[&pv, &v], 0)?),
+                None => (k.contiguous()?, v.contiguous()?),
+            };
+            let scores = heads(&q, n)?
+                .matmul(&heads(&k, total)?.t()?)?
+                .broadcast_add(&mask)?;
+            let p = candle_nn::ops::softmax_last_dim(&scores)?;
+            let ctx = p
+                .matmul(&heads(&v, total)?)?
+                .transpose(0, 1)?
+                .contiguous()?
+                .reshape((n, hq * d))?;
+            *slot = Some((k, v));
+            x = l.o.forward(&ctx, Some(&x), None)?;
+            let h = l.post_norm.forward(&x)?;
+            let g = l.gate.forward(&h, None, Some(self.act))?;
+            let u = l.up.forward(&h, None, None)?;
+            x = l.down.forward(&(g * u)?, Some(&x), None)?;
+        }
+        cache.len = total;
+        self.norm.forward(&x.narrow(0, n - 1, 1)?)
+    }
+
+    /// Next-token logits `(rows, vocab)` of final hidden states: `head` (a checkpoint's
+    /// `lm_head.weight`), or the token embeddings where the checkpoint ties them.
+    pub fn logits(&self, hidden: &Tensor, head: Option<&Tensor>) -> Result<Tensor> {
+        let w = head.unwrap_or(self.embed.embeddings());
+        hidden.matmul(&w.to_dtype(hidden.dtype())?.t()?)
     }
 
     /// Token embeddings `(tokens, hidden)` of `ids`.

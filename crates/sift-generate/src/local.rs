@@ -1,0 +1,300 @@
+//! The embedded generator: a Qwen2-VL-Instruct (or any Qwen2-VL) checkpoint run in candle,
+//! prompts made with the model's own chat template (`chat_template.jinja`, or
+//! `tokenizer_config.json`'s `chat_template`, rendered by minijinja), decoded with a KV cache
+//! one token at a time: greedy, or sampled (temperature, top-p, seeded), stopping at the
+//! model's end tokens, `max_new_tokens` or a stop string. Text prompts for now; images in
+//! a request are refused until the vision tower is wired into generation.
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use serde_json::Value;
+use sift_embed::ModelFiles;
+use sift_embed::networks::qwen2vl::{Position, Qwen2VlConfig, TextModel};
+
+use crate::request::{Generation, Message, Part, Request, Sampling, Usage};
+use crate::{Error, Generator, Result};
+
+/// A Qwen2-VL checkpoint loaded for generation (f32 weights).
+pub struct LocalQwen2Vl {
+    name: String,
+    text: TextModel,
+    head: Option<Tensor>,
+    tokenizer: tokenizers::Tokenizer,
+    template: String,
+    eos: Vec<u32>,
+    device: Device,
+}
+
+impl std::fmt::Debug for LocalQwen2Vl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalQwen2Vl")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+fn model_err(name: &str, e: impl std::fmt::Display) -> Error {
+    Error::Model {
+        model: name.to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl LocalQwen2Vl {
+    /// Loads `spec` (a local directory or a hub id) onto `device` in f32.
+    pub fn load(spec: &str, device: &Device) -> Result<LocalQwen2Vl> {
+        let err = |e: &dyn std::fmt::Display| model_err(spec, e);
+        let files = ModelFiles::resolve(spec).map_err(|e| err(&e))?;
+        let dir = files
+            .config
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        let config: Value = sift_embed::read_json(&files.config).map_err(|e| err(&e))?;
+        let cfg = Qwen2VlConfig::from_json(&config).map_err(|e| err(&e))?;
+        let vb = files.var_builder(DType::F32, device).map_err(|e| err(&e))?;
+        let text = TextModel::load(&vb, &cfg.text).map_err(|e| err(&e))?;
+        let head = TextModel::load_head(&vb, &cfg.text).map_err(|e| err(&e))?;
+        let tokenizer = files.load_tokenizer().map_err(|e| err(&e))?;
+        let template = chat_template(&dir).ok_or_else(|| {
+            err(&format!(
+                "{}: no chat template (chat_template.jinja, or chat_template in tokenizer_config.json)",
+                dir.display()
+            ))
+        })?;
+        // end tokens: generation_config.json's eos_token_id, else config.json's
+        let generation: Option<Value> =
+            sift_embed::read_json(&dir.join("generation_config.json")).ok();
+        let eos_of = |v: Option<&Value>| -> Vec<u32> {
+            match v {
+                Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .filter_map(|x| x.as_u64())
+                    .map(|x| x as u32)
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+        let mut eos = eos_of(generation.as_ref().and_then(|g| g.get("eos_token_id")));
+        if eos.is_empty() {
+            eos = eos_of(config.get("eos_token_id").or_else(|| {
+                config
+                    .get("text_config")
+                    .and_then(|t| t.get("eos_token_id"))
+            }));
+        }
+        if eos.is_empty() {
+            eos.extend(tokenizer.token_to_id("<|im_end|>"));
+        }
+        Ok(LocalQwen2Vl {
+            name: spec.to_string(),
+            text,
+            head,
+            tokenizer,
+            template,
+            eos,
+            device: device.clone(),
+        })
+    }
+
+    /// The prompt text of `messages` as the model's chat template renders it, the
+    /// assistant's turn opened (`add_generation_prompt`).
+    pub fn chat_prompt(&self, messages: &[Message]) -> Result<String> {
+        let msgs: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                let only_text = m.content.iter().all(|p| matches!(p, Part::Text(_)));
+                let content = if only_text {
+                    Value::String(
+                        m.content
+                            .iter()
+                            .map(|p| match p {
+                                Part::Text(t) => t.as_str(),
+                                Part::Image { .. } => "",
+                            })
+                            .collect(),
+                    )
+                } else {
+                    Value::Array(
+                        m.content
+                            .iter()
+                            .map(|p| match p {
+                                Part::Text(t) => serde_json::json!({"type": "text", "text": t}),
+                                Part::Image { .. } => serde_json::json!({"type": "image"}),
+                            })
+                            .collect(),
+                    )
+                };
+                serde_json::json!({"role": m.role, "content": content})
+            })
+            .collect();
+        let mut env = minijinja::Environment::new();
+        env.add_template("chat", &self.template)
+            .map_err(|e| model_err(&self.name, format!("chat template: {e}")))?;
+        env.get_template("chat")
+            .and_then(|t| {
+                t.render(minijinja::context! {
+                    messages => msgs,
+                    add_generation_prompt => true,
+                })
+            })
+            .map_err(|e| model_err(&self.name, format!("chat template: {e}")))
+    }
+
+    /// Token ids of `text` (no special tokens added: the template wrote them).
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
+        self.tokenizer
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| model_err(&self.name, e))
+    }
+
+    /// The ids generated after `prompt` (prefilled at positions 0.. on all three M-RoPE
+    /// axes, as for text), up to an end token (included, as transformers' `generate` returns
+    /// it) or `sampling.max_new_tokens`.
+    pub fn generate_ids(&self, prompt: &[u32], sampling: &Sampling) -> Result<Vec<u32>> {
+        let err = |e: candle_core::Error| model_err(&self.name, e);
+        if prompt.is_empty() {
+            return Err(Error::Invalid("an empty prompt".into()));
+        }
+        let mut cache = self.text.new_cache();
+        let mut rng = sampling.seed.unwrap_or(0x5EED) ^ 0x9E37_79B9_7F4A_7C15;
+        let mut out = Vec::new();
+        let mut input: Vec<u32> = prompt.to_vec();
+        while out.len() < sampling.max_new_tokens as usize {
+            let start = cache.len() as u32;
+            let positions: Vec<Position> =
+                (0..input.len() as u32).map(|i| [start + i; 3]).collect();
+            let x = self.text.embed_tokens(&input).map_err(err)?;
+            let hidden = self
+                .text
+                .forward_cached(x, &positions, &mut cache)
+                .map_err(err)?;
+            let logits = self
+                .text
+                .logits(&hidden, self.head.as_ref())
+                .and_then(|l| l.to_dtype(DType::F32))
+                .and_then(|l| l.flatten_all())
+                .and_then(|l| l.to_vec1::<f32>())
+                .map_err(err)?;
+            let next = pick(&logits, sampling, &mut rng);
+            out.push(next);
+            if self.eos.contains(&next) {
+                break;
+            }
+            input = vec![next];
+        }
+        let _ = &self.device;
+        Ok(out)
+    }
+}
+
+/// The chat template of the checkpoint in `dir`.
+fn chat_template(dir: &Path) -> Option<String> {
+    if let Ok(t) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
+        return Some(t);
+    }
+    let cfg: Value = sift_embed::read_json(&dir.join("tokenizer_config.json")).ok()?;
+    match cfg.get("chat_template")? {
+        Value::String(s) => Some(s.clone()),
+        // a list of named templates: the default one
+        Value::Array(list) => list
+            .iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+            .and_then(|t| t.get("template")?.as_str().map(str::to_string)),
+        _ => None,
+    }
+}
+
+/// The next token: the arg-max (the first of equal maxima, as `torch.argmax`) when the
+/// temperature is 0, else a sample of the tempered distribution cut to its top-p mass.
+fn pick(logits: &[f32], s: &Sampling, rng: &mut u64) -> u32 {
+    if s.temperature <= 0.0 {
+        let mut best = 0;
+        for (i, &v) in logits.iter().enumerate() {
+            if v > logits[best] {
+                best = i;
+            }
+        }
+        return best as u32;
+    }
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut p: Vec<(usize, f64)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (i, (((v - max) / s.temperature) as f64).exp()))
+        .collect();
+    let total: f64 = p.iter().map(|x| x.1).sum();
+    p.iter_mut().for_each(|x| x.1 /= total);
+    p.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut kept = 0.0;
+    let mut n = 0;
+    for x in &p {
+        kept += x.1;
+        n += 1;
+        if kept >= s.top_p as f64 {
+            break;
+        }
+    }
+    // splitmix64
+    *rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *rng;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let mut u = (z >> 11) as f64 / (1u64 << 53) as f64 * kept;
+    for x in &p[..n] {
+        if u < x.1 {
+            return x.0 as u32;
+        }
+        u -= x.1;
+    }
+    p[n - 1].0 as u32
+}
+
+impl Generator for LocalQwen2Vl {
+    fn model_id(&self) -> &str {
+        &self.name
+    }
+
+    fn generate(&self, request: &Request) -> Result<Generation> {
+        if request
+            .messages
+            .iter()
+            .any(|m| m.content.iter().any(|p| matches!(p, Part::Image { .. })))
+        {
+            return Err(Error::Invalid(
+                "the local generator takes text prompts only for now; send images to an \
+                 OpenAI-compatible endpoint"
+                    .into(),
+            ));
+        }
+        let prompt = self.tokenize(&self.chat_prompt(&request.messages)?)?;
+        let ids = self.generate_ids(&prompt, &request.sampling)?;
+        let ended = ids.last().is_some_and(|t| self.eos.contains(t));
+        let mut text = self
+            .tokenizer
+            .decode(&ids, true)
+            .map_err(|e| model_err(&self.name, e))?;
+        let mut finish = if ended { "stop" } else { "length" };
+        if let Some(cut) = request
+            .sampling
+            .stop
+            .iter()
+            .filter_map(|s| text.find(s.as_str()))
+            .min()
+        {
+            text.truncate(cut);
+            finish = "stop";
+        }
+        Ok(Generation {
+            text,
+            finish_reason: Some(finish.into()),
+            usage: Usage {
+                prompt_tokens: prompt.len() as u64,
+                completion_tokens: ids.len() as u64,
+            },
+        })
+    }
+}
