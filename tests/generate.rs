@@ -399,4 +399,27 @@ fn the_local_generator_writes_reasoning_for_the_sample_corpus() {
     // the rerun reads everything from the cache
     let again: Value = serde_json::from_str(&ok(&args)).unwrap();
     assert_eq!(again["domains"]["gis"]["cached"], gis["queries"]);
+    // captions: the query images through the model's vision tower
+    let captions = tmp.path().join("captions");
+    let report: Value = serde_json::from_str(&ok(&[
+        "generate",
+        "captions",
+        "--corpus",
+        s(&corpus),
+        "--domains",
+        "gis",
+        "--generator",
+        s(&model),
+        "--max-new-tokens",
+        "4",
+        "--out",
+        s(&captions),
+        "--json",
+        "--quiet",
+    ]))
+    .unwrap();
+    let gis = &report["domains"]["gis"];
+    assert!(gis["jobs"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(gis["generated"], gis["jobs"]);
+    assert_eq!(gis["failed"], 0);
 }

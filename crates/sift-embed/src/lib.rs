@@ -53,7 +53,9 @@ pub use embedder::{
 pub use embedders::decoder::{
     DECODER_MODEL_TYPES, DecoderEmbedder, DecoderOptions, DecoderPooling,
 };
-pub use embedders::gme::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, is_gme_model};
+pub use embedders::gme::{
+    GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, GmeProcessor, is_gme_model,
+};
 pub use embedders::jina_clip::{JinaClipEmbedder, JinaClipOptions};
 pub use embedders::nomic_pair::{NomicEmbedder, NomicOptions};
 pub use embedders::text::{Role, TextEmbedder, TextEmbedderOptions};

@@ -2,14 +2,16 @@
 //! prompts made with the model's own chat template (`chat_template.jinja`, or
 //! `tokenizer_config.json`'s `chat_template`, rendered by minijinja), decoded with a KV cache
 //! one token at a time: greedy, or sampled (temperature, top-p, seeded), stopping at the
-//! model's end tokens, `max_new_tokens` or a stop string. Text prompts for now; images in
-//! a request are refused until the vision tower is wired into generation.
+//! model's end tokens, `max_new_tokens` or a stop string. Images go through the Qwen2-VL
+//! processor (transformers' PIL backend: one bicubic `smart_resize` within the checkpoint's
+//! `preprocessor_config.json` pixel bounds) and the vision tower, their merged tokens taking
+//! the places of the prompt's `<|image_pad|>` runs, with Qwen2-VL's multimodal positions.
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
-use sift_embed::ModelFiles;
-use sift_embed::networks::qwen2vl::{Position, Qwen2VlConfig, TextModel};
+use sift_embed::networks::qwen2vl::{Qwen2VlConfig, TextModel, VisionTower, mrope_positions};
+use sift_embed::{GmeImage, GmeProcessor, ModelFiles};
 
 use crate::request::{Generation, Message, Part, Request, Sampling, Usage};
 use crate::{Error, Generator, Result};
@@ -18,6 +20,10 @@ use crate::{Error, Generator, Result};
 pub struct LocalQwen2Vl {
     name: String,
     text: TextModel,
+    vision: VisionTower,
+    processor: GmeProcessor,
+    image_token: u32,
+    patch_values: usize,
     head: Option<Tensor>,
     tokenizer: tokenizers::Tokenizer,
     template: String,
@@ -54,6 +60,28 @@ impl LocalQwen2Vl {
         let cfg = Qwen2VlConfig::from_json(&config).map_err(|e| err(&e))?;
         let vb = files.var_builder(DType::F32, device).map_err(|e| err(&e))?;
         let text = TextModel::load(&vb, &cfg.text).map_err(|e| err(&e))?;
+        let vision = VisionTower::load(&vb, &cfg.vision).map_err(|e| err(&e))?;
+        // the processor's pixel bounds: preprocessor_config.json (min_pixels / max_pixels,
+        // or size.shortest_edge / longest_edge), else Qwen2-VL's defaults
+        let pre: Option<Value> = sift_embed::read_json(&dir.join("preprocessor_config.json")).ok();
+        let bound = |keys: [&str; 2], default: u64| -> u64 {
+            pre.as_ref()
+                .and_then(|p| {
+                    p.get(keys[0])
+                        .or_else(|| p.get("size").and_then(|s| s.get(keys[1])))
+                })
+                .and_then(Value::as_u64)
+                .unwrap_or(default)
+        };
+        let v = &cfg.vision;
+        let unit = (v.patch_size * v.spatial_merge_size).pow(2) as u64;
+        let processor = GmeProcessor::new(
+            v.patch_size,
+            v.spatial_merge_size,
+            v.temporal_patch_size,
+            bound(["min_pixels", "shortest_edge"], 56 * 56) / unit,
+            bound(["max_pixels", "longest_edge"], 28 * 28 * 1280) / unit,
+        );
         let head = TextModel::load_head(&vb, &cfg.text).map_err(|e| err(&e))?;
         let tokenizer = files.load_tokenizer().map_err(|e| err(&e))?;
         let template = chat_template(&dir).ok_or_else(|| {
@@ -90,6 +118,10 @@ impl LocalQwen2Vl {
         Ok(LocalQwen2Vl {
             name: spec.to_string(),
             text,
+            vision,
+            patch_values: cfg.vision.patch_values(),
+            processor,
+            image_token: cfg.image_token_id,
             head,
             tokenizer,
             template,
@@ -154,19 +186,74 @@ impl LocalQwen2Vl {
     /// axes, as for text), up to an end token (included, as transformers' `generate` returns
     /// it) or `sampling.max_new_tokens`.
     pub fn generate_ids(&self, prompt: &[u32], sampling: &Sampling) -> Result<Vec<u32>> {
+        self.generate_with_images(prompt, &[], sampling)
+    }
+
+    /// The images of a request, preprocessed.
+    pub fn prepare_images(&self, images: &[&[u8]]) -> Result<Vec<GmeImage>> {
+        images
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                self.processor
+                    .prepare_processor_only(b)
+                    .map_err(|e| Error::Invalid(format!("images[{i}]: {e}")))
+            })
+            .collect()
+    }
+
+    /// `ids` with each `<|image_pad|>` repeated to its image's number of merged tokens.
+    pub fn expand_image_tokens(&self, ids: &[u32], images: &[GmeImage]) -> Result<Vec<u32>> {
+        let m = self.processor.merge * self.processor.merge;
+        let mut images = images.iter();
+        let mut out = Vec::with_capacity(ids.len());
+        for &id in ids {
+            if id == self.image_token {
+                let img = images
+                    .next()
+                    .ok_or_else(|| Error::Invalid("more image placeholders than images".into()))?;
+                out.extend(std::iter::repeat_n(id, img.len() / m));
+            } else {
+                out.push(id);
+            }
+        }
+        if images.next().is_some() {
+            return Err(Error::Invalid("more images than image placeholders".into()));
+        }
+        Ok(out)
+    }
+
+    /// [`LocalQwen2Vl::generate_ids`] for a prompt whose image tokens (expanded:
+    /// [`LocalQwen2Vl::expand_image_tokens`]) take `images`' merged embeddings, at
+    /// Qwen2-VL's multimodal positions; decoding continues past the largest position.
+    pub fn generate_with_images(
+        &self,
+        prompt: &[u32],
+        images: &[GmeImage],
+        sampling: &Sampling,
+    ) -> Result<Vec<u32>> {
         let err = |e: candle_core::Error| model_err(&self.name, e);
         if prompt.is_empty() {
             return Err(Error::Invalid("an empty prompt".into()));
         }
+        let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid).collect();
+        let mut positions = Vec::with_capacity(prompt.len());
+        mrope_positions(
+            prompt,
+            self.image_token,
+            &grids,
+            self.processor.merge,
+            &mut positions,
+        );
+        let mut x = self.text.embed_tokens(prompt).map_err(err)?;
+        if !images.is_empty() {
+            x = self.with_image_embeddings(x, prompt, images).map_err(err)?;
+        }
+        let mut next_position = positions.iter().flatten().max().map_or(0, |&p| p + 1);
         let mut cache = self.text.new_cache();
         let mut rng = sampling.seed.unwrap_or(0x5EED) ^ 0x9E37_79B9_7F4A_7C15;
         let mut out = Vec::new();
-        let mut input: Vec<u32> = prompt.to_vec();
         while out.len() < sampling.max_new_tokens as usize {
-            let start = cache.len() as u32;
-            let positions: Vec<Position> =
-                (0..input.len() as u32).map(|i| [start + i; 3]).collect();
-            let x = self.text.embed_tokens(&input).map_err(err)?;
             let hidden = self
                 .text
                 .forward_cached(x, &positions, &mut cache)
@@ -183,10 +270,48 @@ impl LocalQwen2Vl {
             if self.eos.contains(&next) {
                 break;
             }
-            input = vec![next];
+            x = self.text.embed_tokens(&[next]).map_err(err)?;
+            positions = vec![[next_position; 3]];
+            next_position += 1;
         }
-        let _ = &self.device;
         Ok(out)
+    }
+
+    /// The prompt's embeddings `x` with its image tokens' rows replaced, in order, by the
+    /// vision tower's merged tokens of `images`.
+    fn with_image_embeddings(
+        &self,
+        x: Tensor,
+        ids: &[u32],
+        images: &[GmeImage],
+    ) -> candle_core::Result<Tensor> {
+        let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid).collect();
+        let mut flat = Vec::with_capacity(images.iter().map(|i| i.patches.len()).sum());
+        for img in images {
+            flat.extend_from_slice(&img.patches);
+        }
+        let n = flat.len() / self.patch_values;
+        let patches = Tensor::from_vec(flat, (n, self.patch_values), &self.device)?;
+        let embeds = self.vision.forward(&patches, &grids)?.to_dtype(x.dtype())?;
+        let tokens = ids.len();
+        let mut k = 0u32;
+        let rows: Vec<u32> = ids
+            .iter()
+            .enumerate()
+            .map(|(r, &id)| {
+                if id == self.image_token {
+                    k += 1;
+                    tokens as u32 + k - 1
+                } else {
+                    r as u32
+                }
+            })
+            .collect();
+        if k as usize != embeds.dim(0)? {
+            candle_core::bail!("{k} image tokens for {} image embeddings", embeds.dim(0)?)
+        }
+        let rows = Tensor::from_vec(rows, tokens, &self.device)?;
+        Tensor::cat(&[&x, &embeds], 0)?.index_select(&rows, 0)
     }
 }
 
@@ -259,19 +384,19 @@ impl Generator for LocalQwen2Vl {
     }
 
     fn generate(&self, request: &Request) -> Result<Generation> {
-        if request
+        let bytes: Vec<&[u8]> = request
             .messages
             .iter()
-            .any(|m| m.content.iter().any(|p| matches!(p, Part::Image { .. })))
-        {
-            return Err(Error::Invalid(
-                "the local generator takes text prompts only for now; send images to an \
-                 OpenAI-compatible endpoint"
-                    .into(),
-            ));
-        }
+            .flat_map(|m| &m.content)
+            .filter_map(|p| match p {
+                Part::Image { bytes, .. } => Some(bytes.as_slice()),
+                Part::Text(_) => None,
+            })
+            .collect();
+        let images = self.prepare_images(&bytes)?;
         let prompt = self.tokenize(&self.chat_prompt(&request.messages)?)?;
-        let ids = self.generate_ids(&prompt, &request.sampling)?;
+        let prompt = self.expand_image_tokens(&prompt, &images)?;
+        let ids = self.generate_with_images(&prompt, &images, &request.sampling)?;
         let ended = ids.last().is_some_and(|t| self.eos.contains(t));
         let mut text = self
             .tokenizer

@@ -3,7 +3,8 @@
 //! a Qwen2-VL-Instruct chat template; expected outputs from `make_generate_fixture.py`):
 //! the chat template's text, the prompt's token ids, and greedy decoding token for token
 //! (f32, 24 new tokens, KV cache), for a plain chat, one with a system turn and list content,
-//! and a multi-turn one.
+//! a multi-turn one, and three with images (odd sizes, three in one turn, RGBA, a 20x30
+//! image scaled up to the processor's minimum, images before and after text).
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
@@ -42,7 +43,17 @@ fn messages(chat: &Value) -> Vec<Message> {
                 Value::String(s) => vec![Part::text(s.clone())],
                 Value::Array(parts) => parts
                     .iter()
-                    .map(|p| Part::text(p["text"].as_str().unwrap()))
+                    .map(|p| match p["type"].as_str().unwrap() {
+                        "image" => Part::image(
+                            std::fs::read(
+                                repo()
+                                    .join("models/fixtures/gme/images")
+                                    .join(p["image"].as_str().unwrap()),
+                            )
+                            .unwrap(),
+                        ),
+                        _ => Part::text(p["text"].as_str().unwrap()),
+                    })
                     .collect(),
                 other => panic!("{other}"),
             };
@@ -68,10 +79,24 @@ fn greedy_decoding_matches_transformers_generate_token_for_token() {
         let msgs = messages(&chat["messages"]);
         let text = g.chat_prompt(&msgs).unwrap();
         assert_eq!(text, chat["text"].as_str().unwrap());
-        let ids = g.tokenize(&text).unwrap();
+        let bytes: Vec<Vec<u8>> = msgs
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter_map(|p| match p {
+                Part::Image { bytes, .. } => Some(bytes.clone()),
+                Part::Text(_) => None,
+            })
+            .collect();
+        let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        let images = g.prepare_images(&refs).unwrap();
+        let ids = g
+            .expand_image_tokens(&g.tokenize(&text).unwrap(), &images)
+            .unwrap();
         let want_ids: Vec<u32> = serde_json::from_value(chat["input_ids"].clone()).unwrap();
         assert_eq!(ids, want_ids);
-        let out = g.generate_ids(&ids, &Sampling::greedy(max_new)).unwrap();
+        let out = g
+            .generate_with_images(&ids, &images, &Sampling::greedy(max_new))
+            .unwrap();
         let want: Vec<u32> = serde_json::from_value(chat["output_ids"].clone()).unwrap();
         assert_eq!(out, want, "{}", chat["text"]);
         // through the Generator trait: the same tokens, decoded
@@ -89,7 +114,7 @@ fn greedy_decoding_matches_transformers_generate_token_for_token() {
 }
 
 #[test]
-fn sampling_is_seeded_and_images_are_refused_for_now() {
+fn sampling_is_seeded_and_a_broken_image_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     checkpoint(dir.path());
     let g = LocalQwen2Vl::load(dir.path().to_str().unwrap(), &Device::Cpu).unwrap();
@@ -115,8 +140,8 @@ fn sampling_is_seeded_and_images_are_refused_for_now() {
         )])],
         sampling: Sampling::greedy(4),
     };
-    assert!(matches!(
-        g.generate(&img),
-        Err(sift_generate::Error::Invalid(_))
-    ));
+    match g.generate(&img) {
+        Err(sift_generate::Error::Invalid(m)) => assert!(m.starts_with("images[0]"), "{m}"),
+        other => panic!("{other:?}"),
+    }
 }

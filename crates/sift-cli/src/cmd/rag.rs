@@ -56,7 +56,7 @@ pub struct Args {
     max_evidence_chars: usize,
     /// The answering generator: an OpenAI-compatible endpoint's base URL
     /// (`http://host:port/v1`), or a local Qwen2-VL-Instruct checkpoint (directory or hub
-    /// id; text prompts for now: use --task 1).
+    /// id).
     #[arg(long)]
     generator: String,
     /// The model an endpoint serves; not for a local generator.

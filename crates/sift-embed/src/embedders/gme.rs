@@ -35,7 +35,7 @@ use crate::image::{
     Alpha, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, PreprocessError, Resample, decode_rgb_with,
     resize_rgb8,
 };
-use crate::networks::qwen2vl::{Position, Qwen2VlConfig, TextModel, VisionTower};
+use crate::networks::qwen2vl::{Position, Qwen2VlConfig, TextModel, VisionTower, mrope_positions};
 use crate::nn::ops::{self, Segment, l2_normalize};
 use crate::{Error, Result};
 
@@ -315,6 +315,26 @@ impl GmeProcessor {
         self.prepare_rgb(decode_rgb_with(bytes, Alpha::Drop)?, max_tokens)
     }
 
+    /// Decodes and preprocesses an encoded image as transformers' `Qwen2VLImageProcessor`
+    /// alone does it (PIL backend: RGB with alpha dropped, one bicubic `smart_resize` within
+    /// the processor's pixel bounds), without GME's own `fetch_image` resize first: what a
+    /// Qwen2-VL-Instruct prompt's images go through.
+    pub fn prepare_processor_only(
+        &self,
+        bytes: &[u8],
+    ) -> std::result::Result<GmeImage, PreprocessError> {
+        let img = decode_rgb_with(bytes, Alpha::Drop)?;
+        let (h, w) = smart_resize_processor(
+            img.height(),
+            img.width(),
+            self.factor(),
+            self.min_pixels,
+            self.max_pixels,
+        )
+        .map_err(PreprocessError::Size)?;
+        Ok(self.patchify(&resize_to(img, h, w)))
+    }
+
     /// Preprocesses a decoded image, with at most `max_tokens` merged tokens (the
     /// processor's bound when `None`).
     pub fn prepare_rgb(
@@ -550,30 +570,8 @@ impl GmeEmbedder {
         match self.options.positions {
             GmePositions::Sequential => out.extend((0..ids.len() as u32).map(|i| [i, i, i])),
             GmePositions::Mrope => {
-                let m = self.merge;
-                let mut next = 0u32; // next text position
-                let mut i = 0;
-                let mut images = images.iter();
-                while i < ids.len() {
-                    if ids[i] != self.image_token {
-                        out.push([next; 3]);
-                        next += 1;
-                        i += 1;
-                        continue;
-                    }
-                    let img = images.next().expect("checked by tokenize");
-                    let [t, h, w] = img.grid;
-                    let (lh, lw) = (h / m, w / m);
-                    for ti in 0..t {
-                        for r in 0..lh {
-                            for c in 0..lw {
-                                out.push([next + ti as u32, next + r as u32, next + c as u32]);
-                            }
-                        }
-                    }
-                    i += t * lh * lw;
-                    next += lh.max(lw) as u32;
-                }
+                let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid).collect();
+                mrope_positions(ids, self.image_token, &grids, self.merge, out);
             }
         }
     }

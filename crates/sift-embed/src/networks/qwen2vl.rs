@@ -567,6 +567,40 @@ pub struct TextModel {
 /// M-RoPE positions of one token: temporal, height, width.
 pub type Position = [u32; 3];
 
+/// Qwen2-VL's multimodal positions of one sequence (transformers' `get_rope_index`): text
+/// tokens count up on all three axes; each image's run of `image_token`s (one per `merge` x
+/// `merge` patches of its `grids` entry, in order) takes (frame, row, column) offsets from
+/// the next text position, which then moves past the image's largest side.
+pub fn mrope_positions(
+    ids: &[u32],
+    image_token: u32,
+    grids: &[[usize; 3]],
+    merge: usize,
+    out: &mut Vec<Position>,
+) {
+    let mut next = 0u32; // next text position
+    let mut i = 0;
+    let mut grids = grids.iter();
+    while i < ids.len() {
+        let Some(&[t, h, w]) = (ids[i] == image_token).then(|| grids.next()).flatten() else {
+            out.push([next; 3]);
+            next += 1;
+            i += 1;
+            continue;
+        };
+        let (lh, lw) = (h / merge, w / merge);
+        for ti in 0..t {
+            for r in 0..lh {
+                for c in 0..lw {
+                    out.push([next + ti as u32, next + r as u32, next + c as u32]);
+                }
+            }
+        }
+        i += t * lh * lw;
+        next += lh.max(lw) as u32;
+    }
+}
+
 /// The keys and values of one sequence's tokens so far, per layer, for incremental decoding
 /// ([`TextModel::forward_cached`]): `(tokens, heads * head_dim)` each, already repeated to
 /// every query head of their group.
