@@ -1629,3 +1629,107 @@ fn serve_refuses_numeric_flags_out_of_range() {
         assert!(!res["hits"].as_array().unwrap().is_empty(), "{res}");
     }
 }
+
+#[test]
+fn chat_completions_come_from_the_local_generator_as_openai_clients_read_them() {
+    // the tiny Qwen2-VL-Instruct: the GME fixture's weights with a chat template
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny-qwen2-vl-instruct");
+    std::fs::create_dir(&model).unwrap();
+    for f in std::fs::read_dir(repo().join("models/fixtures/gme/tiny-gme")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), model.join(f.file_name())).unwrap();
+    }
+    std::fs::copy(
+        repo().join("models/fixtures/qwen2_vl_instruct/chat_template.jinja"),
+        model.join("chat_template.jinja"),
+    )
+    .unwrap();
+    let name = s(&model).to_string();
+    let server = Server::start(&["--generator", &name, "--quiet"]);
+    // Sift's own OpenAI-compatible client, and the generator run in this process
+    use sift_generate::{Generator, Message, Part, Request, Sampling};
+    let client = sift_generate::OpenAiCompatible::new(&server.url("/v1"), &name);
+    let local = sift_generate::LocalQwen2Vl::load(&name, &candle_core::Device::Cpu).unwrap();
+    let image = std::fs::read(repo().join("models/fixtures/gme/images/photo_120x90.jpg")).unwrap();
+    let req = Request {
+        messages: vec![
+            Message::system("You describe images."),
+            Message::user(vec![Part::image(image), Part::text("What is shown?")]),
+        ],
+        sampling: Sampling::greedy(10),
+    };
+    let served = client.generate(&req).unwrap();
+    let direct = local.generate(&req).unwrap();
+    assert_eq!(served, direct);
+    assert_eq!(served.usage.completion_tokens, 10);
+    assert_eq!(served.finish_reason.as_deref(), Some("length"));
+    // the official openai client, sending the same messages
+    let has_openai = Command::new("python3")
+        .args(["-c", "import openai"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if has_openai {
+        let script = repo().join("crates/sift-generate/tests/openai_client.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let spec = json!({"base_url": server.url("/v1"), "model": name, "body": client.body(&req)});
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), spec.to_string().as_bytes())
+            .unwrap();
+        drop(child.stdin.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "the openai client failed");
+        let theirs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(theirs["text"], served.text.as_str());
+        assert_eq!(theirs["prompt_tokens"], served.usage.prompt_tokens);
+        assert_eq!(theirs["finish_reason"], "length");
+    } else {
+        eprintln!("skipped: the openai Python client's chat completion (pip install openai)");
+    }
+    // the model list names the generator; the OpenAPI document has the route
+    let (status, models) = get_json(&server.url("/v1/models"));
+    assert_eq!(status, 200);
+    assert!(
+        models["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == name.as_str()),
+        "{models}"
+    );
+    let (_, doc) = get_json(&server.url("/openapi.json"));
+    assert!(doc["paths"]["/v1/chat/completions"]["post"].is_object());
+    // errors name the field
+    let chat = server.url("/v1/chat/completions");
+    let body = |extra: Value| {
+        let mut b = json!({"model": name, "messages": [{"role": "user", "content": "hi"}]});
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        b
+    };
+    for (extra, status, field) in [
+        (json!({"stream": true}), 400, "stream"),
+        (json!({"model": "other"}), 404, "model"),
+        (json!({"max_tokens": 0}), 400, "max_tokens"),
+        (
+            json!({"messages": [{"role": "robot", "content": "x"}]}),
+            400,
+            "messages[0].role",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]}),
+            400,
+            "messages[0].content[0]",
+        ),
+    ] {
+        let (got, res) = post(&chat, &body(extra.clone()));
+        assert_eq!(got, status, "{extra}: {res}");
+        assert_eq!(res["error"]["field"], field, "{extra}: {res}");
+    }
+}

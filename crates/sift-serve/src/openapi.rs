@@ -53,6 +53,8 @@ schemas! {
     reader_res: ReaderResponse,
     emb_req: EmbeddingsRequest,
     emb_res: EmbeddingsResponse,
+    chat_req: ChatRequest,
+    chat_res: ChatResponse,
     model_list: ModelList,
     health: Health,
     error: ErrorBody,
@@ -308,6 +310,7 @@ fn paths(s: &Schemas) -> Value {
         "/v1/local_image_search": s.post("InterLV-Search local_image_search: image -> images", &s.local_req, &s.local_res),
         "/v1/models": s.get("OpenAI-compatible model list", json!([]), as_json(&s.model_list), &[]),
         "/v1/embeddings": s.post("OpenAI-compatible embeddings (texts; images as data URLs)", &s.emb_req, &s.emb_res),
+        "/v1/chat/completions": s.post("OpenAI-compatible chat completions from the local generator (`--generator`; images as data URLs; no streaming)", &s.chat_req, &s.chat_res),
         "/v1/{domain}/search": s.get(
             "pyserini-style REST search",
             json!([

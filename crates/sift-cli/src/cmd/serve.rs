@@ -28,6 +28,11 @@ pub struct Args {
     /// .parquet file): passage texts, images, page links.
     #[arg(long)]
     corpus: Option<PathBuf>,
+    /// A local generator for OpenAI's `POST /v1/chat/completions`: a Qwen2-VL-Instruct
+    /// checkpoint (directory or hub id), loaded on --device; the `model` requests name is
+    /// this value.
+    #[arg(long)]
+    generator: Option<String>,
     /// A retriever to serve (repeat; the first is the default): bm25, dense:<model>,
     /// hybrid:<a>+<b>[:<wa>,<wb>]. Default: bm25 and every dense index.
     #[arg(long)]
@@ -197,11 +202,13 @@ pub fn run(a: Args) -> Result<()> {
             text_chars: a.text_chars,
             max_images: a.max_images,
             max_inputs: Limits::default().max_inputs,
+            max_new_tokens: Limits::default().max_new_tokens,
             image: sift_serve::images::ImageLimits {
                 max_bytes: a.max_image_bytes,
                 max_pixels: a.max_image_pixels,
             },
         },
+        generator: a.generator.clone(),
     };
     let started = std::time::Instant::now();
     let service = Service::load(&config)

@@ -547,3 +547,140 @@ pub struct Health {
     /// Requests running now.
     pub in_flight: usize,
 }
+
+/// OpenAI's `POST /v1/chat/completions` body, for the service's local generator
+/// (`sift serve --generator`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChatRequest {
+    /// The generator's name (`GET /v1/models`).
+    pub model: String,
+    /// The chat so far.
+    pub messages: Vec<ChatMessage>,
+    /// At most this many new tokens (default 512).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// OpenAI's newer name for `max_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_completion_tokens: Option<u32>,
+    /// 0 (the default) for greedy decoding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Nucleus sampling's mass (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    /// The sampler's seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Generation stops before any of these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<StopStrings>,
+    /// Choices to generate: 1 only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u32>,
+    /// Streaming is not served: false or absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// Ignored (OpenAI's end-user id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// One stop string or several.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum StopStrings {
+    /// One.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// One message of a chat.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// Text, or a list of `text` and `image_url` parts (images as `data:` URLs).
+    pub content: ChatContent,
+}
+
+/// A message's content.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ChatContent {
+    /// Plain text.
+    Text(String),
+    /// Parts.
+    Parts(Vec<ChatPart>),
+}
+
+/// A part of a message.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ChatPart {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image.
+    ImageUrl {
+        /// Where it is: a `data:image/...;base64,` URL (the service fetches nothing).
+        image_url: ImageUrl,
+    },
+}
+
+/// An image reference.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ImageUrl {
+    /// A `data:` URL.
+    pub url: String,
+}
+
+/// OpenAI's chat completion.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChatResponse {
+    /// `chatcmpl-<n>`.
+    pub id: String,
+    /// Always `chat.completion`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The generator.
+    pub model: String,
+    /// One choice.
+    pub choices: Vec<ChatChoice>,
+    /// Tokens used.
+    pub usage: ChatUsage,
+}
+
+/// The generated message.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChatChoice {
+    /// 0.
+    pub index: u32,
+    /// `{"role": "assistant", "content": ...}`.
+    pub message: ChatAnswer,
+    /// `stop` (an end token or stop string) or `length`.
+    pub finish_reason: String,
+}
+
+/// The assistant's message.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChatAnswer {
+    /// Always `assistant`.
+    pub role: String,
+    /// The generated text.
+    pub content: String,
+}
+
+/// Tokens of a chat completion.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChatUsage {
+    /// Prompt tokens (text and image tokens).
+    pub prompt_tokens: u64,
+    /// Generated tokens.
+    pub completion_tokens: u64,
+    /// Their sum.
+    pub total_tokens: u64,
+}

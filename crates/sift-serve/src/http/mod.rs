@@ -192,6 +192,7 @@ pub fn router(
         )
         .route("/v1/models", get(models))
         .route("/v1/embeddings", json_post(Service::embed))
+        .route("/v1/chat/completions", json_post(Service::chat))
         .route("/v1/{domain}/search", get(rest_search))
         .route("/v1/{domain}/doc/{*id}", get(document))
         .route("/v1/{domain}/page/{*id}", get(page))

@@ -11,13 +11,14 @@ use crate::images;
 use super::*;
 
 impl Service {
-    /// OpenAI's model list: the dense indexes' models.
+    /// OpenAI's model list: the dense indexes' models, and the chat generator.
     pub fn models(&self) -> ModelList {
         ModelList {
             object: "list".into(),
             data: self
                 .model_ids
                 .iter()
+                .chain(self.generator.iter().map(|(name, _)| name))
                 .map(|id| ModelEntry {
                     id: id.clone(),
                     object: "model".into(),

@@ -147,7 +147,19 @@ impl Service {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| config.index.display().to_string());
+        let generator = match &config.generator {
+            None => None,
+            Some(spec) => {
+                let device = sift_embed::select_device(config.model_options.device)
+                    .map_err(|e| Error::Config(format!("generator {spec}: {e}")))?;
+                let g = sift_generate::LocalQwen2Vl::load(spec, &device)
+                    .map_err(|e| Error::Config(format!("generator {spec}: {e}")))?;
+                let g: Box<dyn sift_generate::Generator> = Box::new(g);
+                Some((spec.clone(), g))
+            }
+        };
         Ok(Service {
+            generator,
             index_name,
             created: manifest.created_unix,
             domains,

@@ -32,6 +32,8 @@ pub struct Limits {
     pub max_images: usize,
     /// Inputs of one embeddings request.
     pub max_inputs: usize,
+    /// New tokens of one chat completion.
+    pub max_new_tokens: u32,
     /// Request images.
     pub image: ImageLimits,
 }
@@ -43,6 +45,7 @@ impl Default for Limits {
             text_chars: 1200,
             max_images: 8,
             max_inputs: 256,
+            max_new_tokens: 4096,
             image: ImageLimits::default(),
         }
     }
@@ -68,6 +71,9 @@ pub struct ServeConfig {
     pub settings: SearchSettings,
     /// Request limits.
     pub limits: Limits,
+    /// A local generator for `POST /v1/chat/completions` (a Qwen2-VL-Instruct checkpoint:
+    /// directory or hub id, loaded on `model_options`' device); none when `None`.
+    pub generator: Option<String>,
 }
 
 impl ServeConfig {
@@ -82,6 +88,7 @@ impl ServeConfig {
             bm25: None,
             settings: SearchSettings::default(),
             limits: Limits::default(),
+            generator: None,
         }
     }
 }
@@ -187,6 +194,8 @@ pub struct Service {
     settings: SearchSettings,
     limits: Limits,
     has_corpus: bool,
+    /// The chat generator and the name it answers to.
+    generator: Option<(String, Box<dyn sift_generate::Generator>)>,
 }
 
 /// A domain's pairs where there are none (no served retriever ranks images).
@@ -711,6 +720,7 @@ fn page_of(domain: &Domain, image: &str) -> Option<String> {
     domain.searchers[0].passage_ids().get(p as usize).cloned()
 }
 
+mod chat;
 mod embed;
 mod load;
 mod score;
