@@ -422,4 +422,26 @@ fn the_local_generator_writes_reasoning_for_the_sample_corpus() {
     assert!(gis["jobs"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(gis["generated"], gis["jobs"]);
     assert_eq!(gis["failed"], 0);
+    // bfloat16 weights on the packed kernels
+    let bf16 = tmp.path().join("bf16");
+    let report: Value = serde_json::from_str(&ok(&[
+        "generate",
+        "reasoning",
+        "--corpus",
+        s(&corpus),
+        "--domains",
+        "gis",
+        "--generator",
+        s(&model),
+        "--dtype",
+        "bf16",
+        "--max-new-tokens",
+        "4",
+        "--out",
+        s(&bf16),
+        "--json",
+        "--quiet",
+    ]))
+    .unwrap();
+    assert_eq!(report["domains"]["gis"]["failed"], 0, "{report}");
 }

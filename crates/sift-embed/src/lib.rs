@@ -67,6 +67,7 @@ pub use error::{Error, Result};
 pub use files::{ModelFiles, read_json};
 pub use image::PreprocessError;
 pub use networks::nomic_vision::{NomicVision, NomicVisionConfig};
+pub use nn::linear::activation_dtype;
 pub use nn::ops::Kernels;
 pub use profile::{Profile, ReferenceModel};
 pub use registry::{ModelInfo, Pooling};

@@ -56,14 +56,21 @@ pub struct RemoteSettings {
 
 /// The generator `spec` names: an OpenAI-compatible endpoint (`http://` or `https://` base
 /// URL; `model` names the model it serves and is required), or else a local Qwen2-VL
-/// checkpoint (a directory or a hub id) loaded on `device` ([`LocalQwen2Vl`]; `model` must
-/// be left out). Also says whether it is local (one request at a time is all it takes).
+/// checkpoint (a directory or a hub id) loaded on `device`, its weights in f32 or, with
+/// `bf16`, bfloat16 ([`LocalQwen2Vl::load_with`]; `model` must be left out). Also says
+/// whether it is local (one request at a time is all it takes).
 pub fn open(
     spec: &str,
     model: Option<&str>,
     remote: &RemoteSettings,
     device: &candle_core::Device,
+    bf16: bool,
 ) -> Result<(Box<dyn Generator>, bool)> {
+    let dtype = if bf16 {
+        candle_core::DType::BF16
+    } else {
+        candle_core::DType::F32
+    };
     if spec.starts_with("http://") || spec.starts_with("https://") {
         let model = model.ok_or_else(|| {
             Error::Invalid(format!("{spec} is an endpoint: name the model it serves"))
@@ -79,5 +86,8 @@ pub fn open(
             "{spec} is a local model: leave the model name ({m}) out"
         )));
     }
-    Ok((Box::new(LocalQwen2Vl::load(spec, device)?), true))
+    Ok((
+        Box::new(LocalQwen2Vl::load_with(spec, device, dtype)?),
+        true,
+    ))
 }

@@ -16,7 +16,7 @@ use sift_embed::{GmeImage, GmeProcessor, ModelFiles};
 use crate::request::{Generation, Message, Part, Request, Sampling, Usage};
 use crate::{Error, Generator, Result};
 
-/// A Qwen2-VL checkpoint loaded for generation (f32 weights).
+/// A Qwen2-VL checkpoint loaded for generation.
 pub struct LocalQwen2Vl {
     name: String,
     text: TextModel,
@@ -24,6 +24,8 @@ pub struct LocalQwen2Vl {
     processor: GmeProcessor,
     image_token: u32,
     patch_values: usize,
+    /// The activations' dtype (f32 where the weights are packed bfloat16 on the CPU).
+    activations: DType,
     head: Option<Tensor>,
     tokenizer: tokenizers::Tokenizer,
     template: String,
@@ -49,6 +51,13 @@ fn model_err(name: &str, e: impl std::fmt::Display) -> Error {
 impl LocalQwen2Vl {
     /// Loads `spec` (a local directory or a hub id) onto `device` in f32.
     pub fn load(spec: &str, device: &Device) -> Result<LocalQwen2Vl> {
+        Self::load_with(spec, device, DType::F32)
+    }
+
+    /// Loads `spec` onto `device` with weights in `dtype`: bf16 on the CPU packs every
+    /// linear layer for the processor's bfloat16 kernels (AMX, AVX512-BF16) and runs norms,
+    /// attention, residuals and the logits in f32, as the embedders do.
+    pub fn load_with(spec: &str, device: &Device, dtype: DType) -> Result<LocalQwen2Vl> {
         let err = |e: &dyn std::fmt::Display| model_err(spec, e);
         let files = ModelFiles::resolve(spec).map_err(|e| err(&e))?;
         let dir = files
@@ -58,7 +67,7 @@ impl LocalQwen2Vl {
             .to_path_buf();
         let config: Value = sift_embed::read_json(&files.config).map_err(|e| err(&e))?;
         let cfg = Qwen2VlConfig::from_json(&config).map_err(|e| err(&e))?;
-        let vb = files.var_builder(DType::F32, device).map_err(|e| err(&e))?;
+        let vb = files.var_builder(dtype, device).map_err(|e| err(&e))?;
         let text = TextModel::load(&vb, &cfg.text).map_err(|e| err(&e))?;
         let vision = VisionTower::load(&vb, &cfg.vision).map_err(|e| err(&e))?;
         // the processor's pixel bounds: preprocessor_config.json (min_pixels / max_pixels,
@@ -120,6 +129,7 @@ impl LocalQwen2Vl {
             text,
             vision,
             patch_values: cfg.vision.patch_values(),
+            activations: sift_embed::activation_dtype(dtype, device),
             processor,
             image_token: cfg.image_token_id,
             head,
@@ -277,6 +287,39 @@ impl LocalQwen2Vl {
         Ok(out)
     }
 
+    /// The logits of the token after `prompt` (image tokens expanded, taking `images`), in
+    /// f32: what greedy decoding takes the arg-max of, and what a yes/no scorer reads.
+    pub fn next_token_logits(&self, prompt: &[u32], images: &[GmeImage]) -> Result<Vec<f32>> {
+        let err = |e: candle_core::Error| model_err(&self.name, e);
+        if prompt.is_empty() {
+            return Err(Error::Invalid("an empty prompt".into()));
+        }
+        let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid).collect();
+        let mut positions = Vec::with_capacity(prompt.len());
+        mrope_positions(
+            prompt,
+            self.image_token,
+            &grids,
+            self.processor.merge,
+            &mut positions,
+        );
+        let mut x = self.text.embed_tokens(prompt).map_err(err)?;
+        if !images.is_empty() {
+            x = self.with_image_embeddings(x, prompt, images).map_err(err)?;
+        }
+        let mut cache = self.text.new_cache();
+        let hidden = self
+            .text
+            .forward_cached(x, &positions, &mut cache)
+            .map_err(err)?;
+        self.text
+            .logits(&hidden, self.head.as_ref())
+            .and_then(|l| l.to_dtype(DType::F32))
+            .and_then(|l| l.flatten_all())
+            .and_then(|l| l.to_vec1::<f32>())
+            .map_err(err)
+    }
+
     /// The prompt's embeddings `x` with its image tokens' rows replaced, in order, by the
     /// vision tower's merged tokens of `images`.
     fn with_image_embeddings(
@@ -291,7 +334,8 @@ impl LocalQwen2Vl {
             flat.extend_from_slice(&img.patches);
         }
         let n = flat.len() / self.patch_values;
-        let patches = Tensor::from_vec(flat, (n, self.patch_values), &self.device)?;
+        let patches = Tensor::from_vec(flat, (n, self.patch_values), &self.device)?
+            .to_dtype(self.activations)?;
         let embeds = self.vision.forward(&patches, &grids)?.to_dtype(x.dtype())?;
         let tokens = ids.len();
         let mut k = 0u32;

@@ -145,3 +145,77 @@ fn sampling_is_seeded_and_a_broken_image_is_an_error() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn bf16_on_the_packed_kernels_stays_within_the_bound_and_decides_as_f32_where_it_can() {
+    // Teacher-forced along transformers' greedy tokens: at every step the bfloat16 model's
+    // next-token logits are within the bound of the f32 model's, and its arg-max is the
+    // reference token wherever the f32 logits' top-2 margin exceeds twice the difference
+    // (a random tiny model has near-ties, where any rounding may decide either way).
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            repo().join("models/fixtures/qwen2_vl_instruct/generate_expected.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    checkpoint(dir.path());
+    let spec = dir.path().to_str().unwrap();
+    let f32_model = LocalQwen2Vl::load(spec, &Device::Cpu).unwrap();
+    let bf16 = LocalQwen2Vl::load_with(spec, &Device::Cpu, candle_core::DType::BF16).unwrap();
+    let argmax = |v: &[f32]| (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b });
+    let (mut worst, mut decided, mut steps) = (0f32, 0, 0);
+    for chat in expected["chats"].as_array().unwrap() {
+        let msgs = messages(&chat["messages"]);
+        let bytes: Vec<Vec<u8>> = msgs
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter_map(|p| match p {
+                Part::Image { bytes, .. } => Some(bytes.clone()),
+                Part::Text(_) => None,
+            })
+            .collect();
+        let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        let images = bf16.prepare_images(&refs).unwrap();
+        let mut ids: Vec<u32> = serde_json::from_value(chat["input_ids"].clone()).unwrap();
+        let want: Vec<u32> = serde_json::from_value(chat["output_ids"].clone()).unwrap();
+        for &token in &want {
+            let a = f32_model.next_token_logits(&ids, &images).unwrap();
+            let b = bf16.next_token_logits(&ids, &images).unwrap();
+            assert_eq!(argmax(&a) as u32, token, "f32, teacher-forced");
+            let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let diff = a
+                .iter()
+                .zip(&b)
+                .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            worst = worst.max(diff / scale);
+            let top = a[token as usize];
+            let second = a
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != token as usize)
+                .fold(f32::NEG_INFINITY, |m, (_, &v)| m.max(v));
+            steps += 1;
+            if top - second > 2.0 * diff {
+                decided += 1;
+                assert_eq!(
+                    argmax(&b) as u32,
+                    token,
+                    "bf16 at a clear step: {}",
+                    chat["text"]
+                );
+            }
+            ids.push(token);
+        }
+    }
+    assert!(worst < 0.05, "bf16 logits differ by {worst} of the largest");
+    assert!(
+        decided * 2 > steps,
+        "only {decided} of {steps} steps were clear"
+    );
+    eprintln!(
+        "bf16 vs f32 next-token logits: worst difference {worst:.5} of the largest logit; \
+         {decided} of {steps} steps clear of near-ties, all decided as f32"
+    );
+}

@@ -48,6 +48,10 @@ pub struct Args {
     /// Device of a local generator: cpu, cuda, cuda:N, metal or auto.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Weights of a local generator: f32, or bf16 (on the CPU: linear layers packed for the
+    /// processor's bfloat16 kernels, the rest in f32).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
+    dtype: String,
     /// Environment variable holding the endpoint's bearer key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     api_key_env: String,
@@ -149,9 +153,14 @@ pub fn run(a: Args) -> Result<()> {
         },
     };
     let device = sift_embed::select_device(a.device.parse()?)?;
-    let (generator, local) =
-        sift_generate::open(&a.generator, a.model.as_deref(), &remote, &device)
-            .with_context(|| format!("opening the generator {}", a.generator))?;
+    let (generator, local) = sift_generate::open(
+        &a.generator,
+        a.model.as_deref(),
+        &remote,
+        &device,
+        a.dtype == "bf16",
+    )
+    .with_context(|| format!("opening the generator {}", a.generator))?;
     let concurrency = if local { 1 } else { a.concurrency };
     let cache_path = a.cache.clone().unwrap_or_else(|| a.out.join("cache.jsonl"));
     let cache = GenerationCache::open(&cache_path)?;

@@ -177,12 +177,17 @@ pub fn run(a: Args) -> Result<()> {
     };
     let device = sift_embed::select_device(a.model_flags.device.parse()?)?;
     let (generator, local) =
-        sift_generate::open(&a.generator, a.model.as_deref(), &remote, &device)
+        sift_generate::open(&a.generator, a.model.as_deref(), &remote, &device, false)
             .with_context(|| format!("opening the generator {}", a.generator))?;
     let judge_spec = a.judge_generator.as_deref().unwrap_or(&a.generator);
-    let (judge, judge_local) =
-        sift_generate::open(judge_spec, a.judge_model.as_deref(), &remote, &device)
-            .with_context(|| format!("opening the judge {judge_spec}"))?;
+    let (judge, judge_local) = sift_generate::open(
+        judge_spec,
+        a.judge_model.as_deref(),
+        &remote,
+        &device,
+        false,
+    )
+    .with_context(|| format!("opening the judge {judge_spec}"))?;
     let cache_path = a.cache.clone().unwrap_or_else(|| a.out.join("cache.jsonl"));
     let cache = GenerationCache::open(&cache_path)?;
     let bars = Bars::new(a.quiet || a.json);
