@@ -444,4 +444,41 @@ fn the_local_generator_writes_reasoning_for_the_sample_corpus() {
     ]))
     .unwrap();
     assert_eq!(report["domains"]["gis"]["failed"], 0, "{report}");
+    // sift rag with the local generator answering (query images in the prompt) and an
+    // endpoint judging
+    let (judge, _) = serve(Duration::ZERO);
+    let index = tmp.path().join("index");
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    let rag = tmp.path().join("rag");
+    let report: Value = serde_json::from_str(&ok(&[
+        "rag",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--domains",
+        "gis",
+        "--retriever",
+        "oracle",
+        "--retriever",
+        "bm25",
+        "--generator",
+        s(&model),
+        "--max-new-tokens",
+        "6",
+        "--judge-generator",
+        &judge,
+        "--judge-model",
+        "judge",
+        "--out",
+        s(&rag),
+        "--json",
+        "--quiet",
+    ]))
+    .unwrap();
+    for r in ["oracle", "bm25"] {
+        let cell = &report["results"][r]["gis"];
+        assert_eq!(cell["judged"], cell["queries"], "{report}");
+        assert_eq!(cell["failed"], 0, "{report}");
+    }
 }
