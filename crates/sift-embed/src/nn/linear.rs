@@ -140,7 +140,7 @@ fn cpu_packs(dtype: DType, device: &Device) -> bool {
 }
 
 /// The dtype of the activations of a model loaded in `dtype` on `device`: f32 where it
-/// packs its linear layers ([`Packing`]), else `dtype`.
+/// packs its linear layers (`Packing`: bfloat16 on the CPU), else `dtype`.
 pub fn activation_dtype(dtype: DType, device: &Device) -> DType {
     if cpu_packs(dtype, device) {
         DType::F32
