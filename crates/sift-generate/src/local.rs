@@ -10,7 +10,9 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
-use sift_embed::networks::qwen2vl::{Qwen2VlConfig, TextModel, VisionTower, mrope_positions};
+use sift_embed::networks::qwen2vl::{
+    LmHead, Qwen2VlConfig, TextModel, VisionTower, mrope_positions,
+};
 use sift_embed::{GmeImage, GmeProcessor, ModelFiles};
 
 use crate::request::{Generation, Message, Part, Request, Sampling, Usage};
@@ -26,7 +28,7 @@ pub struct LocalQwen2Vl {
     patch_values: usize,
     /// The activations' dtype (f32 where the weights are packed bfloat16 on the CPU).
     activations: DType,
-    head: Option<Tensor>,
+    head: LmHead,
     tokenizer: tokenizers::Tokenizer,
     template: String,
     eos: Vec<u32>,
@@ -91,7 +93,7 @@ impl LocalQwen2Vl {
             bound(["min_pixels", "shortest_edge"], 56 * 56) / unit,
             bound(["max_pixels", "longest_edge"], 28 * 28 * 1280) / unit,
         );
-        let head = TextModel::load_head(&vb, &cfg.text).map_err(|e| err(&e))?;
+        let head = text.lm_head(&vb).map_err(|e| err(&e))?;
         let tokenizer = files.load_tokenizer().map_err(|e| err(&e))?;
         let template = chat_template(&dir).ok_or_else(|| {
             err(&format!(
@@ -270,7 +272,7 @@ impl LocalQwen2Vl {
                 .map_err(err)?;
             let logits = self
                 .text
-                .logits(&hidden, self.head.as_ref())
+                .logits(&hidden, &self.head)
                 .and_then(|l| l.to_dtype(DType::F32))
                 .and_then(|l| l.flatten_all())
                 .and_then(|l| l.to_vec1::<f32>())
@@ -313,7 +315,7 @@ impl LocalQwen2Vl {
             .forward_cached(x, &positions, &mut cache)
             .map_err(err)?;
         self.text
-            .logits(&hidden, self.head.as_ref())
+            .logits(&hidden, &self.head)
             .and_then(|l| l.to_dtype(DType::F32))
             .and_then(|l| l.flatten_all())
             .and_then(|l| l.to_vec1::<f32>())

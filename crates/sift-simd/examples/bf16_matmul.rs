@@ -1,15 +1,15 @@
 //! Times `PackedBf16::matmul_acc` on one shape: `cargo run --release -p sift-simd --example
-//! bf16_matmul -- M K N [f32]`; prints milliseconds and GFLOP/s (median of 5 after 2 warm-ups).
+//! bf16_matmul -- M K N [f32|dot]`; prints milliseconds and GFLOP/s (median of 5 after 2 warm-ups).
 use sift_simd::bf16::{Kernel, PackedBf16, f32_to_bf16};
 
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let dim = |i: usize, d: usize| a.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
     let (m, k, n) = (dim(0, 262), dim(1, 4096), dim(2, 14336));
-    let kernel = if a.get(3).is_some_and(|s| s == "f32") {
-        Kernel::F32
-    } else {
-        Kernel::best()
+    let kernel = match a.get(3).map(String::as_str) {
+        Some("f32") => Kernel::F32,
+        Some("dot") => Kernel::DotBf16,
+        _ => Kernel::best(),
     };
     let x: Vec<f32> = (0..m * k)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)

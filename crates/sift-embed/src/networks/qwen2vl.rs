@@ -601,6 +601,9 @@ pub fn mrope_positions(
     }
 }
 
+/// A generating model's output projection ([`TextModel::lm_head`]).
+pub struct LmHead(Proj);
+
 /// The keys and values of one sequence's tokens so far, per layer, for incremental decoding
 /// ([`TextModel::forward_cached`]): `(tokens, heads * head_dim)` each, already repeated to
 /// every query head of their group.
@@ -733,15 +736,23 @@ impl TextModel {
         })
     }
 
-    /// The checkpoint's own LM head (`lm_head.weight`, `(vocab, hidden)`), or `None` where
-    /// the output projection is tied to the token embeddings (and not stored).
-    pub fn load_head(vb: &VarBuilder, cfg: &TextConfig) -> Result<Option<Tensor>> {
-        for name in ["lm_head.weight", "model.lm_head.weight"] {
-            if vb.contains_tensor(name) {
-                return vb.get((cfg.vocab_size, cfg.hidden_size), name).map(Some);
-            }
-        }
-        Ok(None)
+    /// The output projection for generation: the checkpoint's `lm_head.weight`, or the
+    /// token embeddings where the checkpoint ties them (and stores none); packed bfloat16
+    /// where the model's linear layers are, so a decoding step reads it once, as bfloat16.
+    pub fn lm_head(&self, vb: &VarBuilder) -> Result<LmHead> {
+        let (vocab, h) = (self.cfg.vocab_size, self.cfg.hidden_size);
+        let stored = ["lm_head.weight", "model.lm_head.weight"]
+            .into_iter()
+            .find(|n| vb.contains_tensor(n));
+        let w = match stored {
+            Some(name) => vb.get((vocab, h), name)?,
+            None => self.embed.embeddings().clone(),
+        };
+        Ok(LmHead(if self.packed {
+            Proj::Packed(Box::new(ops::PackedLinear::new(&w, None, None)?))
+        } else {
+            Proj::Dense(Linear::new(w, None))
+        }))
     }
 
     /// An empty [`KvCache`] for one sequence.
@@ -834,11 +845,9 @@ impl TextModel {
         self.norm.forward(&x.narrow(0, n - 1, 1)?)
     }
 
-    /// Next-token logits `(rows, vocab)` of final hidden states: `head` (a checkpoint's
-    /// `lm_head.weight`), or the token embeddings where the checkpoint ties them.
-    pub fn logits(&self, hidden: &Tensor, head: Option<&Tensor>) -> Result<Tensor> {
-        let w = head.unwrap_or(self.embed.embeddings());
-        hidden.matmul(&w.to_dtype(hidden.dtype())?.t()?)
+    /// Next-token logits `(rows, vocab)` of final hidden states ([`TextModel::lm_head`]).
+    pub fn logits(&self, hidden: &Tensor, head: &LmHead) -> Result<Tensor> {
+        head.0.forward(hidden, None, None)
     }
 
     /// Token embeddings `(tokens, hidden)` of `ids`.

@@ -262,6 +262,10 @@ impl PackedBf16 {
         }
         let kernel = match kernel {
             Kernel::Amx if !amx::available() => Kernel::best(),
+            // one or two rows (a decoding step) leave AMX's 16-row tiles mostly empty: the
+            // dot-product kernel reads the weight as fast and wastes nothing (1 x 1536 x
+            // 8960: 0.6 vs 0.9 ms here)
+            Kernel::Amx if m <= 2 && has_dot_bf16() => Kernel::DotBf16,
             Kernel::DotBf16 if !has_dot_bf16() => Kernel::F32,
             k => k,
         };
