@@ -9,9 +9,12 @@ use crate::networks::qwen2vl::{Llama3Rope, TextConfig};
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct RopeParameters {
-    /// `rope_type` (`type` in older configs): `default`, `llama3`, `mrope`, ...
-    #[serde(alias = "type")]
+    /// `rope_type`: `default`, `llama3`, ...
     pub rope_type: Option<String>,
+    /// `type`, the older key (`mrope` in Qwen2-VL configs; transformers 5 writes both, the
+    /// new one `default`).
+    #[serde(rename = "type")]
+    pub legacy_type: Option<String>,
     /// Rotary base (transformers 5 keeps it here).
     pub rope_theta: Option<f64>,
     /// Qwen2-VL's frequency bands of the temporal, height and width positions.
@@ -200,7 +203,12 @@ impl DecoderConfig {
         }
         let rope = self.rope();
         let rope_type = rope
-            .and_then(|r| r.rope_type.as_deref())
+            .and_then(
+                |r| match (r.rope_type.as_deref(), r.legacy_type.as_deref()) {
+                    (Some("default") | None, Some(legacy)) => Some(legacy),
+                    (kind, _) => kind,
+                },
+            )
             .unwrap_or("default");
         cfg.mrope_section = match model_type {
             "qwen2_vl" => rope
@@ -244,6 +252,29 @@ mod tests {
 
     fn parse(json: &str) -> DecoderConfig {
         serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn transformers_5_qwen2_vl_rope_parameters_with_both_type_keys_parse() {
+        // what transformers 5.24 writes for Qwen2-VL: `rope_type` default beside `type` mrope
+        let vl = parse(
+            r#"{"model_type": "qwen2_vl", "rope_parameters": {"mrope_section": [2, 3, 3],
+                "rope_theta": 1000000.0, "rope_type": "default", "type": "mrope"}}"#,
+        )
+        .resolve()
+        .unwrap();
+        assert_eq!(vl.mrope_section, vec![2, 3, 3]);
+        let llama = parse(
+            r#"{"model_type": "llama", "rope_scaling": {"type": "llama3", "factor": 8.0,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}}"#,
+        )
+        .resolve()
+        .unwrap();
+        assert!(
+            llama.llama3_rope.is_some(),
+            "the older key alone still names the scaling"
+        );
     }
 
     #[test]
