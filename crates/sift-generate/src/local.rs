@@ -11,7 +11,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 use sift_embed::networks::qwen2vl::{
-    LmHead, Qwen2VlConfig, TextModel, VisionTower, mrope_positions,
+    KvCache, LmHead, Qwen2VlConfig, TextModel, VisionTower, mrope_positions, place_image_tokens,
 };
 use sift_embed::{GmeImage, GmeProcessor, ModelFiles};
 
@@ -245,45 +245,22 @@ impl LocalQwen2Vl {
         sampling: &Sampling,
     ) -> Result<Vec<u32>> {
         let err = |e: candle_core::Error| model_err(&self.name, e);
-        if prompt.is_empty() {
-            return Err(Error::Invalid("an empty prompt".into()));
-        }
-        let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid).collect();
-        let mut positions = Vec::with_capacity(prompt.len());
-        mrope_positions(
-            prompt,
-            self.image_token,
-            &grids,
-            self.processor.merge,
-            &mut positions,
-        );
-        let mut x = self.text.embed_tokens(prompt).map_err(err)?;
-        if !images.is_empty() {
-            x = self.with_image_embeddings(x, prompt, images).map_err(err)?;
-        }
-        let mut next_position = positions.iter().flatten().max().map_or(0, |&p| p + 1);
         let mut cache = self.text.new_cache();
+        let (mut logits, mut next_position) = self.prefill(prompt, images, &mut cache)?;
         let mut rng = sampling.seed.unwrap_or(0x5EED) ^ 0x9E37_79B9_7F4A_7C15;
         let mut out = Vec::new();
         while out.len() < sampling.max_new_tokens as usize {
-            let hidden = self
-                .text
-                .forward_cached(x, &positions, &mut cache)
-                .map_err(err)?;
-            let logits = self
-                .text
-                .logits(&hidden, &self.head)
-                .and_then(|l| l.to_dtype(DType::F32))
-                .and_then(|l| l.flatten_all())
-                .and_then(|l| l.to_vec1::<f32>())
-                .map_err(err)?;
             let next = pick(&logits, sampling, &mut rng);
             out.push(next);
-            if self.eos.contains(&next) {
+            if self.eos.contains(&next) || out.len() == sampling.max_new_tokens as usize {
                 break;
             }
-            x = self.text.embed_tokens(&[next]).map_err(err)?;
-            positions = vec![[next_position; 3]];
+            let x = self.text.embed_tokens(&[next]).map_err(err)?;
+            let hidden = self
+                .text
+                .forward_cached(x, &[[next_position; 3]], &mut cache)
+                .map_err(err)?;
+            logits = self.logits(&hidden)?;
             next_position += 1;
         }
         Ok(out)
@@ -292,6 +269,18 @@ impl LocalQwen2Vl {
     /// The logits of the token after `prompt` (image tokens expanded, taking `images`), in
     /// f32: what greedy decoding takes the arg-max of, and what a yes/no scorer reads.
     pub fn next_token_logits(&self, prompt: &[u32], images: &[GmeImage]) -> Result<Vec<f32>> {
+        Ok(self.prefill(prompt, images, &mut self.text.new_cache())?.0)
+    }
+
+    /// Runs `prompt` (its image tokens taking `images`' embeddings, at Qwen2-VL's
+    /// multimodal positions) into `cache`: the next token's logits, and the position the
+    /// tokens after it take (one past the largest).
+    fn prefill(
+        &self,
+        prompt: &[u32],
+        images: &[GmeImage],
+        cache: &mut KvCache,
+    ) -> Result<(Vec<f32>, u32)> {
         let err = |e: candle_core::Error| model_err(&self.name, e);
         if prompt.is_empty() {
             return Err(Error::Invalid("an empty prompt".into()));
@@ -309,17 +298,22 @@ impl LocalQwen2Vl {
         if !images.is_empty() {
             x = self.with_image_embeddings(x, prompt, images).map_err(err)?;
         }
-        let mut cache = self.text.new_cache();
+        let next = positions.iter().flatten().max().map_or(0, |&p| p + 1);
         let hidden = self
             .text
-            .forward_cached(x, &positions, &mut cache)
+            .forward_cached(x, &positions, cache)
             .map_err(err)?;
+        Ok((self.logits(&hidden)?, next))
+    }
+
+    /// The f32 next-token logits of a final hidden state.
+    fn logits(&self, hidden: &Tensor) -> Result<Vec<f32>> {
         self.text
-            .logits(&hidden, &self.head)
+            .logits(hidden, &self.head)
             .and_then(|l| l.to_dtype(DType::F32))
             .and_then(|l| l.flatten_all())
             .and_then(|l| l.to_vec1::<f32>())
-            .map_err(err)
+            .map_err(|e| model_err(&self.name, e))
     }
 
     /// The prompt's embeddings `x` with its image tokens' rows replaced, in order, by the
@@ -338,26 +332,8 @@ impl LocalQwen2Vl {
         let n = flat.len() / self.patch_values;
         let patches = Tensor::from_vec(flat, (n, self.patch_values), &self.device)?
             .to_dtype(self.activations)?;
-        let embeds = self.vision.forward(&patches, &grids)?.to_dtype(x.dtype())?;
-        let tokens = ids.len();
-        let mut k = 0u32;
-        let rows: Vec<u32> = ids
-            .iter()
-            .enumerate()
-            .map(|(r, &id)| {
-                if id == self.image_token {
-                    k += 1;
-                    tokens as u32 + k - 1
-                } else {
-                    r as u32
-                }
-            })
-            .collect();
-        if k as usize != embeds.dim(0)? {
-            candle_core::bail!("{k} image tokens for {} image embeddings", embeds.dim(0)?)
-        }
-        let rows = Tensor::from_vec(rows, tokens, &self.device)?;
-        Tensor::cat(&[&x, &embeds], 0)?.index_select(&rows, 0)
+        let embeds = self.vision.forward(&patches, &grids)?;
+        place_image_tokens(&x, &embeds, ids, self.image_token)
     }
 }
 

@@ -35,7 +35,9 @@ use crate::image::{
     Alpha, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, PreprocessError, Resample, decode_rgb_with,
     resize_rgb8,
 };
-use crate::networks::qwen2vl::{Position, Qwen2VlConfig, TextModel, VisionTower, mrope_positions};
+use crate::networks::qwen2vl::{
+    Position, Qwen2VlConfig, TextModel, VisionTower, mrope_positions, place_image_tokens,
+};
 use crate::nn::ops::{self, Segment, l2_normalize};
 use crate::{Error, Result};
 
@@ -617,28 +619,7 @@ impl GmeEmbedder {
                 .to_dtype(ops::activation_dtype(self.options.dtype, &self.device))?;
             let embeds = self.vision.forward(&patches, &grids)?;
             // image tokens take the merged image embeddings in order
-            let tokens = ids.len();
-            let mut k = 0u32;
-            let rows: Vec<u32> = ids
-                .iter()
-                .enumerate()
-                .map(|(r, &id)| {
-                    if id == self.image_token {
-                        k += 1;
-                        (tokens as u32) + k - 1
-                    } else {
-                        r as u32
-                    }
-                })
-                .collect();
-            if k as usize != embeds.dim(0)? {
-                return Err(Error::Candle(candle_core::Error::Msg(format!(
-                    "{k} image tokens for {} image embeddings",
-                    embeds.dim(0)?
-                ))));
-            }
-            let rows = Tensor::from_vec(rows, tokens, &self.device)?;
-            x = Tensor::cat(&[&x, &embeds.to_dtype(x.dtype())?], 0)?.index_select(&rows, 0)?;
+            x = place_image_tokens(&x, &embeds, &ids, self.image_token)?;
         }
         let segments = Segment::packed(lens.iter().copied());
         let last: Vec<usize> = segments.iter().map(|s| s.start + s.len - 1).collect();

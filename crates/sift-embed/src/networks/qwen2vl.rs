@@ -601,6 +601,36 @@ pub fn mrope_positions(
     }
 }
 
+/// The input embeddings `x` `(tokens, hidden)` of token ids `ids` with the rows of every
+/// `image_token`, in order, taken by the vision tower's merged image tokens `embeds`
+/// (`(image tokens, hidden)`); an error when their counts differ.
+pub fn place_image_tokens(
+    x: &Tensor,
+    embeds: &Tensor,
+    ids: &[u32],
+    image_token: u32,
+) -> Result<Tensor> {
+    let tokens = ids.len();
+    let mut k = 0u32;
+    let rows: Vec<u32> = ids
+        .iter()
+        .enumerate()
+        .map(|(r, &id)| {
+            if id == image_token {
+                k += 1;
+                tokens as u32 + k - 1
+            } else {
+                r as u32
+            }
+        })
+        .collect();
+    if k as usize != embeds.dim(0)? {
+        candle_core::bail!("{k} image tokens for {} image embeddings", embeds.dim(0)?)
+    }
+    let rows = Tensor::from_vec(rows, tokens, x.device())?;
+    Tensor::cat(&[x, &embeds.to_dtype(x.dtype())?], 0)?.index_select(&rows, 0)
+}
+
 /// A generating model's output projection ([`TextModel::lm_head`]).
 pub struct LmHead(Proj);
 
