@@ -209,3 +209,73 @@ pub fn positive(s: &str) -> Result<usize, String> {
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// How `sift generate` and `sift rag` ask their generators: the endpoint's key, requests in
+/// flight, timeout, retries, and the generation cache.
+#[derive(Args, Debug, Clone)]
+pub struct GenerationFlags {
+    /// Environment variable holding the endpoint's bearer key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
+    /// Requests in flight at once (a local generator takes one at a time).
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Seconds one request may take.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Retries of a request that failed with 429, 408 or 5xx, timed out or came back
+    /// malformed (exponential backoff from 0.5 s, honouring Retry-After).
+    #[arg(long, default_value_t = 5)]
+    pub retries: u32,
+    /// The generation cache (JSONL) [default: <out>/cache.jsonl].
+    #[arg(long)]
+    pub cache: Option<std::path::PathBuf>,
+    /// Only read the cache: a generation it does not hold fails instead of being made.
+    #[arg(long)]
+    pub offline: bool,
+}
+
+impl GenerationFlags {
+    /// How remote generators are reached.
+    pub fn remote(&self) -> sift_generate::RemoteSettings {
+        sift_generate::RemoteSettings {
+            api_key_env: self.api_key_env.clone(),
+            timeout: std::time::Duration::from_secs(self.timeout.max(1)),
+            retry: sift_generate::RetryPolicy {
+                max_retries: self.retries,
+                ..sift_generate::RetryPolicy::default()
+            },
+        }
+    }
+
+    /// Opens the cache (`--cache`, else `out/cache.jsonl`), saying on stderr what it
+    /// dropped or skipped.
+    pub fn open_cache(
+        &self,
+        out: &std::path::Path,
+    ) -> sift_generate::Result<sift_generate::GenerationCache> {
+        let path = self
+            .cache
+            .clone()
+            .unwrap_or_else(|| out.join("cache.jsonl"));
+        let cache = sift_generate::GenerationCache::open(&path)?;
+        let opened = cache.opened();
+        if opened.truncated + opened.malformed > 0 {
+            eprintln!(
+                "warning: {}: {} unfinished last line dropped, {} malformed line(s) skipped",
+                path.display(),
+                opened.truncated,
+                opened.malformed
+            );
+        }
+        Ok(cache)
+    }
+
+    /// How `generate_all` runs, `local` when a generator runs in this process.
+    pub fn run_options(&self, local: bool) -> sift_generate::RunOptions {
+        sift_generate::RunOptions {
+            concurrency: if local { 1 } else { self.concurrency },
+            offline: self.offline,
+        }
+    }
+}

@@ -1,16 +1,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use sift_core::Warnings;
 use sift_generate::experiments::{self, Experiment, Template};
-use sift_generate::{
-    GenerationCache, RemoteSettings, RetryPolicy, RunOptions, RunSummary, Sampling, generate_all,
-};
+use sift_generate::{RunSummary, Sampling, generate_all};
 
 use crate::cmd::report_warnings;
-use crate::options::{CorpusFlags, domain_list, split_list};
+use crate::options::{CorpusFlags, GenerationFlags, domain_list, split_list};
 use crate::progress::Bars;
 
 /// Generate text for each query with a generator: captions of its images, a reformulated
@@ -52,9 +49,6 @@ pub struct Args {
     /// processor's bfloat16 kernels, the rest in f32).
     #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
     dtype: String,
-    /// Environment variable holding the endpoint's bearer key.
-    #[arg(long, default_value = "OPENAI_API_KEY")]
-    api_key_env: String,
     /// A prompt template file of your own (with a `{query}` placeholder) instead of the
     /// committed one.
     #[arg(long)]
@@ -75,22 +69,8 @@ pub struct Args {
     /// The sampler's seed (sent to endpoints that take one).
     #[arg(long)]
     seed: Option<u64>,
-    /// Requests in flight at once.
-    #[arg(long, default_value_t = 4)]
-    concurrency: usize,
-    /// Seconds one request may take.
-    #[arg(long, default_value_t = 300)]
-    timeout: u64,
-    /// Retries of a request that failed with 429, 408 or 5xx, timed out or came back
-    /// malformed (exponential backoff from 0.5 s, honouring Retry-After).
-    #[arg(long, default_value_t = 5)]
-    retries: u32,
-    /// The generation cache (JSONL) [default: <out>/cache.jsonl].
-    #[arg(long)]
-    cache: Option<PathBuf>,
-    /// Only read the cache: a query without a cached generation fails instead.
-    #[arg(long)]
-    offline: bool,
+    #[command(flatten)]
+    requests: GenerationFlags,
     /// Output directory: `<domain>.jsonl` per domain.
     #[arg(long)]
     out: PathBuf,
@@ -134,7 +114,7 @@ struct DomainReport {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if a.concurrency == 0 {
+    if a.requests.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
     let experiment = Experiment::from(a.experiment);
@@ -144,35 +124,17 @@ pub fn run(a: Args) -> Result<()> {
     };
     let corpus = a.corpus_flags.open(&a.corpus)?;
     let domains = corpus.select_domains(&split_list(&a.domains))?;
-    let remote = RemoteSettings {
-        api_key_env: a.api_key_env.clone(),
-        timeout: Duration::from_secs(a.timeout.max(1)),
-        retry: RetryPolicy {
-            max_retries: a.retries,
-            ..RetryPolicy::default()
-        },
-    };
     let device = sift_embed::select_device(a.device.parse()?)?;
     let (generator, local) = sift_generate::open(
         &a.generator,
         a.model.as_deref(),
-        &remote,
+        &a.requests.remote(),
         &device,
         a.dtype == "bf16",
     )
     .with_context(|| format!("opening the generator {}", a.generator))?;
-    let concurrency = if local { 1 } else { a.concurrency };
-    let cache_path = a.cache.clone().unwrap_or_else(|| a.out.join("cache.jsonl"));
-    let cache = GenerationCache::open(&cache_path)?;
-    let opened = cache.opened();
-    if opened.truncated + opened.malformed > 0 {
-        eprintln!(
-            "warning: {}: {} unfinished last line dropped, {} malformed line(s) skipped",
-            cache_path.display(),
-            opened.truncated,
-            opened.malformed
-        );
-    }
+    let options = a.requests.run_options(local);
+    let cache = a.requests.open_cache(&a.out)?;
     let sampling = Sampling {
         max_new_tokens: a.max_new_tokens,
         temperature: a.temperature,
@@ -196,10 +158,6 @@ pub fn run(a: Args) -> Result<()> {
             &format!("{domain} {}", experiment.name()),
             jobs.len() as u64,
         );
-        let options = RunOptions {
-            concurrency,
-            offline: a.offline,
-        };
         let outcomes = generate_all(generator.as_ref(), &jobs, &cache, options, Some(&bar));
         bar.finish_and_clear();
         let (rows, failed) = experiments::assemble(experiment, &slots, &outcomes);
@@ -244,7 +202,7 @@ pub fn run(a: Args) -> Result<()> {
             "model": generator.model_id(),
             "generator": a.generator,
             "template": {"name": template.name, "version": template.version},
-            "cache": cache_path,
+            "cache": cache.path(),
             "domains": report,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);

@@ -1,21 +1,19 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use sift_core::{Example, Warnings};
 use sift_eval::{Task, trec_order};
 use sift_generate::rag::{self, RagQuery};
 use sift_generate::{
-    GenerationCache, Generator, Job, Outcome, RemoteSettings, RetryPolicy, RunOptions, RunSummary,
-    Sampling, generate_all,
+    GenerationCache, Generator, Job, Outcome, RunOptions, RunSummary, Sampling, generate_all,
 };
 use sift_index::IndexDir;
 use sift_retrieve::{EvalConfig, ModelSet, RetrieverSpec, RunOutput};
 
 use crate::cmd::report_warnings;
 use crate::models::ModelFlags;
-use crate::options::{CorpusFlags, domain_list, split_list};
+use crate::options::{CorpusFlags, GenerationFlags, domain_list, split_list};
 use crate::progress::Bars;
 
 /// End-to-end RAG with a judge (MM-BRIGHT's Table 7): a generator answers each query from no
@@ -68,31 +66,14 @@ pub struct Args {
     /// The judge model an endpoint serves.
     #[arg(long)]
     judge_model: Option<String>,
-    /// Environment variable holding the endpoints' bearer key.
-    #[arg(long, default_value = "OPENAI_API_KEY")]
-    api_key_env: String,
     /// At most this many new tokens an answer.
     #[arg(long, default_value_t = 512)]
     max_new_tokens: u32,
     /// At most this many new tokens a judgement.
     #[arg(long, default_value_t = 256)]
     judge_max_new_tokens: u32,
-    /// Requests in flight at once.
-    #[arg(long, default_value_t = 4)]
-    concurrency: usize,
-    /// Seconds one request may take.
-    #[arg(long, default_value_t = 300)]
-    timeout: u64,
-    /// Retries of a request that failed with 429, 408 or 5xx, timed out or came back
-    /// malformed.
-    #[arg(long, default_value_t = 5)]
-    retries: u32,
-    /// The generation cache (JSONL) [default: <out>/cache.jsonl].
-    #[arg(long)]
-    cache: Option<PathBuf>,
-    /// Only read the cache: a missing answer or judgement fails instead.
-    #[arg(long)]
-    offline: bool,
+    #[command(flatten)]
+    requests: GenerationFlags,
     /// Output directory: `<retriever>/<domain>.jsonl` (answer, score, judgement, evidence
     /// ids per query), results.md and results.json.
     #[arg(long)]
@@ -125,7 +106,7 @@ struct Cell {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if a.concurrency == 0 || a.top_k == 0 {
+    if a.requests.concurrency == 0 || a.top_k == 0 {
         bail!("--concurrency and --top-k must be at least 1");
     }
     let corpus = a.corpus_flags.open(&a.corpus)?;
@@ -167,14 +148,7 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
     }
-    let remote = RemoteSettings {
-        api_key_env: a.api_key_env.clone(),
-        timeout: Duration::from_secs(a.timeout.max(1)),
-        retry: RetryPolicy {
-            max_retries: a.retries,
-            ..RetryPolicy::default()
-        },
-    };
+    let remote = a.requests.remote();
     let device = sift_embed::select_device(a.model_flags.device.parse()?)?;
     let (generator, local) =
         sift_generate::open(&a.generator, a.model.as_deref(), &remote, &device, false)
@@ -188,17 +162,9 @@ pub fn run(a: Args) -> Result<()> {
         false,
     )
     .with_context(|| format!("opening the judge {judge_spec}"))?;
-    let cache_path = a.cache.clone().unwrap_or_else(|| a.out.join("cache.jsonl"));
-    let cache = GenerationCache::open(&cache_path)?;
+    let cache = a.requests.open_cache(&a.out)?;
     let bars = Bars::new(a.quiet || a.json);
-    let options = RunOptions {
-        concurrency: if local || judge_local {
-            1
-        } else {
-            a.concurrency
-        },
-        offline: a.offline,
-    };
+    let options = a.requests.run_options(local || judge_local);
     let (answer_t, judge_t) = (rag::answer_template(), rag::judge_template());
     let mut warnings = Warnings::new();
     let mut table: BTreeMap<String, BTreeMap<String, Cell>> = BTreeMap::new();
