@@ -350,17 +350,7 @@ fn the_local_generator_writes_reasoning_for_the_sample_corpus() {
     // the tiny Qwen2-VL-Instruct checkpoint: the GME fixture's weights with a chat template
     let tmp = tempfile::tempdir().unwrap();
     let model = tmp.path().join("tiny-qwen2-vl-instruct");
-    std::fs::create_dir(&model).unwrap();
-    let repo = common::repo();
-    for f in std::fs::read_dir(repo.join("models/fixtures/gme/tiny-gme")).unwrap() {
-        let f = f.unwrap();
-        std::fs::copy(f.path(), model.join(f.file_name())).unwrap();
-    }
-    std::fs::copy(
-        repo.join("models/fixtures/qwen2_vl_instruct/chat_template.jinja"),
-        model.join("chat_template.jinja"),
-    )
-    .unwrap();
+    common::tiny_qwen2_vl_instruct(&model);
     let out = tmp.path().join("reasoning");
     let corpus = sample();
     let args = [

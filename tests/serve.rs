@@ -1635,16 +1635,7 @@ fn chat_completions_come_from_the_local_generator_as_openai_clients_read_them() 
     // the tiny Qwen2-VL-Instruct: the GME fixture's weights with a chat template
     let tmp = tempfile::tempdir().unwrap();
     let model = tmp.path().join("tiny-qwen2-vl-instruct");
-    std::fs::create_dir(&model).unwrap();
-    for f in std::fs::read_dir(repo().join("models/fixtures/gme/tiny-gme")).unwrap() {
-        let f = f.unwrap();
-        std::fs::copy(f.path(), model.join(f.file_name())).unwrap();
-    }
-    std::fs::copy(
-        repo().join("models/fixtures/qwen2_vl_instruct/chat_template.jinja"),
-        model.join("chat_template.jinja"),
-    )
-    .unwrap();
+    tiny_qwen2_vl_instruct(&model);
     let name = s(&model).to_string();
     let server = Server::start(&["--generator", &name, "--quiet"]);
     // Sift's own OpenAI-compatible client, and the generator run in this process

@@ -6,6 +6,11 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+#[path = "../../crates/sift-generate/tests/common/mod.rs"]
+mod generation;
+#[allow(unused_imports)] // the test binaries that run a generator use it
+pub use generation::tiny_qwen2_vl_instruct;
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

@@ -5,6 +5,8 @@
 //! (f32, 24 new tokens, KV cache), for a plain chat, one with a system turn and list content,
 //! a multi-turn one, and three with images (odd sizes, three in one turn, RGBA, a 20x30
 //! image scaled up to the processor's minimum, images before and after text).
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
@@ -16,17 +18,7 @@ fn repo() -> PathBuf {
 }
 
 fn checkpoint(dir: &Path) {
-    let gme = repo().join("models/fixtures/gme/tiny-gme");
-    for f in std::fs::read_dir(&gme).unwrap() {
-        let f = f.unwrap();
-        std::fs::copy(f.path(), dir.join(f.file_name())).unwrap();
-    }
-    let fixtures = repo().join("models/fixtures/qwen2_vl_instruct");
-    std::fs::copy(
-        fixtures.join("chat_template.jinja"),
-        dir.join("chat_template.jinja"),
-    )
-    .unwrap();
+    common::tiny_qwen2_vl_instruct(dir);
 }
 
 fn messages(chat: &Value) -> Vec<Message> {
@@ -62,6 +54,17 @@ fn messages(chat: &Value) -> Vec<Message> {
         .collect()
 }
 
+/// The encoded images of `msgs`, in order.
+fn image_bytes(msgs: &[Message]) -> Vec<Vec<u8>> {
+    msgs.iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|p| match p {
+            Part::Image { bytes, .. } => Some(bytes.clone()),
+            Part::Text(_) => None,
+        })
+        .collect()
+}
+
 #[test]
 fn greedy_decoding_matches_transformers_generate_token_for_token() {
     let expected: Value = serde_json::from_str(
@@ -79,14 +82,7 @@ fn greedy_decoding_matches_transformers_generate_token_for_token() {
         let msgs = messages(&chat["messages"]);
         let text = g.chat_prompt(&msgs).unwrap();
         assert_eq!(text, chat["text"].as_str().unwrap());
-        let bytes: Vec<Vec<u8>> = msgs
-            .iter()
-            .flat_map(|m| &m.content)
-            .filter_map(|p| match p {
-                Part::Image { bytes, .. } => Some(bytes.clone()),
-                Part::Text(_) => None,
-            })
-            .collect();
+        let bytes = image_bytes(&msgs);
         let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
         let images = g.prepare_images(&refs).unwrap();
         let ids = g
@@ -168,14 +164,7 @@ fn bf16_on_the_packed_kernels_stays_within_the_bound_and_decides_as_f32_where_it
     let (mut worst, mut decided, mut steps) = (0f32, 0, 0);
     for chat in expected["chats"].as_array().unwrap() {
         let msgs = messages(&chat["messages"]);
-        let bytes: Vec<Vec<u8>> = msgs
-            .iter()
-            .flat_map(|m| &m.content)
-            .filter_map(|p| match p {
-                Part::Image { bytes, .. } => Some(bytes.clone()),
-                Part::Text(_) => None,
-            })
-            .collect();
+        let bytes = image_bytes(&msgs);
         let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
         let images = bf16.prepare_images(&refs).unwrap();
         let mut ids: Vec<u32> = serde_json::from_value(chat["input_ids"].clone()).unwrap();

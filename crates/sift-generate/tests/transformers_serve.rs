@@ -4,6 +4,8 @@
 //! `models/fixtures/qwen2_vl_instruct/chat_template.jinja`), cross-checked against the
 //! official `openai` Python client sending the same messages: greedy decoding, so both must
 //! get the same text and token counts, for a text prompt and one with two images.
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,16 +38,7 @@ fn python_has(modules: &str) -> bool {
 
 /// The tiny Qwen2-VL-Instruct checkpoint, assembled in `dir`.
 fn checkpoint(dir: &Path) {
-    let gme = repo().join("models/fixtures/gme/tiny-gme");
-    for f in std::fs::read_dir(&gme).unwrap() {
-        let f = f.unwrap();
-        std::fs::copy(f.path(), dir.join(f.file_name())).unwrap();
-    }
-    std::fs::copy(
-        repo().join("models/fixtures/qwen2_vl_instruct/chat_template.jinja"),
-        dir.join("chat_template.jinja"),
-    )
-    .unwrap();
+    common::tiny_qwen2_vl_instruct(dir);
 }
 
 fn openai_client(base: &str, model: &str, body: &Value) -> Value {
