@@ -56,7 +56,7 @@ pub struct RemoteSettings {
 
 /// The generator `spec` names: an OpenAI-compatible endpoint (`http://` or `https://` base
 /// URL; `model` names the model it serves and is required), or else a local Qwen2-VL
-/// checkpoint (a directory or a hub id) loaded on `device`, its weights in f32 or, with
+/// or Qwen2.5-VL checkpoint (a directory or a hub id) loaded on `device`, its weights in f32 or, with
 /// `bf16`, bfloat16 ([`LocalQwen2Vl::load_with`]; `model` must be left out). Also says
 /// whether it is local (one request at a time is all it takes).
 pub fn open(

@@ -1,4 +1,4 @@
-//! The embedded generator: a Qwen2-VL-Instruct (or any Qwen2-VL) checkpoint run in candle,
+//! The embedded generator: a Qwen2-VL- or Qwen2.5-VL-Instruct checkpoint run in candle,
 //! prompts made with the model's own chat template (`chat_template.jinja`, or
 //! `tokenizer_config.json`'s `chat_template`, rendered by minijinja), decoded with a KV cache
 //! one token at a time: greedy, or sampled (temperature, top-p, seeded), stopping at the
@@ -18,7 +18,9 @@ use sift_embed::{GmeImage, GmeProcessor, ModelFiles};
 use crate::request::{Generation, Message, Part, Request, Sampling, Usage};
 use crate::{Error, Generator, Result};
 
-/// A Qwen2-VL checkpoint loaded for generation.
+/// A Qwen2-VL or Qwen2.5-VL checkpoint loaded for generation (the two share the language
+/// model, processor and multimodal positions; their vision towers differ: see
+/// `sift_embed::networks::qwen2vl`).
 pub struct LocalQwen2Vl {
     name: String,
     text: TextModel,

@@ -36,7 +36,7 @@ pub struct Args {
     domains: Option<String>,
     /// The generator: an OpenAI-compatible endpoint's base URL (`http://host:port/v1`:
     /// vLLM, llama.cpp's server, Ollama, `transformers serve`, OpenAI), or a local
-    /// Qwen2-VL-Instruct checkpoint (directory or hub id) run in Sift.
+    /// Qwen2-VL- or Qwen2.5-VL-Instruct checkpoint (directory or hub id) run in Sift.
     #[arg(long)]
     generator: String,
     /// The model an endpoint serves (its `model` field); not for a local generator.

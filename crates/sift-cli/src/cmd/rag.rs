@@ -53,8 +53,8 @@ pub struct Args {
     #[arg(long, default_value_t = 2000)]
     max_evidence_chars: usize,
     /// The answering generator: an OpenAI-compatible endpoint's base URL
-    /// (`http://host:port/v1`), or a local Qwen2-VL-Instruct checkpoint (directory or hub
-    /// id).
+    /// (`http://host:port/v1`), or a local Qwen2-VL- or Qwen2.5-VL-Instruct checkpoint
+    /// (directory or hub id).
     #[arg(long)]
     generator: String,
     /// The model an endpoint serves; not for a local generator.

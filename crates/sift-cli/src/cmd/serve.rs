@@ -28,8 +28,8 @@ pub struct Args {
     /// .parquet file): passage texts, images, page links.
     #[arg(long)]
     corpus: Option<PathBuf>,
-    /// A local generator for OpenAI's `POST /v1/chat/completions`: a Qwen2-VL-Instruct
-    /// checkpoint (directory or hub id), loaded on --device; the `model` requests name is
+    /// A local generator for OpenAI's `POST /v1/chat/completions`: a Qwen2-VL- or
+    /// Qwen2.5-VL-Instruct checkpoint (directory or hub id), loaded on --device; the `model` requests name is
     /// this value.
     #[arg(long)]
     generator: Option<String>,

@@ -1,11 +1,17 @@
-//! Qwen2-VL in candle (candle-transformers has none): the vision tower and the Qwen2
-//! language model, as transformers' `modeling_qwen2_vl.py` computes them.
+//! Qwen2-VL and Qwen2.5-VL in candle (candle-transformers has neither): the vision tower
+//! and the Qwen2 language model, as transformers' `modeling_qwen2_vl.py` and
+//! `modeling_qwen2_5_vl.py` compute them.
 //!
 //! - Vision: the 3-D patch embedding (a `(temporal 2, 14, 14)` convolution over the
 //!   processor's flattened patches) as one matrix product; 2-D rotary positions (row and
 //!   column of each patch, laid out in 2x2 merge blocks); pre-norm blocks (layer norm,
 //!   attention within each image, `quick_gelu` MLP); the patch merger (layer norm, 2x2
 //!   neighbours concatenated, GELU MLP) giving one language-model token per 2x2 patches.
+//! - Qwen2.5-VL's vision tower differs in its blocks (RMSNorm, a gated SiLU MLP with
+//!   biases), its merger's norm (RMSNorm) and its attention: most blocks attend within
+//!   windows of `window_size` pixels (the patches reordered window by window, transformers'
+//!   `get_vision_window_index`, and put back in order after the merger), the blocks of
+//!   `fullatt_block_indexes` over the whole image. Its language model is Qwen2-VL's.
 //! - Language model: Qwen2 decoder layers (RMSNorm, grouped-query causal attention with
 //!   biased Q/K/V, SwiGLU MLP), rotary positions with three axes (M-RoPE: temporal, height,
 //!   width positions each rotate their own band of frequencies, `mrope_section`).
@@ -49,6 +55,83 @@ pub struct VisionConfig {
     pub spatial_merge_size: usize,
     /// Frames per patch (an image is repeated to fill them).
     pub temporal_patch_size: usize,
+    /// Qwen2.5-VL's blocks and window attention (`None`: a Qwen2-VL tower).
+    #[serde(skip)]
+    pub qwen25: Option<Qwen25Vision>,
+}
+
+/// What a Qwen2.5-VL vision tower has that Qwen2-VL's has not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Qwen25Vision {
+    /// Width of the blocks' gated MLP (`intermediate_size`).
+    pub intermediate_size: usize,
+    /// Side of an attention window in pixels (`window_size`).
+    pub window_size: usize,
+    /// Blocks attending over the whole image (`fullatt_block_indexes`); the rest attend
+    /// within windows.
+    pub full_attention_blocks: Vec<usize>,
+}
+
+/// `vision_config` of a Qwen2.5-VL checkpoint as written (transformers'
+/// `Qwen2_5_VLVisionConfig` defaults): its `hidden_size` is the blocks' width and
+/// `out_hidden_size` the merger's output.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+struct Qwen25VisionJson {
+    depth: usize,
+    hidden_size: usize,
+    hidden_act: String,
+    intermediate_size: usize,
+    num_heads: usize,
+    #[serde(alias = "in_chans")]
+    in_channels: usize,
+    patch_size: usize,
+    spatial_merge_size: usize,
+    temporal_patch_size: usize,
+    window_size: usize,
+    out_hidden_size: usize,
+    fullatt_block_indexes: Vec<usize>,
+}
+
+impl Default for Qwen25VisionJson {
+    fn default() -> Self {
+        Qwen25VisionJson {
+            depth: 32,
+            hidden_size: 3584,
+            hidden_act: "silu".into(),
+            intermediate_size: 3420,
+            num_heads: 16,
+            in_channels: 3,
+            patch_size: 14,
+            spatial_merge_size: 2,
+            temporal_patch_size: 2,
+            window_size: 112,
+            out_hidden_size: 3584,
+            fullatt_block_indexes: vec![7, 15, 23, 31],
+        }
+    }
+}
+
+impl From<Qwen25VisionJson> for VisionConfig {
+    fn from(v: Qwen25VisionJson) -> Self {
+        VisionConfig {
+            depth: v.depth,
+            embed_dim: v.hidden_size,
+            hidden_size: v.out_hidden_size,
+            hidden_act: v.hidden_act,
+            mlp_ratio: v.intermediate_size as f64 / v.hidden_size.max(1) as f64,
+            num_heads: v.num_heads,
+            in_channels: v.in_channels,
+            patch_size: v.patch_size,
+            spatial_merge_size: v.spatial_merge_size,
+            temporal_patch_size: v.temporal_patch_size,
+            qwen25: Some(Qwen25Vision {
+                intermediate_size: v.intermediate_size,
+                window_size: v.window_size,
+                full_attention_blocks: v.fullatt_block_indexes,
+            }),
+        }
+    }
 }
 
 impl Default for VisionConfig {
@@ -64,6 +147,7 @@ impl Default for VisionConfig {
             patch_size: 14,
             spatial_merge_size: 2,
             temporal_patch_size: 2,
+            qwen25: None,
         }
     }
 }
@@ -185,7 +269,7 @@ impl TextConfig {
     }
 }
 
-/// A Qwen2-VL `config.json`.
+/// A Qwen2-VL or Qwen2.5-VL `config.json`.
 #[derive(Debug, Clone)]
 pub struct Qwen2VlConfig {
     /// The language model.
@@ -197,7 +281,8 @@ pub struct Qwen2VlConfig {
 }
 
 impl Qwen2VlConfig {
-    /// Parses `config.json` (flat transformers-4 form, or with `text_config`).
+    /// Parses `config.json` (flat transformers-4 form, or with `text_config`); a Qwen2.5-VL
+    /// one (`model_type` `qwen2_5_vl`) by its own vision settings.
     pub fn from_json(value: &Value) -> std::result::Result<Self, String> {
         let text_value = value.get("text_config").unwrap_or(value);
         let mut raw: DecoderConfig =
@@ -212,11 +297,23 @@ impl Qwen2VlConfig {
             raw.rope_theta = raw.rope_theta.or(top.rope_theta);
         }
         let text = raw.resolve()?;
-        let vision: VisionConfig = match value.get("vision_config") {
-            Some(v) => {
-                serde_json::from_value(v.clone()).map_err(|e| format!("vision_config: {e}"))?
-            }
-            None => VisionConfig::default(),
+        let model_type = |v: Option<&Value>| {
+            v.and_then(|v| v.get("model_type"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let qwen25 = model_type(Some(value)).as_deref() == Some("qwen2_5_vl")
+            || model_type(value.get("vision_config")).as_deref() == Some("qwen2_5_vl_vision");
+        let vision_value = value
+            .get("vision_config")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        let vision: VisionConfig = if qwen25 {
+            serde_json::from_value::<Qwen25VisionJson>(vision_value)
+                .map_err(|e| format!("vision_config: {e}"))?
+                .into()
+        } else {
+            serde_json::from_value(vision_value).map_err(|e| format!("vision_config: {e}"))?
         };
         let image_token_id = raw
             .image_token_id
@@ -262,6 +359,15 @@ impl Qwen2VlConfig {
             return Err(format!(
                 "vision embed_dim {} is not a multiple of {} heads",
                 v.embed_dim, v.num_heads
+            ));
+        }
+        if let Some(q) = &v.qwen25
+            && q.window_size < v.spatial_merge_size * v.patch_size
+        {
+            return Err(format!(
+                "vision window_size {} is smaller than one merged token ({} pixels)",
+                q.window_size,
+                v.spatial_merge_size * v.patch_size
             ));
         }
         if !(v.embed_dim / v.num_heads).is_multiple_of(4) {
@@ -375,16 +481,23 @@ fn pick<'a>(vb: &VarBuilder<'a>, prefixes: &[&str], probe: &str) -> VarBuilder<'
     vb.pp(prefixes[0])
 }
 
+/// A vision block's MLP: Qwen2-VL's `fc1`, activation, `fc2`; Qwen2.5-VL's gated
+/// `down(act(gate(x)) * up(x))`.
+enum VisionMlp {
+    Plain { fc1: Proj, fc2: Proj },
+    Gated { gate: Proj, up: Proj, down: Proj },
+}
+
 struct VisionBlock {
+    /// Layer norms (Qwen2-VL) or RMSNorms (Qwen2.5-VL).
     norm1: LayerNorm,
     qkv: Proj,
     proj: Proj,
     norm2: LayerNorm,
-    fc1: Proj,
-    fc2: Proj,
+    mlp: VisionMlp,
 }
 
-/// The Qwen2-VL vision tower (`visual`).
+/// The Qwen2-VL or Qwen2.5-VL vision tower (`visual`).
 pub struct VisionTower {
     patch: Linear,
     blocks: Vec<VisionBlock>,
@@ -405,7 +518,7 @@ impl VisionTower {
         let e = cfg.embed_dim;
         let heads = cfg.num_heads;
         let d = e / heads;
-        let mlp = (e as f64 * cfg.mlp_ratio) as usize;
+        let mlp_width = (e as f64 * cfg.mlp_ratio) as usize;
         let patch = Linear::new(
             vb.pp("patch_embed.proj")
                 .get(
@@ -422,6 +535,13 @@ impl VisionTower {
             None,
         );
         let scale = 1.0 / (d as f64).sqrt();
+        // Qwen2-VL: layer norms; Qwen2.5-VL: RMSNorms (eps 1e-6 both)
+        let norm = |vb: &VarBuilder| -> Result<LayerNorm> {
+            match cfg.qwen25 {
+                Some(_) => Ok(LayerNorm::rms_norm(vb.get(e, "weight")?, 1e-6)),
+                None => ops::load_layer_norm(vb, e, 1e-6),
+            }
+        };
         let mut blocks = Vec::with_capacity(cfg.depth);
         for i in 0..cfg.depth {
             let b = vb.pp(format!("blocks.{i}"));
@@ -434,13 +554,26 @@ impl VisionTower {
                 &[(bias.narrow(0, 0, e)? * scale)?, bias.narrow(0, e, 2 * e)?],
                 0,
             )?;
+            let mlp = match &cfg.qwen25 {
+                Some(q) => {
+                    let (m, width) = (b.pp("mlp"), q.intermediate_size);
+                    VisionMlp::Gated {
+                        gate: pk.load(&m.pp("gate_proj"), e, width, true)?,
+                        up: pk.load(&m.pp("up_proj"), e, width, true)?,
+                        down: pk.load(&m.pp("down_proj"), width, e, true)?,
+                    }
+                }
+                None => VisionMlp::Plain {
+                    fc1: pk.load(&b.pp("mlp.fc1"), e, mlp_width, true)?,
+                    fc2: pk.load(&b.pp("mlp.fc2"), mlp_width, e, true)?,
+                },
+            };
             blocks.push(VisionBlock {
-                norm1: ops::load_layer_norm(&b.pp("norm1"), e, 1e-6)?,
+                norm1: norm(&b.pp("norm1"))?,
                 qkv: pk.proj(Linear::new(w, Some(bias)))?,
                 proj: pk.load(&b.pp("attn.proj"), e, e, true)?,
-                norm2: ops::load_layer_norm(&b.pp("norm2"), e, 1e-6)?,
-                fc1: pk.load(&b.pp("mlp.fc1"), e, mlp, true)?,
-                fc2: pk.load(&b.pp("mlp.fc2"), mlp, e, true)?,
+                norm2: norm(&b.pp("norm2"))?,
+                mlp,
             });
         }
         let merged = e * cfg.spatial_merge_size * cfg.spatial_merge_size;
@@ -448,7 +581,7 @@ impl VisionTower {
         Ok(VisionTower {
             patch,
             blocks,
-            merger_norm: ops::load_layer_norm(&m.pp("ln_q"), e, 1e-6)?,
+            merger_norm: norm(&m.pp("ln_q"))?,
             merger_fc1: pk.load(&m.pp("mlp.0"), merged, merged, true)?,
             merger_fc2: pk.load(&m.pp("mlp.2"), merged, cfg.hidden_size, true)?,
             act: Act::parse(&cfg.hidden_act).unwrap_or(Act::QuickGelu),
@@ -507,22 +640,61 @@ impl VisionTower {
         }
         let heads = self.cfg.num_heads;
         let d = self.cfg.embed_dim / heads;
-        let (cos, sin) = self.rotary(grids, patches.device(), patches.dtype())?;
-        // attention runs within each frame of each image
+        let device = patches.device();
+        let (mut cos, mut sin) = self.rotary(grids, device, patches.dtype())?;
+        let mut patches = patches.clone();
+        // full attention runs within each frame of each image
         let segments = Segment::packed(
             grids
                 .iter()
                 .flat_map(|&[t, h, w]| std::iter::repeat_n(h * w, t)),
         );
-        let mut x = ops::linear(&self.patch, patches, None)?;
         let attention = ops::Attention::new(&segments, heads, d);
-        for b in &self.blocks {
+        // Qwen2.5-VL: the patches (and their rotary rows) reordered window by window, each
+        // frame's windows still together, so both kinds of attention see contiguous rows
+        let windows = self
+            .cfg
+            .qwen25
+            .as_ref()
+            .map(|q| Windows::new(grids, m, q.window_size / (m * self.cfg.patch_size)));
+        let window_segments = windows
+            .as_ref()
+            .map(|w| Segment::packed(w.lens(m * m)))
+            .unwrap_or_default();
+        let windowed = ops::Attention::new(&window_segments, heads, d);
+        if let Some(w) = &windows {
+            let order = Tensor::from_vec(w.patch_order(m * m), total, device)?;
+            patches = patches.index_select(&order, 0)?;
+            cos = cos.index_select(&order, 0)?;
+            sin = sin.index_select(&order, 0)?;
+        }
+        let full_blocks = self
+            .cfg
+            .qwen25
+            .as_ref()
+            .map(|q| q.full_attention_blocks.as_slice());
+        let mut x = ops::linear(&self.patch, &patches, None)?;
+        for (i, b) in self.blocks.iter().enumerate() {
+            let attention = match full_blocks {
+                Some(full) if !full.contains(&i) => &windowed,
+                _ => &attention,
+            };
             let qkv = ops::linear(&b.qkv, &b.norm1.forward(&x)?, None)?;
             let qkv = rotate_qkv(&qkv, heads, heads, d, &cos, &sin)?;
             let ctx = attention.run(&qkv)?;
             x = ops::linear(&b.proj, &ctx, Some(&x))?;
-            let h = ops::linear_act(&b.fc1, &b.norm2.forward(&x)?, None, Some(self.act))?;
-            x = ops::linear(&b.fc2, &h, Some(&x))?;
+            let h = b.norm2.forward(&x)?;
+            x = match &b.mlp {
+                VisionMlp::Plain { fc1, fc2 } => {
+                    let h = ops::linear_act(fc1, &h, None, Some(self.act))?;
+                    ops::linear(fc2, &h, Some(&x))?
+                }
+                VisionMlp::Gated { gate, up, down } => {
+                    let g = ops::linear_act(gate, &h, None, Some(self.act))?;
+                    let u = ops::linear(up, &h, None)?;
+                    ops::linear(down, &(g * u)?, Some(&x))?
+                }
+            };
         }
         let merged = self.cfg.embed_dim * m * m;
         let x = self
@@ -530,7 +702,161 @@ impl VisionTower {
             .forward(&x)?
             .reshape((total / (m * m), merged))?;
         let x = ops::linear_act(&self.merger_fc1, &x, None, Some(Act::Gelu))?;
-        ops::linear(&self.merger_fc2, &x, None)
+        let x = ops::linear(&self.merger_fc2, &x, None)?;
+        match windows {
+            // the merged tokens back in the processor's order
+            Some(w) => {
+                let back = Tensor::from_vec(w.inverse(), total / (m * m), device)?;
+                x.index_select(&back, 0)
+            }
+            None => Ok(x),
+        }
+    }
+}
+
+/// Qwen2.5-VL's attention windows over merged tokens (transformers'
+/// `get_vision_window_index`): each frame's grid of merged tokens (`h / merge` x
+/// `w / merge`) cut into `side` x `side` windows from the top left (the last row and column
+/// of windows partial), windows in row-major order, tokens row-major within each.
+struct Windows {
+    /// Merged-token indices (processor order) in window order.
+    order: Vec<u32>,
+    /// Merged tokens per non-empty window.
+    sizes: Vec<usize>,
+}
+
+impl Windows {
+    fn new(grids: &[[usize; 3]], merge: usize, side: usize) -> Windows {
+        let side = side.max(1);
+        let (mut order, mut sizes) = (Vec::new(), Vec::new());
+        let mut base = 0;
+        for &[t, h, w] in grids {
+            let (lh, lw) = (h / merge, w / merge);
+            for f in 0..t {
+                for r0 in (0..lh).step_by(side) {
+                    for c0 in (0..lw).step_by(side) {
+                        let before = order.len();
+                        for r in r0..(r0 + side).min(lh) {
+                            for c in c0..(c0 + side).min(lw) {
+                                order.push((base + (f * lh + r) * lw + c) as u32);
+                            }
+                        }
+                        sizes.push(order.len() - before);
+                    }
+                }
+            }
+            base += t * lh * lw;
+        }
+        Windows { order, sizes }
+    }
+
+    /// Patch rows in window order: each merged token's `unit` (merge^2) patches, together.
+    fn patch_order(&self, unit: usize) -> Vec<u32> {
+        self.order
+            .iter()
+            .flat_map(|&k| (0..unit as u32).map(move |j| k * unit as u32 + j))
+            .collect()
+    }
+
+    /// Patches per window.
+    fn lens(&self, unit: usize) -> impl Iterator<Item = usize> + '_ {
+        self.sizes.iter().map(move |s| s * unit)
+    }
+
+    /// For each merged token in processor order, its row in window order.
+    fn inverse(&self) -> Vec<u32> {
+        let mut back = vec![0u32; self.order.len()];
+        for (i, &k) in self.order.iter().enumerate() {
+            back[k as usize] = i as u32;
+        }
+        back
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::{Qwen2VlConfig, Qwen25Vision, Windows};
+
+    #[test]
+    fn qwen2_5_vl_configs_read_in_the_published_and_the_transformers_5_layouts() {
+        let published: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../models/fixtures/qwen2_5_vl_instruct/tiny/config.json"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        // what transformers 5.24's `to_dict` writes for the same checkpoint
+        let nested = serde_json::json!({
+            "model_type": "qwen2_5_vl", "image_token_id": 726,
+            "text_config": {"model_type": "qwen2_5_vl_text", "vocab_size": 768,
+                "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "silu",
+                "rms_norm_eps": 1e-6, "rope_parameters": {"type": "mrope",
+                "mrope_section": [2, 3, 3], "rope_theta": 1e6, "rope_type": "default"}},
+            "vision_config": {"model_type": "qwen2_5_vl_vision", "depth": 4, "hidden_size": 32,
+                "hidden_act": "silu", "intermediate_size": 48, "num_heads": 4,
+                "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2,
+                "temporal_patch_size": 2, "tokens_per_second": 2, "window_size": 56,
+                "out_hidden_size": 64, "fullatt_block_indexes": [1, 3],
+                "rope_parameters": {"rope_theta": 10000.0, "rope_type": "axial"}}
+        });
+        for value in [published, nested] {
+            let cfg = Qwen2VlConfig::from_json(&value).unwrap();
+            let v = &cfg.vision;
+            assert_eq!((v.embed_dim, v.hidden_size, v.depth), (32, 64, 4));
+            assert_eq!(
+                v.qwen25,
+                Some(Qwen25Vision {
+                    intermediate_size: 48,
+                    window_size: 56,
+                    full_attention_blocks: vec![1, 3],
+                })
+            );
+            assert_eq!(cfg.text.mrope_section, vec![2, 3, 3]);
+            assert_eq!(cfg.image_token_id, 726);
+        }
+        // a Qwen2-VL config stays one
+        let gme: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../models/fixtures/gme/tiny-gme/config.json"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        let cfg = Qwen2VlConfig::from_json(&gme).unwrap();
+        assert_eq!((cfg.vision.embed_dim, cfg.vision.qwen25), (32, None));
+        // a window narrower than one merged token is refused
+        let mut bad = serde_json::json!({"model_type": "qwen2_5_vl", "hidden_size": 64,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 8,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+            "vision_config": {"hidden_size": 32, "num_heads": 4, "out_hidden_size": 64}});
+        bad["vision_config"]["window_size"] = 20.into();
+        let e = Qwen2VlConfig::from_json(&bad).unwrap_err();
+        assert!(e.contains("window_size 20"), "{e}");
+    }
+
+    #[test]
+    fn windows_cover_every_merged_token_once_in_transformers_order() {
+        // a 3 x 5 grid of merged tokens (6 x 10 patches), windows of 2: rows {0,1} and {2},
+        // columns {0,1}, {2,3}, {4}; then a 2 x 2 grid that is exactly one window
+        let w = Windows::new(&[[1, 6, 10], [1, 4, 4]], 2, 2);
+        assert_eq!(
+            w.order,
+            vec![
+                0, 1, 5, 6, 2, 3, 7, 8, 4, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18
+            ]
+        );
+        assert_eq!(w.sizes, vec![4, 4, 2, 2, 2, 1, 4]);
+        assert_eq!(w.lens(4).sum::<usize>(), 19 * 4);
+        let back = w.inverse();
+        for (i, &k) in w.order.iter().enumerate() {
+            assert_eq!(back[k as usize] as usize, i);
+        }
+        assert_eq!(&w.patch_order(4)[..8], &[0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(&w.patch_order(4)[8..12], &[20, 21, 22, 23]);
     }
 }
 

@@ -71,7 +71,7 @@ pub struct ServeConfig {
     pub settings: SearchSettings,
     /// Request limits.
     pub limits: Limits,
-    /// A local generator for `POST /v1/chat/completions` (a Qwen2-VL-Instruct checkpoint:
+    /// A local generator for `POST /v1/chat/completions` (a Qwen2-VL- or Qwen2.5-VL-Instruct checkpoint:
     /// directory or hub id, loaded on `model_options`' device); none when `None`.
     pub generator: Option<String>,
 }
