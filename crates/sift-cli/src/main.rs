@@ -31,7 +31,7 @@ enum Command {
     /// Search an index with one query.
     Search(cmd::search::Args),
     /// Evaluate a retriever on a task, or score an existing TREC run against qrels.
-    Eval(cmd::eval::Args),
+    Eval(Box<cmd::eval::Args>),
     /// Benchmarks: HNSW against exact search, embedding throughput, index build rates.
     #[command(subcommand)]
     Bench(cmd::bench::Cmd),
@@ -70,7 +70,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Index(a) => cmd::index::run(a),
         Command::Search(a) => cmd::search::run(a),
-        Command::Eval(a) => cmd::eval::run(a),
+        Command::Eval(a) => cmd::eval::run(*a),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Rag(a) => cmd::rag::run(a),
         Command::Check(a) => cmd::check::run(a),

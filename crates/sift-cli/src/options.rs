@@ -279,3 +279,94 @@ impl GenerationFlags {
         }
     }
 }
+
+/// Reranking flags (`sift eval`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct RerankFlags {
+    /// Rerank each first-stage run, reported as its own row (`bm25 -> rerank:NAME`): a
+    /// cross-encoder (a BERT / XLM-RoBERTa sequence classifier such as
+    /// cross-encoder/ms-marco-MiniLM-L-6-v2 or BAAI/bge-reranker-v2-m3: query text and
+    /// passage text; Tasks 1, 2, 4), `pointwise:MODEL` (a local Qwen2-VL / Qwen2.5-VL asked
+    /// yes or no per candidate, query images and candidate image in the prompt: every task)
+    /// or `listwise:GENERATOR` (BRIGHT's listwise prompt to an OpenAI-compatible endpoint,
+    /// with --rerank-model, or a local checkpoint; scores k - rank). Repeat for several.
+    #[arg(long, value_name = "MODEL")]
+    pub rerank: Vec<String>,
+    /// Candidates per query each reranker rescores (the rest stay below, in order).
+    #[arg(long, default_value_t = 100)]
+    pub rerank_depth: usize,
+    /// Cross-encoder pairs per forward pass.
+    #[arg(long, default_value_t = 32)]
+    pub rerank_batch: usize,
+    /// Cross-encoder tokens per query-passage pair [default: the model's].
+    #[arg(long)]
+    pub rerank_max_length: Option<usize>,
+    /// The model a listwise endpoint serves.
+    #[arg(long)]
+    pub rerank_model: Option<String>,
+    /// Listwise: candidates per prompt, ranked window by window from the bottom up
+    /// (RankGPT) [default: all in one prompt, as BRIGHT].
+    #[arg(long)]
+    pub rerank_window: Option<usize>,
+    /// Listwise: how far each window moves.
+    #[arg(long, default_value_t = 10)]
+    pub rerank_step: usize,
+    /// Listwise replies cached here (JSONL) [default: <out>/rerank-cache.jsonl with --out].
+    #[arg(long)]
+    pub rerank_cache: Option<std::path::PathBuf>,
+    /// Environment variable holding a listwise endpoint's bearer key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub rerank_api_key_env: String,
+}
+
+impl RerankFlags {
+    /// The reranking stages these flags name, loaded with `models`' device and weights;
+    /// listwise replies cached under `out` unless --rerank-cache says where.
+    pub fn stages(
+        &self,
+        models: &crate::models::ModelFlags,
+        out: Option<&std::path::Path>,
+    ) -> anyhow::Result<Vec<sift_retrieve::RerankStage>> {
+        use anyhow::Context;
+        if self.rerank.is_empty() {
+            return Ok(Vec::new());
+        }
+        let options = sift_retrieve::RerankOptions {
+            device: sift_embed::select_device(models.device.parse()?)?,
+            dtype: models.dtype.dtype(),
+            batch: self.rerank_batch.max(1),
+            max_length: self.rerank_max_length,
+            model: self.rerank_model.clone(),
+            remote: sift_generate::RemoteSettings {
+                api_key_env: self.rerank_api_key_env.clone(),
+                timeout: std::time::Duration::from_secs(300),
+                retry: sift_generate::RetryPolicy::default(),
+            },
+            listwise: sift_retrieve::rerank::ListwiseSettings {
+                window: self.rerank_window,
+                step: self.rerank_step.max(1),
+                ..Default::default()
+            },
+            pointwise_max_chars: 2000,
+            cache: self
+                .rerank_cache
+                .clone()
+                .or_else(|| out.map(|d| d.join("rerank-cache.jsonl"))),
+        };
+        if let Some(p) = options.cache.as_ref().and_then(|p| p.parent())
+            && !p.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))?;
+        }
+        self.rerank
+            .iter()
+            .map(|spec| {
+                Ok(sift_retrieve::RerankStage {
+                    reranker: sift_retrieve::open_reranker(spec, &options)
+                        .with_context(|| format!("loading the reranker {spec}"))?,
+                    depth: self.rerank_depth.max(1),
+                })
+            })
+            .collect()
+    }
+}

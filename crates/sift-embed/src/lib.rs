@@ -50,6 +50,9 @@ pub use embedder::{
     Capabilities, Embedder, EmbedderOptions, Family, Input, JointInput, Precision, PreparedImage,
     PreparedTexts,
 };
+pub use embedders::cross_encoder::{
+    CrossEncoder, CrossEncoderOptions, ScoreActivation, is_cross_encoder,
+};
 pub use embedders::decoder::{
     DECODER_MODEL_TYPES, DecoderEmbedder, DecoderOptions, DecoderPooling,
 };

@@ -16,6 +16,7 @@ use crate::candidates::{PairCandidates, PairLinking};
 use crate::models::{ModelSet, safe_name};
 use crate::query::{Instructions, QueryImages, QueryVectors, encode_queries};
 use crate::reference::reference_image_stand_ins;
+use crate::rerank::{RerankContent, RerankStage, rerank_run};
 use crate::searcher::{Candidates, DomainSearcher, PairStandIns, SearchSettings};
 use crate::spec::RetrieverSpec;
 use crate::{Error, Result};
@@ -54,6 +55,9 @@ pub struct EvalConfig {
     /// Generated text joined to the queries ([`QueryAugment`]): each makes a job beside
     /// every plain one (`<retriever> +<label>`).
     pub augments: Vec<QueryAugment>,
+    /// Reranking stages: each makes a job beside every first-stage one
+    /// (`<retriever> -> rerank:<name>`), rescoring its top candidates.
+    pub rerank: Vec<RerankStage>,
 }
 
 impl Default for EvalConfig {
@@ -72,6 +76,7 @@ impl Default for EvalConfig {
             instructions: Instructions::Reference,
             profile: sift_embed::Profile::Default,
             augments: Vec::new(),
+            rerank: Vec::new(),
         }
     }
 }
@@ -104,6 +109,9 @@ pub struct JobReport {
     pub query_images: Option<QueryImages>,
     /// Which of [`EvalConfig::augments`] rewrote the queries, else `None` (plain queries).
     pub augment: Option<usize>,
+    /// Which of [`EvalConfig::rerank`] reranked the run of the job before it (the same
+    /// task, retriever, query images and queries), else `None` (a first-stage run).
+    pub rerank: Option<usize>,
     /// `spec [query images: mode]`: the job's name in tables.
     pub label: String,
     /// Per-domain metrics.
@@ -257,6 +265,9 @@ pub fn evaluate(
             progress,
         )?;
     }
+    for st in &config.rerank {
+        out.notes.extend(st.reranker.notes());
+    }
     for (job, ws) in out.jobs.iter_mut().zip(writers) {
         for w in ws {
             job.run_files.push(w.path().to_path_buf());
@@ -318,6 +329,17 @@ fn plan_jobs(config: &EvalConfig, models: &ModelSet) -> (Vec<JobReport>, Vec<Str
     let mut jobs = Vec::new();
     let mut not_applicable = Vec::new();
     for &task in &config.tasks {
+        for st in config.rerank.iter().filter(|st| !st.reranker.ranks(task)) {
+            not_applicable.push(format!(
+                "task {task}: rerank:{} cannot rank {}",
+                st.reranker.name(),
+                if task == Task::Images {
+                    "images"
+                } else {
+                    "these candidates"
+                }
+            ));
+        }
         for r in &config.retrievers {
             if task == Task::Images && !models.ranks_images(r) {
                 not_applicable.push(format!("task 3: {r} cannot rank images"));
@@ -340,11 +362,12 @@ fn plan_jobs(config: &EvalConfig, models: &ModelSet) -> (Vec<JobReport>, Vec<Str
                 if let Some(i) = augment {
                     suffix.push_str(&format!(" +{}", config.augments[i].label));
                 }
-                jobs.push(JobReport {
+                let job = JobReport {
                     task,
                     retriever: r.clone(),
                     query_images: mode,
                     augment,
+                    rerank: None,
                     label: format!("{r}{suffix}"),
                     report: Report {
                         task: match task {
@@ -357,7 +380,24 @@ fn plan_jobs(config: &EvalConfig, models: &ModelSet) -> (Vec<JobReport>, Vec<Str
                     run: Run::new(),
                     run_files: Vec::new(),
                     per_query: BTreeMap::new(),
-                });
+                };
+                // each reranking of this run right after it
+                let reranked: Vec<JobReport> = config
+                    .rerank
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, st)| st.reranker.ranks(task))
+                    .map(|(i, st)| {
+                        let tail = format!(" -> rerank:{}", st.reranker.name());
+                        let mut j = job.clone();
+                        j.rerank = Some(i);
+                        j.label.push_str(&tail);
+                        j.report.retriever.push_str(&tail);
+                        j
+                    })
+                    .collect();
+                jobs.push(job);
+                jobs.extend(reranked);
             }
         }
     }
@@ -560,20 +600,46 @@ fn evaluate_task(
         })
         .collect();
     let mut vectors: BTreeMap<(Option<QueryImages>, Option<usize>), QueryVectors> = BTreeMap::new();
+    // the last first-stage run (the one each reranking job reranks) and what reranking reads
+    let mut first_stage = Run::new();
+    let mut content = RerankContent::default();
     for (job, writers) in out
         .jobs
         .iter_mut()
         .zip(writers.iter_mut())
         .filter(|(j, _)| j.task == task)
     {
+        let queries = match job.augment {
+            Some(i) => &augmented[i],
+            None => &plain,
+        };
+        if let Some(i) = job.rerank {
+            let stage = &config.rerank[i];
+            content.load(
+                corpus,
+                domain,
+                task,
+                &first_stage,
+                stage.depth,
+                queries,
+                stage.reranker.sees_images(),
+            )?;
+            let progress = cx.progress;
+            progress.start(
+                &format!("{domain} t{task} rerank:{}", stage.reranker.name()),
+                Some(queries.len() as u64),
+            );
+            let run = rerank_run(stage, task, &first_stage, queries, &content, &|| {
+                progress.inc(1)
+            });
+            progress.finish();
+            record_run(config, domain, run?, &data, job, writers)?;
+            continue;
+        }
         let mode = if task.has_query_images() {
             job.query_images
         } else {
             None
-        };
-        let queries = match job.augment {
-            Some(i) => &augmented[i],
-            None => &plain,
         };
         if let std::collections::btree_map::Entry::Vacant(slot) = vectors.entry((mode, job.augment))
         {
@@ -590,7 +656,7 @@ fn evaluate_task(
                 &source,
             )?);
         }
-        run_job(
+        first_stage = run_job(
             cx,
             domain,
             task,
@@ -615,7 +681,8 @@ fn evaluate_task(
 }
 
 /// One job on one domain: its candidates (with the reference code's stand-ins where its
-/// query images follow the reference rule), its run over the task's queries, scored.
+/// query images follow the reference rule), its run over the task's queries, scored; the
+/// run is returned for the reranking jobs after it.
 #[allow(clippy::too_many_arguments)]
 fn run_job(
     cx: &Ctx<'_>,
@@ -627,7 +694,7 @@ fn run_job(
     data: &mut sift_eval::TaskData,
     job: &mut JobReport,
     writers: &mut [RunWriter],
-) -> Result<()> {
+) -> Result<Run> {
     let (models, config, progress) = (cx.models, cx.config, cx.progress);
     // the reference's stand-ins and pair vectors for this retriever's models
     let reference_pairs_mode = task == Task::Pairs && mode == Some(QueryImages::Reference);
@@ -672,6 +739,19 @@ fn run_job(
     );
     progress.finish();
     let run: Run = results?.into_iter().collect();
+    record_run(config, domain, run.clone(), data, job, writers)?;
+    Ok(run)
+}
+
+/// Scores one domain's run of a job and keeps or writes it.
+fn record_run(
+    config: &EvalConfig,
+    domain: &str,
+    run: Run,
+    data: &sift_eval::TaskData,
+    job: &mut JobReport,
+    writers: &mut [RunWriter],
+) -> Result<()> {
     // complete = true: a judged query with no hit at all scores 0
     let ev = score_run(&run, &data.qrels, &data.exclusions, true);
     job.report.per_domain.push(DomainResult {

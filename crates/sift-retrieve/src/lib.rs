@@ -11,6 +11,8 @@
 //!   passage+image pairs ([`Candidates`]).
 //! - [`evaluate`]: every task, retriever and query-image mode over the domains, as typed
 //!   per-domain reports ([`EvalReport`]) that render as tables, JSON, runs and qrels.
+//! - [`rerank`]: first-stage runs rescored by cross-encoders, pointwise yes/no VLM prompts
+//!   or listwise LLM prompts ([`Reranker`], [`RerankStage`], `EvalConfig::rerank`).
 //!
 //! Index the bundled sample corpus with BM25 and evaluate Task 1:
 //!
@@ -46,6 +48,7 @@ mod models;
 mod pairs;
 mod query;
 mod reference;
+pub mod rerank;
 mod searcher;
 mod spec;
 
@@ -69,6 +72,7 @@ pub use reference::{
     reference_pair_stand_ins, reference_pairs, reference_rule, reference_rules_in_force,
     reference_white_corpus,
 };
+pub use rerank::{RerankOptions, RerankStage, Reranker, open_reranker};
 pub use searcher::{
     AUTO_EXACT_MAX, Ann, Candidates, DomainSearcher, PairStandIns, PairTable, Query,
     SearchSettings, fuse,

@@ -15,7 +15,7 @@ use sift_retrieve::{
 
 use crate::cmd::report_warnings;
 use crate::models::ModelFlags;
-use crate::options::{AnalyzerFlags, Bm25Flags, CorpusFlags, DomainFlags, split_list};
+use crate::options::{AnalyzerFlags, Bm25Flags, CorpusFlags, DomainFlags, RerankFlags, split_list};
 use crate::progress::Bars;
 
 /// Evaluate retrieval with trec_eval semantics.
@@ -138,6 +138,8 @@ pub struct Args {
     /// newline).
     #[arg(long)]
     augment_replace: bool,
+    #[command(flatten)]
+    rerank: RerankFlags,
     /// No progress bars.
     #[arg(long, short)]
     quiet: bool,
@@ -316,7 +318,10 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
                 )?)
             })
             .collect::<Result<_>>()?,
+        rerank: Vec::new(),
     };
+    let mut config = config;
+    config.rerank = a.rerank.stages(&a.model_flags, a.out.as_deref())?;
     let jobs = sift_retrieve::count_jobs(&config, &models);
     if jobs != 1 && (a.run_out.is_some() || a.qrels_out.is_some()) {
         bail!(

@@ -1,4 +1,5 @@
-//! BERT encoder for inference on unpadded, packed batches.
+//! BERT encoder for inference on unpadded, packed batches; also (XLM-)RoBERTa, which is the
+//! same network with positions counted from the padding id (`create_position_ids_from_input_ids`).
 //!
 //! Same weights and arithmetic as Hugging Face `BertModel` (and candle-transformers' port, which Sift does not depend on),
 //! arranged for throughput: the tokens of all sequences in a batch are packed into one
@@ -36,8 +37,23 @@ pub struct BertConfig {
     pub layer_norm_eps: f64,
     /// Position embeddings: only `absolute` is supported.
     pub position_embedding_type: String,
-    /// `bert` (or absent in old configs).
+    /// `bert` (or absent in old configs); `roberta`, `xlm-roberta` and `camembert` count
+    /// positions from `pad_token_id + 1`.
     pub model_type: Option<String>,
+    /// The padding id (RoBERTa's position offset).
+    pub pad_token_id: Option<u32>,
+}
+
+impl BertConfig {
+    /// RoBERTa's position ids: `padding_idx + 1` upwards for tokens, `padding_idx` for
+    /// padding tokens (`None`: BERT's `0..`).
+    pub fn roberta_padding_idx(&self) -> Option<u32> {
+        matches!(
+            self.model_type.as_deref(),
+            Some("roberta" | "xlm-roberta" | "camembert")
+        )
+        .then(|| self.pad_token_id.unwrap_or(1))
+    }
 }
 
 impl Default for BertConfig {
@@ -54,6 +70,7 @@ impl Default for BertConfig {
             layer_norm_eps: 1e-12,
             position_embedding_type: "absolute".into(),
             model_type: None,
+            pad_token_id: None,
         }
     }
 }
@@ -77,6 +94,8 @@ pub struct Bert {
     heads: usize,
     head_dim: usize,
     act: Act,
+    /// RoBERTa's position offset ([`BertConfig::roberta_padding_idx`]).
+    padding_idx: Option<u32>,
     device: Device,
 }
 
@@ -94,6 +113,8 @@ impl Bert {
             vb
         } else if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
             vb.pp("bert")
+        } else if vb.contains_tensor("roberta.embeddings.word_embeddings.weight") {
+            vb.pp("roberta")
         } else if let Some(t) = cfg
             .model_type
             .as_deref()
@@ -157,6 +178,7 @@ impl Bert {
             heads: cfg.num_attention_heads,
             head_dim: h / cfg.num_attention_heads,
             act,
+            padding_idx: cfg.roberta_padding_idx(),
             device: vb.device().clone(),
         })
     }
@@ -164,16 +186,43 @@ impl Bert {
     /// Final hidden states of the packed batch: `(total tokens, hidden)`, the rows of sequence
     /// `i` following those of sequence `i - 1`.
     pub fn forward(&self, seqs: &[&[u32]]) -> Result<Tensor> {
+        self.forward_typed(seqs, None)
+    }
+
+    /// [`Bert::forward`] with each token's type (segment) id: `types[i]` for `seqs[i]` (a
+    /// query-passage pair's 0s and 1s); `None`: all 0.
+    pub fn forward_typed(&self, seqs: &[&[u32]], types: Option<&[&[u32]]>) -> Result<Tensor> {
         let total: usize = seqs.iter().map(|s| s.len()).sum();
         let mut ids = Vec::with_capacity(total);
         let mut pos = Vec::with_capacity(total);
         for s in seqs {
             ids.extend_from_slice(s);
-            pos.extend(0..s.len() as u32);
+            match self.padding_idx {
+                None => pos.extend(0..s.len() as u32),
+                Some(pad) => {
+                    let mut n = pad;
+                    pos.extend(s.iter().map(|&id| {
+                        if id == pad {
+                            pad
+                        } else {
+                            n += 1;
+                            n
+                        }
+                    }));
+                }
+            }
         }
+        let types = match types {
+            Some(t) => {
+                if t.len() != seqs.len() || t.iter().zip(seqs).any(|(t, s)| t.len() != s.len()) {
+                    candle_core::bail!("token types do not match the sequences")
+                }
+                Tensor::from_vec(t.concat(), total, &self.device)?
+            }
+            None => Tensor::zeros(total, candle_core::DType::U32, &self.device)?,
+        };
         let ids = Tensor::from_vec(ids, total, &self.device)?;
         let pos = Tensor::from_vec(pos, total, &self.device)?;
-        let types = ids.zeros_like()?;
         let x = (self.word.forward(&ids)? + self.position.forward(&pos)?)?;
         let x = (x + self.token_type.forward(&types)?)?;
         let mut x = self.emb_norm.forward(&x)?;

@@ -1,0 +1,433 @@
+//! Reranking a first-stage ranking: each query's top `depth` candidates rescored by a
+//! [`Reranker`], the rest kept below them in their first-stage order.
+//!
+//! Rerankers:
+//! - [`CrossEncoderReranker`]: a BERT / XLM-RoBERTa cross-encoder
+//!   ([`sift_embed::CrossEncoder`]) on the query's text and each candidate's passage text
+//!   (Tasks 1, 2 and 4; it cannot read images, so Task 3 is not for it, and a Task 4
+//!   passage's pairs share its score);
+//! - [`PointwiseReranker`]: a local Qwen2-VL / Qwen2.5-VL asked whether each candidate is
+//!   relevant, scored by `log P(yes)` against `no` at the answer's first token, with the
+//!   query's images and the candidate's image in the prompt (every task);
+//! - [`ListwiseReranker`]: any generator given the top candidates numbered and asked for their
+//!   order, over a sliding window from the bottom up, as BRIGHT's `rerank.py` (after RankGPT)
+//!   runs it; scores `k - rank`, a reply that does not parse keeps the order and is counted.
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sift_core::{Corpus, Example};
+use sift_eval::{PAIR_SEP, Run, RunEntry, Task};
+
+use crate::{Error, Result};
+
+/// A query as a reranker sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct RerankQuery<'a> {
+    /// Query id.
+    pub id: &'a str,
+    /// Query text.
+    pub text: &'a str,
+    /// The query's images (encoded files), for rerankers that see images.
+    pub images: &'a [&'a [u8]],
+}
+
+/// A candidate as a reranker sees it: a passage's text, a corpus image, or both (a Task 4
+/// pair).
+#[derive(Debug, Clone, Copy)]
+pub struct RerankDoc<'a> {
+    /// Document id (as in the run).
+    pub id: &'a str,
+    /// Passage text.
+    pub text: Option<&'a str>,
+    /// Image file.
+    pub image: Option<&'a [u8]>,
+}
+
+/// Something that rescores a query's candidates.
+pub trait Reranker: Send + Sync {
+    /// Its name in tables (`rerank:<name>`).
+    fn name(&self) -> &str;
+
+    /// Whether it reads images (query images, corpus images).
+    fn sees_images(&self) -> bool;
+
+    /// Whether it can rank `task`'s candidates (a text reranker cannot rank Task 3's images).
+    fn ranks(&self, task: Task) -> bool {
+        self.sees_images() || task != Task::Images
+    }
+
+    /// A score for each of `docs`, given in first-stage order (higher is better).
+    fn scores(&self, query: &RerankQuery<'_>, docs: &[RerankDoc<'_>]) -> Result<Vec<f64>>;
+
+    /// Things worth reporting after a run (e.g. replies that did not parse).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// A reranking stage of an evaluation: a reranker and how deep it reads.
+#[derive(Clone)]
+pub struct RerankStage {
+    /// The reranker.
+    pub reranker: std::sync::Arc<dyn Reranker>,
+    /// Candidates per query it rescores.
+    pub depth: usize,
+}
+
+impl std::fmt::Debug for RerankStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RerankStage")
+            .field("reranker", &self.reranker.name())
+            .field("depth", &self.depth)
+            .finish()
+    }
+}
+
+/// The passage texts and image files a domain's reranking reads, loaded for the candidates
+/// it needs.
+#[derive(Debug, Default)]
+pub struct RerankContent {
+    passages: HashMap<String, String>,
+    images: HashMap<String, Vec<u8>>,
+    query_images: HashMap<String, Vec<u8>>,
+}
+
+impl RerankContent {
+    /// Loads, from `domain` of `corpus`, the passages and corpus images the top `depth`
+    /// documents of `run` (over `task`'s candidates) name (images only when `with_images`),
+    /// and the query images of `queries` (also only then). Already loaded ones are kept.
+    #[allow(clippy::too_many_arguments)]
+    pub fn load(
+        &mut self,
+        corpus: &Corpus,
+        domain: &str,
+        task: Task,
+        run: &Run,
+        depth: usize,
+        queries: &[Example],
+        with_images: bool,
+    ) -> Result<()> {
+        let mut passages: HashSet<&str> = HashSet::new();
+        let mut images: HashSet<&str> = HashSet::new();
+        for entries in run.values() {
+            for e in ranked(entries).into_iter().take(depth) {
+                let (p, i) = split_doc(&e.doc);
+                if task != Task::Images
+                    && let Some(p) = p
+                    && !self.passages.contains_key(p)
+                {
+                    passages.insert(p);
+                }
+                if with_images
+                    && matches!(task, Task::Images | Task::Pairs)
+                    && let Some(i) = i
+                    && !self.images.contains_key(i)
+                {
+                    images.insert(i);
+                }
+            }
+        }
+        if !passages.is_empty() {
+            for p in corpus.passages(domain)? {
+                let p = p?;
+                if passages.contains(p.id.as_str()) {
+                    self.passages.insert(p.id, p.text);
+                }
+            }
+        }
+        if !images.is_empty() {
+            for r in corpus.images(domain)? {
+                let r = r?;
+                if images.contains(r.path.as_str()) {
+                    self.images.insert(r.path, r.bytes);
+                }
+            }
+        }
+        if with_images {
+            let wanted: HashSet<&str> = queries
+                .iter()
+                .flat_map(|q| q.image_paths.iter().map(String::as_str))
+                .filter(|p| !self.query_images.contains_key(*p))
+                .collect();
+            if !wanted.is_empty() {
+                for r in corpus.query_images(domain)? {
+                    let r = r?;
+                    if wanted.contains(r.path.as_str()) {
+                        self.query_images.insert(r.path, r.bytes);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A run's document id as (passage id, corpus image path): a passage (Tasks 1-2), an image
+/// (Task 3: a path with no passage), or a Task 4 pair (`pid|||image` or
+/// `pid|||__NO_IMAGE__`).
+fn split_doc(doc: &str) -> (Option<&str>, Option<&str>) {
+    match doc.split_once(PAIR_SEP) {
+        Some((p, i)) if i == sift_eval::NO_IMAGE => (Some(p), None),
+        Some((p, i)) => (Some(p), Some(i)),
+        None => (Some(doc), Some(doc)),
+    }
+}
+
+/// A query's entries best first, in trec_eval's order (score descending, then document id
+/// descending).
+fn ranked(entries: &[RunEntry]) -> Vec<&RunEntry> {
+    let mut v: Vec<&RunEntry> = entries.iter().collect();
+    v.sort_by(|a, b| {
+        (b.score as f32)
+            .total_cmp(&(a.score as f32))
+            .then_with(|| b.doc.cmp(&a.doc))
+    });
+    v
+}
+
+/// Reranks `run` (one domain's, over `task`'s candidates): each query's top `depth`
+/// documents get the reranker's scores, the others follow below the lowest of them in their
+/// first-stage order. `on_query` is called after each query.
+pub fn rerank_run(
+    stage: &RerankStage,
+    task: Task,
+    run: &Run,
+    queries: &[Example],
+    content: &RerankContent,
+    on_query: &(dyn Fn() + Sync),
+) -> Result<Run> {
+    let by_id: HashMap<&str, &Example> = queries.iter().map(|q| (q.id.as_str(), q)).collect();
+    let sees = stage.reranker.sees_images();
+    let mut out = Run::new();
+    for (qid, entries) in run {
+        let Some(q) = by_id.get(qid.as_str()) else {
+            out.insert(qid.clone(), entries.clone());
+            continue;
+        };
+        let ranked = ranked(entries);
+        let top = &ranked[..stage.depth.min(ranked.len())];
+        let mut docs = Vec::with_capacity(top.len());
+        for e in top {
+            let (p, i) = split_doc(&e.doc);
+            let text = match (task, p) {
+                (Task::Images, _) | (_, None) => None,
+                (_, Some(p)) => {
+                    Some(content.passages.get(p).map(String::as_str).ok_or_else(|| {
+                        Error::Unsupported(format!("rerank: passage {p:?} is not in the corpus"))
+                    })?)
+                }
+            };
+            let image = match (task, i, sees) {
+                (Task::Passages | Task::MultimodalPassages, _, _)
+                | (_, None, _)
+                | (_, _, false) => None,
+                (_, Some(i), true) => {
+                    Some(content.images.get(i).map(Vec::as_slice).ok_or_else(|| {
+                        Error::Unsupported(format!("rerank: corpus image {i:?} was not found"))
+                    })?)
+                }
+            };
+            docs.push(RerankDoc {
+                id: &e.doc,
+                text,
+                image,
+            });
+        }
+        let query_images: Vec<&[u8]> = if sees && task.has_query_images() {
+            q.image_paths
+                .iter()
+                .filter_map(|p| content.query_images.get(p).map(Vec::as_slice))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let query = RerankQuery {
+            id: qid,
+            text: &q.query,
+            images: &query_images,
+        };
+        let scores = stage.reranker.scores(&query, &docs)?;
+        if scores.len() != docs.len() {
+            return Err(Error::Unsupported(format!(
+                "rerank:{} gave {} scores for {} candidates",
+                stage.reranker.name(),
+                scores.len(),
+                docs.len()
+            )));
+        }
+        let mut entries: Vec<RunEntry> = docs
+            .iter()
+            .zip(&scores)
+            .map(|(d, &s)| RunEntry {
+                doc: d.id.to_string(),
+                score: s,
+            })
+            .collect();
+        // the rest below, in their order, one apart
+        let floor = scores.iter().copied().fold(f64::INFINITY, f64::min);
+        let floor = if floor.is_finite() { floor } else { 0.0 };
+        for (k, e) in ranked[top.len()..].iter().enumerate() {
+            entries.push(RunEntry {
+                doc: e.doc.clone(),
+                score: floor - 1.0 - k as f64,
+            });
+        }
+        out.insert(qid.clone(), entries);
+        on_query();
+    }
+    Ok(out)
+}
+
+/// A cross-encoder reranker ([`sift_embed::CrossEncoder`]).
+pub struct CrossEncoderReranker {
+    name: String,
+    model: sift_embed::CrossEncoder,
+}
+
+impl CrossEncoderReranker {
+    /// Wraps a loaded cross-encoder.
+    pub fn new(model: sift_embed::CrossEncoder) -> Self {
+        CrossEncoderReranker {
+            name: model.name().to_string(),
+            model,
+        }
+    }
+}
+
+impl Reranker for CrossEncoderReranker {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn sees_images(&self) -> bool {
+        false
+    }
+
+    fn scores(&self, query: &RerankQuery<'_>, docs: &[RerankDoc<'_>]) -> Result<Vec<f64>> {
+        let pairs: Vec<(&str, &str)> = docs
+            .iter()
+            .map(|d| (query.text, d.text.unwrap_or("")))
+            .collect();
+        Ok(self
+            .model
+            .score(&pairs)?
+            .into_iter()
+            .map(f64::from)
+            .collect())
+    }
+}
+
+/// How [`open_reranker`] loads a reranker.
+#[derive(Debug, Clone)]
+pub struct RerankOptions {
+    /// Where local models run.
+    pub device: candle_core::Device,
+    /// Local models' weights (bf16 on the CPU: the packed kernels).
+    pub dtype: candle_core::DType,
+    /// Cross-encoder pairs per forward pass.
+    pub batch: usize,
+    /// Cross-encoder tokens per pair (`None`: the model's).
+    pub max_length: Option<usize>,
+    /// The model an endpoint serves (listwise over a remote generator).
+    pub model: Option<String>,
+    /// How endpoints are reached.
+    pub remote: sift_generate::RemoteSettings,
+    /// Listwise prompting and sampling.
+    pub listwise: ListwiseSettings,
+    /// Characters of each candidate's text in a pointwise prompt.
+    pub pointwise_max_chars: usize,
+    /// Where listwise replies are cached (JSONL).
+    pub cache: Option<std::path::PathBuf>,
+}
+
+/// The reranker `spec` names: `listwise:<generator>` (an OpenAI-compatible endpoint's base
+/// URL, with [`RerankOptions::model`], or a local Qwen2-VL / Qwen2.5-VL checkpoint),
+/// `pointwise:<checkpoint>` (a local Qwen2-VL / Qwen2.5-VL), `cross-encoder:<model>`, or a
+/// bare model: a sequence classifier is a cross-encoder, anything else is tried as a local
+/// pointwise model.
+pub fn open_reranker(spec: &str, o: &RerankOptions) -> Result<std::sync::Arc<dyn Reranker>> {
+    use std::sync::Arc;
+    let gen_err = |e: sift_generate::Error| Error::Unsupported(format!("rerank {spec}: {e}"));
+    if let Some(g) = spec.strip_prefix("listwise:") {
+        let (generator, _) = sift_generate::open(
+            g,
+            o.model.as_deref(),
+            &o.remote,
+            &o.device,
+            o.dtype == candle_core::DType::BF16,
+        )
+        .map_err(gen_err)?;
+        let cache = match &o.cache {
+            Some(p) => Some(sift_generate::GenerationCache::open(p).map_err(gen_err)?),
+            None => None,
+        };
+        return Ok(Arc::new(ListwiseReranker::new(
+            Arc::from(generator),
+            cache,
+            o.listwise.clone(),
+        )));
+    }
+    let pointwise = |m: &str| -> Result<Arc<dyn Reranker>> {
+        let model =
+            sift_generate::LocalQwen2Vl::load_with(m, &o.device, o.dtype).map_err(gen_err)?;
+        Ok(Arc::new(PointwiseReranker::new(
+            model,
+            o.pointwise_max_chars,
+        )?))
+    };
+    let cross = |m: &str| -> Result<Arc<dyn Reranker>> {
+        let options = sift_embed::CrossEncoderOptions {
+            max_length: o.max_length,
+            dtype: o.dtype,
+            batch: o.batch,
+        };
+        Ok(Arc::new(CrossEncoderReranker::new(
+            sift_embed::CrossEncoder::load(m, &o.device, &options)?,
+        )))
+    };
+    if let Some(m) = spec.strip_prefix("pointwise:") {
+        return pointwise(m);
+    }
+    if let Some(m) = spec.strip_prefix("cross-encoder:") {
+        return cross(m);
+    }
+    let files = sift_embed::ModelFiles::resolve(spec)?;
+    if sift_embed::is_cross_encoder(&files) {
+        cross(spec)
+    } else {
+        pointwise(spec)
+    }
+}
+
+/// A model's name for tables: a local directory's last component, a hub id or an
+/// endpoint's model as it is.
+fn short_name(id: &str) -> &str {
+    let path = std::path::Path::new(id);
+    if path.is_dir() {
+        path.file_name().and_then(|n| n.to_str()).unwrap_or(id)
+    } else {
+        id
+    }
+}
+
+/// Counts shared by a reranker's queries.
+#[derive(Debug, Default)]
+struct Counter(AtomicU64);
+
+impl Counter {
+    fn add(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+pub use listwise::{
+    ListwiseReranker, ListwiseSettings, Permutation, listwise_prompt, parse_permutation,
+};
+pub use pointwise::PointwiseReranker;
+
+mod listwise;
+mod pointwise;

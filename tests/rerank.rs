@@ -1,0 +1,163 @@
+//! Reranking end to end on the sample corpus (`sift eval --rerank`): all four tasks, a BM25
+//! and a CLIP first stage, a cross-encoder (tiny random BERT, `models/fixtures/cross_encoder`)
+//! and a pointwise yes/no VLM (the tiny Qwen2-VL-Instruct). The numbers only show the
+//! pipeline (random models); the test checks what reranking must keep: each reranked run
+//! holds the same documents as its first stage, its top `depth` a permutation of the first
+//! stage's and the rest in their first-stage order.
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{ok, repo, s, sample};
+use serde_json::Value;
+
+/// A TREC run file: query -> documents best first.
+fn read_run(path: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut rows: BTreeMap<String, Vec<(f32, String)>> = BTreeMap::new();
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        rows.entry(f[0].to_string())
+            .or_default()
+            .push((f[4].parse().unwrap(), f[2].to_string()));
+    }
+    rows.into_iter()
+        .map(|(q, mut v)| {
+            v.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+            (q, v.into_iter().map(|x| x.1).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn every_task_reranks_with_a_cross_encoder_and_a_pointwise_vlm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (index, out) = (tmp.path().join("index"), tmp.path().join("eval"));
+    let corpus = sample();
+    let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+    let ce = repo().join("models/fixtures/cross_encoder/tiny-bert-ce");
+    let vlm = tmp.path().join("tiny-qwen2-vl");
+    common::tiny_qwen2_vl_instruct(&vlm);
+    ok(&[
+        "index",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&clip),
+        "-q",
+    ]);
+    let pointwise = format!("pointwise:{}", s(&vlm));
+    let report: Value = serde_json::from_str(&ok(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--task",
+        "all",
+        "--retriever",
+        "bm25",
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+        "--rerank",
+        s(&ce),
+        "--rerank",
+        &pointwise,
+        "--rerank-depth",
+        "5",
+        "--domains",
+        "biology",
+        "--out",
+        s(&out),
+        "--json",
+        "--quiet",
+    ]))
+    .unwrap();
+    let reports = report["reports"].as_array().unwrap();
+    let labels: Vec<(u64, &str)> = reports
+        .iter()
+        .map(|r| {
+            (
+                r["task"].as_str().unwrap()[..1].parse().unwrap(),
+                r["label"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    for task in [1, 2, 4] {
+        for first in ["bm25", "dense:tiny-clip-quickgelu"] {
+            for tail in [
+                "",
+                " -> rerank:tiny-bert-ce",
+                " -> rerank:pointwise:tiny-qwen2-vl",
+            ] {
+                let found = labels.iter().any(|(t, l)| {
+                    *t == task
+                        && l.starts_with(first)
+                        && if tail.is_empty() {
+                            !l.contains(" -> rerank:")
+                        } else {
+                            l.ends_with(tail)
+                        }
+                });
+                assert!(found, "task {task}: no {first}{tail} in {labels:?}");
+            }
+        }
+    }
+    // Task 3: the CLIP first stage and the VLM only (a text cross-encoder cannot rank images)
+    let t3: Vec<&str> = labels
+        .iter()
+        .filter(|(t, _)| *t == 3)
+        .map(|x| x.1)
+        .collect();
+    assert!(
+        t3.iter()
+            .any(|l| l.ends_with(" -> rerank:pointwise:tiny-qwen2-vl")),
+        "{t3:?}"
+    );
+    assert!(!t3.iter().any(|l| l.contains("tiny-bert-ce")), "{t3:?}");
+    let na = report["not_applicable"].to_string();
+    assert!(
+        na.contains("task 3: rerank:tiny-bert-ce cannot rank images"),
+        "{na}"
+    );
+    // every reranked run: same documents, top 5 permuted, the rest in first-stage order
+    let runs = out.join("runs");
+    let mut checked = 0;
+    let mut changed = 0;
+    for f in std::fs::read_dir(&runs).unwrap() {
+        let name = f.unwrap().file_name().to_string_lossy().into_owned();
+        let Some(pos) = name.find("_-__rerank_") else {
+            continue;
+        };
+        let (head, _) = name.split_at(pos);
+        let base = runs.join(format!("{head}.trec"));
+        assert!(base.is_file(), "no first-stage run {base:?} for {name}");
+        let (first, reranked) = (read_run(&base), read_run(&runs.join(&name)));
+        assert_eq!(
+            first.keys().collect::<Vec<_>>(),
+            reranked.keys().collect::<Vec<_>>()
+        );
+        for (q, a) in &first {
+            let b = &reranked[q];
+            assert_eq!(a.len(), b.len(), "{name} {q}");
+            let k = a.len().min(5);
+            let (mut ta, mut tb) = (a[..k].to_vec(), b[..k].to_vec());
+            if ta != tb {
+                changed += 1;
+            }
+            ta.sort();
+            tb.sort();
+            assert_eq!(ta, tb, "{name} {q}: the top 5 are not a permutation");
+            assert_eq!(
+                a[k..],
+                b[k..],
+                "{name} {q}: below the depth the order changed"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 8, "{checked} reranked runs");
+    assert!(changed > 0, "no reranker changed any order");
+}
