@@ -318,14 +318,15 @@ impl GmeProcessor {
     }
 
     /// Decodes and preprocesses an encoded image as transformers' `Qwen2VLImageProcessor`
-    /// alone does it (PIL backend: RGB with alpha dropped, one bicubic `smart_resize` within
+    /// alone does it (PIL backend: transparency composited onto white, as transformers 5's
+    /// `convert_rgb` does, then one bicubic `smart_resize` within
     /// the processor's pixel bounds), without GME's own `fetch_image` resize first: what a
     /// Qwen2-VL-Instruct prompt's images go through.
     pub fn prepare_processor_only(
         &self,
         bytes: &[u8],
     ) -> std::result::Result<GmeImage, PreprocessError> {
-        let img = decode_rgb_with(bytes, Alpha::Drop)?;
+        let img = decode_rgb_with(bytes, Alpha::OverWhite)?;
         let (h, w) = smart_resize_processor(
             img.height(),
             img.width(),
