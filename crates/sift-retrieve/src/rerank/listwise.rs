@@ -350,6 +350,140 @@ mod tests {
         assert_eq!(parse_permutation("```json\n[1, 2\n```", 3), None);
     }
 
+    /// Replies from a script: a fixed text, or each window's ids reversed.
+    struct Scripted {
+        reply: Option<&'static str>,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Generator for Scripted {
+        fn model_id(&self) -> &str {
+            "scripted"
+        }
+
+        fn generate(&self, r: &Request) -> sift_generate::Result<Generation> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let Part::Text(user) = &r.messages[1].content[0] else {
+                panic!("text prompt")
+            };
+            let text = match self.reply {
+                Some(t) => t.to_string(),
+                None => {
+                    let n = (1..)
+                        .take_while(|i| user.contains(&format!("[{i}]. ")))
+                        .count();
+                    let ids: Vec<String> = (1..=n).rev().map(|i| i.to_string()).collect();
+                    format!("Reasoning.\n```json\n[{}]\n```", ids.join(", "))
+                }
+            };
+            Ok(Generation {
+                text,
+                finish_reason: Some("stop".into()),
+                usage: Default::default(),
+            })
+        }
+    }
+
+    fn rerank(
+        reply: Option<&'static str>,
+        n: usize,
+        window: Option<usize>,
+    ) -> (Vec<f64>, ListwiseReranker) {
+        let g = Arc::new(Scripted {
+            reply,
+            calls: Default::default(),
+        });
+        let r = ListwiseReranker::new(
+            g,
+            None,
+            ListwiseSettings {
+                window,
+                step: 2,
+                ..Default::default()
+            },
+        );
+        let texts: Vec<String> = (0..n).map(|i| format!("passage {i}")).collect();
+        let docs: Vec<RerankDoc> = texts
+            .iter()
+            .map(|t| RerankDoc {
+                id: t,
+                text: Some(t),
+                image: None,
+            })
+            .collect();
+        let q = RerankQuery {
+            id: "q1",
+            text: "why",
+            images: &[],
+        };
+        (r.scores(&q, &docs).unwrap(), r)
+    }
+
+    #[test]
+    fn a_known_reply_gives_brights_k_minus_rank_scores_and_a_malformed_one_keeps_the_order() {
+        // [3, 1, 2]: passage 3 first (k = 3), then 1, then 2
+        let (s, r) = rerank(Some("Think...\n```json\n[3, 1, 2]\n```"), 3, None);
+        assert_eq!(s, vec![2.0, 1.0, 3.0]);
+        assert!(
+            r.notes()[0].contains("1 prompts, 0 replies without"),
+            "{:?}",
+            r.notes()
+        );
+        // a reply without a list: the first-stage order, counted
+        let (s, r) = rerank(Some("Passage 2 is best."), 3, None);
+        assert_eq!(s, vec![3.0, 2.0, 1.0]);
+        assert!(r.notes()[0].contains("1 replies without a parsable ranking"));
+        // ids left out follow in their order; duplicates and junk are counted
+        let (s, r) = rerank(Some("```json\n[4, 4, 0, \"a\"]\n```"), 4, None);
+        assert_eq!(s, vec![3.0, 2.0, 1.0, 4.0]);
+        let n = &r.notes()[0];
+        assert!(
+            n.contains("1 ids listed twice, 2 invalid ids, 3 candidates left out"),
+            "{n}"
+        );
+    }
+
+    #[test]
+    fn a_window_smaller_than_the_list_slides_from_the_bottom_up() {
+        // 5 candidates, window 3, step 2, each reply reversing its window:
+        // [0 1 2 3 4] -> window 2..5 reversed: [0 1 4 3 2] -> window 0..3: [4 1 0 3 2]
+        let (s, _) = rerank(None, 5, Some(3));
+        assert_eq!(s, vec![3.0, 4.0, 1.0, 2.0, 5.0]);
+    }
+
+    #[test]
+    fn replies_are_cached_and_a_rerun_asks_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rerank-cache.jsonl");
+        let texts = ["a", "b", "c"];
+        let docs: Vec<RerankDoc> = texts
+            .iter()
+            .map(|t| RerankDoc {
+                id: t,
+                text: Some(t),
+                image: None,
+            })
+            .collect();
+        let q = RerankQuery {
+            id: "q1",
+            text: "why",
+            images: &[],
+        };
+        let run = |reply| {
+            let g = Arc::new(Scripted {
+                reply: Some(reply),
+                calls: Default::default(),
+            });
+            let cache = GenerationCache::open(&path).unwrap();
+            let r = ListwiseReranker::new(g.clone(), Some(cache), ListwiseSettings::default());
+            let s = r.scores(&q, &docs).unwrap();
+            (s, g.calls.load(std::sync::atomic::Ordering::SeqCst))
+        };
+        assert_eq!(run("```json\n[2, 3, 1]\n```"), (vec![1.0, 3.0, 2.0], 1));
+        // the same prompt again: the cached reply, not the generator's new one
+        assert_eq!(run("```json\n[1, 2, 3]\n```"), (vec![1.0, 3.0, 2.0], 0));
+    }
+
     #[test]
     fn the_prompt_is_brights() {
         let p = listwise_prompt("why\nnow", &["a\n\n\nb", "c"], 2);

@@ -52,6 +52,16 @@ impl PointwiseReranker {
         })
     }
 
+    /// The local model.
+    pub fn model(&self) -> &LocalQwen2Vl {
+        &self.model
+    }
+
+    /// The answer tokens: the first tokens of `yes` and `no`.
+    pub fn answer_tokens(&self) -> (u32, u32) {
+        (self.yes, self.no)
+    }
+
     /// The chat asking about one candidate.
     pub fn messages(&self, query: &RerankQuery<'_>, doc: &RerankDoc<'_>) -> Vec<Message> {
         let mut parts = vec![Part::text(format!("{POINTWISE_INTRO}{}", query.text))];

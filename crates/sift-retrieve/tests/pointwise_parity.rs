@@ -1,0 +1,88 @@
+//! The pointwise yes/no reranker against transformers on the tiny Qwen2-VL-Instruct
+//! checkpoint (`models/fixtures/qwen2_vl_instruct/rerank_expected.json`, made by
+//! `make_rerank_fixture.py`): for a text-only candidate, query images with a passage, a
+//! corpus image, and a passage with its image, the rendered prompt, its token ids, the
+//! answer tokens, and the score log P(yes) against no (from the last position's logits).
+#[path = "../../sift-generate/tests/common/mod.rs"]
+mod generation;
+
+use candle_core::Device;
+use serde_json::Value;
+use sift_generate::{LocalQwen2Vl, Part};
+use sift_retrieve::rerank::{PointwiseReranker, RerankDoc, RerankQuery};
+
+#[test]
+fn yes_no_scores_equal_transformers_logits() {
+    let root = generation::repository();
+    let exp: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            root.join("models/fixtures/qwen2_vl_instruct/rerank_expected.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    generation::tiny_qwen2_vl_instruct(dir.path());
+    let model = LocalQwen2Vl::load(dir.path().to_str().unwrap(), &Device::Cpu).unwrap();
+    let r = PointwiseReranker::new(model, 2000).unwrap();
+    assert_eq!(
+        r.answer_tokens(),
+        (
+            exp["yes_id"].as_u64().unwrap() as u32,
+            exp["no_id"].as_u64().unwrap() as u32
+        )
+    );
+    let image =
+        |name: &str| std::fs::read(root.join("models/fixtures/gme/images").join(name)).unwrap();
+    for case in exp["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let query_images: Vec<Vec<u8>> = case["query_images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| image(n.as_str().unwrap()))
+            .collect();
+        let refs: Vec<&[u8]> = query_images.iter().map(Vec::as_slice).collect();
+        let doc_image = case["image"].as_str().map(image);
+        let q = RerankQuery {
+            id: "q",
+            text: case["query"].as_str().unwrap(),
+            images: &refs,
+        };
+        let d = RerankDoc {
+            id: "d",
+            text: case["text"].as_str(),
+            image: doc_image.as_deref(),
+        };
+        let msgs = r.messages(&q, &d);
+        let prompt = r.model().chat_prompt(&msgs).unwrap();
+        assert_eq!(prompt, case["prompt"].as_str().unwrap(), "{name}");
+        let images: Vec<&[u8]> = msgs
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter_map(|p| match p {
+                Part::Image { bytes, .. } => Some(bytes.as_slice()),
+                Part::Text(_) => None,
+            })
+            .collect();
+        let prepared = r.model().prepare_images(&images).unwrap();
+        let ids = r
+            .model()
+            .expand_image_tokens(&r.model().tokenize(&prompt).unwrap(), &prepared)
+            .unwrap();
+        let want: Vec<u32> = serde_json::from_value(case["input_ids"].clone()).unwrap();
+        assert_eq!(ids, want, "{name}");
+        let logits = r.model().next_token_logits(&ids, &prepared).unwrap();
+        let (y, n) = r.answer_tokens();
+        for (got, key) in [
+            (logits[y as usize], "logit_yes"),
+            (logits[n as usize], "logit_no"),
+        ] {
+            let w = case[key].as_f64().unwrap();
+            assert!((got as f64 - w).abs() < 1e-4, "{name}: {key} {got} vs {w}");
+        }
+        let score = r.score(&q, &d).unwrap();
+        let w = case["score"].as_f64().unwrap();
+        assert!((score - w).abs() < 1e-4, "{name}: score {score} vs {w}");
+    }
+}
