@@ -161,3 +161,72 @@ fn every_task_reranks_with_a_cross_encoder_and_a_pointwise_vlm() {
     assert!(checked >= 8, "{checked} reranked runs");
     assert!(changed > 0, "no reranker changed any order");
 }
+
+#[test]
+fn sift_search_reranks_its_hits_with_the_corpus_texts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    let corpus = sample();
+    let ce = repo().join("models/fixtures/cross_encoder/tiny-bert-ce");
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    let search = |extra: &[&str]| -> Value {
+        let mut args = vec![
+            "search",
+            "--index",
+            s(&index),
+            "--domain",
+            "biology",
+            "--query",
+            "how do plants make sugar",
+            "--top-k",
+            "8",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&ok(&args)).unwrap()
+    };
+    let ids = |v: &Value| -> Vec<String> {
+        v["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let plain = search(&[]);
+    let reranked = search(&[
+        "--rerank",
+        s(&ce),
+        "--rerank-depth",
+        "8",
+        "--corpus",
+        s(&corpus),
+    ]);
+    let (mut a, mut b) = (ids(&plain), ids(&reranked));
+    assert!(a.len() >= 4, "{a:?}");
+    assert_ne!(a, b, "the cross-encoder kept BM25's order");
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "reranking the top 8 changed the set");
+    // the scores are the cross-encoder's (the fixture's logits are a few units, not BM25's)
+    let scores: Vec<f64> = reranked["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["score"].as_f64().unwrap())
+        .collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    // without the corpus there are no texts to read
+    let err = common::fails(&[
+        "search",
+        "--index",
+        s(&index),
+        "--domain",
+        "biology",
+        "--query",
+        "sugar",
+        "--rerank",
+        s(&ce),
+    ]);
+    assert!(err.contains("give --corpus"), "{err}");
+}

@@ -187,7 +187,7 @@ fn ranked(entries: &[RunEntry]) -> Vec<&RunEntry> {
 
 /// Reranks `run` (one domain's, over `task`'s candidates): each query's top `depth`
 /// documents get the reranker's scores, the others follow below the lowest of them in their
-/// first-stage order. `on_query` is called after each query.
+/// first-stage order ([`rerank_entries`]). `on_query` is called after each query.
 pub fn rerank_run(
     stage: &RerankStage,
     task: Task,
@@ -204,35 +204,6 @@ pub fn rerank_run(
             out.insert(qid.clone(), entries.clone());
             continue;
         };
-        let ranked = ranked(entries);
-        let top = &ranked[..stage.depth.min(ranked.len())];
-        let mut docs = Vec::with_capacity(top.len());
-        for e in top {
-            let (p, i) = split_doc(&e.doc);
-            let text = match (task, p) {
-                (Task::Images, _) | (_, None) => None,
-                (_, Some(p)) => {
-                    Some(content.passages.get(p).map(String::as_str).ok_or_else(|| {
-                        Error::Unsupported(format!("rerank: passage {p:?} is not in the corpus"))
-                    })?)
-                }
-            };
-            let image = match (task, i, sees) {
-                (Task::Passages | Task::MultimodalPassages, _, _)
-                | (_, None, _)
-                | (_, _, false) => None,
-                (_, Some(i), true) => {
-                    Some(content.images.get(i).map(Vec::as_slice).ok_or_else(|| {
-                        Error::Unsupported(format!("rerank: corpus image {i:?} was not found"))
-                    })?)
-                }
-            };
-            docs.push(RerankDoc {
-                id: &e.doc,
-                text,
-                image,
-            });
-        }
         let query_images: Vec<&[u8]> = if sees && task.has_query_images() {
             q.image_paths
                 .iter()
@@ -246,34 +217,78 @@ pub fn rerank_run(
             text: &q.query,
             images: &query_images,
         };
-        let scores = stage.reranker.scores(&query, &docs)?;
-        if scores.len() != docs.len() {
-            return Err(Error::Unsupported(format!(
-                "rerank:{} gave {} scores for {} candidates",
-                stage.reranker.name(),
-                scores.len(),
-                docs.len()
-            )));
-        }
-        let mut entries: Vec<RunEntry> = docs
-            .iter()
-            .zip(&scores)
-            .map(|(d, &s)| RunEntry {
-                doc: d.id.to_string(),
-                score: s,
-            })
-            .collect();
-        // the rest below, in their order, one apart
-        let floor = scores.iter().copied().fold(f64::INFINITY, f64::min);
-        let floor = if floor.is_finite() { floor } else { 0.0 };
-        for (k, e) in ranked[top.len()..].iter().enumerate() {
-            entries.push(RunEntry {
-                doc: e.doc.clone(),
-                score: floor - 1.0 - k as f64,
-            });
-        }
-        out.insert(qid.clone(), entries);
+        out.insert(
+            qid.clone(),
+            rerank_entries(stage, task, &query, entries, content)?,
+        );
         on_query();
+    }
+    Ok(out)
+}
+
+/// One query's reranked entries: its top `depth` first-stage `entries` (in trec_eval's
+/// order) rescored, the others below the lowest of those scores, one apart, in their
+/// first-stage order. Candidates' texts and images come from `content`.
+pub fn rerank_entries(
+    stage: &RerankStage,
+    task: Task,
+    query: &RerankQuery<'_>,
+    entries: &[RunEntry],
+    content: &RerankContent,
+) -> Result<Vec<RunEntry>> {
+    let sees = stage.reranker.sees_images();
+    let ranked = ranked(entries);
+    let top = &ranked[..stage.depth.min(ranked.len())];
+    let mut docs = Vec::with_capacity(top.len());
+    for e in top {
+        let (p, i) = split_doc(&e.doc);
+        let text = match (task, p) {
+            (Task::Images, _) | (_, None) => None,
+            (_, Some(p)) => Some(content.passages.get(p).map(String::as_str).ok_or_else(|| {
+                Error::Unsupported(format!("rerank: passage {p:?} is not in the corpus"))
+            })?),
+        };
+        let image = match (task, i, sees) {
+            (Task::Passages | Task::MultimodalPassages, _, _) | (_, None, _) | (_, _, false) => {
+                None
+            }
+            (_, Some(i), true) => {
+                Some(content.images.get(i).map(Vec::as_slice).ok_or_else(|| {
+                    Error::Unsupported(format!("rerank: corpus image {i:?} was not found"))
+                })?)
+            }
+        };
+        docs.push(RerankDoc {
+            id: &e.doc,
+            text,
+            image,
+        });
+    }
+    let scores = stage.reranker.scores(query, &docs)?;
+    if scores.len() != docs.len() {
+        return Err(Error::Unsupported(format!(
+            "rerank:{} gave {} scores for {} candidates",
+            stage.reranker.name(),
+            scores.len(),
+            docs.len()
+        )));
+    }
+    let mut out: Vec<RunEntry> = docs
+        .iter()
+        .zip(&scores)
+        .map(|(d, &s)| RunEntry {
+            doc: d.id.to_string(),
+            score: s,
+        })
+        .collect();
+    // the rest below, in their order, one apart
+    let floor = scores.iter().copied().fold(f64::INFINITY, f64::min);
+    let floor = if floor.is_finite() { floor } else { 0.0 };
+    for (k, e) in ranked[top.len()..].iter().enumerate() {
+        out.push(RunEntry {
+            doc: e.doc.clone(),
+            score: floor - 1.0 - k as f64,
+        });
     }
     Ok(out)
 }

@@ -75,6 +75,8 @@ pub struct Args {
     bm25: Bm25Flags,
     #[command(flatten)]
     analyzer: AnalyzerFlags,
+    #[command(flatten)]
+    rerank: crate::options::RerankFlags,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -136,9 +138,14 @@ pub fn run(a: Args) -> Result<()> {
         CandidateKind::Images => Candidates::UniformImages { vectors: &uniform },
         CandidateKind::Pairs => pairs.candidates(reference_fusion),
     };
+    let stages = a.rerank.stages(&a.model_flags, None)?;
+    if stages.len() > 1 {
+        bail!("sift search takes one --rerank");
+    }
     let settings = SearchSettings {
         bm25: params,
-        top_k: a.top_k,
+        // a reranker reads its depth of first-stage results
+        top_k: stages.first().map_or(a.top_k, |s| s.depth.max(a.top_k)),
         ann: a.search.ann,
         ef_search: a.search.ef_search,
     };
@@ -155,7 +162,64 @@ pub fn run(a: Args) -> Result<()> {
         &settings,
         &mut searcher.scratch(),
     )?;
+    let hits = match stages.first() {
+        Some(stage) => {
+            let mut hits = rerank(&a, &domain, &text, stage, &hits)?;
+            hits.truncate(a.top_k);
+            hits
+        }
+        None => hits,
+    };
     print_hits(&a, &domain, &retriever, &hits)
+}
+
+/// The hits reranked by `stage`, their texts and images read from --corpus.
+fn rerank(
+    a: &Args,
+    domain: &str,
+    text: &str,
+    stage: &sift_retrieve::RerankStage,
+    hits: &[sift_eval::RunEntry],
+) -> Result<Vec<sift_eval::RunEntry>> {
+    let Some(dir) = &a.corpus else {
+        bail!("--rerank reads the candidates' texts and images: give --corpus");
+    };
+    let corpus = a.corpus_flags.open(dir)?;
+    let task = match a.candidates {
+        CandidateKind::Passages if a.image.is_empty() => sift_eval::Task::Passages,
+        CandidateKind::Passages => sift_eval::Task::MultimodalPassages,
+        CandidateKind::Images => sift_eval::Task::Images,
+        CandidateKind::Pairs => sift_eval::Task::Pairs,
+    };
+    if !stage.reranker.ranks(task) {
+        bail!("rerank:{} cannot rank images", stage.reranker.name());
+    }
+    let sees = stage.reranker.sees_images();
+    let run: sift_eval::Run = [("query".to_string(), hits.to_vec())].into();
+    let mut content = sift_retrieve::rerank::RerankContent::default();
+    content.load(&corpus, domain, task, &run, stage.depth, &[], sees)?;
+    let mut images = Vec::new();
+    if sees {
+        for path in &a.image {
+            images.push(a.image_limits.read(path)?);
+        }
+    }
+    let refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+    let query = sift_retrieve::rerank::RerankQuery {
+        id: "query",
+        text,
+        images: &refs,
+    };
+    let mut out = sift_retrieve::rerank::rerank_entries(stage, task, &query, hits, &content)?;
+    out.sort_by(|x, y| {
+        (y.score as f32)
+            .total_cmp(&(x.score as f32))
+            .then_with(|| y.doc.cmp(&x.doc))
+    });
+    for note in stage.reranker.notes() {
+        eprintln!("{note}");
+    }
+    Ok(out)
 }
 
 /// The query's vectors: its text and images, encoded as the evaluator encodes a task's.
