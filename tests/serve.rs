@@ -1724,3 +1724,74 @@ fn chat_completions_come_from_the_local_generator_as_openai_clients_read_them() 
         assert_eq!(res["error"]["field"], field, "{extra}: {res}");
     }
 }
+
+#[test]
+fn serve_reranks_every_search_as_sift_search_does() {
+    let ce = repo().join("models/fixtures/cross_encoder/tiny-bert-ce");
+    let server = Server::start(&["--rerank", s(&ce), "--rerank-depth", "6"]);
+    let query = "how do the plants and cells of a leaf make sugar from light and water";
+    let (status, res) = post(
+        &server.url("/v1/search"),
+        &json!({"query": query, "domain": "biology", "top_k": 6}),
+    );
+    assert_eq!(status, 200, "{res}");
+    assert_eq!(res["reranker"], "tiny-bert-ce", "{res}");
+    let cli = json(&ok(&[
+        "search",
+        "--index",
+        s(index()),
+        "--corpus",
+        s(&sample()),
+        "--domain",
+        "biology",
+        "--query",
+        query,
+        "--top-k",
+        "6",
+        "--rerank",
+        s(&ce),
+        "--rerank-depth",
+        "6",
+        "--json",
+    ]));
+    let hits = |v: &Value| -> Vec<(String, f64)> {
+        v["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                let id = h["id"].as_str().or(h["passage"]["id"].as_str());
+                (
+                    id.unwrap_or_default().to_string(),
+                    h["score"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (served, searched) = (hits(&res), hits(&cli));
+    assert!(served.len() >= 4, "{res}");
+    assert_eq!(served.len(), searched.len());
+    for ((a, x), (b, y)) in served.iter().zip(&searched) {
+        assert_eq!(a, b, "{res}\n{cli}");
+        assert!((x - y).abs() < 1e-5, "{a}: {x} vs {y}");
+    }
+    // the agents' shapes go through it too: Serper's organic results in the same order
+    let (status, serper) = post(&server.url("/search"), &json!({"q": query, "num": 6}));
+    assert_eq!(status, 200, "{serper}");
+    // a reranker without the corpus cannot start
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sift"))
+        .args([
+            "serve",
+            "--index",
+            s(index()),
+            "--addr",
+            "127.0.0.1:0",
+            "--rerank",
+            s(&ce),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("give the corpus"), "{err}");
+}

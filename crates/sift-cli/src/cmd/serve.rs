@@ -110,6 +110,9 @@ pub struct Args {
     model_flags: ModelFlags,
     #[command(flatten)]
     bm25: Bm25Flags,
+    // every search's hits go through --rerank (its --rerank-depth of them); needs --corpus
+    #[command(flatten)]
+    rerank: crate::options::RerankFlags,
 }
 
 /// A number of seconds from `min` to `max`, as a duration; the error names the flag and the
@@ -209,6 +212,13 @@ pub fn run(a: Args) -> Result<()> {
             },
         },
         generator: a.generator.clone(),
+        rerank: {
+            let mut stages = a.rerank.stages(&a.model_flags, None)?;
+            if stages.len() > 1 {
+                anyhow::bail!("sift serve takes one --rerank");
+            }
+            stages.pop()
+        },
     };
     let started = std::time::Instant::now();
     let service = Service::load(&config)

@@ -248,6 +248,9 @@ pub struct SearchResponse {
     pub domains: Vec<String>,
     /// Retriever used.
     pub retriever: String,
+    /// The reranker the hits went through, when the service has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reranker: Option<String>,
     /// What was ranked.
     pub candidates: CandidateKind,
     /// Results, best first.

@@ -158,7 +158,13 @@ impl Service {
                 Some((spec.clone(), g))
             }
         };
+        if config.rerank.is_some() && config.corpus.is_none() {
+            return Err(Error::Config(
+                "a reranker reads the hits' texts and images: give the corpus too".into(),
+            ));
+        }
         Ok(Service {
+            rerank: config.rerank.clone(),
             generator,
             index_name,
             created: manifest.created_unix,

@@ -74,6 +74,9 @@ pub struct ServeConfig {
     /// A local generator for `POST /v1/chat/completions` (a Qwen2-VL- or Qwen2.5-VL-Instruct checkpoint:
     /// directory or hub id, loaded on `model_options`' device); none when `None`.
     pub generator: Option<String>,
+    /// A reranker applied to every search: the top `depth` merged hits rescored (it needs
+    /// the corpus's texts and images, [`ServeConfig::corpus`]).
+    pub rerank: Option<sift_retrieve::RerankStage>,
 }
 
 impl ServeConfig {
@@ -89,6 +92,7 @@ impl ServeConfig {
             settings: SearchSettings::default(),
             limits: Limits::default(),
             generator: None,
+            rerank: None,
         }
     }
 }
@@ -196,6 +200,8 @@ pub struct Service {
     has_corpus: bool,
     /// The chat generator and the name it answers to.
     generator: Option<(String, Box<dyn sift_generate::Generator>)>,
+    /// The reranker every search goes through.
+    rerank: Option<sift_retrieve::RerankStage>,
 }
 
 /// A domain's pairs where there are none (no served retriever ranks images).
@@ -487,7 +493,11 @@ impl Service {
             })
             .collect();
         let mut settings = SearchSettings {
-            top_k: req.top_k,
+            // a reranker reads its depth of first-stage hits
+            top_k: self
+                .rerank
+                .as_ref()
+                .map_or(req.top_k, |r| r.depth.max(req.top_k)),
             ..self.settings.clone()
         };
         if let Some(k1) = req.k1 {
@@ -526,8 +536,13 @@ impl Service {
         for (d, s) in targets.iter().zip(scratches) {
             d.keep_scratch(ri, s);
         }
+        let mut ranked = ranked?;
+        if let Some(stage) = &self.rerank {
+            ranked = self.rerank(stage, &targets, task, &req.query, &images, ranked)?;
+            ranked.truncate(req.top_k);
+        }
         let chars = req.max_text_chars.unwrap_or(self.limits.text_chars);
-        let hits = ranked?
+        let hits = ranked
             .iter()
             .enumerate()
             .map(|(i, (d, h))| self.hit(targets[*d], req.candidates, i + 1, h, chars))
@@ -536,9 +551,115 @@ impl Service {
             domain: (targets.len() == 1).then(|| targets[0].name.clone()),
             domains: targets.iter().map(|d| d.name.clone()).collect(),
             retriever: served.name.clone(),
+            reranker: self.rerank.as_ref().map(|r| r.reranker.name().to_string()),
             candidates: req.candidates,
             hits,
         })
+    }
+
+    /// The merged hits `ranked` (domain, entry) reranked by `stage`: the top `depth`
+    /// rescored with their texts and images from the corpus, the rest below in order.
+    fn rerank(
+        &self,
+        stage: &sift_retrieve::RerankStage,
+        targets: &[&Domain],
+        task: Task,
+        query: &str,
+        images: &[Vec<u8>],
+        ranked: Vec<(usize, RunEntry)>,
+    ) -> Result<Vec<(usize, RunEntry)>, ApiError> {
+        use sift_retrieve::rerank::{RerankDoc, RerankQuery};
+        if !stage.reranker.ranks(task) {
+            return Err(ApiError::invalid(
+                "candidates",
+                format!("the reranker {} cannot rank images", stage.reranker.name()),
+            ));
+        }
+        let sees = stage.reranker.sees_images();
+        let depth = stage.depth.min(ranked.len());
+        // texts and image bytes of the top hits (an image read from a file lives here)
+        let mut texts: Vec<Option<&str>> = Vec::with_capacity(depth);
+        let mut bytes: Vec<Option<Arc<[u8]>>> = Vec::with_capacity(depth);
+        for (d, h) in &ranked[..depth] {
+            let domain = targets[*d];
+            let corpus = domain.corpus.as_ref().ok_or_else(|| {
+                ApiError::new(
+                    ErrorKind::Internal,
+                    "the reranker needs the corpus (start the service with --corpus)",
+                )
+            })?;
+            let (passage, image) = match task {
+                Task::Images => (None, Some(h.doc.as_str())),
+                Task::Pairs => match h.doc.split_once(PAIR_SEP) {
+                    Some((p, i)) if i == NO_IMAGE => (Some(p), None),
+                    Some((p, i)) => (Some(p), Some(i)),
+                    None => (Some(h.doc.as_str()), None),
+                },
+                _ => (Some(h.doc.as_str()), None),
+            };
+            texts.push(match passage {
+                Some(p) => {
+                    let ord = domain.searchers[0].passage_ord(p).ok_or_else(|| {
+                        ApiError::new(ErrorKind::Internal, format!("passage {p:?} not indexed"))
+                    })?;
+                    Some(corpus.texts[ord as usize].as_str())
+                }
+                None => None,
+            });
+            bytes.push(match image {
+                Some(i) if sees => Some(self.corpus_image(domain, "hits", i)?),
+                _ => None,
+            });
+        }
+        let docs: Vec<RerankDoc> = ranked[..depth]
+            .iter()
+            .zip(texts.iter().zip(&bytes))
+            .map(|((_, h), (t, b))| RerankDoc {
+                id: &h.doc,
+                text: *t,
+                image: b.as_deref(),
+            })
+            .collect();
+        let refs: Vec<&[u8]> = if sees {
+            images.iter().map(Vec::as_slice).collect()
+        } else {
+            Vec::new()
+        };
+        let q = RerankQuery {
+            id: "query",
+            text: query,
+            images: &refs,
+        };
+        let scores = stage
+            .reranker
+            .scores(&q, &docs)
+            .map_err(|e| ApiError::new(ErrorKind::Internal, format!("rerank: {e}")))?;
+        let mut head: Vec<(usize, RunEntry)> = ranked[..depth]
+            .iter()
+            .zip(&scores)
+            .map(|((d, h), &s)| {
+                (
+                    *d,
+                    RunEntry {
+                        doc: h.doc.clone(),
+                        score: s,
+                    },
+                )
+            })
+            .collect();
+        head.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
+        let floor = scores.iter().copied().fold(f64::INFINITY, f64::min);
+        let floor = if floor.is_finite() { floor } else { 0.0 };
+        head.extend(ranked[depth..].iter().enumerate().map(|(k, (d, h))| {
+            (
+                *d,
+                RunEntry {
+                    doc: h.doc.clone(),
+                    score: floor - 1.0 - k as f64,
+                },
+            )
+        }));
+        Ok(head)
     }
 
     fn hit(
