@@ -351,7 +351,7 @@ pub struct RerankOptions {
     pub listwise: ListwiseSettings,
     /// Characters of each candidate's text in a pointwise prompt.
     pub pointwise_max_chars: usize,
-    /// Where listwise replies are cached (JSONL).
+    /// Where listwise replies and pointwise scores are cached (JSONL).
     pub cache: Option<std::path::PathBuf>,
 }
 
@@ -385,10 +385,11 @@ pub fn open_reranker(spec: &str, o: &RerankOptions) -> Result<std::sync::Arc<dyn
     let pointwise = |m: &str| -> Result<Arc<dyn Reranker>> {
         let model =
             sift_generate::LocalQwen2Vl::load_with(m, &o.device, o.dtype).map_err(gen_err)?;
-        Ok(Arc::new(PointwiseReranker::new(
-            model,
-            o.pointwise_max_chars,
-        )?))
+        let mut r = PointwiseReranker::new(model, o.pointwise_max_chars)?;
+        if let Some(p) = &o.cache {
+            r = r.with_cache(sift_generate::GenerationCache::open(p).map_err(gen_err)?);
+        }
+        Ok(Arc::new(r))
     };
     let cross = |m: &str| -> Result<Arc<dyn Reranker>> {
         let options = sift_embed::CrossEncoderOptions {

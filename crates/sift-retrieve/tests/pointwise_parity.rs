@@ -86,3 +86,47 @@ fn yes_no_scores_equal_transformers_logits() {
         assert!((score - w).abs() < 1e-4, "{name}: score {score} vs {w}");
     }
 }
+
+#[test]
+fn scores_are_cached_and_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    generation::tiny_qwen2_vl_instruct(&dir.path().join("m"));
+    let spec = dir.path().join("m");
+    let cache_path = dir.path().join("scores.jsonl");
+    let open = || {
+        let model = LocalQwen2Vl::load(spec.to_str().unwrap(), &Device::Cpu).unwrap();
+        PointwiseReranker::new(model, 2000)
+            .unwrap()
+            .with_cache(sift_generate::GenerationCache::open(&cache_path).unwrap())
+    };
+    let q = RerankQuery {
+        id: "q1",
+        text: "why is the sky blue",
+        images: &[],
+    };
+    let docs: Vec<RerankDoc> = ["scattering of light", "a recipe for bread"]
+        .iter()
+        .map(|t| RerankDoc {
+            id: t,
+            text: Some(t),
+            image: None,
+        })
+        .collect();
+    use sift_retrieve::Reranker;
+    let first = open().scores(&q, &docs).unwrap();
+    let lines = std::fs::read_to_string(&cache_path)
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(lines, 2);
+    // a second reranker reads the same scores back, adding nothing
+    let second = open().scores(&q, &docs).unwrap();
+    assert_eq!(first, second);
+    assert_eq!(
+        std::fs::read_to_string(&cache_path)
+            .unwrap()
+            .lines()
+            .count(),
+        2
+    );
+}

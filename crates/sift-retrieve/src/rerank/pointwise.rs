@@ -3,7 +3,10 @@
 //! images too) and the candidate (its text, its image), asking whether the candidate is
 //! relevant; the score is `log P(yes)` against `no` at the answer's first token,
 //! `logit(yes) - log(e^logit(yes) + e^logit(no))`.
-use sift_generate::{Generator, LocalQwen2Vl, Message, Part};
+use sift_generate::{
+    CacheKey, CachedGeneration, Generation, GenerationCache, Generator, LocalQwen2Vl, Message,
+    Part, Request, Sampling,
+};
 
 use super::{RerankDoc, RerankQuery, Reranker};
 use crate::{Error, Result};
@@ -16,6 +19,9 @@ pub const POINTWISE_CANDIDATE: &str = "\n\nCandidate: ";
 pub const POINTWISE_QUESTION: &str =
     "\n\nIs the candidate relevant to the query? Answer yes or no.";
 
+/// The prompt's name and version, as the cache keys scores.
+pub const POINTWISE_TEMPLATE: (&str, u32) = ("pointwise-yes-no", 1);
+
 /// A pointwise yes/no reranker over a local generator.
 pub struct PointwiseReranker {
     name: String,
@@ -23,6 +29,7 @@ pub struct PointwiseReranker {
     yes: u32,
     no: u32,
     max_chars: usize,
+    cache: Option<GenerationCache>,
 }
 
 impl PointwiseReranker {
@@ -49,7 +56,15 @@ impl PointwiseReranker {
             yes,
             no,
             max_chars,
+            cache: None,
         })
+    }
+
+    /// Keeps every score in `cache` (the score as the entry's text), and reads it back on a
+    /// rerun.
+    pub fn with_cache(mut self, cache: GenerationCache) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     /// The local model.
@@ -78,11 +93,52 @@ impl PointwiseReranker {
         vec![Message::user(parts)]
     }
 
-    /// The score of one candidate.
+    /// The score of one candidate (from the cache when it holds it).
     pub fn score(&self, query: &RerankQuery<'_>, doc: &RerankDoc<'_>) -> Result<f64> {
+        let msgs = self.messages(query, doc);
+        let key = self.cache.as_ref().map(|_| {
+            let request = Request {
+                messages: msgs.clone(),
+                sampling: Sampling::greedy(1),
+            };
+            CacheKey::new(
+                self.model.model_id(),
+                POINTWISE_TEMPLATE,
+                query.id,
+                &request,
+            )
+            .digest()
+        });
+        if let (Some(c), Some(k)) = (&self.cache, &key)
+            && let Some(hit) = c.get(k)
+            && let Ok(s) = hit.generation.text.parse::<f64>()
+        {
+            return Ok(s);
+        }
+        let s = self.compute(&msgs)?;
+        if let (Some(c), Some(k)) = (&self.cache, key) {
+            c.put(CachedGeneration {
+                key: k,
+                query_id: query.id.to_string(),
+                model: self.model.model_id().to_string(),
+                template: POINTWISE_TEMPLATE.0.to_string(),
+                template_version: POINTWISE_TEMPLATE.1,
+                generation: Generation {
+                    // Rust prints the shortest text that reads back as the same f64
+                    text: s.to_string(),
+                    finish_reason: None,
+                    usage: Default::default(),
+                },
+            })
+            .map_err(|e| Error::Unsupported(format!("rerank:{}: cache: {e}", self.name)))?;
+        }
+        Ok(s)
+    }
+
+    /// The score of the candidate the chat `msgs` asks about.
+    fn compute(&self, msgs: &[Message]) -> Result<f64> {
         let err =
             |e: sift_generate::Error| Error::Unsupported(format!("rerank:{}: {e}", self.name));
-        let msgs = self.messages(query, doc);
         let images: Vec<&[u8]> = msgs
             .iter()
             .flat_map(|m| &m.content)
@@ -94,7 +150,7 @@ impl PointwiseReranker {
         let prepared = self.model.prepare_images(&images).map_err(err)?;
         let prompt = self
             .model
-            .tokenize(&self.model.chat_prompt(&msgs).map_err(err)?)
+            .tokenize(&self.model.chat_prompt(msgs).map_err(err)?)
             .map_err(err)?;
         let prompt = self
             .model
