@@ -264,7 +264,25 @@ pub fn rerank_entries(
             image,
         });
     }
-    let scores = stage.reranker.scores(query, &docs)?;
+    Ok(rescore(stage, query, &docs, ranked.len())?
+        .into_iter()
+        .map(|(i, score)| RunEntry {
+            doc: ranked[i].doc.clone(),
+            score,
+        })
+        .collect())
+}
+
+/// The new scores of `total` ranked candidates whose first `docs.len()` are `docs`: each of
+/// those gets the reranker's score, each after them the lowest of those minus 1, 2, ... in
+/// its order. Returns (position in the first-stage ranking, score) for every candidate.
+pub fn rescore(
+    stage: &RerankStage,
+    query: &RerankQuery<'_>,
+    docs: &[RerankDoc<'_>],
+    total: usize,
+) -> Result<Vec<(usize, f64)>> {
+    let scores = stage.reranker.scores(query, docs)?;
     if scores.len() != docs.len() {
         return Err(Error::Unsupported(format!(
             "rerank:{} gave {} scores for {} candidates",
@@ -273,23 +291,10 @@ pub fn rerank_entries(
             docs.len()
         )));
     }
-    let mut out: Vec<RunEntry> = docs
-        .iter()
-        .zip(&scores)
-        .map(|(d, &s)| RunEntry {
-            doc: d.id.to_string(),
-            score: s,
-        })
-        .collect();
-    // the rest below, in their order, one apart
     let floor = scores.iter().copied().fold(f64::INFINITY, f64::min);
     let floor = if floor.is_finite() { floor } else { 0.0 };
-    for (k, e) in ranked[top.len()..].iter().enumerate() {
-        out.push(RunEntry {
-            doc: e.doc.clone(),
-            score: floor - 1.0 - k as f64,
-        });
-    }
+    let mut out: Vec<(usize, f64)> = scores.into_iter().enumerate().collect();
+    out.extend((docs.len()..total).map(|i| (i, floor - 1.0 - (i - docs.len()) as f64)));
     Ok(out)
 }
 

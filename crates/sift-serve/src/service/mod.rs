@@ -630,36 +630,23 @@ impl Service {
             text: query,
             images: &refs,
         };
-        let scores = stage
-            .reranker
-            .scores(&q, &docs)
-            .map_err(|e| ApiError::new(ErrorKind::Internal, format!("rerank: {e}")))?;
-        let mut head: Vec<(usize, RunEntry)> = ranked[..depth]
-            .iter()
-            .zip(&scores)
-            .map(|((d, h), &s)| {
-                (
-                    *d,
-                    RunEntry {
-                        doc: h.doc.clone(),
-                        score: s,
-                    },
-                )
-            })
-            .collect();
-        head.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
-        let floor = scores.iter().copied().fold(f64::INFINITY, f64::min);
-        let floor = if floor.is_finite() { floor } else { 0.0 };
-        head.extend(ranked[depth..].iter().enumerate().map(|(k, (d, h))| {
-            (
-                *d,
-                RunEntry {
-                    doc: h.doc.clone(),
-                    score: floor - 1.0 - k as f64,
-                },
-            )
-        }));
-        Ok(head)
+        let mut out: Vec<(usize, RunEntry)> =
+            sift_retrieve::rerank::rescore(stage, &q, &docs, ranked.len())
+                .map_err(|e| ApiError::new(ErrorKind::Internal, format!("rerank: {e}")))?
+                .into_iter()
+                .map(|(i, score)| {
+                    let (d, h) = &ranked[i];
+                    (
+                        *d,
+                        RunEntry {
+                            doc: h.doc.clone(),
+                            score,
+                        },
+                    )
+                })
+                .collect();
+        out.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
+        Ok(out)
     }
 
     fn hit(
