@@ -280,7 +280,7 @@ impl GenerationFlags {
     }
 }
 
-/// Reranking flags (`sift eval`).
+/// Reranking flags (`sift eval`, `sift search`, `sift serve`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct RerankFlags {
     /// Rerank each first-stage run, reported as its own row (`bm25 -> rerank:NAME`): a
@@ -311,7 +311,8 @@ pub struct RerankFlags {
     /// Listwise: how far each window moves.
     #[arg(long, default_value_t = 10)]
     pub rerank_step: usize,
-    /// Listwise replies cached here (JSONL) [default: <out>/rerank-cache.jsonl with --out].
+    /// Listwise replies and pointwise scores cached here (JSONL) [default:
+    /// <out>/rerank-cache.jsonl with sift eval --out].
     #[arg(long)]
     pub rerank_cache: Option<std::path::PathBuf>,
     /// Environment variable holding a listwise endpoint's bearer key.
@@ -321,7 +322,8 @@ pub struct RerankFlags {
 
 impl RerankFlags {
     /// The reranking stages these flags name, loaded with `models`' device and weights;
-    /// listwise replies cached under `out` unless --rerank-cache says where.
+    /// listwise replies and pointwise scores cached under `out` unless --rerank-cache says
+    /// where.
     pub fn stages(
         &self,
         models: &crate::models::ModelFlags,
