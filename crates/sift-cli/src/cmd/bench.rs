@@ -25,6 +25,10 @@ pub enum Cmd {
     /// Build rates: BM25 indexing of a corpus (passages/s, into a scratch directory), and
     /// HNSW graph building from the stored vectors of a dense index (vectors/s).
     Index(IndexArgs),
+    /// Cross-encoder reranking throughput: (query, passage) pairs scored per second, as a
+    /// reranker scores them (each query with `--depth` passages in one call), the tokens per
+    /// pair, the tokenising share and peak host memory.
+    Rerank(RerankArgs),
 }
 
 #[derive(clap::Args)]
@@ -94,6 +98,61 @@ pub struct EmbedArgs {
     json: bool,
 }
 
+#[derive(clap::Args)]
+#[command(
+    after_help = "Pairs: query q (file order, cycling) with passages q*depth .. q*depth+depth-1 \
+(file order, cycling): pair k is (queries[(k / depth) % Q], passages[k % P]), each query's pairs \
+scored in one call. With --concat C, passage i is passages i .. i+C-1 joined by spaces (long \
+passages that overflow --max-length). Timed: the calls over the first --items pairs (tokenising \
++ forward + head); before them, one untimed call on the first --warmup pairs. Tokenising alone \
+is timed in a separate pass afterwards (prep_seconds).\n\nExample:\n  \
+RAYON_NUM_THREADS=2 sift bench rerank --model target/bench-models/ms-marco-minilm-l6-random \
+--queries ../shared/data/cranfield/queries.jsonl --passages ../shared/data/cranfield/corpus.jsonl \
+--items 2000 --depth 100 --max-length 512 --json"
+)]
+pub struct RerankArgs {
+    /// Cross-encoder: a directory in Hugging Face layout (BERT / XLM-RoBERTa sequence
+    /// classifier, one label) or a hub id.
+    #[arg(long)]
+    model: String,
+    /// Queries, read as `sift embed` reads texts: one per line, or JSONL with "text" (BEIR
+    /// queries.jsonl included).
+    #[arg(long)]
+    queries: PathBuf,
+    /// Passages, read the same way (BEIR corpus.jsonl: title + " " + text).
+    #[arg(long)]
+    passages: PathBuf,
+    /// (query, passage) pairs timed.
+    #[arg(long, default_value_t = 1000)]
+    items: usize,
+    /// Passages per query: the pairs of one score call, as a reranker at this depth makes.
+    #[arg(long, default_value_t = 100)]
+    depth: usize,
+    /// Consecutive passages joined into one (1: as read).
+    #[arg(long, default_value_t = 1)]
+    concat: usize,
+    /// Pairs per forward pass.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Tokens of a pair, special tokens included [default: the tokenizer's model_max_length,
+    /// else the model's positions].
+    #[arg(long)]
+    max_length: Option<usize>,
+    /// Weights: f32, f16 or bf16 (bf16 on the CPU: the packed bfloat16 kernels; auto is
+    /// not accepted here, the report names the kernel that ran).
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: Precision,
+    /// Device: cpu, cuda, cuda:N, metal or auto.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Pairs scored, untimed, before the measurement (the first pairs).
+    #[arg(long, default_value_t = 32)]
+    warmup: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Modality {
     Text,
@@ -135,7 +194,156 @@ pub fn run(cmd: Cmd) -> Result<()> {
         Cmd::Search(s) => search(s),
         Cmd::Embed(e) => embed(e),
         Cmd::Index(i) => bench_index(i),
+        Cmd::Rerank(r) => rerank(r),
     }
+}
+
+/// The (query, passage) pairs of `sift bench rerank`: pair k is
+/// `(queries[(k / depth) % Q], passages[k % P])`, passage i being `concat` consecutive
+/// passages from i joined by spaces.
+fn rerank_pairs(
+    queries: &[String],
+    passages: &[String],
+    n: usize,
+    depth: usize,
+    concat: usize,
+) -> Vec<(String, String)> {
+    let p = passages.len();
+    (0..n)
+        .map(|k| {
+            let q = queries[(k / depth) % queries.len()].clone();
+            let text = (0..concat)
+                .map(|j| passages[(k + j) % p].as_str())
+                .collect::<Vec<_>>()
+                .join(" ");
+            (q, text)
+        })
+        .collect()
+}
+
+fn rerank(a: RerankArgs) -> Result<()> {
+    if a.items == 0 || a.depth == 0 || a.concat == 0 || a.batch_size == 0 {
+        bail!("--items, --depth, --concat and --batch-size must be positive");
+    }
+    if a.dtype == Precision::Auto {
+        bail!("--dtype: f32, f16 or bf16");
+    }
+    let texts = |p: &PathBuf| -> Result<Vec<String>> {
+        let t: Vec<String> = super::embed::read_inputs(p)?
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        if t.is_empty() {
+            bail!("{}: no texts", p.display());
+        }
+        Ok(t)
+    };
+    let queries = texts(&a.queries)?;
+    let passages = texts(&a.passages)?;
+    let device = sift_embed::select_device(a.device.parse()?)?;
+    let load_start = Instant::now();
+    let model = sift_embed::CrossEncoder::load(
+        &a.model,
+        &device,
+        &sift_embed::CrossEncoderOptions {
+            max_length: a.max_length,
+            dtype: a.dtype.dtype(),
+            batch: a.batch_size,
+        },
+    )?;
+    let load_seconds = load_start.elapsed().as_secs_f64();
+    let owned = rerank_pairs(
+        &queries,
+        &passages,
+        a.items.max(a.warmup),
+        a.depth,
+        a.concat,
+    );
+    let pairs: Vec<(&str, &str)> = owned
+        .iter()
+        .map(|(q, p)| (q.as_str(), p.as_str()))
+        .collect();
+    let (timed, warm) = (&pairs[..a.items], &pairs[..a.warmup]);
+    if !warm.is_empty() {
+        model.score(warm)?;
+    }
+    let start = Instant::now();
+    let mut scores = Vec::with_capacity(timed.len());
+    for call in timed.chunks(a.depth) {
+        scores.extend(model.score(call)?);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    // tokenising alone, in a second pass over the same calls
+    let start = Instant::now();
+    let mut tokens = 0usize;
+    let mut full = 0usize;
+    for call in timed.chunks(a.depth) {
+        for (ids, _) in model.tokenize_pairs(call)? {
+            tokens += ids.len();
+            full += usize::from(ids.len() >= model.max_length());
+        }
+    }
+    let prep_seconds = start.elapsed().as_secs_f64();
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let n = timed.len();
+    let out = serde_json::json!({
+        "engine": "sift",
+        "version": env!("CARGO_PKG_VERSION"),
+        "model": a.model,
+        "items": n,
+        "batch_size": a.batch_size,
+        "threads": threads,
+        "warmup": a.warmup,
+        "depth": a.depth,
+        "concat": a.concat,
+        "max_length": model.max_length(),
+        "device": a.device,
+        "dtype": a.dtype.name(),
+        "linear_kernel": a.dtype.linear_kernel(&device),
+        "load_seconds": load_seconds,
+        "seconds": seconds,
+        "items_per_s": n as f64 / seconds,
+        "prep_seconds": prep_seconds,
+        "model_seconds": (seconds - prep_seconds).max(0.0),
+        "tokens": tokens,
+        "mean_tokens": tokens as f64 / n as f64,
+        "truncated_share": full as f64 / n as f64,
+        "first_scores": scores.iter().take(8).collect::<Vec<_>>(),
+        "peak_rss_mb": sift_embed::bench::peak_rss_mb(),
+    });
+    if a.json {
+        println!("{}", serde_json::to_string(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{} ({}, {}, linear layers {}, {threads} threads, max length {}): {n} pairs at depth {}, \
+         batch {}",
+        model.name(),
+        a.device,
+        a.dtype.name(),
+        a.dtype.linear_kernel(&device),
+        model.max_length(),
+        a.depth,
+        a.batch_size
+    );
+    println!(
+        "{seconds:.2} s = {:.1} pairs/s; {:.1} tokens per pair ({:.0}% at the max length); \
+         tokenising alone {prep_seconds:.2} s ({:.1}%)",
+        n as f64 / seconds,
+        tokens as f64 / n as f64,
+        100.0 * full as f64 / n as f64,
+        100.0 * prep_seconds / seconds
+    );
+    if let Some(mb) = sift_embed::bench::peak_rss_mb() {
+        println!("peak memory: {mb:.0} MB");
+    }
+    let hours = 158_500.0 / (n as f64 / seconds) / 3600.0;
+    println!("MM-BRIGHT-scale reranking (1,585 queries x depth 100 = 158,500 pairs): {hours:.2} h");
+    Ok(())
 }
 
 fn bench_index(a: IndexArgs) -> Result<()> {
