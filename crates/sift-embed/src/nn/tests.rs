@@ -678,3 +678,40 @@ fn blocked_attention_matches_the_generic_path() {
     );
     assert!(attention_windowed(&qkv, &segments, heads, d, false, Some(4)).is_err());
 }
+
+#[test]
+fn bf16_attention_products_stay_within_bf16_rounding_of_f32() {
+    // segments with masked keys and gaps, a key bias and ALiBi; long enough for several
+    // row blocks at the widest segment
+    let (heads, d) = (3, 32);
+    let mut segs = Vec::new();
+    let mut start = 1;
+    for (i, &len) in [5usize, 1, 300, 64, 33].iter().enumerate() {
+        let keys = if i == 3 { 40 } else { len };
+        segs.push(Segment { start, len, keys });
+        start += len + i % 2;
+    }
+    let tokens = start + 2;
+    let qkv = noise(tokens, 3 * heads * d, 0.6, 7);
+    let keys: Vec<f32> = (0..tokens).map(|r| if r % 11 == 0 { -3.0 } else { 0.0 }).collect();
+    let slopes = [0.5f32, 0.25, 0.125];
+    for bias in [
+        ScoreBias::default(),
+        ScoreBias {
+            alibi: Some(&slopes),
+            keys: Some(&keys),
+        },
+    ] {
+        let want = Attention::new(&segs, heads, d).biased(bias).run(&qkv).unwrap();
+        let got = Attention::new(&segs, heads, d)
+            .biased(bias)
+            .bf16(true)
+            .run(&qkv)
+            .unwrap();
+        let scale = want.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let diff = max_diff(&got, &want);
+        // Q, K, the probabilities and V each carry bf16's 2^-9 relative rounding
+        assert!(diff < 0.02 * scale, "{diff} of {scale}");
+        assert!(diff > 0.0, "the bf16 path did not run");
+    }
+}
