@@ -693,7 +693,9 @@ fn bf16_attention_products_stay_within_bf16_rounding_of_f32() {
     }
     let tokens = start + 2;
     let qkv = noise(tokens, 3 * heads * d, 0.6, 7);
-    let keys: Vec<f32> = (0..tokens).map(|r| if r % 11 == 0 { -3.0 } else { 0.0 }).collect();
+    let keys: Vec<f32> = (0..tokens)
+        .map(|r| if r % 11 == 0 { -3.0 } else { 0.0 })
+        .collect();
     let slopes = [0.5f32, 0.25, 0.125];
     for bias in [
         ScoreBias::default(),
@@ -702,13 +704,22 @@ fn bf16_attention_products_stay_within_bf16_rounding_of_f32() {
             keys: Some(&keys),
         },
     ] {
-        let want = Attention::new(&segs, heads, d).biased(bias).run(&qkv).unwrap();
+        let want = Attention::new(&segs, heads, d)
+            .biased(bias)
+            .run(&qkv)
+            .unwrap();
         let got = Attention::new(&segs, heads, d)
             .biased(bias)
             .bf16(true)
             .run(&qkv)
             .unwrap();
-        let scale = want.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let scale = want
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         let diff = max_diff(&got, &want);
         // Q, K, the probabilities and V each carry bf16's 2^-9 relative rounding
         assert!(diff < 0.02 * scale, "{diff} of {scale}");
