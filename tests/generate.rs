@@ -50,7 +50,10 @@ fn serve(delay: Duration) -> (String, Arc<AtomicUsize>) {
                 std::thread::sleep(delay);
                 let prompt = body["messages"][0]["content"].to_string();
                 // a judge's prompt: 80 for answers made from evidence, else 20
-                let content = if prompt.contains("Reference answer:") {
+                let content = if body.to_string().contains("passages are related to query") {
+                    // BRIGHT's listwise prompt: the second passage first, then the first
+                    "Passage 2 answers it.\n```json\n[2, 1]\n```".to_string()
+                } else if prompt.contains("Reference answer:") {
                     let score = if prompt.contains("from EVIDENCE") {
                         80
                     } else {
@@ -471,4 +474,93 @@ fn the_local_generator_writes_reasoning_for_the_sample_corpus() {
         assert_eq!(cell["judged"], cell["queries"], "{report}");
         assert_eq!(cell["failed"], 0, "{report}");
     }
+}
+
+#[test]
+fn listwise_reranking_over_an_endpoint_follows_the_replies_and_caches_them() {
+    let (base, count) = serve(Duration::ZERO);
+    let tmp = tempfile::tempdir().unwrap();
+    let (index, out) = (tmp.path().join("index"), tmp.path().join("eval"));
+    let corpus = sample();
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    let listwise = format!("listwise:{base}");
+    let eval = || -> Value {
+        serde_json::from_str(&ok(&[
+            "eval",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--task",
+            "1",
+            "--retriever",
+            "bm25",
+            "--rerank",
+            &listwise,
+            "--rerank-model",
+            "tiny",
+            "--rerank-depth",
+            "3",
+            "--out",
+            s(&out),
+            "--json",
+            "--quiet",
+        ]))
+        .unwrap()
+    };
+    let report = eval();
+    let asked = count.load(Ordering::SeqCst);
+    assert!(asked > 0);
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains(&format!(
+            "{asked} prompts, 0 replies without a parsable ranking"
+        )),
+        "{notes}"
+    );
+    // every query's first two documents swapped, the rest in order
+    let read = |name: &str| -> std::collections::BTreeMap<String, Vec<String>> {
+        let mut rows: std::collections::BTreeMap<String, Vec<(f32, String)>> = Default::default();
+        for line in std::fs::read_to_string(out.join("runs").join(name))
+            .unwrap()
+            .lines()
+        {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            rows.entry(f[0].into())
+                .or_default()
+                .push((f[4].parse().unwrap(), f[2].into()));
+        }
+        rows.into_iter()
+            .map(|(q, mut v)| {
+                v.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+                (q, v.into_iter().map(|x| x.1).collect())
+            })
+            .collect()
+    };
+    let first = read("task1.bm25.trec");
+    let names: Vec<String> = std::fs::read_dir(out.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("rerank"))
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let reranked = read(&names[0]);
+    let mut swapped = 0;
+    for (q, a) in &first {
+        let b = &reranked[q];
+        if a.len() >= 2 {
+            assert_eq!((&b[0], &b[1]), (&a[1], &a[0]), "{q}");
+            assert_eq!(a[2..], b[2..], "{q}");
+            swapped += 1;
+        }
+    }
+    assert!(swapped > 0);
+    // a rerun reads every reply from the cache
+    let again = eval();
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        asked,
+        "a rerun asked the endpoint again"
+    );
+    assert_eq!(again["reports"], report["reports"]);
 }
