@@ -96,8 +96,6 @@ pub struct Bert {
     act: Act,
     /// RoBERTa's position offset ([`BertConfig::roberta_padding_idx`]).
     padding_idx: Option<u32>,
-    /// Linear layers packed bfloat16: attention's products run in bfloat16 too.
-    packed: bool,
     device: Device,
 }
 
@@ -181,7 +179,6 @@ impl Bert {
             head_dim: h / cfg.num_attention_heads,
             act,
             padding_idx: cfg.roberta_padding_idx(),
-            packed: pk.is_packed(),
             device: vb.device().clone(),
         })
     }
@@ -230,7 +227,7 @@ impl Bert {
         let x = (x + self.token_type.forward(&types)?)?;
         let mut x = self.emb_norm.forward(&x)?;
         let segments = Segment::packed(seqs.iter().map(|s| s.len()));
-        let attention = ops::Attention::new(&segments, self.heads, self.head_dim).bf16(self.packed);
+        let attention = ops::Attention::new(&segments, self.heads, self.head_dim);
         for layer in &self.layers {
             let qkv = ops::linear(&layer.qkv, &x, None)?; // (T, 3h)
             let ctx = attention.run(&qkv)?;

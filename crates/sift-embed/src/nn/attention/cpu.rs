@@ -17,10 +17,6 @@ pub(crate) struct AttentionOp {
     pub(crate) alibi: Option<Vec<f32>>,
     /// Score bias per key row ([`ScoreBias::keys`]).
     pub(crate) key_bias: Option<Vec<f32>>,
-    /// The two products in bfloat16 on the packed kernels (AMX, AVX512-BF16): Q, K, the
-    /// probabilities and V rounded to bfloat16, f32 accumulation; bidirectional attention
-    /// only ([`Attention::bf16`]).
-    pub(crate) bf16: bool,
 }
 
 /// Scores computed at once per (sequence, head) task: 128 Ki values (512 KiB), about a
@@ -85,70 +81,6 @@ impl CustomOp1 for AttentionOp {
                 scores.resize(block * keys, 0.0);
                 let base = seg.start * w;
                 let dst = out_ptr;
-                if self.bf16 && !self.causal && self.window.is_none() {
-                    let row = |r: usize, part: usize| -> &[f32] {
-                        let at = base + r * w + part * h + hd * d;
-                        &qkv[at..at + d]
-                    };
-                    // K (keys x d) and Vᵀ (d x keys) of this sequence and head, packed once
-                    let mut kb = vec![0u16; keys * d];
-                    let mut vt = vec![0u16; d * keys];
-                    for j in 0..keys {
-                        sift_simd::bf16::round_into(row(j, 1), &mut kb[j * d..(j + 1) * d]);
-                        for (c, &x) in row(j, 2).iter().enumerate() {
-                            vt[c * keys + j] = sift_simd::bf16::f32_to_bf16(x);
-                        }
-                    }
-                    let kp = sift_simd::bf16::PackedBf16::pack(&kb, keys, d);
-                    let vp = sift_simd::bf16::PackedBf16::pack(&vt, d, keys);
-                    let mut q = vec![0f32; block * d];
-                    let mut ctx: Vec<std::mem::MaybeUninit<f32>> =
-                        vec![std::mem::MaybeUninit::uninit(); block * d];
-                    for r0 in (0..len).step_by(block) {
-                        let rows = block.min(len - r0);
-                        for i in 0..rows {
-                            q[i * d..(i + 1) * d].copy_from_slice(row(r0 + i, 0));
-                        }
-                        // SAFETY: initialised f32s viewed as possibly uninitialised ones,
-                        // every one of which the product writes
-                        let out = unsafe {
-                            &mut *(&mut scores[..rows * keys] as *mut [f32]
-                                as *mut [std::mem::MaybeUninit<f32>])
-                        };
-                        kp.matmul_into(&q[..rows * d], rows, out, None);
-                        for (i, r) in scores[..rows * keys].chunks_mut(keys).enumerate() {
-                            if let Some(slopes) = &self.alibi {
-                                let (sl, qi) = (slopes[hd], r0 + i);
-                                for (j, x) in r.iter_mut().enumerate() {
-                                    *x -= sl * (qi as f32 - j as f32).abs();
-                                }
-                            }
-                            if let Some(kb) = &self.key_bias {
-                                let kb = &kb[seg.start..seg.start + keys];
-                                r.iter_mut().zip(kb).for_each(|(x, b)| *x += b);
-                            }
-                            softmax_row(r, keys);
-                        }
-                        let c = vp.matmul_into(
-                            &scores[..rows * keys],
-                            rows,
-                            &mut ctx[..rows * d],
-                            None,
-                        );
-                        for i in 0..rows {
-                            // SAFETY: this task alone writes rows start..start+len, columns
-                            // hd*d..(hd+1)*d.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    c[i * d..].as_ptr(),
-                                    dst.0.add((seg.start + r0 + i) * h + hd * d),
-                                    d,
-                                );
-                            }
-                        }
-                    }
-                    return;
-                }
                 for r0 in (0..len).step_by(block) {
                     let rows = block.min(len - r0);
                     let kv = if self.causal {

@@ -95,7 +95,6 @@ pub struct Attention<'a> {
     causal: bool,
     pub(in crate::nn) window: Option<usize>,
     bias: ScoreBias<'a>,
-    bf16: bool,
     padded: std::cell::OnceCell<PaddedPlan>,
     #[cfg(feature = "flash-attn")]
     flash: std::cell::OnceCell<FlashCache>,
@@ -111,19 +110,10 @@ impl<'a> Attention<'a> {
             causal: false,
             window: None,
             bias: ScoreBias::default(),
-            bf16: false,
             padded: std::cell::OnceCell::new(),
             #[cfg(feature = "flash-attn")]
             flash: std::cell::OnceCell::new(),
         }
-    }
-
-    /// With `on`, bidirectional attention on the CPU runs its two products in bfloat16 on
-    /// the packed kernels (Q, K, the probabilities and V rounded to bfloat16, f32
-    /// accumulation), as models whose linear layers are packed bfloat16 run theirs.
-    pub fn bf16(mut self, on: bool) -> Self {
-        self.bf16 = on;
-        self
     }
 
     /// Causal when `causal`: a token sees only earlier positions and itself.
@@ -185,7 +175,6 @@ impl<'a> Attention<'a> {
                 window,
                 alibi: bias.alibi.map(<[f32]>::to_vec),
                 key_bias: bias.keys.map(<[f32]>::to_vec),
-                bf16: self.bf16,
             };
             return qkv.contiguous()?.apply_op1_no_bwd(&op);
         }
