@@ -519,24 +519,7 @@ fn listwise_reranking_over_an_endpoint_follows_the_replies_and_caches_them() {
         "{notes}"
     );
     // every query's first two documents swapped, the rest in order
-    let read = |name: &str| -> std::collections::BTreeMap<String, Vec<String>> {
-        let mut rows: std::collections::BTreeMap<String, Vec<(f32, String)>> = Default::default();
-        for line in std::fs::read_to_string(out.join("runs").join(name))
-            .unwrap()
-            .lines()
-        {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            rows.entry(f[0].into())
-                .or_default()
-                .push((f[4].parse().unwrap(), f[2].into()));
-        }
-        rows.into_iter()
-            .map(|(q, mut v)| {
-                v.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
-                (q, v.into_iter().map(|x| x.1).collect())
-            })
-            .collect()
-    };
+    let read = |name: &str| common::ranked_run(&out.join("runs").join(name));
     let first = read("task1.bm25.trec");
     let names: Vec<String> = std::fs::read_dir(out.join("runs"))
         .unwrap()

@@ -6,28 +6,8 @@
 //! stage's and the rest in their first-stage order.
 mod common;
 
-use std::collections::BTreeMap;
-use std::path::Path;
-
-use common::{ok, repo, s, sample};
+use common::{ok, ranked_run as read_run, repo, s, sample};
 use serde_json::Value;
-
-/// A TREC run file: query -> documents best first.
-fn read_run(path: &Path) -> BTreeMap<String, Vec<String>> {
-    let mut rows: BTreeMap<String, Vec<(f32, String)>> = BTreeMap::new();
-    for line in std::fs::read_to_string(path).unwrap().lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        rows.entry(f[0].to_string())
-            .or_default()
-            .push((f[4].parse().unwrap(), f[2].to_string()));
-    }
-    rows.into_iter()
-        .map(|(q, mut v)| {
-            v.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
-            (q, v.into_iter().map(|x| x.1).collect())
-        })
-        .collect()
-}
 
 #[test]
 fn every_task_reranks_with_a_cross_encoder_and_a_pointwise_vlm() {

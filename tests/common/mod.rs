@@ -186,3 +186,23 @@ pub fn generated_beir(dir: &Path, n: usize) -> PathBuf {
     }
     beir(dir, &corpus, &queries, &qrels)
 }
+
+/// A TREC run file's documents per query, best first (trec_eval's order).
+pub fn ranked_run(path: &Path) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut rows: std::collections::BTreeMap<String, Vec<sift_eval::RunEntry>> = Default::default();
+    for line in fs::read_to_string(path).unwrap().lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        rows.entry(f[0].to_string())
+            .or_default()
+            .push(sift_eval::RunEntry {
+                doc: f[2].to_string(),
+                score: f[4].parse().unwrap(),
+            });
+    }
+    rows.into_iter()
+        .map(|(q, mut v)| {
+            v.sort_by(sift_eval::trec_order);
+            (q, v.into_iter().map(|e| e.doc).collect())
+        })
+        .collect()
+}

@@ -177,11 +177,7 @@ fn split_doc(doc: &str) -> (Option<&str>, Option<&str>) {
 /// descending).
 fn ranked(entries: &[RunEntry]) -> Vec<&RunEntry> {
     let mut v: Vec<&RunEntry> = entries.iter().collect();
-    v.sort_by(|a, b| {
-        (b.score as f32)
-            .total_cmp(&(a.score as f32))
-            .then_with(|| b.doc.cmp(&a.doc))
-    });
+    v.sort_by(|a, b| sift_eval::trec_order(a, b));
     v
 }
 

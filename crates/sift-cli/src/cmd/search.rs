@@ -211,11 +211,7 @@ fn rerank(
         images: &refs,
     };
     let mut out = sift_retrieve::rerank::rerank_entries(stage, task, &query, hits, &content)?;
-    out.sort_by(|x, y| {
-        (y.score as f32)
-            .total_cmp(&(x.score as f32))
-            .then_with(|| y.doc.cmp(&x.doc))
-    });
+    out.sort_by(sift_eval::trec_order);
     for note in stage.reranker.notes() {
         eprintln!("{note}");
     }

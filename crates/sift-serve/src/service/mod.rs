@@ -645,7 +645,7 @@ impl Service {
                     )
                 })
                 .collect();
-        out.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
+        out.sort_by(|a, b| sift_eval::trec_order(&a.1, &b.1));
         Ok(out)
     }
 
