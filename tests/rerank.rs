@@ -210,3 +210,87 @@ fn sift_search_reranks_its_hits_with_the_corpus_texts() {
     ]);
     assert!(err.contains("give --corpus"), "{err}");
 }
+
+#[test]
+fn a_pointwise_prompt_and_answer_words_of_the_users_rerank_corpus_images() {
+    // MonoQwen2-VL's prompt: the candidate image, then the question; True / False
+    let tmp = tempfile::tempdir().unwrap();
+    let (index, out) = (tmp.path().join("index"), tmp.path().join("eval"));
+    let corpus = sample();
+    let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
+    let vlm = tmp.path().join("tiny-qwen2-vl");
+    common::tiny_qwen2_vl_instruct(&vlm);
+    ok(&[
+        "index",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--dense",
+        s(&clip),
+        "-q",
+    ]);
+    let prompt = tmp.path().join("mono.txt");
+    std::fs::write(
+        &prompt,
+        "<candidate_image>Assert the relevance of the previous image document to the following \
+         query, answer True or False. The query is: {query}",
+    )
+    .unwrap();
+    let pointwise = format!("pointwise:{}", s(&vlm));
+    let run = |extra: &[&str]| -> Value {
+        let mut args = vec![
+            "eval",
+            "--corpus",
+            s(&corpus),
+            "--index",
+            s(&index),
+            "--task",
+            "3",
+            "--retriever",
+            "dense:tiny-clip-quickgelu",
+            "--rerank",
+            &pointwise,
+            "--rerank-depth",
+            "4",
+            "--domains",
+            "biology",
+            "--json",
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&ok(&args)).unwrap()
+    };
+    let mono = run(&[
+        "--rerank-prompt",
+        s(&prompt),
+        "--rerank-answers",
+        "True,False",
+    ]);
+    let plain = run(&[]);
+    let row = |v: &Value| v["reports"][1]["metrics"].to_string();
+    assert!(
+        mono["reports"][1]["label"]
+            .as_str()
+            .unwrap()
+            .ends_with("rerank:pointwise:tiny-qwen2-vl"),
+        "{mono}"
+    );
+    assert_ne!(row(&mono), row(&plain), "the prompt made no difference");
+    let bad = common::fails(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--task",
+        "3",
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+        "--rerank",
+        &pointwise,
+        "--rerank-answers",
+        "True",
+    ]);
+    assert!(bad.contains("give YES,NO"), "{bad}");
+}

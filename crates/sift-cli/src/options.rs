@@ -315,6 +315,14 @@ pub struct RerankFlags {
     /// <out>/rerank-cache.jsonl with sift eval --out].
     #[arg(long)]
     pub rerank_cache: Option<std::path::PathBuf>,
+    /// Pointwise: the prompt, a text file: `{query}`, `{candidate}` (the candidate's text),
+    /// `<query_images>` and `<candidate_image>` mark where each goes [default: Sift's].
+    #[arg(long)]
+    pub rerank_prompt: Option<std::path::PathBuf>,
+    /// Pointwise: the two answer words scored, relevant first [default: yes,no;
+    /// MonoQwen2-VL: True,False].
+    #[arg(long, value_name = "YES,NO")]
+    pub rerank_answers: Option<String>,
     /// Environment variable holding a listwise endpoint's bearer key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub rerank_api_key_env: String,
@@ -350,6 +358,21 @@ impl RerankFlags {
                 ..Default::default()
             },
             pointwise_max_chars: 2000,
+            pointwise_prompt: {
+                let mut p = sift_retrieve::rerank::PointwisePrompt::default();
+                if let Some(path) = &self.rerank_prompt {
+                    p.template = std::fs::read_to_string(path)
+                        .with_context(|| format!("reading --rerank-prompt {}", path.display()))?;
+                }
+                if let Some(a) = &self.rerank_answers {
+                    let (y, n) = a
+                        .split_once(',')
+                        .filter(|(y, n)| !y.trim().is_empty() && !n.trim().is_empty())
+                        .with_context(|| format!("--rerank-answers {a:?}: give YES,NO"))?;
+                    (p.yes, p.no) = (y.trim().to_string(), n.trim().to_string());
+                }
+                p
+            },
             cache: self
                 .rerank_cache
                 .clone()

@@ -352,6 +352,8 @@ pub struct RerankOptions {
     pub listwise: ListwiseSettings,
     /// Characters of each candidate's text in a pointwise prompt.
     pub pointwise_max_chars: usize,
+    /// The pointwise prompt and answer words.
+    pub pointwise_prompt: PointwisePrompt,
     /// Where listwise replies and pointwise scores are cached (JSONL).
     pub cache: Option<std::path::PathBuf>,
 }
@@ -386,7 +388,11 @@ pub fn open_reranker(spec: &str, o: &RerankOptions) -> Result<std::sync::Arc<dyn
     let pointwise = |m: &str| -> Result<Arc<dyn Reranker>> {
         let model =
             sift_generate::LocalQwen2Vl::load_with(m, &o.device, o.dtype).map_err(gen_err)?;
-        let mut r = PointwiseReranker::new(model, o.pointwise_max_chars)?;
+        let mut r = PointwiseReranker::with_prompt(
+            model,
+            o.pointwise_max_chars,
+            o.pointwise_prompt.clone(),
+        )?;
         if let Some(p) = &o.cache {
             r = r.with_cache(sift_generate::GenerationCache::open(p).map_err(gen_err)?);
         }
@@ -444,7 +450,7 @@ impl Counter {
 pub use listwise::{
     ListwiseReranker, ListwiseSettings, Permutation, listwise_prompt, parse_permutation,
 };
-pub use pointwise::PointwiseReranker;
+pub use pointwise::{CANDIDATE_IMAGE, PointwisePrompt, PointwiseReranker, QUERY_IMAGES};
 
 mod listwise;
 mod pointwise;

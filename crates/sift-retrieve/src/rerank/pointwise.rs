@@ -3,6 +3,11 @@
 //! images too) and the candidate (its text, its image), asking whether the candidate is
 //! relevant; the score is `log P(yes)` against `no` at the answer's first token,
 //! `logit(yes) - log(e^logit(yes) + e^logit(no))`.
+//!
+//! The prompt and the answer words can be the user's ([`PointwisePrompt`]): e.g.
+//! MonoQwen2-VL's (its adapter merged into Qwen2-VL-2B-Instruct) is the candidate image, then
+//! `Assert the relevance of the previous image document to the following query, answer True
+//! or False. The query is: {query}`, with answers `True` / `False`.
 use sift_generate::{
     CacheKey, CachedGeneration, Generation, GenerationCache, Generator, LocalQwen2Vl, Message,
     Part, Request, Sampling,
@@ -22,6 +27,103 @@ pub const POINTWISE_QUESTION: &str =
 /// The prompt's name and version, as the cache keys scores.
 pub const POINTWISE_TEMPLATE: (&str, u32) = ("pointwise-yes-no", 1);
 
+/// Where the query's images go in a [`PointwisePrompt`] template.
+pub const QUERY_IMAGES: &str = "<query_images>";
+/// Where the candidate's image goes.
+pub const CANDIDATE_IMAGE: &str = "<candidate_image>";
+
+/// A pointwise prompt: one user turn made from `template`, in which `{query}` is the query's
+/// text, `{candidate}` the candidate's text (cut to the reranker's length; empty for an
+/// image), and [`QUERY_IMAGES`] / [`CANDIDATE_IMAGE`] mark where the images go; scored by
+/// the first tokens of the two answer words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PointwisePrompt {
+    /// The template.
+    pub template: String,
+    /// The relevant answer (`yes`).
+    pub yes: String,
+    /// The other answer (`no`).
+    pub no: String,
+}
+
+impl Default for PointwisePrompt {
+    /// Sift's: the instruction, the query and its images, the candidate's text and image,
+    /// the question; answers `yes` / `no`.
+    fn default() -> Self {
+        PointwisePrompt {
+            template: format!(
+                "{POINTWISE_INTRO}{{query}}{QUERY_IMAGES}{POINTWISE_CANDIDATE}{{candidate}}{CANDIDATE_IMAGE}{POINTWISE_QUESTION}"
+            ),
+            yes: "yes".into(),
+            no: "no".into(),
+        }
+    }
+}
+
+/// `t` with `{query}` and `{candidate}` replaced in one pass (a query holding the text
+/// `{candidate}` stays as it is).
+fn fill(t: &str, query: &str, candidate: &str) -> String {
+    let mut out = String::with_capacity(t.len() + query.len() + candidate.len());
+    let mut rest = t;
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if let Some(r) = tail.strip_prefix("{query}") {
+            out.push_str(query);
+            rest = r;
+        } else if let Some(r) = tail.strip_prefix("{candidate}") {
+            out.push_str(candidate);
+            rest = r;
+        } else {
+            out.push('{');
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One piece of a filled template.
+enum Piece {
+    Text(String),
+    QueryImages,
+    CandidateImage,
+}
+
+impl PointwisePrompt {
+    /// The template cut at its image markers, `{query}` and `{candidate}` filled.
+    fn pieces(&self, query: &str, candidate: &str) -> Vec<Piece> {
+        let mut out = Vec::new();
+        let mut rest = self.template.as_str();
+        loop {
+            let next = [(QUERY_IMAGES, true), (CANDIDATE_IMAGE, false)]
+                .into_iter()
+                .filter_map(|(m, q)| rest.find(m).map(|i| (i, m, q)))
+                .min_by_key(|x| x.0);
+            let text = |t: &str| fill(t, query, candidate);
+            match next {
+                Some((i, m, query_images)) => {
+                    if i > 0 {
+                        out.push(Piece::Text(text(&rest[..i])));
+                    }
+                    out.push(if query_images {
+                        Piece::QueryImages
+                    } else {
+                        Piece::CandidateImage
+                    });
+                    rest = &rest[i + m.len()..];
+                }
+                None => {
+                    if !rest.is_empty() {
+                        out.push(Piece::Text(text(rest)));
+                    }
+                    return out;
+                }
+            }
+        }
+    }
+}
+
 /// A pointwise yes/no reranker over a local generator.
 pub struct PointwiseReranker {
     name: String,
@@ -29,13 +131,24 @@ pub struct PointwiseReranker {
     yes: u32,
     no: u32,
     max_chars: usize,
+    prompt: PointwisePrompt,
     cache: Option<GenerationCache>,
 }
 
 impl PointwiseReranker {
-    /// Wraps `model`; candidates' texts are cut to `max_chars` characters. The answer
-    /// tokens are the first tokens of `yes` and `no`, which must differ.
+    /// Wraps `model` with Sift's prompt; candidates' texts are cut to `max_chars`
+    /// characters.
     pub fn new(model: LocalQwen2Vl, max_chars: usize) -> Result<Self> {
+        Self::with_prompt(model, max_chars, PointwisePrompt::default())
+    }
+
+    /// Wraps `model` with `prompt`. The answer tokens are the first tokens of its two
+    /// answers, which must differ.
+    pub fn with_prompt(
+        model: LocalQwen2Vl,
+        max_chars: usize,
+        prompt: PointwisePrompt,
+    ) -> Result<Self> {
         let first = |w: &str| -> Result<u32> {
             let ids = model
                 .tokenize(w)
@@ -44,11 +157,12 @@ impl PointwiseReranker {
                 .copied()
                 .ok_or_else(|| Error::Unsupported(format!("rerank: {w:?} has no tokens")))
         };
-        let (yes, no) = (first("yes")?, first("no")?);
+        let (yes, no) = (first(&prompt.yes)?, first(&prompt.no)?);
         if yes == no {
-            return Err(Error::Unsupported(
-                "rerank: \"yes\" and \"no\" start with the same token".into(),
-            ));
+            return Err(Error::Unsupported(format!(
+                "rerank: {:?} and {:?} start with the same token",
+                prompt.yes, prompt.no
+            )));
         }
         Ok(PointwiseReranker {
             name: format!("pointwise:{}", super::short_name(model.model_id())),
@@ -56,6 +170,7 @@ impl PointwiseReranker {
             yes,
             no,
             max_chars,
+            prompt,
             cache: None,
         })
     }
@@ -72,24 +187,29 @@ impl PointwiseReranker {
         &self.model
     }
 
-    /// The answer tokens: the first tokens of `yes` and `no`.
+    /// The answer tokens: the first tokens of the prompt's two answers.
     pub fn answer_tokens(&self) -> (u32, u32) {
         (self.yes, self.no)
     }
 
     /// The chat asking about one candidate.
     pub fn messages(&self, query: &RerankQuery<'_>, doc: &RerankDoc<'_>) -> Vec<Message> {
-        let mut parts = vec![Part::text(format!("{POINTWISE_INTRO}{}", query.text))];
-        parts.extend(query.images.iter().map(|b| Part::image(b.to_vec())));
-        parts.push(Part::text(POINTWISE_CANDIDATE));
-        if let Some(t) = doc.text {
-            let cut: String = t.chars().take(self.max_chars).collect();
-            parts.push(Part::text(cut));
+        let candidate: String = doc
+            .text
+            .unwrap_or("")
+            .chars()
+            .take(self.max_chars)
+            .collect();
+        let mut parts = Vec::new();
+        for piece in self.prompt.pieces(query.text, &candidate) {
+            match piece {
+                Piece::Text(t) => parts.push(Part::text(t)),
+                Piece::QueryImages => {
+                    parts.extend(query.images.iter().map(|b| Part::image(b.to_vec())))
+                }
+                Piece::CandidateImage => parts.extend(doc.image.map(|b| Part::image(b.to_vec()))),
+            }
         }
-        if let Some(i) = doc.image {
-            parts.push(Part::image(i.to_vec()));
-        }
-        parts.push(Part::text(POINTWISE_QUESTION));
         vec![Message::user(parts)]
     }
 
@@ -180,5 +300,40 @@ impl Reranker for PointwiseReranker {
 
     fn scores(&self, query: &RerankQuery<'_>, docs: &[RerankDoc<'_>]) -> Result<Vec<f64>> {
         docs.iter().map(|d| self.score(query, d)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_fill_once_and_cut_at_the_image_markers() {
+        assert_eq!(
+            fill("a {query} b {candidate} {x}", "{candidate}", "C"),
+            "a {candidate} b C {x}"
+        );
+        let mono = PointwisePrompt {
+            template: format!(
+                "{CANDIDATE_IMAGE}Assert the relevance of the previous image document to the \
+                 following query, answer True or False. The query is: {{query}}"
+            ),
+            yes: "True".into(),
+            no: "False".into(),
+        };
+        let pieces = mono.pieces("q?", "");
+        assert!(matches!(pieces[0], Piece::CandidateImage));
+        assert!(matches!(&pieces[1], Piece::Text(t) if t.ends_with("The query is: q?")));
+        assert_eq!(pieces.len(), 2);
+        let sift = PointwisePrompt::default().pieces("Q", "P");
+        let kinds: Vec<&str> = sift
+            .iter()
+            .map(|p| match p {
+                Piece::Text(_) => "t",
+                Piece::QueryImages => "q",
+                Piece::CandidateImage => "c",
+            })
+            .collect();
+        assert_eq!(kinds, ["t", "q", "t", "c", "t"]);
     }
 }
