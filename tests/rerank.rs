@@ -215,7 +215,7 @@ fn sift_search_reranks_its_hits_with_the_corpus_texts() {
 fn a_pointwise_prompt_and_answer_words_of_the_users_rerank_corpus_images() {
     // MonoQwen2-VL's prompt: the candidate image, then the question; True / False
     let tmp = tempfile::tempdir().unwrap();
-    let (index, out) = (tmp.path().join("index"), tmp.path().join("eval"));
+    let index = tmp.path().join("index");
     let corpus = sample();
     let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
     let vlm = tmp.path().join("tiny-qwen2-vl");
