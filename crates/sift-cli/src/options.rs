@@ -283,13 +283,14 @@ impl GenerationFlags {
 /// Reranking flags (`sift eval`, `sift search`, `sift serve`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct RerankFlags {
-    /// Rerank each first-stage run, reported as its own row (`bm25 -> rerank:NAME`): a
-    /// cross-encoder (a BERT / XLM-RoBERTa sequence classifier such as
+    /// A reranker (`sift eval`: each first-stage run reranked, reported as its own row
+    /// `bm25 -> rerank:NAME`, repeat for several; `sift search`: the hits; `sift serve`:
+    /// every search; one each there): a cross-encoder (a BERT / XLM-RoBERTa sequence classifier such as
     /// cross-encoder/ms-marco-MiniLM-L-6-v2 or BAAI/bge-reranker-v2-m3: query text and
     /// passage text; Tasks 1, 2, 4), `pointwise:MODEL` (a local Qwen2-VL / Qwen2.5-VL asked
     /// yes or no per candidate, query images and candidate image in the prompt: every task)
     /// or `listwise:GENERATOR` (BRIGHT's listwise prompt to an OpenAI-compatible endpoint,
-    /// with --rerank-model, or a local checkpoint; scores k - rank). Repeat for several.
+    /// with --rerank-model, or a local checkpoint; scores k - rank).
     #[arg(long, value_name = "MODEL")]
     pub rerank: Vec<String>,
     /// Candidates per query each reranker rescores (the rest stay below, in order).
