@@ -37,7 +37,7 @@ pub use metrics::{
 pub use report::{DomainResult, Report};
 pub use tasks::{
     CandidateKind, NO_IMAGE, PAIR_SEP, Pairs, Protocol, Task, TaskData, check_exclusions,
-    check_qrels_ids, orphan_positive_images, pair_id, task1, task2, task3, task4,
+    check_qrels_ids, orphan_positive_images, pair_id, split_pair_id, task1, task2, task3, task4,
 };
 pub use trec::{
     RunWriter, read_exclusions, read_qrels, read_run, write_exclusions, write_qrels, write_run,

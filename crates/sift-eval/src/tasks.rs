@@ -43,6 +43,20 @@ pub enum CandidateKind {
 }
 
 impl Task {
+    /// What a document id of this task's runs names: (passage id, corpus image path): a
+    /// passage (Tasks 1-2), an image (Task 3), or a pair's halves (Task 4,
+    /// [`split_pair_id`]).
+    pub fn doc_parts(self, doc: &str) -> (Option<&str>, Option<&str>) {
+        match self {
+            Task::Passages | Task::MultimodalPassages => (Some(doc), None),
+            Task::Images => (None, Some(doc)),
+            Task::Pairs => {
+                let (p, i) = split_pair_id(doc);
+                (Some(p), i)
+            }
+        }
+    }
+
     /// Every task, in order.
     pub const ALL: [Task; 4] = [
         Task::Passages,
@@ -321,6 +335,16 @@ pub fn pair_id(pid: &str, image: Option<&str>) -> String {
     format!("{pid}{PAIR_SEP}{}", image.unwrap_or(NO_IMAGE))
 }
 
+/// The halves of a Task 4 pair id, [`pair_id`]'s inverse: the passage id and the image
+/// (`None` for [`NO_IMAGE`]); an id without [`PAIR_SEP`] is a passage id alone.
+pub fn split_pair_id(id: &str) -> (&str, Option<&str>) {
+    match id.split_once(PAIR_SEP) {
+        Some((p, i)) if i == NO_IMAGE => (p, None),
+        Some((p, i)) => (p, Some(i)),
+        None => (id, None),
+    }
+}
+
 /// How Task 4 is judged (protocol, "Qrels per task").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
@@ -472,4 +496,25 @@ pub fn task4(
         data.queries.push(ex);
     }
     Ok(data)
+}
+
+#[cfg(test)]
+mod pair_id_tests {
+    use super::*;
+
+    #[test]
+    fn pair_ids_split_back_into_their_halves_and_each_task_names_its_parts() {
+        for (p, i) in [
+            ("bio/a_1.txt", Some("bio/img/x.png")),
+            ("bio/a_1.txt", None),
+        ] {
+            assert_eq!(split_pair_id(&pair_id(p, i)), (p, i));
+        }
+        assert_eq!(split_pair_id("bio/a_1.txt"), ("bio/a_1.txt", None));
+        let pair = pair_id("p", Some("i"));
+        assert_eq!(Task::Pairs.doc_parts(&pair), (Some("p"), Some("i")));
+        assert_eq!(Task::Images.doc_parts("i"), (None, Some("i")));
+        assert_eq!(Task::Passages.doc_parts("p"), (Some("p"), None));
+        assert_eq!(Task::MultimodalPassages.doc_parts("p"), (Some("p"), None));
+    }
 }

@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sift_core::{Corpus, Example};
-use sift_eval::{PAIR_SEP, Run, RunEntry, Task};
+use sift_eval::{Run, RunEntry, Task};
 
 use crate::{Error, Result};
 
@@ -111,15 +111,13 @@ impl RerankContent {
         let mut images: HashSet<&str> = HashSet::new();
         for entries in run.values() {
             for e in ranked(entries).into_iter().take(depth) {
-                let (p, i) = split_doc(&e.doc);
-                if task != Task::Images
-                    && let Some(p) = p
+                let (p, i) = task.doc_parts(&e.doc);
+                if let Some(p) = p
                     && !self.passages.contains_key(p)
                 {
                     passages.insert(p);
                 }
                 if with_images
-                    && matches!(task, Task::Images | Task::Pairs)
                     && let Some(i) = i
                     && !self.images.contains_key(i)
                 {
@@ -159,17 +157,6 @@ impl RerankContent {
             }
         }
         Ok(())
-    }
-}
-
-/// A run's document id as (passage id, corpus image path): a passage (Tasks 1-2), an image
-/// (Task 3: a path with no passage), or a Task 4 pair (`pid|||image` or
-/// `pid|||__NO_IMAGE__`).
-fn split_doc(doc: &str) -> (Option<&str>, Option<&str>) {
-    match doc.split_once(PAIR_SEP) {
-        Some((p, i)) if i == sift_eval::NO_IMAGE => (Some(p), None),
-        Some((p, i)) => (Some(p), Some(i)),
-        None => (Some(doc), Some(doc)),
     }
 }
 
@@ -237,22 +224,18 @@ pub fn rerank_entries(
     let top = &ranked[..stage.depth.min(ranked.len())];
     let mut docs = Vec::with_capacity(top.len());
     for e in top {
-        let (p, i) = split_doc(&e.doc);
-        let text = match (task, p) {
-            (Task::Images, _) | (_, None) => None,
-            (_, Some(p)) => Some(content.passages.get(p).map(String::as_str).ok_or_else(|| {
+        let (p, i) = task.doc_parts(&e.doc);
+        let text = match p {
+            None => None,
+            Some(p) => Some(content.passages.get(p).map(String::as_str).ok_or_else(|| {
                 Error::Unsupported(format!("rerank: passage {p:?} is not in the corpus"))
             })?),
         };
-        let image = match (task, i, sees) {
-            (Task::Passages | Task::MultimodalPassages, _, _) | (_, None, _) | (_, _, false) => {
-                None
-            }
-            (_, Some(i), true) => {
-                Some(content.images.get(i).map(Vec::as_slice).ok_or_else(|| {
-                    Error::Unsupported(format!("rerank: corpus image {i:?} was not found"))
-                })?)
-            }
+        let image = match (i, sees) {
+            (None, _) | (_, false) => None,
+            (Some(i), true) => Some(content.images.get(i).map(Vec::as_slice).ok_or_else(|| {
+                Error::Unsupported(format!("rerank: corpus image {i:?} was not found"))
+            })?),
         };
         docs.push(RerankDoc {
             id: &e.doc,

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use sift_core::Warnings;
-use sift_eval::{CandidateKind, NO_IMAGE, PAIR_SEP};
+use sift_eval::CandidateKind;
 use sift_index::IndexDir;
 use sift_retrieve::{
     Candidates, DomainSearcher, ModelSet, PairCandidates, PairLinking, Query, QueryImages,
@@ -340,13 +340,7 @@ fn print_hits(
     retriever: &RetrieverSpec,
     hits: &[sift_eval::RunEntry],
 ) -> Result<()> {
-    let split = |id: &str| -> (String, Option<String>) {
-        match id.split_once(PAIR_SEP) {
-            Some((p, i)) if i == NO_IMAGE => (p.to_string(), None),
-            Some((p, i)) => (p.to_string(), Some(i.to_string())),
-            None => (id.to_string(), None),
-        }
-    };
+    let split = sift_eval::split_pair_id;
     if a.json {
         let hits: Vec<_> = hits
             .iter()
@@ -385,7 +379,7 @@ fn print_hits(
                         "{:>4}  {:>9.4}  {p}  {}",
                         i + 1,
                         h.score,
-                        img.as_deref().unwrap_or("(no image)")
+                        img.unwrap_or("(no image)")
                     );
                 }
                 _ => println!("{:>4}  {:>9.4}  {}", i + 1, h.score, h.doc),

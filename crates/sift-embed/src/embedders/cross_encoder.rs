@@ -263,7 +263,13 @@ impl CrossEncoder {
         let cut = 64 * self.max_length;
         let inputs: Vec<tokenizers::EncodeInput> = pairs
             .iter()
-            .map(|&(q, p)| (q.to_string(), cut_at_whitespace(p, cut).to_string()).into())
+            .map(|&(q, p)| {
+                (
+                    q.to_string(),
+                    super::truncate::cut(p, cut).unwrap_or(p).to_string(),
+                )
+                    .into()
+            })
             .collect();
         let enc = self
             .tokenizer
@@ -326,23 +332,5 @@ fn activation_of(config: &Value) -> std::result::Result<ScoreActivation, String>
         None => Ok(ScoreActivation::Sigmoid),
         Some(path) => ScoreActivation::parse(path)
             .ok_or_else(|| format!("activation {path:?} (Identity, Sigmoid and Tanh are known)")),
-    }
-}
-
-/// `text` cut at the first whitespace at or after byte `at`, or whole.
-fn cut_at_whitespace(text: &str, at: usize) -> &str {
-    if at >= text.len() {
-        return text;
-    }
-    let mut start = at;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    match text[start..]
-        .char_indices()
-        .find(|(_, c)| c.is_whitespace())
-    {
-        Some((i, _)) => &text[..start + i],
-        None => text,
     }
 }

@@ -20,7 +20,7 @@ const CHARS_PER_TOKEN: usize = 8;
 
 /// `text` cut at the first whitespace at or after byte `at` (the whitespace excluded), or
 /// `None` when there is none (cutting inside a word could change its tokens).
-fn cut(text: &str, at: usize) -> Option<&str> {
+pub(crate) fn cut(text: &str, at: usize) -> Option<&str> {
     if at >= text.len() {
         return None;
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use sift_core::Warnings;
 use sift_embed::EmbedderOptions;
-use sift_eval::{Links, NO_IMAGE, PAIR_SEP, RunEntry, Task};
+use sift_eval::{Links, RunEntry, Task};
 use sift_index::{IndexDir, Scratch};
 use sift_retrieve::{
     Candidates, DomainPart, DomainSearcher, Instructions, ModelSet, PairCandidates, PairTable,
@@ -588,15 +588,7 @@ impl Service {
                     "the reranker needs the corpus (start the service with --corpus)",
                 )
             })?;
-            let (passage, image) = match task {
-                Task::Images => (None, Some(h.doc.as_str())),
-                Task::Pairs => match h.doc.split_once(PAIR_SEP) {
-                    Some((p, i)) if i == NO_IMAGE => (Some(p), None),
-                    Some((p, i)) => (Some(p), Some(i)),
-                    None => (Some(h.doc.as_str()), None),
-                },
-                _ => (Some(h.doc.as_str()), None),
-            };
+            let (passage, image) = task.doc_parts(&h.doc);
             texts.push(match passage {
                 Some(p) => {
                     let ord = domain.searchers[0].passage_ord(p).ok_or_else(|| {
@@ -660,11 +652,10 @@ impl Service {
         let (passage, image) = match candidates {
             CandidateKind::Passages => (Some(h.doc.clone()), None),
             CandidateKind::Images => (None, Some(h.doc.clone())),
-            CandidateKind::Pairs => match h.doc.split_once(PAIR_SEP) {
-                Some((p, i)) if i == NO_IMAGE => (Some(p.to_string()), None),
-                Some((p, i)) => (Some(p.to_string()), Some(i.to_string())),
-                None => (Some(h.doc.clone()), None),
-            },
+            CandidateKind::Pairs => {
+                let (p, i) = sift_eval::split_pair_id(&h.doc);
+                (Some(p.to_string()), i.map(str::to_string))
+            }
         };
         let corpus = domain.corpus.as_ref();
         // an image's text: its page's first passage
