@@ -9,25 +9,32 @@ mod common;
 use common::{ok, ranked_run as read_run, repo, s, sample};
 use serde_json::Value;
 
-#[test]
-fn every_task_reranks_with_a_cross_encoder_and_a_pointwise_vlm() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (index, out) = (tmp.path().join("index"), tmp.path().join("eval"));
-    let corpus = sample();
+/// In `dir`: the sample corpus indexed with BM25 and the tiny CLIP (`index`), and the tiny
+/// Qwen2-VL-Instruct checkpoint (`tiny-qwen2-vl`).
+fn clip_index_and_vlm(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (index, vlm) = (dir.join("index"), dir.join("tiny-qwen2-vl"));
     let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
-    let ce = repo().join("models/fixtures/cross_encoder/tiny-bert-ce");
-    let vlm = tmp.path().join("tiny-qwen2-vl");
     common::tiny_qwen2_vl_instruct(&vlm);
     ok(&[
         "index",
         "--corpus",
-        s(&corpus),
+        s(&sample()),
         "--index",
         s(&index),
         "--dense",
         s(&clip),
         "-q",
     ]);
+    (index, vlm)
+}
+
+#[test]
+fn every_task_reranks_with_a_cross_encoder_and_a_pointwise_vlm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eval");
+    let corpus = sample();
+    let ce = repo().join("models/fixtures/cross_encoder/tiny-bert-ce");
+    let (index, vlm) = clip_index_and_vlm(tmp.path());
     let pointwise = format!("pointwise:{}", s(&vlm));
     let report: Value = serde_json::from_str(&ok(&[
         "eval",
@@ -215,21 +222,8 @@ fn sift_search_reranks_its_hits_with_the_corpus_texts() {
 fn a_pointwise_prompt_and_answer_words_of_the_users_rerank_corpus_images() {
     // MonoQwen2-VL's prompt: the candidate image, then the question; True / False
     let tmp = tempfile::tempdir().unwrap();
-    let index = tmp.path().join("index");
     let corpus = sample();
-    let clip = repo().join("models/fixtures/vision/tiny-clip-quickgelu");
-    let vlm = tmp.path().join("tiny-qwen2-vl");
-    common::tiny_qwen2_vl_instruct(&vlm);
-    ok(&[
-        "index",
-        "--corpus",
-        s(&corpus),
-        "--index",
-        s(&index),
-        "--dense",
-        s(&clip),
-        "-q",
-    ]);
+    let (index, vlm) = clip_index_and_vlm(tmp.path());
     let prompt = tmp.path().join("mono.txt");
     std::fs::write(
         &prompt,
