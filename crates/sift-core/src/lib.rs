@@ -43,6 +43,7 @@ mod kb;
 mod mmbright;
 mod paths;
 mod types;
+pub mod vectors;
 mod warnings;
 
 pub use corpus::{Corpus, ImageRecord, Images, Layout, Passages};

@@ -9,6 +9,7 @@ use crate::cache::EmbedCache;
 use crate::dense::{self, HnswParams, VectorDtype};
 use crate::manifest::{DenseInfo, ImageIndexInfo};
 use crate::paths;
+use crate::precomputed::Precomputed;
 use crate::progress::Progress;
 use crate::source::PassageSource;
 use crate::{Error, Result};
@@ -129,6 +130,7 @@ pub struct DenseBuild<'a> {
     pub hnsw: HnswParams,
     passages: &'a dyn DynPassageEmbedder,
     images: Option<&'a dyn DynImageEmbedder>,
+    vectors: Option<&'a Precomputed>,
 }
 
 impl<'a> DenseBuild<'a> {
@@ -145,7 +147,16 @@ impl<'a> DenseBuild<'a> {
             hnsw: HnswParams::default(),
             passages: embedder,
             images: None,
+            vectors: None,
         }
+    }
+
+    /// Indexes the passage vectors of `vectors` (made elsewhere by the same model) instead
+    /// of embedding the passages: every passage of a built domain must have one, and no
+    /// other id may; the index records the vectors' fingerprint.
+    pub fn precomputed(mut self, vectors: &'a Precomputed) -> DenseBuild<'a> {
+        self.vectors = Some(vectors);
+        self
     }
 
     /// Also embeds the domains' images with `images` (the image side of the same model).
@@ -169,7 +180,10 @@ impl<'a> DenseBuild<'a> {
     /// The passage embedder's cache key (a build keeps the domains it does not rebuild
     /// only when this has not changed).
     pub fn fingerprint(&self) -> String {
-        self.passages.fingerprint()
+        match self.vectors {
+            Some(v) => v.manifest().fingerprint.clone(),
+            None => self.passages.fingerprint(),
+        }
     }
 
     /// Whether this build has an image side.
@@ -219,6 +233,9 @@ pub(crate) fn build_dense(target: Target<'_>, build: &DenseBuild<'_>) -> Result<
 /// Embeds every passage of the target's domains (through the cache) and writes vectors, ids
 /// and graphs into its generation.
 fn build_passages(t: Target<'_>, build: &DenseBuild<'_>) -> Result<DenseInfo> {
+    if let Some(vectors) = build.vectors {
+        return index_precomputed(t, build, vectors);
+    }
     let embedder = build.passages;
     let dim = embedder.dim();
     let fingerprint = embedder.fingerprint();
@@ -307,7 +324,78 @@ fn build_passages(t: Target<'_>, build: &DenseBuild<'_>) -> Result<DenseInfo> {
         hnsw: build.hnsw,
         embedded,
         cached,
+        precomputed: 0,
         cache_rejected: cache.rejected(),
+        images: None,
+    })
+}
+
+/// Writes vectors, ids and graphs of the target's domains from precomputed passage vectors.
+fn index_precomputed(
+    t: Target<'_>,
+    build: &DenseBuild<'_>,
+    vectors: &Precomputed,
+) -> Result<DenseInfo> {
+    let embedder = build.passages;
+    let (hash, profile) = (embedder.model_hash(), embedder.profile());
+    vectors.check(embedder.name(), embedder.dim(), &hash, profile.as_deref())?;
+    let dim = embedder.dim();
+    let mut total = 0u64;
+    for (domain, count) in t.domains {
+        t.progress.start(
+            &format!("{domain} {} (precomputed)", build.slug),
+            Some(*count),
+        );
+        let table = vectors.passages(domain)?;
+        let mut data: Vec<f32> = Vec::with_capacity(*count as usize * dim);
+        let mut ids: Vec<String> = Vec::with_capacity(*count as usize);
+        for p in t.source.passages(domain)? {
+            let p = p?;
+            let v = table.get(&p.id).ok_or_else(|| Error::Vectors {
+                path: vectors.passages_dir(domain),
+                message: format!("no vector for passage {:?} of domain {domain}", p.id),
+            })?;
+            data.extend_from_slice(v);
+            ids.push(p.id);
+            if ids.len().is_multiple_of(4096) {
+                t.progress.inc(4096);
+            }
+        }
+        t.progress.finish();
+        if ids.len() != table.len() {
+            let known: HashSet<&str> = ids.iter().map(String::as_str).collect();
+            let stray = table
+                .ids()
+                .iter()
+                .find(|id| !known.contains(id.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            return Err(Error::Vectors {
+                path: vectors.passages_dir(domain),
+                message: format!(
+                    "{} vectors for the {} passages of domain {domain}: ids not in the corpus, such as {stray:?} (vectors of another corpus or version?)",
+                    table.len(),
+                    ids.len()
+                ),
+            });
+        }
+        total += ids.len() as u64;
+        let dir = paths::dense(t.gen_dir, &build.slug, domain);
+        t.write_graph(&dir, &format!("{domain} hnsw"), (dim, &data, &ids), build)?;
+    }
+    Ok(DenseInfo {
+        model: embedder.name().to_string(),
+        spec: build.spec.clone(),
+        model_hash: hash,
+        profile,
+        fingerprint: vectors.manifest().fingerprint.clone(),
+        dim,
+        dtype: build.dtype,
+        hnsw: build.hnsw,
+        embedded: 0,
+        cached: 0,
+        precomputed: total,
+        cache_rejected: 0,
         images: None,
     })
 }

@@ -39,6 +39,14 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// Precomputed vectors (`sift index --vectors`) cannot be used.
+    #[error("{path}: {message}")]
+    Vectors {
+        /// The vectors directory or file at fault.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// The index was built with settings other than those asked for.
     #[error(
         "{path}: index was built with {what} = {built}, but {requested} was requested; rebuild it with `sift index` or drop the option"

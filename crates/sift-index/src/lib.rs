@@ -45,6 +45,7 @@ mod hnsw;
 pub mod lucene;
 mod manifest;
 mod paths;
+mod precomputed;
 mod progress;
 mod readonly;
 mod source;
@@ -60,5 +61,6 @@ pub use embedding::{BoxError, DenseBuild, EmbedderInfo, ImageEmbedder, PassageEm
 pub use error::{Error, Result};
 pub use hnsw::Hnsw;
 pub use manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, ImageIndexInfo, Manifest};
+pub use precomputed::{Precomputed, VECTORS_MANIFEST, VectorsDomain, VectorsManifest};
 pub use progress::{NoProgress, Progress};
 pub use source::{ImageStream, MemorySource, PassageSource, PassageStream};

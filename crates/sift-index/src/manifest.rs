@@ -71,6 +71,9 @@ pub struct DenseInfo {
     pub embedded: u64,
     /// Passages taken from the embedding cache.
     pub cached: u64,
+    /// Passage vectors indexed as made elsewhere (`sift index --vectors`), not embedded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub precomputed: u64,
     /// Embedding-cache records found damaged (checksum mismatch, non-finite values) and
     /// embedded again.
     #[serde(default, skip_serializing_if = "is_zero")]

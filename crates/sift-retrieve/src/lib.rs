@@ -60,7 +60,9 @@ pub use evaluate::{
     evaluate, evaluate_quietly, run_file_name,
 };
 pub use merge::{DomainPart, search_domains};
-pub use models::{Indexed, ModelSet, Side, Sides, safe_name, slug};
+pub use models::{
+    Indexed, ModelSet, Side, Sides, match_precomputed, recorded_spec, safe_name, slug,
+};
 pub use pairs::{
     PairVectors, embeds_pairs, loadable_images, passage_texts, reference_pair_vectors,
 };

@@ -276,3 +276,48 @@ impl ModelSet {
         }
     }
 }
+
+/// For each model of a build, the directory of precomputed vectors made by it (the same
+/// model files: [`sift_index::Precomputed`]), if any. A directory that no model made, or two
+/// for one model, is an error; with one model and one directory they are paired, and the
+/// build's check says what differs.
+pub fn match_precomputed<'a>(
+    vectors: &'a [sift_index::Precomputed],
+    models: &[Embedder],
+) -> Result<Vec<Option<&'a sift_index::Precomputed>>> {
+    let mut given: Vec<Option<&sift_index::Precomputed>> = vec![None; models.len()];
+    for v in vectors {
+        let m = v.manifest();
+        let found = models
+            .iter()
+            .position(|e| e.content_hash() == m.model_hash)
+            .or_else(|| (models.len() == 1 && vectors.len() == 1).then_some(0));
+        let Some(i) = found else {
+            return Err(Error::Unsupported(format!(
+                "{}: the vectors were made by {} (model files {}), which no dense model of the build is",
+                v.dir().display(),
+                m.model,
+                m.model_hash
+            )));
+        };
+        if let Some(other) = given[i] {
+            return Err(Error::Unsupported(format!(
+                "{} and {} both hold vectors of {}: give one",
+                other.dir().display(),
+                v.dir().display(),
+                models[i].name()
+            )));
+        }
+        given[i] = Some(v);
+    }
+    Ok(given)
+}
+
+/// How an index records where to load a model again: a directory as its absolute path
+/// (the index may be searched from elsewhere), a hub id as given.
+pub fn recorded_spec(spec: &str) -> String {
+    std::path::Path::new(spec)
+        .canonicalize()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| spec.to_string())
+}

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use sift_index::{AnalyzerConfig, BuildOptions, HnswParams, IndexDir, VectorDtype};
 use sift_retrieve::{Sides, slug};
 
@@ -41,6 +41,13 @@ pub struct Args {
     /// images (`document_images`) with its image tower.
     #[arg(long = "dense", value_name = "MODEL")]
     dense: Vec<String>,
+    /// Index the passage vectors in DIR (written by a cluster job, `sift_ir.ray.embed_corpus`:
+    /// DIR/sift-vectors.json and DIR/<domain>/passages/*.parquet of id, vector) instead of
+    /// embedding the passages: they stand for the --dense model with the same model files
+    /// (repeat for several models). Queries are still embedded by the --dense model, which
+    /// is loaded and checked against the vectors (files, dimension, profile).
+    #[arg(long, value_name = "DIR", requires = "dense")]
+    vectors: Vec<PathBuf>,
     /// Do not index corpus images with vision-language models.
     #[arg(long)]
     no_images: bool,
@@ -101,21 +108,30 @@ pub fn run(a: Args) -> Result<()> {
         m: a.hnsw_m,
         ef_construction: a.ef_construction,
     };
+    let vectors = a
+        .vectors
+        .iter()
+        .map(|d| {
+            sift_index::Precomputed::open(d)
+                .with_context(|| format!("reading the vectors in {}", d.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let given = sift_retrieve::match_precomputed(&vectors, &models)?;
     let dense: Vec<_> = a
         .dense
         .iter()
         .zip(&models)
         .zip(&sides)
-        .map(|((spec, model), sides)| {
-            // a directory is recorded as its absolute path, so the index can load it again
-            let spec = std::path::Path::new(spec)
-                .canonicalize()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| spec.clone());
-            sides
-                .dense_build(slug(model), spec)
+        .zip(&given)
+        .map(|(((spec, model), sides), given)| {
+            let build = sides
+                .dense_build(slug(model), sift_retrieve::recorded_spec(spec))
                 .dtype(a.vector_dtype)
-                .hnsw(hnsw)
+                .hnsw(hnsw);
+            match given {
+                Some(v) => build.precomputed(v),
+                None => build,
+            }
         })
         .collect();
     let index = match IndexDir::build(&a.index, &corpus, &domains, &options, &dense, &bars) {
@@ -166,10 +182,17 @@ pub fn run(a: Args) -> Result<()> {
             );
         }
         for (slug, d) in &m.dense {
-            println!(
-                "  dense:{slug:<14} {} ({} dims): {} passages embedded, {} from the cache",
-                d.model, d.dim, d.embedded, d.cached
-            );
+            if d.precomputed > 0 {
+                println!(
+                    "  dense:{slug:<14} {} ({} dims): {} precomputed passage vectors indexed",
+                    d.model, d.dim, d.precomputed
+                );
+            } else {
+                println!(
+                    "  dense:{slug:<14} {} ({} dims): {} passages embedded, {} from the cache",
+                    d.model, d.dim, d.embedded, d.cached
+                );
+            }
             if let Some(i) = &d.images {
                 let total: u64 = i.images.values().sum();
                 let bad: u64 = i.undecodable.values().sum();
