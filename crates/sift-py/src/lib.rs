@@ -1,6 +1,6 @@
 //! `sift_ir._sift`: the extension module under the `sift_ir` Python package (python/sift_ir):
-//! indexes ([`index::Index`]), evaluation ([`evaluate::evaluate`]) and embedders
-//! ([`embedder::Embedder`]). Heavy calls release the GIL; errors are `sift_ir.SiftError`
+//! indexes (`Index`, index.rs), evaluation (`evaluate`, evaluate.rs) and embedders
+//! (`Embedder`, embedder.rs). Heavy calls release the GIL; errors are `sift_ir.SiftError`
 //! carrying Sift's messages.
 use pyo3::prelude::*;
 
