@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import threading
 from pathlib import Path
 
@@ -232,3 +233,55 @@ def test_pil_image_roundtrip_keeps_pixels():
     img.save(buf, "PNG")
     clip = sift_ir.Embedder(CLIP)
     np.testing.assert_array_equal(_bits(clip.embed_images([img])), _bits(clip.embed_images([buf.getvalue()])))
+
+
+def _write_vectors(out: Path, model: sift_ir.Embedder, sample: Path, drop=None, extra=None):
+    """Vectors of the sample's passages as pyarrow writes them (list<float>, not the
+    fixed-size lists Ray writes), with the manifest `sift index --vectors` reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    domains = {}
+    for domain in ["biology", "gis", "physics"]:
+        docs = [d for d in _documents(sample, domain) if d["id"] != drop]
+        ids = [d["id"] for d in docs] + ([extra] if extra else [])
+        texts = [d["content"] for d in docs] + (["stray"] if extra else [])
+        vectors = model.embed_texts(texts)
+        (out / domain / "passages").mkdir(parents=True)
+        half = len(ids) // 2  # two files per domain
+        for i, (a, b) in enumerate([(0, half), (half, len(ids))]):
+            table = pa.table({"id": ids[a:b], "vector": [list(v) for v in vectors[a:b]]},
+                             schema=pa.schema([("id", pa.string()), ("vector", pa.list_(pa.float32()))]))
+            pq.write_table(table, out / domain / "passages" / f"part-{i}.parquet")
+        domains[domain] = {"passages": len(ids)}
+    manifest = {"format": 1, "model": model.name, "fingerprint": model.fingerprint,
+                "model_hash": model.model_hash, "profile": model.profile, "dim": model.dim,
+                "domains": domains}
+    (out / "sift-vectors.json").write_text(json.dumps(manifest))
+    return out
+
+
+def test_index_from_precomputed_vectors(sift_bin, sample, minilm_dir, cli_index, tmp_path):
+    model = sift_ir.Embedder(minilm_dir)
+    vectors = _write_vectors(tmp_path / "vectors", model, sample)
+    built = sift_json(sift_bin, "index", "--corpus", str(sample), "--index", str(tmp_path / "i"),
+                      "--dense", minilm_dir, "--vectors", str(vectors), "--quiet")
+    (info,) = built["manifest"]["dense"].values()
+    assert (info["precomputed"], info["embedded"]) == (46, 0)
+    # the same rankings and scores as the index that embedded its passages
+    minilm = _dense(cli_index, "all-MiniLM-L6-v2")
+    mine = sift_ir.Index.open(tmp_path / "i")
+    theirs = sift_ir.Index.open(cli_index)
+    for domain, query in QUERIES.items():
+        a = mine.search(query, retriever=minilm, domain=domain, top_k=16)
+        b = theirs.search(query, retriever=minilm, domain=domain, top_k=16)
+        assert [(h.id, h.score) for h in a] == [(h.id, h.score) for h in b], domain
+    # a passage without a vector, and a vector of no passage, are errors naming the id
+    for kwargs, message in [({"drop": "gis/1f3a9c2e_1.txt"}, "no vector for passage"),
+                            ({"extra": "gis/not-a-passage"}, "not in the corpus")]:
+        bad = _write_vectors(tmp_path / f"bad-{len(message)}", model, sample, **kwargs)
+        done = subprocess.run(
+            [sift_bin, "index", "--corpus", str(sample), "--index", str(tmp_path / "j"),
+             "--dense", minilm_dir, "--vectors", str(bad), "--quiet"], capture_output=True, text=True)
+        assert done.returncode != 0 and message in done.stderr, done.stderr
+        assert next(iter(kwargs.values())) in done.stderr, done.stderr
