@@ -25,6 +25,7 @@ mod error;
 mod links;
 mod metrics;
 mod report;
+pub mod stats;
 mod tasks;
 mod trec;
 

@@ -771,7 +771,80 @@ fn record_run(
     Ok(())
 }
 
+/// The comparison of two retrievers on one task ([`EvalReport::compare`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Comparison {
+    /// The task.
+    pub task: String,
+    /// The first job's label.
+    pub a: String,
+    /// The second job's label.
+    pub b: String,
+    /// The metric compared.
+    pub metric: String,
+    /// Per domain, then every domain pooled (`"all"`).
+    pub domains: Vec<sift_eval::stats::DomainComparison>,
+}
+
 impl EvalReport {
+    /// Paired comparisons of the jobs `a` and `b` (a job's label, or its retriever when
+    /// that names one job of the task) on `metric`, for every task that has both: per
+    /// domain with Holm-adjusted p-values, and pooled. Needs per-query metrics
+    /// ([`EvalConfig::per_query`]); an error names a retriever no task has.
+    pub fn compare(
+        &self,
+        a: &str,
+        b: &str,
+        metric: &str,
+        resamples: usize,
+        seed: u64,
+    ) -> Result<Vec<Comparison>> {
+        let find = |task: Task, name: &str| -> Option<&JobReport> {
+            let of_task = || self.jobs.iter().filter(move |j| j.task == task);
+            of_task().find(|j| j.label == name).or_else(|| {
+                let mut by_spec = of_task().filter(|j| j.retriever.to_string() == name);
+                match (by_spec.next(), by_spec.next()) {
+                    (Some(j), None) => Some(j),
+                    _ => None,
+                }
+            })
+        };
+        let mut tasks: Vec<Task> = self.jobs.iter().map(|j| j.task).collect();
+        tasks.dedup();
+        let mut out = Vec::new();
+        for task in tasks {
+            let (Some(ja), Some(jb)) = (find(task, a), find(task, b)) else {
+                continue;
+            };
+            if ja.per_query.is_empty() || jb.per_query.is_empty() {
+                return Err(Error::Unsupported(
+                    "comparing retrievers needs per-query metrics (EvalConfig::per_query)".into(),
+                ));
+            }
+            out.push(Comparison {
+                task: task.to_string(),
+                a: ja.label.clone(),
+                b: jb.label.clone(),
+                metric: metric.to_string(),
+                domains: sift_eval::stats::compare_domains(
+                    &ja.per_query,
+                    &jb.per_query,
+                    metric,
+                    resamples,
+                    seed,
+                ),
+            });
+        }
+        if out.is_empty() {
+            let labels: Vec<&str> = self.jobs.iter().map(|j| j.label.as_str()).collect();
+            return Err(Error::Unsupported(format!(
+                "no task has both {a:?} and {b:?} (jobs: {})",
+                labels.join(", ")
+            )));
+        }
+        Ok(out)
+    }
+
     /// Positive images counted as Task 4 orphans (no gold passage of their page: no pair).
     pub fn orphans(&self) -> u64 {
         self.warnings.count(WarningKind::OrphanPositiveImage)

@@ -122,9 +122,24 @@ pub struct Args {
     /// Also score judged queries missing from the run, as 0 (trec_eval -c) (run mode).
     #[arg(long, requires = "run")]
     complete: bool,
-    /// Include per-query metrics in the JSON output.
+    /// Include per-query metrics in the JSON output (always in --out's results.json).
     #[arg(long)]
     per_query: bool,
+    /// Compare two retrievers (job labels, or retrievers naming one job per task) query by
+    /// query on every task that has both: per domain and pooled, wins / ties / losses, a
+    /// paired t-test and a paired randomisation test (exact when every sign flip fits in
+    /// --resamples), with Holm's correction across domains.
+    #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1)]
+    compare: Option<Vec<String>>,
+    /// The metric --compare tests.
+    #[arg(long, default_value = "ndcg@10")]
+    compare_metric: String,
+    /// Random sign flips of --compare's randomisation test (when not exact).
+    #[arg(long, default_value_t = sift_eval::stats::RESAMPLES)]
+    resamples: usize,
+    /// Seed of --compare's random sign flips.
+    #[arg(long, default_value_t = sift_eval::stats::SEED)]
+    seed: u64,
 
     /// Print one JSON object: {"metrics": {...}, "per_domain": {...}, ...}.
     #[arg(long)]
@@ -300,7 +315,8 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
             dir: a.out.as_ref().map(|d| d.join("runs")),
             file: a.run_out.clone(),
         },
-        per_query: a.per_query,
+        // the report and --compare read per-query metrics
+        per_query: a.per_query || a.out.is_some() || a.compare.is_some(),
         instructions,
         profile: a.model_flags.profile,
         augments: a
@@ -348,12 +364,28 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     if let Some(dir) = &a.out {
         report.write_to(dir)?;
     }
+    let comparisons = match &a.compare {
+        Some(pair) => {
+            let [x, y] = pair.as_slice() else {
+                bail!("--compare takes two retrievers: A,B");
+            };
+            report.compare(x, y, &a.compare_metric, a.resamples, a.seed)?
+        }
+        None => Vec::new(),
+    };
     // with the run on standard output (`--run-out -`), the report goes to stderr
     let run_on_stdout = a.run_out.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let text = if a.json {
-        format!("{}\n", serde_json::to_string_pretty(&report.to_json())?)
+        let mut json = report.to_json();
+        if a.compare.is_some() {
+            json["comparisons"] = serde_json::to_value(&comparisons)?;
+        }
+        format!("{}\n", serde_json::to_string_pretty(&json)?)
     } else {
         let mut t = report.to_markdown();
+        for c in &comparisons {
+            t.push_str(&comparison_table(c));
+        }
         if let Some(dir) = &a.out {
             t.push_str(&format!(
                 "tables, runs and qrels written to {}\n",
@@ -377,4 +409,48 @@ enum InstructionSet {
     Reference,
     /// BRIGHT's per-domain instructions.
     Bright,
+}
+
+/// A comparison as a Markdown table: per domain and pooled, the two means, the difference,
+/// wins / ties / losses, and both tests' p-values, raw and Holm-adjusted.
+fn comparison_table(c: &sift_retrieve::Comparison) -> String {
+    let p = |x: f64| {
+        if x.is_nan() {
+            "-".to_string()
+        } else if x < 1e-4 {
+            format!("{x:.1e}")
+        } else {
+            format!("{x:.4}")
+        }
+    };
+    let mut t = format!(
+        "\nTask {}: {} (A) vs {} (B), {}, paired over queries\n\n\
+         | domain | queries | A | B | A - B | wins/ties/losses | t-test p | Holm | randomisation p | Holm |\n\
+         |---|---:|---:|---:|---:|:---:|---:|---:|---:|---:|\n",
+        c.task, c.a, c.b, c.metric
+    );
+    for d in &c.domains {
+        let r = &d.paired;
+        t.push_str(&format!(
+            "| {} | {} | {:.4} | {:.4} | {:+.4} | {}/{}/{} | {} | {} | {}{} | {} |\n",
+            d.domain,
+            r.n,
+            r.mean_a,
+            r.mean_b,
+            r.mean_a - r.mean_b,
+            r.wins,
+            r.ties,
+            r.losses,
+            p(r.t_p),
+            d.t_p_holm.map_or("".into(), p),
+            p(r.perm_p),
+            if r.perm_exact { " (exact)" } else { "" },
+            d.perm_p_holm.map_or("".into(), p),
+        ));
+    }
+    t.push_str(
+        "\nHolm: adjusted across the domains above (the family-wise error rate of testing every \
+         domain); \"all\" pools every domain's queries.\n",
+    );
+    t
 }
