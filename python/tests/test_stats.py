@@ -105,3 +105,27 @@ def test_random_flips_agree_with_scipy_within_sampling_error(sift_bin, sample, i
         assert abs(d["perm_p"] - exact) < 4 * 2 * se, (c["task"], d["perm_p"], exact)
         checked += 1
     assert checked >= 2
+
+
+def test_latex_tables_mark_the_best_and_second(sift_bin, sample, index, tmp_path):
+    import re
+
+    tex = run_sift(sift_bin, "eval", "--corpus", str(sample), "--index", str(index), "--task",
+                   "all", "--retriever", "bm25", "--retriever", "dense:tiny-clip-quickgelu",
+                   "--format", "latex", "--quiet", "--out", str(tmp_path / "out"))
+    assert tex == (tmp_path / "out" / "results.tex").read_text()
+    tables = tex.split("\\end{tabular}")[:-1]
+    assert len(tables) == 4  # tasks 1-4 (Task 3: the CLIP model alone)
+    for table in tables:
+        header = re.search(r"Retriever & (.*) \\\\", table).group(1).split(" & ")
+        assert header == ["biology", "gis", "physics", "Avg."]
+        rows = re.findall(r"^(.+?) & (.*) \\\\$", table.split("\\midrule")[1], re.M)
+        values = [[float(re.sub(r"[^0-9.]", "", c)) for c in cells.split(" & ")] for _, cells in rows]
+        marks = [cells.split(" & ") for _, cells in rows]
+        for c in range(len(header)):
+            column = sorted({v[c] for v in values}, reverse=True)
+            for r in range(len(rows)):
+                bold = marks[r][c].startswith("\\textbf")
+                under = marks[r][c].startswith("\\underline")
+                assert bold == (values[r][c] == column[0]), (table, r, c)
+                assert under == (len(column) > 1 and values[r][c] == column[1]), (table, r, c)

@@ -845,6 +845,89 @@ impl EvalReport {
         Ok(out)
     }
 
+    /// The per-domain tables as MM-BRIGHT's paper lays them out, in LaTeX: one `tabular`
+    /// per task, a row per job, a column per domain and the unweighted mean ("Avg."),
+    /// `metric` in % with one decimal; per column the best value in bold and the second
+    /// best underlined (ties share the mark). Needs `booktabs`.
+    pub fn to_latex(&self, metric: &str) -> String {
+        let mut tasks: Vec<Task> = self.jobs.iter().map(|j| j.task).collect();
+        tasks.dedup();
+        let mut out = String::new();
+        for task in tasks {
+            let jobs: Vec<&JobReport> = self.jobs.iter().filter(|j| j.task == task).collect();
+            let mut domains: Vec<String> = jobs
+                .iter()
+                .flat_map(|j| j.report.per_domain.iter().map(|d| d.domain.clone()))
+                .collect();
+            domains.sort();
+            domains.dedup();
+            // rows x (domains + mean), in % (None: not evaluated)
+            let cells: Vec<Vec<Option<f64>>> = jobs
+                .iter()
+                .map(|j| {
+                    let mut row: Vec<Option<f64>> = domains
+                        .iter()
+                        .map(|d| {
+                            j.report
+                                .per_domain
+                                .iter()
+                                .find(|r| &r.domain == d)
+                                .and_then(|r| r.metrics.get(metric))
+                                .map(|v| v * 100.0)
+                        })
+                        .collect();
+                    row.push(j.report.mean().get(metric).map(|v| v * 100.0));
+                    row
+                })
+                .collect();
+            let rounded = |v: f64| (v * 10.0).round() / 10.0;
+            let mut marks = vec![vec![""; domains.len() + 1]; jobs.len()];
+            for c in 0..=domains.len() {
+                let mut values: Vec<f64> = cells.iter().filter_map(|r| r[c]).map(rounded).collect();
+                values.sort_by(|a, b| b.total_cmp(a));
+                values.dedup();
+                for (r, row) in cells.iter().enumerate() {
+                    if let Some(v) = row[c].map(rounded) {
+                        if values.first() == Some(&v) {
+                            marks[r][c] = "bold";
+                        } else if values.get(1) == Some(&v) {
+                            marks[r][c] = "underline";
+                        }
+                    }
+                }
+            }
+            out.push_str(&format!(
+                "% Task {task}: {metric} (%), best in bold, second underlined\n\
+                 \\begin{{tabular}}{{l{}r}}\n\\toprule\nRetriever & {} & Avg. \\\\\n\\midrule\n",
+                "r".repeat(domains.len()),
+                domains
+                    .iter()
+                    .map(|d| latex_escape(d))
+                    .collect::<Vec<_>>()
+                    .join(" & ")
+            ));
+            for (r, job) in jobs.iter().enumerate() {
+                let row: Vec<String> = cells[r]
+                    .iter()
+                    .zip(&marks[r])
+                    .map(|(v, mark)| match (v, *mark) {
+                        (None, _) => "--".to_string(),
+                        (Some(v), "bold") => format!("\\textbf{{{v:.1}}}"),
+                        (Some(v), "underline") => format!("\\underline{{{v:.1}}}"),
+                        (Some(v), _) => format!("{v:.1}"),
+                    })
+                    .collect();
+                out.push_str(&format!(
+                    "{} & {} \\\\\n",
+                    latex_escape(&job.label),
+                    row.join(" & ")
+                ));
+            }
+            out.push_str("\\bottomrule\n\\end{tabular}\n\n");
+        }
+        out
+    }
+
     /// Positive images counted as Task 4 orphans (no gold passage of their page: no pair).
     pub fn orphans(&self) -> u64 {
         self.warnings.count(WarningKind::OrphanPositiveImage)
@@ -1058,4 +1141,22 @@ pub fn evaluate_quietly(
     config: &EvalConfig,
 ) -> Result<EvalReport> {
     evaluate(corpus, index, models, config, &NoProgress)
+}
+
+/// `s` with LaTeX's special characters escaped.
+fn latex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\textbackslash{}"),
+            '&' | '%' | '$' | '#' | '_' | '{' | '}' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '~' => out.push_str("\\textasciitilde{}"),
+            '^' => out.push_str("\\textasciicircum{}"),
+            _ => out.push(c),
+        }
+    }
+    out
 }

@@ -131,7 +131,12 @@ pub struct Args {
     /// --resamples), with Holm's correction across domains.
     #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1)]
     compare: Option<Vec<String>>,
-    /// The metric --compare tests.
+    /// Output: text (Markdown tables), or latex (the per-domain tables as the paper lays
+    /// them out: a row per retriever, best bold, second underlined; also written to --out
+    /// as results.tex).
+    #[arg(long, value_enum, default_value = "text")]
+    format: OutputFormat,
+    /// The metric --compare tests (and --format latex tabulates).
     #[arg(long, default_value = "ndcg@10")]
     compare_metric: String,
     /// Random sign flips of --compare's randomisation test (when not exact).
@@ -363,6 +368,11 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     }
     if let Some(dir) = &a.out {
         report.write_to(dir)?;
+        if a.format == OutputFormat::Latex {
+            let tex = dir.join("results.tex");
+            std::fs::write(&tex, report.to_latex(&a.compare_metric))
+                .with_context(|| tex.display().to_string())?;
+        }
     }
     let comparisons = match &a.compare {
         Some(pair) => {
@@ -381,6 +391,8 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
             json["comparisons"] = serde_json::to_value(&comparisons)?;
         }
         format!("{}\n", serde_json::to_string_pretty(&json)?)
+    } else if a.format == OutputFormat::Latex {
+        report.to_latex(&a.compare_metric)
     } else {
         let mut t = report.to_markdown();
         for c in &comparisons {
@@ -400,6 +412,15 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         print!("{text}");
     }
     Ok(())
+}
+
+/// What `sift eval` prints.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum OutputFormat {
+    /// Markdown tables.
+    Text,
+    /// LaTeX tables (booktabs).
+    Latex,
 }
 
 /// Built-in query instruction sets of `sift eval --instructions`.
