@@ -290,14 +290,16 @@ def test_minilm_mteb_ndcg10_matches_sift_eval_on_cranfield(sift_bin, minilm_dir,
     task = local_retrieval_task(
         "CranfieldPart", corpus, {q["_id"]: q["text"] for q in queries}, qrels
     )
-    scores = evaluate_offline(SiftMTEBEncoder(Embedder(minilm_dir)), task)
+    # dtype auto on both sides: bfloat16 where the processor has bfloat16 units (faster)
+    scores = evaluate_offline(SiftMTEBEncoder(Embedder(minilm_dir, dtype="auto")), task)
 
     index = tmp_path / "index"
     built = json.loads(run_cli([sift_bin, "index", "--corpus", part, "--index", index,
-                                "--dense", minilm_dir, "--json", "--quiet"]))
+                                "--dense", minilm_dir, "--dtype", "auto", "--json", "--quiet"]))
     (name,) = built["manifest"]["dense"].keys()
     report = json.loads(run_cli([sift_bin, "eval", "--corpus", part, "--index", index,
-                                 "--retriever", f"dense:{name}", "--ann", "exact", "--json"]))
+                                 "--retriever", f"dense:{name}", "--ann", "exact",
+                                 "--dtype", "auto", "--json"]))
     sift = float(report["metrics"]["ndcg@10"])
     assert 0.2 < sift < 0.95, sift
     # mteb rounds to 5 decimals

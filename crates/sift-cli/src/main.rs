@@ -54,6 +54,9 @@ enum Command {
     /// End-to-end RAG with a judge: answers from no evidence, the gold passages or a
     /// retriever's top k, scored 0-100 against the reference answers.
     Rag(cmd::rag::Args),
+    /// One self-contained HTML report of evaluation directories: heatmaps, means with
+    /// confidence intervals, paired significance tests, per-query drill-down.
+    Report(cmd::report::Args),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => cmd::eval::run(*a),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Rag(a) => cmd::rag::run(a),
+        Command::Report(a) => cmd::report::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Embed(a) => cmd::embed::run(a),
         Command::Bench(a) => cmd::bench::run(a),

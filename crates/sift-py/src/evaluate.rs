@@ -107,7 +107,8 @@ pub fn evaluate(
                 dir: out.as_ref().map(|d| d.join("runs")),
                 file: None,
             },
-            per_query,
+            // as `sift eval`: results.json in `out` carries the per-query metrics `sift report` reads
+            per_query: per_query || out.is_some(),
             profile: model_options.profile,
             ..defaults
         };

@@ -48,6 +48,7 @@ mod models;
 mod pairs;
 mod query;
 mod reference;
+pub mod report_html;
 pub mod rerank;
 mod searcher;
 mod spec;

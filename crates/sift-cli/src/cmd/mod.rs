@@ -6,6 +6,7 @@ pub mod generate;
 pub mod index;
 pub mod models;
 pub mod rag;
+pub mod report;
 pub mod search;
 pub mod serve;
 

@@ -1,0 +1,105 @@
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use sift_retrieve::report_html::{HtmlOptions, build_html_report};
+
+/// Make one self-contained HTML report of evaluation directories (`sift eval --out`):
+/// per task a domain x retriever heatmap and the means with 95% bootstrap confidence
+/// intervals, the paired comparison of any two retrievers (t-test and randomisation test,
+/// Holm across domains), and a per-query drill-down with texts, thumbnails and each
+/// retriever's top results. Opens from disk, without network.
+#[derive(clap::Args)]
+#[command(after_help = "Example:\n  \
+sift eval --corpus corpora/sample --index target/sample-index --task all --retriever bm25 \\\n    \
+--retriever dense:tiny-clip-quickgelu --out target/sample-eval\n  \
+sift report target/sample-eval --corpus corpora/sample --out target/sample-report.html")]
+pub struct Args {
+    /// Evaluation directories (each with results.json, runs/ and qrels/).
+    #[arg(required = true)]
+    dirs: Vec<PathBuf>,
+    /// The HTML file to write.
+    #[arg(long)]
+    out: PathBuf,
+    /// The corpus evaluated: query texts and images, passage snippets and image thumbnails
+    /// in the drill-down (without it, ids and scores only).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Also write every figure as an SVG file into this directory.
+    #[arg(long)]
+    figures: Option<PathBuf>,
+    /// The metric shown and tested.
+    #[arg(long, default_value = "ndcg@10")]
+    metric: String,
+    /// Resamples of the bootstrap and of the randomisation test (when not exact).
+    #[arg(long, default_value_t = HtmlOptions::default().resamples)]
+    resamples: usize,
+    /// Seed of the resamples.
+    #[arg(long, default_value_t = sift_eval::stats::SEED)]
+    seed: u64,
+    /// Results per retriever and query in the drill-down.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Megabytes of thumbnails at most (images past it are named, not shown).
+    #[arg(long, default_value_t = 12)]
+    thumbnail_mb: usize,
+    /// Print a JSON summary.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let start = Instant::now();
+    let corpus = a
+        .corpus
+        .as_deref()
+        .map(sift_core::Corpus::open)
+        .transpose()?;
+    let options = HtmlOptions {
+        metric: a.metric.clone(),
+        resamples: a.resamples,
+        seed: a.seed,
+        top: a.top,
+        thumbnail_budget: a.thumbnail_mb << 20,
+        ..HtmlOptions::default()
+    };
+    let report = build_html_report(&a.dirs, corpus.as_ref(), &options)?;
+    // written beside, then moved into place: a reader never sees half a page
+    let tmp = a.out.with_extension("html.tmp");
+    std::fs::write(&tmp, &report.html).with_context(|| tmp.display().to_string())?;
+    std::fs::rename(&tmp, &a.out).with_context(|| a.out.display().to_string())?;
+    if let Some(dir) = &a.figures {
+        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+        for (name, svg) in &report.figures {
+            let path = dir.join(name);
+            std::fs::write(&path, svg).with_context(|| path.display().to_string())?;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "out": a.out, "bytes": report.html.len(), "seconds": secs,
+                "figures": report.figures.iter().map(|f| &f.0).collect::<Vec<_>>(),
+                "thumbnails": report.thumbnails.0, "images_without_thumbnail": report.thumbnails.1,
+            }))?
+        );
+    } else {
+        println!(
+            "report of {} evaluation(s) -> {} ({:.1} MB, {} thumbnails, {:.1}s)",
+            a.dirs.len(),
+            a.out.display(),
+            report.html.len() as f64 / 1e6,
+            report.thumbnails.0,
+            secs
+        );
+        if report.thumbnails.1 > 0 {
+            eprintln!(
+                "note: {} image(s) shown by name only (undecodable, or past --thumbnail-mb)",
+                report.thumbnails.1
+            );
+        }
+    }
+    Ok(())
+}

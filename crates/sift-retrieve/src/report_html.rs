@@ -1,0 +1,720 @@
+//! `sift report`: evaluation directories (`sift eval --out`) as one self-contained HTML
+//! file (inline SVG, CSS and JavaScript; no network): per task a domain x retriever heatmap
+//! of the metric, the mean of each retriever with a 95% bootstrap confidence interval over
+//! queries, the paired comparison of any two retrievers (per-query differences, wins / ties
+//! / losses, t-test and randomisation test with Holm's correction across domains), and a
+//! per-query drill-down (query text and image thumbnails, each retriever's top 10 with
+//! snippets, thumbnails for image candidates, gold and excluded marks, the query's metric),
+//! filtered by domain, retriever and "B beats A". The figures are also given as SVG files.
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use sift_core::{Corpus, Warnings};
+use sift_eval::stats;
+
+use crate::{Error, Result, run_file_name};
+
+/// How the report is made.
+#[derive(Debug, Clone)]
+pub struct HtmlOptions {
+    /// The metric of the heatmaps, bars and comparisons (`ndcg@10`).
+    pub metric: String,
+    /// Resamples of the bootstrap and the randomisation test.
+    pub resamples: usize,
+    /// Their seed.
+    pub seed: u64,
+    /// Results shown per retriever and query in the drill-down.
+    pub top: usize,
+    /// Characters of a passage's snippet.
+    pub snippet_chars: usize,
+    /// Longest side of a thumbnail (pixels).
+    pub thumbnail_px: u32,
+    /// Bytes of thumbnails at most (JPEG, base64); images past it are named, not shown.
+    pub thumbnail_budget: usize,
+}
+
+impl Default for HtmlOptions {
+    fn default() -> Self {
+        HtmlOptions {
+            metric: "ndcg@10".into(),
+            resamples: 2_000,
+            seed: stats::SEED,
+            top: 10,
+            snippet_chars: 240,
+            thumbnail_px: 96,
+            thumbnail_budget: 12 << 20,
+        }
+    }
+}
+
+/// The report: the page and its figures.
+#[derive(Debug, Clone)]
+pub struct HtmlReport {
+    /// The self-contained page.
+    pub html: String,
+    /// (file name, SVG) of every figure.
+    pub figures: Vec<(String, String)>,
+    /// Thumbnails embedded, and images left without one (over the budget or undecodable).
+    pub thumbnails: (usize, usize),
+}
+
+/// One job of an evaluation directory.
+struct Job {
+    /// `1`..`4`.
+    task: String,
+    label: String,
+    per_domain: BTreeMap<String, f64>,
+    /// domain -> query -> metric value
+    per_query: BTreeMap<String, BTreeMap<String, f64>>,
+    run: PathBuf,
+    dir: usize,
+}
+
+fn bad(path: &Path, message: impl Into<String>) -> Error {
+    Error::Unsupported(format!("{}: {}", path.display(), message.into()))
+}
+
+/// Reads the jobs of `dir`'s results.json.
+fn read_jobs(dir: &Path, d: usize, metric: &str, prefix: Option<&str>) -> Result<Vec<Job>> {
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| bad(&path, e.to_string()))?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| bad(&path, e.to_string()))?;
+    let reports: Vec<&Value> = match value.get("reports").and_then(Value::as_array) {
+        Some(list) => list.iter().collect(),
+        None => vec![&value],
+    };
+    let mut jobs = Vec::new();
+    for (i, r) in reports.into_iter().enumerate() {
+        let field = |name: &str| {
+            r.get(name)
+                .ok_or_else(|| bad(&path, format!("report {i}: no {name:?}")))
+        };
+        let task_full = field("task")?.as_str().unwrap_or_default().to_string();
+        let task = task_full
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        let label = field("label")?.as_str().unwrap_or_default().to_string();
+        let mut per_domain = BTreeMap::new();
+        for (domain, m) in field("per_domain")?.as_object().into_iter().flatten() {
+            if let Some(v) = m.get(metric).and_then(Value::as_f64) {
+                per_domain.insert(domain.clone(), v);
+            }
+        }
+        let mut per_query = BTreeMap::new();
+        let Some(pq) = r.get("per_query").and_then(Value::as_object) else {
+            return Err(bad(
+                &path,
+                format!(
+                    "report {i} ({label}) has no per-query metrics: evaluate again with \
+                     `sift eval --out` (which writes them)"
+                ),
+            ));
+        };
+        for (domain, queries) in pq {
+            let mut m = BTreeMap::new();
+            for (q, metrics) in queries.as_object().into_iter().flatten() {
+                if let Some(v) = metrics.get(metric).and_then(Value::as_f64) {
+                    m.insert(q.clone(), v);
+                }
+            }
+            per_query.insert(domain.clone(), m);
+        }
+        let task_enum: sift_eval::Task = task.parse().map_err(|e: String| bad(&path, e))?;
+        jobs.push(Job {
+            run: dir.join("runs").join(run_file_name(task_enum, &label)),
+            task,
+            label: match prefix {
+                Some(p) => format!("{p}: {label}"),
+                None => label,
+            },
+            per_domain,
+            per_query,
+            dir: d,
+        });
+    }
+    Ok(jobs)
+}
+
+/// The first `top` entries of each query of a TREC run (read line by line; a run is in
+/// rank order per query, as Sift writes them, but any order is sorted here).
+fn read_top(path: &Path, top: usize) -> Result<HashMap<String, Vec<(String, f64)>>> {
+    let file = std::fs::File::open(path).map_err(|e| bad(path, e.to_string()))?;
+    let mut out: HashMap<String, Vec<(String, f64, u64)>> = HashMap::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| bad(path, e.to_string()))?;
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 {
+            if line.trim().is_empty() {
+                continue;
+            }
+            return Err(bad(path, format!("line {}: not a TREC run line", n + 1)));
+        }
+        let rank: u64 = f[3].parse().unwrap_or(u64::MAX);
+        let list = out.entry(f[0].to_string()).or_default();
+        if list.len() < top || rank <= top as u64 {
+            let score = f[4].parse().unwrap_or(f64::NAN);
+            list.push((f[2].to_string(), score, rank));
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|(q, mut l)| {
+            l.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+            l.truncate(top);
+            (q, l.into_iter().map(|(d, s, _)| (d, s)).collect())
+        })
+        .collect())
+}
+
+/// The qrels and exclusions of `task` in `dir` (empty when absent).
+fn read_judgements(dir: &Path, task: &str) -> Result<(sift_core::Qrels, sift_eval::Exclusions)> {
+    let q = dir.join("qrels").join(format!("task{task}.qrels"));
+    let x = dir.join("qrels").join(format!("task{task}.exclusions"));
+    let mut w = Warnings::new();
+    let qrels = if q.is_file() {
+        sift_eval::read_qrels(&q, &mut w)?
+    } else {
+        Default::default()
+    };
+    let excl = if x.is_file() {
+        sift_eval::read_exclusions(&x)?
+    } else {
+        Default::default()
+    };
+    Ok((qrels, excl))
+}
+
+/// Thumbnails as data URLs, within a byte budget.
+struct Thumbs {
+    px: u32,
+    budget: usize,
+    used: usize,
+    made: usize,
+    missed: usize,
+    cache: HashMap<String, Option<String>>,
+}
+
+impl Thumbs {
+    fn get(&mut self, key: &str, bytes: &[u8]) -> Option<String> {
+        if let Some(v) = self.cache.get(key) {
+            return v.clone();
+        }
+        let url = (self.used < self.budget)
+            .then(|| thumbnail(bytes, self.px))
+            .flatten();
+        match &url {
+            Some(u) => {
+                self.used += u.len();
+                self.made += 1;
+            }
+            None => self.missed += 1,
+        }
+        self.cache.insert(key.to_string(), url.clone());
+        url
+    }
+}
+
+fn thumbnail(bytes: &[u8], px: u32) -> Option<String> {
+    use base64::Engine as _;
+    let img = image::load_from_memory(bytes).ok()?;
+    let small = img.thumbnail(px, px).to_rgb8();
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 70)
+        .encode_image(&small)
+        .ok()?;
+    Some(format!(
+        "data:image/jpeg;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(out)
+    ))
+}
+
+fn snippet(text: &str, chars: usize) -> String {
+    let mut s: String = text.chars().take(chars).collect();
+    if text.chars().count() > chars {
+        s.push('…');
+    }
+    s
+}
+
+/// Builds the report of the evaluation directories `dirs` (each `sift eval --out`'s), with
+/// query texts, passage snippets and thumbnails from `corpus` when given.
+pub fn build_html_report(
+    dirs: &[PathBuf],
+    corpus: Option<&Corpus>,
+    options: &HtmlOptions,
+) -> Result<HtmlReport> {
+    let names: Vec<String> = dirs
+        .iter()
+        .map(|d| {
+            d.file_name().map_or_else(
+                || d.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    let mut jobs = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let prefix = (dirs.len() > 1).then_some(names[i].as_str());
+        jobs.extend(read_jobs(dir, i, &options.metric, prefix)?);
+    }
+    let mut tasks: Vec<String> = jobs.iter().map(|j| j.task.clone()).collect();
+    tasks.sort();
+    tasks.dedup();
+    let mut figures = Vec::new();
+    let mut thumbs = Thumbs {
+        px: options.thumbnail_px,
+        budget: options.thumbnail_budget,
+        used: 0,
+        made: 0,
+        missed: 0,
+        cache: HashMap::new(),
+    };
+    // domain -> passage id -> text; domain -> image id -> bytes (read once per domain)
+    let mut texts: HashMap<String, HashMap<String, String>> = HashMap::new();
+    let mut images: HashMap<String, HashMap<String, Vec<u8>>> = HashMap::new();
+    let mut data_tasks = Vec::new();
+    for task in &tasks {
+        let tj: Vec<&Job> = jobs.iter().filter(|j| &j.task == task).collect();
+        let mut domains: Vec<String> = tj
+            .iter()
+            .flat_map(|j| j.per_domain.keys().cloned())
+            .collect();
+        domains.sort();
+        domains.dedup();
+        let labels: Vec<String> = tj.iter().map(|j| j.label.clone()).collect();
+        // heatmap and bars
+        let cells: Vec<Vec<Option<f64>>> = tj
+            .iter()
+            .map(|j| {
+                domains
+                    .iter()
+                    .map(|d| j.per_domain.get(d).copied())
+                    .collect()
+            })
+            .collect();
+        let heat = heatmap_svg(task, &options.metric, &domains, &labels, &cells);
+        let mut bars = Vec::new();
+        for j in &tj {
+            let means: Vec<f64> = j.per_domain.values().copied().collect();
+            let pooled: Vec<f64> = j
+                .per_query
+                .values()
+                .flat_map(|m| m.values().copied())
+                .collect();
+            let ci = stats::bootstrap_ci(&pooled, 0.95, options.resamples, options.seed);
+            bars.push((stats::mean(&means), stats::mean(&pooled), ci));
+        }
+        let bar = bars_svg(task, &options.metric, &labels, &bars);
+        figures.push((format!("task{task}_heatmap.svg"), heat.clone()));
+        figures.push((format!("task{task}_means.svg"), bar.clone()));
+        // every pair's comparison (a < b; the page swaps sides for b < a), in parallel
+        let per_query: Vec<stats::PerQuery> = tj
+            .iter()
+            .map(|j| {
+                j.per_query
+                    .iter()
+                    .map(|(d, m)| {
+                        let queries = m
+                            .iter()
+                            .map(|(q, v)| (q.clone(), [(options.metric.clone(), *v)].into()))
+                            .collect();
+                        (d.clone(), queries)
+                    })
+                    .collect()
+            })
+            .collect();
+        let pairs: Vec<(usize, usize)> = (0..tj.len())
+            .flat_map(|a| (a + 1..tj.len()).map(move |b| (a, b)))
+            .collect();
+        let comparisons: Vec<Value> = {
+            use rayon::prelude::*;
+            pairs
+                .par_iter()
+                .map(|&(a, b)| {
+                    let c = stats::compare_domains(
+                        &per_query[a],
+                        &per_query[b],
+                        &options.metric,
+                        options.resamples,
+                        options.seed,
+                    );
+                    json!({"a": a, "b": b, "domains": c})
+                })
+                .collect()
+        };
+        // drill-down: every query of the task
+        let mut queries = Vec::new();
+        let tops: Vec<HashMap<String, Vec<(String, f64)>>> = tj
+            .iter()
+            .map(|j| {
+                if j.run.is_file() {
+                    read_top(&j.run, options.top)
+                } else {
+                    Ok(HashMap::new())
+                }
+            })
+            .collect::<Result<_>>()?;
+        let judgements: Vec<(sift_core::Qrels, sift_eval::Exclusions)> = (0..dirs.len())
+            .map(|d| read_judgements(&dirs[d], task))
+            .collect::<Result<_>>()?;
+        let image_task = task == "3" || task == "4";
+        // every document shown once per task: id, snippet, image id, thumbnail
+        let mut doc_index: HashMap<String, usize> = HashMap::new();
+        let mut docs: Vec<Value> = Vec::new();
+        for domain in &domains {
+            let examples: HashMap<String, sift_core::Example> = match corpus {
+                Some(c) => {
+                    let mut w = Warnings::new();
+                    c.examples(domain, task != "1", &mut w)
+                        .map(|v| v.into_iter().map(|e| (e.id.clone(), e)).collect())
+                        .unwrap_or_default()
+                }
+                None => HashMap::new(),
+            };
+            let mut query_images: HashMap<String, Vec<u8>> = HashMap::new();
+            if let (Some(c), true) = (corpus, task != "1") {
+                if let Ok(stream) = c.query_images(domain) {
+                    for r in stream.flatten() {
+                        query_images.insert(r.path, r.bytes);
+                    }
+                }
+                if !texts.contains_key(domain) {
+                    let mut m = HashMap::new();
+                    if let Ok(ps) = c.passages(domain) {
+                        for p in ps.flatten() {
+                            m.insert(p.id, p.text);
+                        }
+                    }
+                    texts.insert(domain.clone(), m);
+                }
+                if image_task && !images.contains_key(domain) {
+                    let mut m = HashMap::new();
+                    if let Ok(stream) = c.images(domain) {
+                        for r in stream.flatten() {
+                            m.insert(r.path, r.bytes);
+                        }
+                    }
+                    images.insert(domain.clone(), m);
+                }
+            } else if let (Some(c), false) = (corpus, texts.contains_key(domain)) {
+                let mut m = HashMap::new();
+                if let Ok(ps) = c.passages(domain) {
+                    for p in ps.flatten() {
+                        m.insert(p.id, p.text);
+                    }
+                }
+                texts.insert(domain.clone(), m);
+            }
+            let mut qids: Vec<&String> = tj
+                .iter()
+                .flat_map(|j| j.per_query.get(domain).into_iter().flat_map(|m| m.keys()))
+                .collect();
+            qids.sort();
+            qids.dedup();
+            for q in qids {
+                let ex = examples.get(q.as_str());
+                let qimgs: Vec<Value> = ex
+                    .map(|e| e.image_paths.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|p| {
+                        let url = query_images
+                            .get(p)
+                            .and_then(|b| thumbs.get(&format!("q:{p}"), b));
+                        json!({"id": p, "src": url})
+                    })
+                    .collect();
+                let mut results = Vec::new();
+                for (ji, j) in tj.iter().enumerate() {
+                    let (qrels, excl) = &judgements[j.dir];
+                    let gold = qrels.get(q.as_str());
+                    let excluded: HashSet<&str> = excl
+                        .get(q.as_str())
+                        .map(|s| s.iter().map(String::as_str).collect())
+                        .unwrap_or_default();
+                    let hits: Vec<Value> = tops[ji]
+                        .get(q.as_str())
+                        .map(Vec::as_slice)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|(doc, score)| {
+                            let at = match doc_index.get(doc) {
+                                Some(&i) => i,
+                                None => {
+                                    let (passage, image) = sift_eval::split_pair_id(doc);
+                                    let text = texts
+                                        .get(domain)
+                                        .and_then(|m| m.get(passage))
+                                        .map(|t| snippet(t, options.snippet_chars));
+                                    let image = if task == "3" {
+                                        Some(doc.as_str())
+                                    } else {
+                                        image
+                                    };
+                                    let src = image.and_then(|id| {
+                                        let bytes = images.get(domain)?.get(id)?;
+                                        thumbs.get(&format!("{domain}:{id}"), bytes)
+                                    });
+                                    docs.push(json!([doc, text, image, src]));
+                                    doc_index.insert(doc.clone(), docs.len() - 1);
+                                    docs.len() - 1
+                                }
+                            };
+                            let grade = gold.and_then(|g| g.get(doc)).copied().unwrap_or(0);
+                            let score = (score * 1e4).round() / 1e4;
+                            json!([at, score, grade, excluded.contains(doc.as_str()) as u8])
+                        })
+                        .collect();
+                    results.push(json!({
+                        "value": j.per_query.get(domain).and_then(|m| m.get(q)),
+                        "hits": hits,
+                    }));
+                }
+                queries.push(json!({
+                    "domain": domain, "id": q,
+                    "text": ex.map(|e| e.query.clone()),
+                    "images": qimgs,
+                    "results": results,
+                }));
+            }
+        }
+        data_tasks.push(json!({
+            "task": task, "domains": domains, "labels": labels,
+            "cells": cells, "bars": bars.iter().map(|(m, p, ci)| json!({"mean": m, "pooled": p, "lo": ci.0, "hi": ci.1})).collect::<Vec<_>>(),
+            "heatmap": heat, "barsSvg": bar,
+            "comparisons": comparisons, "queries": queries, "docs": docs,
+        }));
+    }
+    let data = json!({
+        "metric": options.metric, "dirs": names, "tasks": data_tasks,
+        "resamples": options.resamples, "seed": options.seed,
+    });
+    let html = page(&data, &names);
+    Ok(HtmlReport {
+        html,
+        figures,
+        thumbnails: (thumbs.made, thumbs.missed),
+    })
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// White (0) to dark blue (1).
+fn color(v: f64) -> String {
+    let v = v.clamp(0.0, 1.0);
+    let lerp = |a: f64, b: f64| (a + (b - a) * v).round() as u8;
+    format!(
+        "rgb({},{},{})",
+        lerp(247.0, 8.0),
+        lerp(251.0, 48.0),
+        lerp(255.0, 107.0)
+    )
+}
+
+fn heatmap_svg(
+    task: &str,
+    metric: &str,
+    domains: &[String],
+    labels: &[String],
+    cells: &[Vec<Option<f64>>],
+) -> String {
+    let (cw, ch, left, top) = (56.0, 22.0, 260.0, 110.0);
+    let w = left + cw * domains.len() as f64 + 20.0;
+    let h = top + ch * labels.len() as f64 + 30.0;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"heatmap\" width=\"{w}\" height=\"{h}\" \
+         font-family=\"sans-serif\" font-size=\"11\"><title>Task {task}: {} by domain and retriever</title>",
+        esc(metric)
+    );
+    for (c, d) in domains.iter().enumerate() {
+        let x = left + cw * c as f64 + cw / 2.0;
+        let _ = write!(
+            s,
+            "<text transform=\"translate({x},{}) rotate(-45)\" class=\"domain\">{}</text>",
+            top - 6.0,
+            esc(d)
+        );
+    }
+    for (r, l) in labels.iter().enumerate() {
+        let y = top + ch * r as f64;
+        let _ = write!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"retriever\">{}</text>",
+            left - 6.0,
+            y + ch * 0.7,
+            esc(l)
+        );
+        for (c, v) in cells[r].iter().enumerate() {
+            let x = left + cw * c as f64;
+            match v {
+                Some(v) => {
+                    let fg = if *v > 0.55 { "#fff" } else { "#000" };
+                    let _ = write!(
+                        s,
+                        "<rect class=\"cell\" x=\"{x}\" y=\"{y}\" width=\"{cw}\" height=\"{ch}\" fill=\"{}\"><title>{} / {}: {:.4}</title></rect>\
+                         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{fg}\">{:.1}</text>",
+                        color(*v),
+                        esc(&domains[c]),
+                        esc(l),
+                        v,
+                        x + cw / 2.0,
+                        y + ch * 0.7,
+                        v * 100.0
+                    );
+                }
+                None => {
+                    let _ = write!(
+                        s,
+                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cw}\" height=\"{ch}\" fill=\"#eee\"/>"
+                    );
+                }
+            }
+        }
+    }
+    s.push_str("</svg>");
+    s
+}
+
+fn bars_svg(
+    task: &str,
+    metric: &str,
+    labels: &[String],
+    bars: &[(f64, f64, (f64, f64))],
+) -> String {
+    let (bh, left, width) = (20.0, 260.0, 400.0);
+    let h = bh * labels.len() as f64 + 40.0;
+    let x = |v: f64| left + width * v.clamp(0.0, 1.0);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"bars\" width=\"{}\" height=\"{h}\" \
+         font-family=\"sans-serif\" font-size=\"11\"><title>Task {task}: mean {} over queries with 95% bootstrap CI</title>",
+        left + width + 60.0,
+        esc(metric)
+    );
+    for (r, (l, (_, pooled, (lo, hi)))) in labels.iter().zip(bars).enumerate() {
+        let y = 10.0 + bh * r as f64;
+        let _ = write!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\
+             <rect class=\"bar\" x=\"{left}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#4a78b5\"><title>{}: {:.4} [{:.4}, {:.4}]</title></rect>\
+             <line x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"#000\"/>\
+             <text x=\"{}\" y=\"{}\">{:.1}</text>",
+            left - 6.0,
+            y + bh * 0.7,
+            esc(l),
+            y + 3.0,
+            x(*pooled) - left,
+            bh - 6.0,
+            esc(l),
+            pooled,
+            lo,
+            hi,
+            x(*lo),
+            x(*hi),
+            y + bh / 2.0,
+            y + bh / 2.0,
+            x(*hi) + 4.0,
+            y + bh * 0.7,
+            pooled * 100.0
+        );
+    }
+    let _ = write!(
+        s,
+        "<line x1=\"{left}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"#888\"/></svg>",
+        left + width,
+        h - 25.0,
+        h - 25.0
+    );
+    s
+}
+
+/// The page: the data as gzip-compressed JSON in base64 (the browser's own
+/// `DecompressionStream` inflates it) and the script that renders it.
+fn page(data: &Value, names: &[String]) -> String {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+    gz.write_all(data.to_string().as_bytes())
+        .expect("writing to memory");
+    let json = base64::engine::general_purpose::STANDARD.encode(gz.finish().expect("in memory"));
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>Sift report: {}</title><style>{CSS}</style></head><body>\
+         <h1>Sift report</h1><p class=\"sub\">{}</p><nav id=\"tasks\"></nav><main id=\"main\"></main>\
+         <script id=\"data\" type=\"application/gzip-base64\">{json}</script><script>{JS}</script></body></html>\n",
+        esc(&names.join(", ")),
+        esc(&names.join(", "))
+    )
+}
+
+const CSS: &str = r##"
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+h1{margin:0}.sub{color:#666}nav button{margin-right:.4em}nav button.on{font-weight:bold}
+section{margin:1.2em 0}table{border-collapse:collapse;font-size:13px}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#f4f4f4}
+td.l,th.l{text-align:left}.query{border:1px solid #ddd;margin:.5em 0;padding:.5em}
+.hits{display:flex;flex-wrap:wrap;gap:1em}.hits ol{width:320px;font-size:12px;margin:0;padding-left:1.4em}
+.gold{background:#dff3df}.excluded{text-decoration:line-through;color:#999}
+img.thumb{max-width:96px;max-height:96px;margin:2px;vertical-align:middle}
+.qlist{max-height:300px;overflow:auto;border:1px solid #ddd;font-size:13px}
+.qlist div{cursor:pointer;padding:1px 4px}.qlist div.on{background:#e8eefc}
+"##;
+
+const JS: &str = r##"
+let D;
+async function load(){const t=atob(document.getElementById('data').textContent.trim());const b=new Uint8Array(t.length);for(let i=0;i<t.length;i++)b[i]=t.charCodeAt(i);
+ const s=new Blob([b]).stream().pipeThrough(new DecompressionStream('gzip'));return JSON.parse(await new Response(s).text())}
+const $=(t,a={},...k)=>{const e=document.createElement(t);for(const[n,v]of Object.entries(a))n==='html'?e.innerHTML=v:e.setAttribute(n,v);k.forEach(c=>e.append(c));return e};
+const f4=v=>v==null||Number.isNaN(v)?'-':(v<1e-4&&v>0?v.toExponential(1):v.toFixed(4));
+let cur=0;
+function nav(){const n=document.getElementById('tasks');n.innerHTML='';D.tasks.forEach((t,i)=>{const b=$('button',{class:i===cur?'on':''},'Task '+t.task);b.onclick=()=>{cur=i;nav();show()};n.append(b)})}
+function show(){const t=D.tasks[cur],m=document.getElementById('main');m.innerHTML='';
+ m.append($('section',{id:'overview'},$('h2',{},'Task '+t.task+': '+D.metric+' by domain'),$('div',{html:t.heatmap}),$('h3',{},'Mean over queries, 95% bootstrap CI ('+D.resamples+' resamples)'),$('div',{html:t.barsSvg})));
+ const sa=$('select',{id:'a'}),sb=$('select',{id:'b'});t.labels.forEach((l,i)=>{sa.append($('option',{value:i},l));sb.append($('option',{value:i},l))});if(t.labels.length>1)sb.value=1;
+ const cmp=$('div',{id:'comparison'});
+ m.append($('section',{},$('h2',{},'Paired comparison'),$('label',{},'A ',sa),' ',$('label',{},'B ',sb),cmp));
+ const dom=$('select',{id:'domain'},$('option',{value:''},'every domain'));t.domains.forEach(d=>dom.append($('option',{value:d},d)));
+ const ret=$('select',{id:'retriever'},$('option',{value:''},'every retriever'));t.labels.forEach((l,i)=>ret.append($('option',{value:i},l)));
+ const beats=$('input',{type:'checkbox',id:'beats'}),search=$('input',{type:'search',id:'search',placeholder:'query text or id'});
+ const list=$('div',{class:'qlist',id:'qlist'}),detail=$('div',{id:'detail'});
+ m.append($('section',{id:'drill'},$('h2',{},'Queries'),$('label',{},'domain ',dom),' ',$('label',{},'retriever ',ret),' ',$('label',{},beats,' B beats A'),' ',search,list,detail));
+ const render=()=>{renderCmp(t,+sa.value,+sb.value,cmp);renderList(t,+sa.value,+sb.value,dom.value,ret.value,beats.checked,search.value.toLowerCase(),list,detail)};
+ [sa,sb,dom,ret,beats].forEach(e=>e.onchange=render);search.oninput=render;render()}
+function pair(t,a,b){const c=t.comparisons.find(c=>c.a===Math.min(a,b)&&c.b===Math.max(a,b));if(a<b)return c;
+ return{a,b,domains:c.domains.map(d=>({...d,mean_a:d.mean_b,mean_b:d.mean_a,wins:d.losses,losses:d.wins,t:-d.t}))}}
+function renderCmp(t,a,b,el){el.innerHTML='';if(a===b){el.append($('p',{},'Choose two retrievers.'));return}
+ const c=pair(t,a,b);const tb=$('table',{class:'cmp'});
+ tb.append($('tr',{},...['domain','queries','A','B','A − B','wins/ties/losses','t-test p','Holm','randomisation p','Holm'].map(h=>$('th',{},h))));
+ c.domains.forEach(d=>tb.append($('tr',{},$('td',{class:'l'},d.domain),$('td',{},d.n),$('td',{},f4(d.mean_a)),$('td',{},f4(d.mean_b)),$('td',{},(d.mean_a-d.mean_b).toFixed(4)),$('td',{},d.wins+'/'+d.ties+'/'+d.losses),$('td',{},f4(d.t_p)),$('td',{},f4(d.t_p_holm)),$('td',{},f4(d.perm_p)+(d.perm_exact?' (exact)':'')),$('td',{},f4(d.perm_p_holm)))));
+ el.append(tb,$('p',{class:'sub'},'Holm: p-values adjusted across the domains (family-wise error of testing each domain); "all" pools every query.'));
+ const diffs=t.queries.map(q=>(q.results[a].value??0)-(q.results[b].value??0)).sort((x,y)=>x-y);
+ const W=600,H=120,n=diffs.length;let s='<svg xmlns="http://www.w3.org/2000/svg" class="diffs" width="'+W+'" height="'+H+'"><line x1="0" x2="'+W+'" y1="'+H/2+'" y2="'+H/2+'" stroke="#888"/>';
+ diffs.forEach((d,i)=>{const x=i*W/Math.max(n,1),h=Math.abs(d)*H/2;s+='<rect x="'+x+'" width="'+Math.max(W/Math.max(n,1)-1,1)+'" y="'+(d>0?H/2-h:H/2)+'" height="'+h+'" fill="'+(d>0?'#2a7':'#c44')+'"/>'});
+ el.append($('p',{},'Per-query differences A − B, sorted'),$('div',{html:s+'</svg>'}))}
+function renderList(t,a,b,dom,ret,beats,txt,list,detail){list.innerHTML='';let shown=0;
+ t.queries.forEach((q,i)=>{if(dom&&q.domain!==dom)return;if(beats&&!((q.results[b].value??0)>(q.results[a].value??0)))return;
+  if(txt&&!(q.id.toLowerCase().includes(txt)||(q.text||'').toLowerCase().includes(txt)))return;
+  const v=ret===''?q.results.map(r=>f4(r.value)).join(' / '):f4(q.results[+ret].value);
+  const row=$('div',{class:'q','data-i':i},q.domain+' · '+q.id+' · '+v+' · '+(q.text||'').slice(0,90));row.onclick=()=>{list.querySelectorAll('.on').forEach(e=>e.classList.remove('on'));row.classList.add('on');renderQuery(t,q,ret,detail)};list.append(row);shown++});
+ list.dataset.count=shown;if(!shown)list.append($('p',{},'No query matches.'))}
+function renderQuery(t,q,ret,el){el.innerHTML='';const box=$('div',{class:'query'},$('h3',{},q.domain+' / '+q.id),$('p',{},q.text||'(no corpus given: query text unknown)'));
+ q.images.forEach(im=>box.append(im.src?$('img',{class:'thumb qimg',src:im.src,title:im.id,alt:im.id}):$('span',{class:'noimg'},'['+im.id+'] ')));
+ const hits=$('div',{class:'hits'});t.labels.forEach((l,ri)=>{if(ret!==''&&+ret!==ri)return;const r=q.results[ri];const ol=$('ol',{});
+  r.hits.forEach(([di,score,grade,ex])=>{const[id,text,image,src]=t.docs[di];const li=$('li',{class:(grade>0?'gold ':'')+(ex?'excluded':'')},(grade>0?'✓'+grade+' ':'')+id+' ('+score.toFixed(3)+')');
+   if(src)li.append($('br'),$('img',{class:'thumb cand',src,alt:image||''}));if(text)li.append($('div',{},text));ol.append(li)});
+  hits.append($('div',{},$('h4',{},l+' — '+D.metric+' '+f4(r.value)),ol))});box.append(hits);el.append(box)}
+// #task=<n>&query=<domain>/<id>&a=<i>&b=<j>: a view to open (links, screenshots)
+function fromHash(){const h=new URLSearchParams(location.hash.slice(1));const ti=D.tasks.findIndex(t=>t.task===h.get('task'));if(ti>=0)cur=ti;nav();show();
+ const t=D.tasks[cur];for(const k of['a','b'])if(h.get(k)!==null){const e=document.getElementById(k);e.value=h.get(k);e.dispatchEvent(new Event('change'))}
+ const q=h.get('query');if(q){const i=t.queries.findIndex(x=>x.domain+'/'+x.id===q);const row=document.querySelector('#qlist [data-i="'+i+'"]');if(row){row.click();row.scrollIntoView()}}}
+load().then(d=>{D=d;fromHash();window.onhashchange=fromHash;document.body.dataset.ready='1'}).catch(e=>{document.body.dataset.error=String(e);throw e});
+"##;
