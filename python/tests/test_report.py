@@ -51,9 +51,12 @@ def test_report_is_self_contained_with_figures(report):
     # nothing fetched: no external script, style, image or link
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
     figures = sorted(p.name for p in (report.parent / "figures").iterdir())
-    assert figures == sorted(f"task{t}_{k}.svg" for t in "1234" for k in ("heatmap", "means"))
+    kinds = ("heatmap", "means", "domains")
+    assert figures == sorted(f"task{t}_{k}.svg" for t in "1234" for k in kinds)
     svg = (report.parent / "figures" / "task2_heatmap.svg").read_text()
     assert svg.startswith("<svg") and svg.count('class="cell"') == 3 * 3
+    grouped = (report.parent / "figures" / "task2_domains.svg").read_text()
+    assert grouped.count('class="gbar"') == 3 * 3
 
 
 def test_overview_in_chromium(report, tmp_path):
@@ -65,6 +68,7 @@ def test_overview_in_chromium(report, tmp_path):
     # 3 domains x 3 retrievers in Task 2's heatmap, 3 retrievers to compare, 15 queries
     heatmap = dom.split('class="heatmap"')[1].split("</svg>")[0]
     assert heatmap.count('class="cell"') == 9
+    assert dom.split('class="grouped"')[1].split("</svg>")[0].count('class="gbar"') == 9
     assert sorted(set(re.findall(r'class="domain"[^>]*>([^<]+)<', heatmap))) == ["biology", "gis", "physics"]
     select_a = dom.split('id="a"')[1].split("</select>")[0]
     assert select_a.count("<option") == 3

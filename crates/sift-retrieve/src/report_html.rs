@@ -312,8 +312,10 @@ pub fn build_html_report(
             bars.push((stats::mean(&means), stats::mean(&pooled), ci));
         }
         let bar = bars_svg(task, &options.metric, &labels, &bars);
+        let grouped = grouped_svg(task, &options.metric, &domains, &labels, &cells);
         figures.push((format!("task{task}_heatmap.svg"), heat.clone()));
         figures.push((format!("task{task}_means.svg"), bar.clone()));
+        figures.push((format!("task{task}_domains.svg"), grouped.clone()));
         // every pair's comparison (a < b; the page swaps sides for b < a), in parallel
         let per_query: Vec<stats::PerQuery> = tj
             .iter()
@@ -488,7 +490,7 @@ pub fn build_html_report(
         data_tasks.push(json!({
             "task": task, "domains": domains, "labels": labels,
             "cells": cells, "bars": bars.iter().map(|(m, p, ci)| json!({"mean": m, "pooled": p, "lo": ci.0, "hi": ci.1})).collect::<Vec<_>>(),
-            "heatmap": heat, "barsSvg": bar,
+            "heatmap": heat, "barsSvg": bar, "grouped": grouped,
             "comparisons": comparisons, "queries": queries, "docs": docs,
         }));
     }
@@ -587,6 +589,85 @@ fn heatmap_svg(
     s
 }
 
+/// A qualitative palette (Tableau 10) for retrievers.
+const PALETTE: [&str; 10] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac",
+];
+
+/// Bars grouped by domain: one bar per retriever in each domain's group, with a legend.
+fn grouped_svg(
+    task: &str,
+    metric: &str,
+    domains: &[String],
+    labels: &[String],
+    cells: &[Vec<Option<f64>>],
+) -> String {
+    let (bw, gap, height, left, top) = (8.0, 10.0, 160.0, 40.0, 20.0);
+    let group = bw * labels.len() as f64 + gap;
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as f64;
+    let w = (left + group * domains.len() as f64 + 20.0).max(left + 20.0 + 6.5 * longest);
+    let legend = 16.0 * labels.len() as f64;
+    let h = top + height + 90.0 + legend;
+    let y = |v: f64| top + height * (1.0 - v.clamp(0.0, 1.0));
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"grouped\" width=\"{w}\" height=\"{h}\" \
+         font-family=\"sans-serif\" font-size=\"11\"><title>Task {task}: {} per domain, a bar per retriever</title>",
+        esc(metric)
+    );
+    for t in [0.0, 0.5, 1.0] {
+        let _ = write!(
+            s,
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.0}</text>",
+            left + group * domains.len() as f64,
+            y(t),
+            y(t),
+            left - 4.0,
+            y(t) + 4.0,
+            t * 100.0
+        );
+    }
+    for (c, d) in domains.iter().enumerate() {
+        let x0 = left + group * c as f64;
+        for (r, l) in labels.iter().enumerate() {
+            if let Some(v) = cells[r][c] {
+                let _ = write!(
+                    s,
+                    "<rect class=\"gbar\" x=\"{}\" y=\"{}\" width=\"{bw}\" height=\"{}\" fill=\"{}\"><title>{} / {}: {:.4}</title></rect>",
+                    x0 + bw * r as f64,
+                    y(v),
+                    top + height - y(v),
+                    PALETTE[r % PALETTE.len()],
+                    esc(d),
+                    esc(l),
+                    v
+                );
+            }
+        }
+        let _ = write!(
+            s,
+            "<text transform=\"translate({},{}) rotate(-45)\" text-anchor=\"end\">{}</text>",
+            x0 + group / 2.0,
+            top + height + 12.0,
+            esc(d)
+        );
+    }
+    for (r, l) in labels.iter().enumerate() {
+        let ly = top + height + 80.0 + 16.0 * r as f64;
+        let _ = write!(
+            s,
+            "<rect x=\"{left}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>",
+            ly - 9.0,
+            PALETTE[r % PALETTE.len()],
+            left + 14.0,
+            ly,
+            esc(l)
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
 fn bars_svg(
     task: &str,
     metric: &str,
@@ -680,7 +761,7 @@ const f4=v=>v==null||Number.isNaN(v)?'-':(v<1e-4&&v>0?v.toExponential(1):v.toFix
 let cur=0;
 function nav(){const n=document.getElementById('tasks');n.innerHTML='';D.tasks.forEach((t,i)=>{const b=$('button',{class:i===cur?'on':''},'Task '+t.task);b.onclick=()=>{cur=i;nav();show()};n.append(b)})}
 function show(){const t=D.tasks[cur],m=document.getElementById('main');m.innerHTML='';
- m.append($('section',{id:'overview'},$('h2',{},'Task '+t.task+': '+D.metric+' by domain'),$('div',{html:t.heatmap}),$('h3',{},'Mean over queries, 95% bootstrap CI ('+D.resamples+' resamples)'),$('div',{html:t.barsSvg})));
+ m.append($('section',{id:'overview'},$('h2',{},'Task '+t.task+': '+D.metric+' by domain'),$('div',{html:t.heatmap}),$('h3',{},'Mean over queries, 95% bootstrap CI ('+D.resamples+' resamples)'),$('div',{html:t.barsSvg}),$('h3',{},'Per domain'),$('div',{html:t.grouped})));
  const sa=$('select',{id:'a'}),sb=$('select',{id:'b'});t.labels.forEach((l,i)=>{sa.append($('option',{value:i},l));sb.append($('option',{value:i},l))});if(t.labels.length>1)sb.value=1;
  const cmp=$('div',{id:'comparison'});
  m.append($('section',{},$('h2',{},'Paired comparison'),$('label',{},'A ',sa),' ',$('label',{},'B ',sb),cmp));
