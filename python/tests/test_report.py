@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -52,7 +53,17 @@ def test_report_is_self_contained_with_figures(report):
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
     figures = sorted(p.name for p in (report.parent / "figures").iterdir())
     kinds = ("heatmap", "means", "domains")
-    assert figures == sorted(f"task{t}_{k}.svg" for t in "1234" for k in kinds)
+    assert figures == sorted(f"task{t}_{k}.{x}" for t in "1234" for k in kinds for x in ("svg", "png"))
+    # each PNG is its SVG rendered at twice the size
+    for name in figures:
+        if name.endswith(".png"):
+            png = (report.parent / "figures" / name).read_bytes()
+            assert png[:8] == b"\x89PNG\r\n\x1a\n", name
+            width, height = struct.unpack(">II", png[16:24])
+            svg = (report.parent / "figures" / name.replace(".png", ".svg")).read_text()
+            w, h = (float(x) for x in re.search(r'width="([0-9.]+)" height="([0-9.]+)"', svg).groups())
+            # the SVG's size rounded up to whole pixels, then doubled
+            assert (width, height) == (2 * int(-(-w // 1)), 2 * int(-(-h // 1))), name
     svg = (report.parent / "figures" / "task2_heatmap.svg").read_text()
     assert svg.startswith("<svg") and svg.count('class="cell"') == 3 * 3
     grouped = (report.parent / "figures" / "task2_domains.svg").read_text()

@@ -25,7 +25,8 @@ pub struct Args {
     /// in the drill-down (without it, ids and scores only).
     #[arg(long)]
     corpus: Option<PathBuf>,
-    /// Also write every figure as an SVG file into this directory.
+    /// Also write every figure into this directory, as SVG and as PNG (rendered at twice
+    /// the size, for print).
     #[arg(long)]
     figures: Option<PathBuf>,
     /// The metric shown and tested.
@@ -70,9 +71,13 @@ pub fn run(a: Args) -> Result<()> {
     std::fs::rename(&tmp, &a.out).with_context(|| a.out.display().to_string())?;
     if let Some(dir) = &a.figures {
         std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+        let png = sift_retrieve::report_html::PngRenderer::new(2.0);
         for (name, svg) in &report.figures {
             let path = dir.join(name);
             std::fs::write(&path, svg).with_context(|| path.display().to_string())?;
+            let path = path.with_extension("png");
+            std::fs::write(&path, png.render(name, svg)?)
+                .with_context(|| path.display().to_string())?;
         }
     }
     let secs = start.elapsed().as_secs_f64();
