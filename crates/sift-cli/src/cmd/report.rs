@@ -42,7 +42,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10)]
     top: usize,
     /// Megabytes of thumbnails at most (images past it are named, not shown).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 8)]
     thumbnail_mb: usize,
     /// Print a JSON summary.
     #[arg(long)]
