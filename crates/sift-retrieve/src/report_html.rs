@@ -387,38 +387,28 @@ pub fn build_html_report(
                 None => HashMap::new(),
             };
             let mut query_images: HashMap<String, Vec<u8>> = HashMap::new();
-            if let (Some(c), true) = (corpus, task != "1") {
-                if let Ok(stream) = c.query_images(domain) {
-                    for r in stream.flatten() {
-                        query_images.insert(r.path, r.bytes);
-                    }
+            if let Some(c) = corpus {
+                // query images for Tasks 2-4; passage texts and corpus images read once per
+                // domain, for the first task that needs them
+                if task != "1"
+                    && let Ok(stream) = c.query_images(domain)
+                {
+                    query_images.extend(stream.flatten().map(|r| (r.path, r.bytes)));
                 }
                 if !texts.contains_key(domain) {
-                    let mut m = HashMap::new();
-                    if let Ok(ps) = c.passages(domain) {
-                        for p in ps.flatten() {
-                            m.insert(p.id, p.text);
-                        }
-                    }
+                    let m = c
+                        .passages(domain)
+                        .map(|ps| ps.flatten().map(|p| (p.id, p.text)).collect())
+                        .unwrap_or_default();
                     texts.insert(domain.clone(), m);
                 }
                 if image_task && !images.contains_key(domain) {
-                    let mut m = HashMap::new();
-                    if let Ok(stream) = c.images(domain) {
-                        for r in stream.flatten() {
-                            m.insert(r.path, r.bytes);
-                        }
-                    }
+                    let m = c
+                        .images(domain)
+                        .map(|st| st.flatten().map(|r| (r.path, r.bytes)).collect())
+                        .unwrap_or_default();
                     images.insert(domain.clone(), m);
                 }
-            } else if let (Some(c), false) = (corpus, texts.contains_key(domain)) {
-                let mut m = HashMap::new();
-                if let Ok(ps) = c.passages(domain) {
-                    for p in ps.flatten() {
-                        m.insert(p.id, p.text);
-                    }
-                }
-                texts.insert(domain.clone(), m);
             }
             let mut qids: Vec<&String> = tj
                 .iter()
