@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sift_index::{BuildOptions, HnswParams, IndexDir, Precomputed, VectorDtype};
-use sift_retrieve::{Indexed, Sides, slug};
+use sift_retrieve::{Indexed, Sides};
 use sift_serve::api::{CandidateKind, Fusion, ImageInput, SearchRequest};
 use sift_serve::{ServeConfig, Service};
 
@@ -244,18 +244,13 @@ impl Index {
             let given = sift_retrieve::match_precomputed(&opened, &models)?;
             let builds: Vec<_> = dense
                 .iter()
-                .zip(&models)
                 .zip(&sides)
                 .zip(&given)
-                .map(|(((spec, model), sides), given)| {
-                    let build = sides
-                        .dense_build(slug(model), sift_retrieve::recorded_spec(spec))
+                .map(|((spec, sides), given)| {
+                    sides
+                        .build_for(spec, *given)
                         .dtype(vector_dtype)
-                        .hnsw(HnswParams::default());
-                    match given {
-                        Some(v) => build.precomputed(v),
-                        None => build,
-                    }
+                        .hnsw(HnswParams::default())
                 })
                 .collect();
             IndexDir::build(&path, &source, &domains, &build_options, &builds, &progress).map_err(

@@ -135,6 +135,22 @@ impl<'a> Sides<'a> {
             None => build,
         }
     }
+
+    /// The dense index a build makes of the model loaded from `spec` (a directory or hub
+    /// id), as `sift index --dense` makes it: named by the model's [`slug`], recorded so the
+    /// index can load it again ([`recorded_spec`]), and indexing `vectors` instead of
+    /// embedding the passages when given ([`match_precomputed`]).
+    pub fn build_for<'s>(
+        &'s self,
+        spec: &str,
+        vectors: Option<&'s sift_index::Precomputed>,
+    ) -> DenseBuild<'s> {
+        let build = self.dense_build(slug(self.passages.embedder), recorded_spec(spec));
+        match vectors {
+            Some(v) => build.precomputed(v),
+            None => build,
+        }
+    }
 }
 
 /// The embedders of the dense indexes a search uses, each loaded once.

@@ -3,7 +3,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use sift_index::{AnalyzerConfig, BuildOptions, HnswParams, IndexDir, VectorDtype};
-use sift_retrieve::{Sides, slug};
+use sift_retrieve::Sides;
 
 use crate::models::ModelFlags;
 
@@ -120,18 +120,13 @@ pub fn run(a: Args) -> Result<()> {
     let dense: Vec<_> = a
         .dense
         .iter()
-        .zip(&models)
         .zip(&sides)
         .zip(&given)
-        .map(|(((spec, model), sides), given)| {
-            let build = sides
-                .dense_build(slug(model), sift_retrieve::recorded_spec(spec))
+        .map(|((spec, sides), given)| {
+            sides
+                .build_for(spec, *given)
                 .dtype(a.vector_dtype)
-                .hnsw(hnsw);
-            match given {
-                Some(v) => build.precomputed(v),
-                None => build,
-            }
+                .hnsw(hnsw)
         })
         .collect();
     let index = match IndexDir::build(&a.index, &corpus, &domains, &options, &dense, &bars) {
