@@ -44,6 +44,9 @@ pub enum WarningKind {
     /// A knowledge-base row naming an image file that does not exist: the image is skipped
     /// (the row's text is still a passage).
     MissingImageFile,
+    /// A part of the corpus a report could not read (a domain it lacks, a bad row): its
+    /// texts or images are not shown.
+    UnreadableCorpus,
 }
 
 impl WarningKind {
@@ -66,6 +69,7 @@ impl WarningKind {
             WarningKind::UnknownNegativeId => "unknown_negative_id",
             WarningKind::EmptyRow => "empty_row",
             WarningKind::MissingImageFile => "missing_image_file",
+            WarningKind::UnreadableCorpus => "unreadable_corpus",
         }
     }
 }

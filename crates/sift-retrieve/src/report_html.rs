@@ -11,8 +11,9 @@ use std::fmt::Write as _;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use serde_json::{Value, json};
-use sift_core::{Corpus, Warnings};
+use sift_core::{Corpus, WarningKind, Warnings};
 use sift_eval::stats;
 
 use crate::{Error, Result, run_file_name};
@@ -36,11 +37,14 @@ pub struct HtmlOptions {
     pub snippet_budget: usize,
     /// Longest side of a thumbnail (pixels).
     pub thumbnail_px: u32,
-    /// Bytes of thumbnails at most (JPEG, base64); images past it are named, not shown.
-    /// 8 MB by default: with MM-BRIGHT's 29 domains x 4 tasks x 10 retrievers the rest of
-    /// the page is about 8 MB and the snippets' budget bounds them, so the page stays under
-    /// 20 MB.
+    /// Bytes of thumbnails at most (JPEG, base64; 8 MB), and never more than the page's
+    /// bound leaves. Each domain gets an even share of what is left, given to its query
+    /// images first, then to the candidates' images by rank; images past it are named,
+    /// not shown.
     pub thumbnail_budget: usize,
+    /// Bytes of the page at most: the thumbnails get what the rest leaves, up to
+    /// `thumbnail_budget` (20 MB by default).
+    pub max_page_bytes: usize,
 }
 
 impl Default for HtmlOptions {
@@ -54,6 +58,7 @@ impl Default for HtmlOptions {
             snippet_budget: 2_000_000,
             thumbnail_px: 96,
             thumbnail_budget: 8 << 20,
+            max_page_bytes: 20_000_000,
         }
     }
 }
@@ -65,8 +70,12 @@ pub struct HtmlReport {
     pub html: String,
     /// (file name, SVG) of every figure.
     pub figures: Vec<(String, String)>,
-    /// Thumbnails embedded, and images left without one (over the budget or undecodable).
+    /// Thumbnails embedded, and images shown without one (past the budget, undecodable, or
+    /// not in the corpus).
     pub thumbnails: (usize, usize),
+    /// Problems counted: parts of the corpus that could not be read (their texts and images
+    /// are not shown), rows of the qrels read as `sift eval` reads them.
+    pub warnings: Warnings,
 }
 
 /// One job of an evaluation directory.
@@ -155,18 +164,23 @@ fn read_top(path: &Path, top: usize) -> Result<HashMap<String, Vec<(String, f64)
     let mut out: HashMap<String, Vec<(String, f64, u64)>> = HashMap::new();
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|e| bad(path, e.to_string()))?;
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 6 {
+        let mut f = line.split_whitespace();
+        let (Some(q), Some(_), Some(doc), Some(rank), Some(score), Some(_)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
             if line.trim().is_empty() {
                 continue;
             }
             return Err(bad(path, format!("line {}: not a TREC run line", n + 1)));
-        }
-        let rank: u64 = f[3].parse().unwrap_or(u64::MAX);
-        let list = out.entry(f[0].to_string()).or_default();
+        };
+        let rank: u64 = rank.parse().unwrap_or(u64::MAX);
+        let list = match out.get_mut(q) {
+            Some(list) => list,
+            None => out.entry(q.to_string()).or_default(),
+        };
         if list.len() < top || rank <= top as u64 {
-            let score = f[4].parse().unwrap_or(f64::NAN);
-            list.push((f[2].to_string(), score, rank));
+            let score = score.parse().unwrap_or(f64::NAN);
+            list.push((doc.to_string(), score, rank));
         }
     }
     Ok(out
@@ -179,13 +193,17 @@ fn read_top(path: &Path, top: usize) -> Result<HashMap<String, Vec<(String, f64)
         .collect())
 }
 
-/// The qrels and exclusions of `task` in `dir` (empty when absent).
-fn read_judgements(dir: &Path, task: &str) -> Result<(sift_core::Qrels, sift_eval::Exclusions)> {
+/// The qrels and exclusions of `task` in `dir` (empty when absent); problems in the qrels
+/// are counted in `warnings`.
+fn read_judgements(
+    dir: &Path,
+    task: &str,
+    warnings: &mut Warnings,
+) -> Result<(sift_core::Qrels, sift_eval::Exclusions)> {
     let q = dir.join("qrels").join(format!("task{task}.qrels"));
     let x = dir.join("qrels").join(format!("task{task}.exclusions"));
-    let mut w = Warnings::new();
     let qrels = if q.is_file() {
-        sift_eval::read_qrels(&q, &mut w)?
+        sift_eval::read_qrels(&q, warnings)?
     } else {
         Default::default()
     };
@@ -197,33 +215,185 @@ fn read_judgements(dir: &Path, task: &str) -> Result<(sift_core::Qrels, sift_eva
     Ok((qrels, excl))
 }
 
-/// Thumbnails as data URLs, within a byte budget.
-struct Thumbs {
-    px: u32,
-    budget: usize,
-    used: usize,
-    made: usize,
-    missed: usize,
-    cache: HashMap<String, Option<String>>,
+/// Every image the page shows, once (query images and candidates' images), and the
+/// thumbnail each is given.
+#[derive(Default)]
+struct ImageTable {
+    /// (domain, query image?, id) -> slot
+    index: HashMap<(String, bool, String), usize>,
+    /// (domain, query image?, id, thumbnail)
+    entries: Vec<(String, bool, String, Option<String>)>,
+    /// domain -> query images' slots as shown, and (rank, slot) of candidates' images as
+    /// shown: the order the domain's share of the thumbnails' budget is given out in
+    priority: BTreeMap<String, Shown>,
 }
 
-impl Thumbs {
-    fn get(&mut self, key: &str, bytes: &[u8]) -> Option<String> {
-        if let Some(v) = self.cache.get(key) {
-            return v.clone();
+/// A domain's query images' slots, and (rank, slot) of its candidates' images, as shown.
+type Shown = (Vec<usize>, Vec<(usize, usize)>);
+
+impl ImageTable {
+    fn slot(&mut self, domain: &str, query: bool, id: &str) -> usize {
+        let key = (domain.to_string(), query, id.to_string());
+        if let Some(&s) = self.index.get(&key) {
+            return s;
         }
-        let url = (self.used < self.budget)
-            .then(|| thumbnail(bytes, self.px))
-            .flatten();
-        match &url {
-            Some(u) => {
-                self.used += u.len();
-                self.made += 1;
+        self.entries
+            .push((domain.to_string(), query, id.to_string(), None));
+        self.index.insert(key, self.entries.len() - 1);
+        self.entries.len() - 1
+    }
+
+    /// A query image shown.
+    fn query(&mut self, domain: &str, id: &str) -> usize {
+        let s = self.slot(domain, true, id);
+        self.priority
+            .entry(domain.to_string())
+            .or_default()
+            .0
+            .push(s);
+        s
+    }
+
+    /// A candidate's image shown at `rank` (0-based).
+    fn candidate(&mut self, domain: &str, id: &str, rank: usize) -> usize {
+        let s = self.slot(domain, false, id);
+        let p = self.priority.entry(domain.to_string()).or_default();
+        p.1.push((rank, s));
+        s
+    }
+
+    /// The domain's slots in the order thumbnails go to them: its query images, then its
+    /// candidates' images by rank (every retriever's first, then their second, ...), each
+    /// once.
+    fn order(&self, domain: &str) -> Vec<usize> {
+        let Some((queries, candidates)) = self.priority.get(domain) else {
+            return Vec::new();
+        };
+        let mut candidates = candidates.clone();
+        candidates.sort_by_key(|&(rank, _)| rank);
+        let mut seen = HashSet::new();
+        queries
+            .iter()
+            .copied()
+            .chain(candidates.into_iter().map(|(_, s)| s))
+            .filter(|&s| seen.insert(s))
+            .collect()
+    }
+
+    /// Makes thumbnails within `budget` bytes: every domain in turn is given an even share
+    /// of what is left, spent in [`ImageTable::order`]; images are read from the corpus
+    /// one domain at a time and thumbnailed in parallel. Returns the thumbnails made.
+    fn thumbnails(
+        &mut self,
+        corpus: &Corpus,
+        budget: usize,
+        px: u32,
+        warnings: &mut Warnings,
+    ) -> usize {
+        let domains: Vec<String> = self.priority.keys().cloned().collect();
+        let (mut used, mut made) = (0, 0);
+        let chunk = 4 * rayon::current_num_threads().max(1);
+        for (n, domain) in domains.iter().enumerate() {
+            let share = (budget - used) / (domains.len() - n);
+            // a thumbnail is rarely under 500 bytes: more than share / 500 are never needed
+            let order: Vec<usize> = self
+                .order(domain)
+                .into_iter()
+                .take(share / 500 + chunk)
+                .collect();
+            if share == 0 || order.is_empty() {
+                continue;
             }
-            None => self.missed += 1,
+            let mut bytes: HashMap<usize, Vec<u8>> = HashMap::new();
+            for query in [true, false] {
+                let wanted: HashMap<&str, usize> = order
+                    .iter()
+                    .filter(|&&s| self.entries[s].1 == query)
+                    .map(|&s| (self.entries[s].2.as_str(), s))
+                    .collect();
+                if wanted.is_empty() {
+                    continue;
+                }
+                let (stream, what) = if query {
+                    (corpus.query_images(domain), "query images")
+                } else {
+                    (corpus.images(domain), "images")
+                };
+                let place = format!("{what} of {domain}");
+                drain(stream, corpus, place, warnings, |r| {
+                    if let Some(&s) = wanted.get(r.path.as_str()) {
+                        bytes.insert(s, r.bytes);
+                    }
+                });
+            }
+            // the first that does not fit ends the domain's share: the thumbnails shown
+            // are always the first in its order
+            let (mut spent, mut full) = (0, false);
+            for part in order.chunks(chunk) {
+                if full {
+                    break;
+                }
+                let urls: Vec<Option<String>> = part
+                    .par_iter()
+                    .map(|s| bytes.get(s).and_then(|b| thumbnail(b, px)))
+                    .collect();
+                for (&s, url) in part.iter().zip(urls) {
+                    let Some(u) = url else { continue };
+                    if full || spent + u.len() > share {
+                        full = true;
+                        continue;
+                    }
+                    spent += u.len();
+                    made += 1;
+                    self.entries[s].3 = Some(u);
+                }
+            }
+            used += spent;
         }
-        self.cache.insert(key.to_string(), url.clone());
-        url
+        made
+    }
+
+    /// `[id, thumbnail]` of every slot.
+    fn to_json(&self) -> Value {
+        Value::Array(
+            self.entries
+                .iter()
+                .map(|(_, _, id, src)| json!([id, src]))
+                .collect(),
+        )
+    }
+}
+
+/// Counts a part of the corpus the report could not read.
+fn unreadable(warnings: &mut Warnings, corpus: &Corpus, place: String, e: &sift_core::Error) {
+    warnings.push(
+        WarningKind::UnreadableCorpus,
+        corpus.root(),
+        place,
+        format!("{e} (not shown in the report)"),
+    );
+}
+
+/// Gives `keep` every item of a corpus stream; an error is counted and ends the stream.
+fn drain<T>(
+    items: sift_core::Result<impl Iterator<Item = sift_core::Result<T>>>,
+    corpus: &Corpus,
+    place: String,
+    warnings: &mut Warnings,
+    mut keep: impl FnMut(T),
+) {
+    let items = match items {
+        Ok(items) => items,
+        Err(e) => return unreadable(warnings, corpus, place, &e),
+    };
+    for item in items {
+        match item {
+            Ok(t) => keep(t),
+            Err(e) => {
+                let place = format!("{place}, from this error on");
+                return unreadable(warnings, corpus, place, &e);
+            }
+        }
     }
 }
 
@@ -274,20 +444,44 @@ pub fn build_html_report(
     tasks.sort();
     tasks.dedup();
     let mut figures = Vec::new();
-    let mut thumbs = Thumbs {
-        px: options.thumbnail_px,
-        budget: options.thumbnail_budget,
-        used: 0,
-        made: 0,
-        missed: 0,
-        cache: HashMap::new(),
-    };
-    // domain -> passage id -> text; domain -> image id -> bytes (read once per domain)
+    let mut imgs = ImageTable::default();
+    // every run's top entries, read once
+    let tops: Vec<HashMap<String, Vec<(String, f64)>>> = jobs
+        .par_iter()
+        .map(|j| {
+            if j.run.is_file() {
+                read_top(&j.run, options.top)
+            } else {
+                Ok(HashMap::new())
+            }
+        })
+        .collect::<Result<_>>()?;
+    // domain -> the passages some drill-down shows (their snippets are all that is kept of
+    // the corpus's texts: a physics-sized domain is not held in memory)
+    let mut shown: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for (j, top) in jobs.iter().zip(&tops) {
+        if j.task == "3" {
+            continue;
+        }
+        for (domain, queries) in &j.per_query {
+            let set = shown.entry(domain.as_str()).or_default();
+            for q in queries.keys() {
+                for (doc, _) in top.get(q).into_iter().flatten() {
+                    set.insert(sift_eval::split_pair_id(doc).0);
+                }
+            }
+        }
+    }
+    let mut warnings = Warnings::new();
+    // domain -> passage id -> snippet (read once per domain)
     let mut texts: HashMap<String, HashMap<String, String>> = HashMap::new();
-    let mut images: HashMap<String, HashMap<String, Vec<u8>>> = HashMap::new();
+    // (domain, multimodal) -> query id -> query
+    let mut queries_read: HashMap<(String, bool), HashMap<String, sift_core::Example>> =
+        HashMap::new();
     let mut data_tasks = Vec::new();
     for task in &tasks {
-        let tj: Vec<&Job> = jobs.iter().filter(|j| &j.task == task).collect();
+        let ti: Vec<usize> = (0..jobs.len()).filter(|&i| &jobs[i].task == task).collect();
+        let tj: Vec<&Job> = ti.iter().map(|&i| &jobs[i]).collect();
         let mut domains: Vec<String> = tj
             .iter()
             .flat_map(|j| j.per_domain.keys().cloned())
@@ -306,17 +500,19 @@ pub fn build_html_report(
             })
             .collect();
         let heat = heatmap_svg(task, &options.metric, &domains, &labels, &cells);
-        let mut bars = Vec::new();
-        for j in &tj {
-            let means: Vec<f64> = j.per_domain.values().copied().collect();
-            let pooled: Vec<f64> = j
-                .per_query
-                .values()
-                .flat_map(|m| m.values().copied())
-                .collect();
-            let ci = stats::bootstrap_ci(&pooled, 0.95, options.resamples, options.seed);
-            bars.push((stats::mean(&means), stats::mean(&pooled), ci));
-        }
+        let bars: Vec<(f64, f64, (f64, f64))> = tj
+            .par_iter()
+            .map(|j| {
+                let means: Vec<f64> = j.per_domain.values().copied().collect();
+                let pooled: Vec<f64> = j
+                    .per_query
+                    .values()
+                    .flat_map(|m| m.values().copied())
+                    .collect();
+                let ci = stats::bootstrap_ci(&pooled, 0.95, options.resamples, options.seed);
+                (stats::mean(&means), stats::mean(&pooled), ci)
+            })
+            .collect();
         let bar = bars_svg(task, &options.metric, &labels, &bars);
         let grouped = grouped_svg(task, &options.metric, &domains, &labels, &cells);
         figures.push((format!("task{task}_heatmap.svg"), heat.clone()));
@@ -342,7 +538,6 @@ pub fn build_html_report(
             .flat_map(|a| (a + 1..tj.len()).map(move |b| (a, b)))
             .collect();
         let comparisons: Vec<Value> = {
-            use rayon::prelude::*;
             pairs
                 .par_iter()
                 .map(|&(a, b)| {
@@ -359,75 +554,68 @@ pub fn build_html_report(
         };
         // drill-down: every query of the task
         let mut queries = Vec::new();
-        let tops: Vec<HashMap<String, Vec<(String, f64)>>> = tj
-            .iter()
-            .map(|j| {
-                if j.run.is_file() {
-                    read_top(&j.run, options.top)
-                } else {
-                    Ok(HashMap::new())
-                }
-            })
-            .collect::<Result<_>>()?;
         let judgements: Vec<(sift_core::Qrels, sift_eval::Exclusions)> = (0..dirs.len())
-            .map(|d| read_judgements(&dirs[d], task))
+            .map(|d| read_judgements(&dirs[d], task, &mut warnings))
             .collect::<Result<_>>()?;
-        let image_task = task == "3" || task == "4";
-        // every document shown once per task: id, snippet, image id, thumbnail
+        // the image shown for a document of the task, if any
+        let image_of = |doc: &'_ str| -> Option<String> {
+            if task == "3" {
+                Some(doc.to_string())
+            } else {
+                sift_eval::split_pair_id(doc).1.map(str::to_string)
+            }
+        };
+        // every document shown once per task: id, snippet, its image's slot in the image table
         let mut doc_index: HashMap<String, usize> = HashMap::new();
         let mut docs: Vec<Value> = Vec::new();
         for domain in &domains {
-            let examples: HashMap<String, sift_core::Example> = match corpus {
-                Some(c) => {
-                    let mut w = Warnings::new();
-                    c.examples(domain, task != "1", &mut w)
-                        .map(|v| v.into_iter().map(|e| (e.id.clone(), e)).collect())
-                        .unwrap_or_default()
-                }
-                None => HashMap::new(),
-            };
-            let mut query_images: HashMap<String, Vec<u8>> = HashMap::new();
-            if let Some(c) = corpus {
-                // query images for Tasks 2-4; passage texts and corpus images read once per
-                // domain, for the first task that needs them
-                if task != "1"
-                    && let Ok(stream) = c.query_images(domain)
-                {
-                    query_images.extend(stream.flatten().map(|r| (r.path, r.bytes)));
-                }
-                if !texts.contains_key(domain) {
-                    let m = c
-                        .passages(domain)
-                        .map(|ps| ps.flatten().map(|p| (p.id, p.text)).collect())
-                        .unwrap_or_default();
-                    texts.insert(domain.clone(), m);
-                }
-                if image_task && !images.contains_key(domain) {
-                    let m = c
-                        .images(domain)
-                        .map(|st| st.flatten().map(|r| (r.path, r.bytes)).collect())
-                        .unwrap_or_default();
-                    images.insert(domain.clone(), m);
-                }
-            }
             let mut qids: Vec<&String> = tj
                 .iter()
                 .flat_map(|j| j.per_query.get(domain).into_iter().flat_map(|m| m.keys()))
                 .collect();
             qids.sort();
             qids.dedup();
+            // Tasks 2-4 share the multimodal queries: read (and their problems counted) once
+            let key = (domain.clone(), task != "1");
+            if let Some(c) = corpus
+                && !queries_read.contains_key(&key)
+            {
+                let mut m = HashMap::new();
+                match c.examples(domain, key.1, &mut warnings) {
+                    Ok(v) => m.extend(v.into_iter().map(|e| (e.id.clone(), e))),
+                    Err(e) => unreadable(&mut warnings, c, format!("queries of {domain}"), &e),
+                }
+                queries_read.insert(key.clone(), m);
+            }
+            let no_queries = HashMap::new();
+            let examples = queries_read.get(&key).unwrap_or(&no_queries);
+            if let Some(c) = corpus {
+                let place = |what: &str| format!("{what} of {domain}");
+                if !texts.contains_key(domain) {
+                    let wanted = shown.get(domain.as_str());
+                    let mut m = HashMap::new();
+                    drain(
+                        c.passages(domain),
+                        c,
+                        place("passages"),
+                        &mut warnings,
+                        |p| {
+                            if wanted.is_some_and(|w| w.contains(p.id.as_str())) {
+                                let s = snippet(&p.text, options.snippet_chars);
+                                m.insert(p.id, s);
+                            }
+                        },
+                    );
+                    texts.insert(domain.clone(), m);
+                }
+            }
             for q in qids {
                 let ex = examples.get(q.as_str());
                 let qimgs: Vec<Value> = ex
                     .map(|e| e.image_paths.as_slice())
                     .unwrap_or_default()
                     .iter()
-                    .map(|p| {
-                        let url = query_images
-                            .get(p)
-                            .and_then(|b| thumbs.get(&format!("q:{p}"), b));
-                        json!({"id": p, "src": url})
-                    })
+                    .map(|p| json!(imgs.query(domain, p)))
                     .collect();
                 let mut results = Vec::new();
                 for (ji, j) in tj.iter().enumerate() {
@@ -437,31 +625,21 @@ pub fn build_html_report(
                         .get(q.as_str())
                         .map(|s| s.iter().map(String::as_str).collect())
                         .unwrap_or_default();
-                    let hits: Vec<Value> = tops[ji]
+                    let hits: Vec<Value> = tops[ti[ji]]
                         .get(q.as_str())
                         .map(Vec::as_slice)
                         .unwrap_or_default()
                         .iter()
-                        .map(|(doc, score)| {
+                        .enumerate()
+                        .map(|(rank, (doc, score))| {
+                            let image = image_of(doc).map(|id| imgs.candidate(domain, &id, rank));
                             let at = match doc_index.get(doc) {
                                 Some(&i) => i,
                                 None => {
-                                    let (passage, image) = sift_eval::split_pair_id(doc);
+                                    let passage = sift_eval::split_pair_id(doc).0;
                                     // the snippet is cut once every document is known
-                                    let text = texts
-                                        .get(domain)
-                                        .and_then(|m| m.get(passage))
-                                        .map(|t| snippet(t, options.snippet_chars));
-                                    let image = if task == "3" {
-                                        Some(doc.as_str())
-                                    } else {
-                                        image
-                                    };
-                                    let src = image.and_then(|id| {
-                                        let bytes = images.get(domain)?.get(id)?;
-                                        thumbs.get(&format!("{domain}:{id}"), bytes)
-                                    });
-                                    docs.push(json!([doc, text, image, src]));
+                                    let text = texts.get(domain).and_then(|m| m.get(passage));
+                                    docs.push(json!([doc, text, image]));
                                     doc_index.insert(doc.clone(), docs.len() - 1);
                                     docs.len() - 1
                                 }
@@ -504,11 +682,29 @@ pub fn build_html_report(
         "metric": options.metric, "dirs": names, "tasks": data_tasks,
         "resamples": options.resamples, "seed": options.seed,
     });
-    let html = page(&data, &names);
+    // the image table is packed apart from the rest, which is packed once
+    let data = pack(&data);
+    let mut html = page(&data, &pack(&imgs.to_json()), &names);
+    let mut made = 0;
+    if let Some(c) = corpus {
+        // the thumbnails get what the page leaves of its bound (a thumbnail's base64 text
+        // grows ~2% through the page's gzip and base64)
+        let room = options.max_page_bytes.saturating_sub(html.len()) * 100 / 103;
+        made = imgs.thumbnails(
+            c,
+            options.thumbnail_budget.min(room),
+            options.thumbnail_px,
+            &mut warnings,
+        );
+        if made > 0 {
+            html = page(&data, &pack(&imgs.to_json()), &names);
+        }
+    }
     Ok(HtmlReport {
         html,
         figures,
-        thumbnails: (thumbs.made, thumbs.missed),
+        thumbnails: (made, imgs.entries.len() - made),
+        warnings,
     })
 }
 
@@ -778,18 +974,24 @@ fn bars_svg(
 
 /// The page: the data as gzip-compressed JSON in base64 (the browser's own
 /// `DecompressionStream` inflates it) and the script that renders it.
-fn page(data: &Value, names: &[String]) -> String {
+/// `value` as the page carries it: JSON, gzip, base64.
+fn pack(value: &Value) -> String {
     use base64::Engine as _;
     use std::io::Write as _;
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
-    gz.write_all(data.to_string().as_bytes())
+    gz.write_all(value.to_string().as_bytes())
         .expect("writing to memory");
-    let json = base64::engine::general_purpose::STANDARD.encode(gz.finish().expect("in memory"));
+    base64::engine::general_purpose::STANDARD.encode(gz.finish().expect("in memory"))
+}
+
+/// The page: the packed data and image table, the style and the renderer.
+fn page(data: &str, images: &str, names: &[String]) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>Sift report: {}</title><style>{CSS}</style></head><body>\
          <h1>Sift report</h1><p class=\"sub\">{}</p><nav id=\"tasks\"></nav><main id=\"main\"></main>\
-         <script id=\"data\" type=\"application/gzip-base64\">{json}</script><script>{JS}</script></body></html>\n",
+         <script id=\"data\" type=\"application/gzip-base64\">{data}</script>\
+         <script id=\"images\" type=\"application/gzip-base64\">{images}</script><script>{JS}</script></body></html>\n",
         esc(&names.join(", ")),
         esc(&names.join(", "))
     )
@@ -810,8 +1012,9 @@ img.thumb{max-width:96px;max-height:96px;margin:2px;vertical-align:middle}
 
 const JS: &str = r##"
 let D;
-async function load(){const t=atob(document.getElementById('data').textContent.trim());const b=new Uint8Array(t.length);for(let i=0;i<t.length;i++)b[i]=t.charCodeAt(i);
+async function unpack(id){const t=atob(document.getElementById(id).textContent.trim());const b=new Uint8Array(t.length);for(let i=0;i<t.length;i++)b[i]=t.charCodeAt(i);
  const s=new Blob([b]).stream().pipeThrough(new DecompressionStream('gzip'));return JSON.parse(await new Response(s).text())}
+async function load(){const[d,images]=await Promise.all([unpack('data'),unpack('images')]);d.images=images;return d}
 const $=(t,a={},...k)=>{const e=document.createElement(t);for(const[n,v]of Object.entries(a))n==='html'?e.innerHTML=v:e.setAttribute(n,v);k.forEach(c=>e.append(c));return e};
 const f4=v=>v==null||Number.isNaN(v)?'-':(v<1e-4&&v>0?v.toExponential(1):v.toFixed(4));
 let cur=0;
@@ -846,9 +1049,9 @@ function renderList(t,a,b,dom,ret,beats,txt,list,detail){list.innerHTML='';let s
   const row=$('div',{class:'q','data-i':i},q.domain+' · '+q.id+' · '+v+' · '+(q.text||'').slice(0,90));row.onclick=()=>{list.querySelectorAll('.on').forEach(e=>e.classList.remove('on'));row.classList.add('on');renderQuery(t,q,ret,detail)};list.append(row);shown++});
  list.dataset.count=shown;if(!shown)list.append($('p',{},'No query matches.'))}
 function renderQuery(t,q,ret,el){el.innerHTML='';const box=$('div',{class:'query'},$('h3',{},q.domain+' / '+q.id),$('p',{},q.text||'(no corpus given: query text unknown)'));
- q.images.forEach(im=>box.append(im.src?$('img',{class:'thumb qimg',src:im.src,title:im.id,alt:im.id}):$('span',{class:'noimg'},'['+im.id+'] ')));
+ q.images.forEach(ix=>{const[id,src]=D.images[ix];box.append(src?$('img',{class:'thumb qimg',src,title:id,alt:id}):$('span',{class:'noimg'},'['+id+'] '))});
  const hits=$('div',{class:'hits'});t.labels.forEach((l,ri)=>{if(ret!==''&&+ret!==ri)return;const r=q.results[ri];const ol=$('ol',{});
-  r.hits.forEach(([di,score,grade,ex])=>{const[id,text,image,src]=t.docs[di];const li=$('li',{class:(grade>0?'gold ':'')+(ex?'excluded':'')},(grade>0?'✓'+grade+' ':'')+id+' ('+score.toFixed(3)+')');
+  r.hits.forEach(([di,score,grade,ex])=>{const[id,text,ix]=t.docs[di];const[image,src]=ix==null?[]:D.images[ix];const li=$('li',{class:(grade>0?'gold ':'')+(ex?'excluded':'')},(grade>0?'✓'+grade+' ':'')+id+' ('+score.toFixed(3)+')');
    if(src)li.append($('br'),$('img',{class:'thumb cand',src,alt:image||''}));if(text)li.append($('div',{},text));ol.append(li)});
   hits.append($('div',{},$('h4',{},l+' — '+D.metric+' '+f4(r.value)),ol))});box.append(hits);el.append(box)}
 // #task=<n>&query=<domain>/<id>&a=<i>&b=<j>: a view to open (links, screenshots)
@@ -857,3 +1060,7 @@ function fromHash(){const h=new URLSearchParams(location.hash.slice(1));const ti
  const q=h.get('query');if(q){const i=t.queries.findIndex(x=>x.domain+'/'+x.id===q);const row=document.querySelector('#qlist [data-i="'+i+'"]');if(row){row.click();row.scrollIntoView()}}}
 load().then(d=>{D=d;fromHash();window.onhashchange=fromHash;document.body.dataset.ready='1';document.body.dataset.readyMs=Math.round(performance.now())}).catch(e=>{document.body.dataset.error=String(e);throw e});
 "##;
+
+#[cfg(test)]
+#[path = "report_html_tests.rs"]
+mod tests;

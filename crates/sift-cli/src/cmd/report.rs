@@ -41,9 +41,14 @@ pub struct Args {
     /// Results per retriever and query in the drill-down.
     #[arg(long, default_value_t = 10)]
     top: usize,
-    /// Megabytes of thumbnails at most (images past it are named, not shown).
+    /// Megabytes of thumbnails at most (images past it are named, not shown). Each domain
+    /// gets an even share, given to its query images first, then to the candidates' images
+    /// by rank.
     #[arg(long, default_value_t = 8)]
     thumbnail_mb: usize,
+    /// Megabytes of the page at most: thumbnails get only what the rest of the page leaves.
+    #[arg(long, default_value_t = 20)]
+    max_mb: usize,
     /// Print a JSON summary.
     #[arg(long)]
     json: bool,
@@ -62,6 +67,7 @@ pub fn run(a: Args) -> Result<()> {
         seed: a.seed,
         top: a.top,
         thumbnail_budget: a.thumbnail_mb << 20,
+        max_page_bytes: a.max_mb * 1_000_000,
         ..HtmlOptions::default()
     };
     let report = build_html_report(&a.dirs, corpus.as_ref(), &options)?;
@@ -81,6 +87,7 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    crate::cmd::report_warnings("corpus", &report.warnings);
     if a.json {
         println!(
             "{}",
@@ -88,6 +95,7 @@ pub fn run(a: Args) -> Result<()> {
                 "out": a.out, "bytes": report.html.len(), "seconds": secs,
                 "figures": report.figures.iter().map(|f| &f.0).collect::<Vec<_>>(),
                 "thumbnails": report.thumbnails.0, "images_without_thumbnail": report.thumbnails.1,
+                "warnings": report.warnings.to_map(),
             }))?
         );
     } else {
@@ -101,7 +109,7 @@ pub fn run(a: Args) -> Result<()> {
         );
         if report.thumbnails.1 > 0 {
             eprintln!(
-                "note: {} image(s) shown by name only (undecodable, or past --thumbnail-mb)",
+                "note: {} image(s) shown by name only (past --thumbnail-mb, undecodable, or not in the corpus)",
                 report.thumbnails.1
             );
         }
