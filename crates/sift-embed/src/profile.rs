@@ -21,9 +21,9 @@ pub enum Profile {
     /// code hits by accident: Task 3's white images for Nomic and Jina-CLIP, Task 4's blank
     /// pair images for BGE-VL and GME.
     Reference,
-    /// [`Profile::Reference`] with the two accidents mended as the code evidently meant:
+    /// `reference` with the two accidents mended as the code evidently meant:
     /// real images in Task 3 for Nomic and Jina-CLIP, and in Task 4's pairs for BGE-VL and
-    /// GME. Everything else, and the index's vectors, as [`Profile::Reference`].
+    /// GME. Everything else, and the index's vectors, as `reference`.
     #[cfg_attr(feature = "clap", value(name = "reference-intended"))]
     ReferenceIntended,
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use sift_eval::Task;
 use sift_index::IndexDir;
-use sift_retrieve::{EvalConfig, ModelSet, QueryImages, RetrieverSpec, RunOutput, SearchSettings};
+use sift_retrieve::{EvalConfig, ModelSet, QueryFusion, RetrieverSpec, RunOutput, SearchSettings};
 
 use crate::embedder::options;
 use crate::errors::{invalid, sift_err};
@@ -77,25 +77,16 @@ pub fn evaluate(
             models.load_for(&index, r, &model_options, None)?;
         }
         let defaults = EvalConfig::default();
-        let reference = model_options.profile.is_reference();
+        let (protocol, fusion) = QueryFusion::defaults(model_options.profile);
+        let fusion = match query_fusion.as_deref() {
+            Some(f) => f.parse::<QueryFusion>().map_err(anyhow::Error::msg)?,
+            None => fusion,
+        };
         let config = EvalConfig {
             tasks,
             retrievers,
-            protocol: if reference {
-                sift_eval::Protocol::Legacy
-            } else {
-                sift_eval::Protocol::Paper
-            },
-            query_images: match query_fusion.as_deref() {
-                None if reference => vec![QueryImages::Reference],
-                None | Some("all") => vec![QueryImages::All],
-                Some("first") => vec![QueryImages::First],
-                Some("reference") => vec![QueryImages::Reference],
-                Some("both") => vec![QueryImages::All, QueryImages::First],
-                Some(other) => {
-                    anyhow::bail!("query_fusion {other:?}: give all, first, reference or both")
-                }
-            },
+            protocol,
+            query_images: fusion.modes(),
             settings: SearchSettings {
                 bm25: index.manifest().bm25,
                 top_k,

@@ -68,7 +68,8 @@ pub use pairs::{
     PairVectors, embeds_pairs, loadable_images, passage_texts, reference_pair_vectors,
 };
 pub use query::{
-    Instructions, QueryImages, QueryVectors, encode_queries, encode_query, normalized_sum,
+    Instructions, QueryFusion, QueryImages, QueryVectors, encode_queries, encode_query,
+    normalized_sum,
 };
 pub use reference::{
     MissingImage, ReferenceFusion, ReferencePairs, ReferenceRule, reference_image_stand_ins,

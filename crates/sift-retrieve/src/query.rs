@@ -107,6 +107,63 @@ pub enum QueryImages {
     Reference,
 }
 
+/// Which query-image modes an evaluation runs: one of [`QueryImages`], or `All` and `First`
+/// both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum QueryFusion {
+    /// Text and the mean of all query images, weighted equally
+    All,
+    /// Text and the first image (a blank white image when there is none)
+    First,
+    /// MM-BRIGHT's reference code's rule for each model and task
+    Reference,
+    /// All and first, each its own row
+    Both,
+}
+
+impl QueryFusion {
+    /// The modes run.
+    pub fn modes(self) -> Vec<QueryImages> {
+        match self {
+            QueryFusion::All => vec![QueryImages::All],
+            QueryFusion::First => vec![QueryImages::First],
+            QueryFusion::Reference => vec![QueryImages::Reference],
+            QueryFusion::Both => vec![QueryImages::All, QueryImages::First],
+        }
+    }
+
+    /// The protocol and query fusion an evaluation runs by default under `profile`: a
+    /// reference profile's are the released code's ([`Protocol::Legacy`]: its qrels make
+    /// every pair of a gold passage relevant, and its negative ids, passage ids, never
+    /// match a pair id, eval_runner.py:260-268; and its fusion rule per model), otherwise
+    /// the paper's with all query images.
+    ///
+    /// [`Protocol::Legacy`]: sift_eval::Protocol::Legacy
+    pub fn defaults(profile: sift_embed::Profile) -> (sift_eval::Protocol, QueryFusion) {
+        if profile.is_reference() {
+            (sift_eval::Protocol::Legacy, QueryFusion::Reference)
+        } else {
+            (sift_eval::Protocol::Paper, QueryFusion::All)
+        }
+    }
+}
+
+impl std::str::FromStr for QueryFusion {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "all" => Ok(QueryFusion::All),
+            "first" => Ok(QueryFusion::First),
+            "reference" => Ok(QueryFusion::Reference),
+            "both" => Ok(QueryFusion::Both),
+            other => Err(format!(
+                "query fusion {other:?}: give all, first, reference or both"
+            )),
+        }
+    }
+}
+
 impl QueryImages {
     /// Lower-case name.
     pub fn name(self) -> &'static str {

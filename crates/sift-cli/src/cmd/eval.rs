@@ -9,7 +9,7 @@ use sift_eval::{
 };
 use sift_index::IndexDir;
 use sift_retrieve::{
-    EvalConfig, Instructions, ModelSet, QueryImages, RetrieverSpec, RunOutput, SearchSettings,
+    EvalConfig, Instructions, ModelSet, QueryFusion, RetrieverSpec, RunOutput, SearchSettings,
     TABLE_COLUMNS,
 };
 
@@ -165,26 +165,6 @@ pub struct Args {
     quiet: bool,
 }
 
-/// Which query-image modes to run: one of the library's, or both.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum QueryFusion {
-    All,
-    First,
-    Reference,
-    Both,
-}
-
-impl QueryFusion {
-    fn modes(self) -> Vec<QueryImages> {
-        match self {
-            QueryFusion::All => vec![QueryImages::All],
-            QueryFusion::First => vec![QueryImages::First],
-            QueryFusion::Reference => vec![QueryImages::Reference],
-            QueryFusion::Both => vec![QueryImages::All, QueryImages::First],
-        }
-    }
-}
-
 pub fn run(a: Args) -> Result<()> {
     match (&a.corpus, &a.index, &a.run, &a.qrels) {
         (Some(c), Some(i), None, None) => run_task(&a, c, i),
@@ -293,13 +273,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         t => vec![t.parse().map_err(anyhow::Error::msg)?],
     };
     let wanted = split_list(&a.domain_flags.domains);
-    // a reference profile defaults to the released code's protocol and query fusion: its
-    // qrels make every pair of a gold passage relevant, and its negative ids (passage ids)
-    // never match a pair id (eval_runner.py:260-268)
-    let (protocol, fusion) = match a.model_flags.profile.is_reference() {
-        true => (Protocol::Legacy, QueryFusion::Reference),
-        false => (Protocol::Paper, QueryFusion::All),
-    };
+    let (protocol, fusion) = QueryFusion::defaults(a.model_flags.profile);
     let config = EvalConfig {
         tasks,
         retrievers,
