@@ -49,6 +49,15 @@ fn serve(delay: Duration) -> (String, Arc<AtomicUsize>) {
                 c.fetch_add(1, Ordering::SeqCst);
                 std::thread::sleep(delay);
                 let prompt = body["messages"][0]["content"].to_string();
+                if body["logprobs"] == json!(true) {
+                    let text = logprobs_reply(&body);
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                        text.len()
+                    );
+                    return;
+                }
                 // a judge's prompt: 80 for answers made from evidence, else 20
                 let content = if body.to_string().contains("passages are related to query") {
                     // BRIGHT's listwise prompt: the second passage first, then the first
@@ -80,6 +89,47 @@ fn serve(delay: Duration) -> (String, Arc<AtomicUsize>) {
         }
     });
     (base, count)
+}
+
+/// The text parts of a chat request's first message, joined.
+fn request_text(body: &Value) -> String {
+    match &body["messages"][0]["content"] {
+        Value::String(t) => t.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+/// The candidate's text in Sift's pointwise prompt.
+fn candidate_text(prompt: &str) -> &str {
+    let start = prompt.find("\n\nCandidate: ").map_or(0, |i| i + 13);
+    let end = prompt
+        .find("\n\nIs the candidate relevant")
+        .unwrap_or(prompt.len());
+    &prompt[start..end.max(start)]
+}
+
+/// An OpenAI logprobs reply to a one-token yes/no question: `Yes` more likely the shorter
+/// the candidate's text (log P = -characters / 100, against `No` at -1), ` yes` listed too.
+/// A request that is not greedy, one token and 20 top log probabilities gets a 400.
+fn logprobs_reply(body: &Value) -> String {
+    if body["max_tokens"] != json!(1)
+        || body["top_logprobs"] != json!(20)
+        || body["temperature"] != json!(0.0)
+    {
+        return json!({"error": {"message": format!("unexpected request {body}")}}).to_string();
+    }
+    let n = candidate_text(&request_text(body)).chars().count() as f64;
+    json!({
+        "choices": [{"message": {"role": "assistant", "content": "Yes"}, "finish_reason": "length",
+            "logprobs": {"content": [{"token": "Yes", "logprob": -n / 100.0, "bytes": [89, 101, 115],
+                "top_logprobs": [
+                    {"token": "Yes", "logprob": -n / 100.0, "bytes": [89, 101, 115]},
+                    {"token": "No", "logprob": -1.0, "bytes": [78, 111]},
+                    {"token": " yes", "logprob": -5.0, "bytes": [32, 121, 101, 115]}]}]}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+    })
+    .to_string()
 }
 
 fn cache_lines(path: &Path) -> Vec<Value> {
@@ -476,15 +526,13 @@ fn the_local_generator_writes_reasoning_for_the_sample_corpus() {
     }
 }
 
-#[test]
-fn listwise_reranking_over_an_endpoint_follows_the_replies_and_caches_them() {
-    let (base, count) = serve(Duration::ZERO);
-    let tmp = tempfile::tempdir().unwrap();
-    let (index, out) = (tmp.path().join("index"), tmp.path().join("eval"));
-    let corpus = sample();
+/// In `dir`: the sample indexed with BM25, and a runner of `sift eval` on Task 1 with BM25
+/// reranked by `spec` (an endpoint serving `tiny`) to `depth`, writing to `dir/eval`.
+fn reranked_task1(dir: &Path, spec: &str, depth: &str) -> impl Fn() -> Value + use<> {
+    let (index, out, corpus) = (dir.join("index"), dir.join("eval"), sample());
     ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
-    let listwise = format!("listwise:{base}");
-    let eval = || -> Value {
+    let (spec, depth) = (spec.to_string(), depth.to_string());
+    move || {
         serde_json::from_str(&ok(&[
             "eval",
             "--corpus",
@@ -496,18 +544,26 @@ fn listwise_reranking_over_an_endpoint_follows_the_replies_and_caches_them() {
             "--retriever",
             "bm25",
             "--rerank",
-            &listwise,
+            &spec,
             "--rerank-model",
             "tiny",
             "--rerank-depth",
-            "3",
+            &depth,
             "--out",
             s(&out),
             "--json",
             "--quiet",
         ]))
         .unwrap()
-    };
+    }
+}
+
+#[test]
+fn listwise_reranking_over_an_endpoint_follows_the_replies_and_caches_them() {
+    let (base, count) = serve(Duration::ZERO);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eval");
+    let eval = reranked_task1(tmp.path(), &format!("listwise:{base}"), "3");
     let report = eval();
     let asked = count.load(Ordering::SeqCst);
     assert!(asked > 0);
@@ -539,6 +595,59 @@ fn listwise_reranking_over_an_endpoint_follows_the_replies_and_caches_them() {
     }
     assert!(swapped > 0);
     // a rerun reads every reply from the cache
+    let again = eval();
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        asked,
+        "a rerun asked the endpoint again"
+    );
+    assert_eq!(again["reports"], report["reports"]);
+}
+
+#[test]
+fn pointwise_reranking_over_an_endpoint_reads_its_logprobs_and_caches_them() {
+    let (base, count) = serve(Duration::ZERO);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eval");
+    let eval = reranked_task1(tmp.path(), &format!("pointwise:{base}"), "4");
+    let report = eval();
+    let asked = count.load(Ordering::SeqCst);
+    assert!(asked > 0);
+    let labels = report["reports"].to_string();
+    assert!(labels.contains("bm25 -> rerank:pointwise:tiny"), "{labels}");
+    // the server's yes grows as the passage shortens: every reranked top 4 runs from the
+    // shortest passage to the longest, the rest in first-stage order
+    let c = sift_core::Corpus::open(sample()).unwrap();
+    let mut chars = std::collections::HashMap::new();
+    for d in c.domains().unwrap() {
+        for p in c.passages(&d).unwrap() {
+            let p = p.unwrap();
+            chars.insert(p.id, p.text.chars().count());
+        }
+    }
+    let read = |name: &str| common::ranked_run(&out.join("runs").join(name));
+    let first = read("task1.bm25.trec");
+    let name = std::fs::read_dir(out.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.contains("rerank"))
+        .unwrap();
+    let reranked = read(&name);
+    let mut reordered = 0;
+    for (q, a) in &first {
+        let b = &reranked[q];
+        let k = a.len().min(4);
+        let lengths: Vec<usize> = b[..k].iter().map(|d| chars[d]).collect();
+        assert!(lengths.windows(2).all(|w| w[0] <= w[1]), "{q}: {lengths:?}");
+        let (mut ta, mut tb) = (a[..k].to_vec(), b[..k].to_vec());
+        reordered += (ta != tb) as usize;
+        ta.sort();
+        tb.sort();
+        assert_eq!(ta, tb, "{q}");
+        assert_eq!(a[k..], b[k..], "{q}");
+    }
+    assert!(reordered > 0, "no order changed");
+    // a rerun reads every score from the cache
     let again = eval();
     assert_eq!(
         count.load(Ordering::SeqCst),

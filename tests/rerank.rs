@@ -28,6 +28,45 @@ fn clip_index_and_vlm(dir: &std::path::Path) -> (std::path::PathBuf, std::path::
     (index, vlm)
 }
 
+/// Checks every reranked run in `runs` against its first-stage run: the same queries and
+/// documents, each query's top `depth` a permutation of the first stage's and the rest in
+/// first-stage order. Returns the reranked runs checked and the queries whose top changed.
+fn check_reranked_runs(runs: &std::path::Path, depth: usize) -> (usize, usize) {
+    let (mut checked, mut changed) = (0, 0);
+    for f in std::fs::read_dir(runs).unwrap() {
+        let name = f.unwrap().file_name().to_string_lossy().into_owned();
+        let Some(pos) = name.find("_-__rerank_") else {
+            continue;
+        };
+        let base = runs.join(format!("{}.trec", &name[..pos]));
+        assert!(base.is_file(), "no first-stage run {base:?} for {name}");
+        let (first, reranked) = (read_run(&base), read_run(&runs.join(&name)));
+        assert_eq!(
+            first.keys().collect::<Vec<_>>(),
+            reranked.keys().collect::<Vec<_>>()
+        );
+        for (q, a) in &first {
+            let b = &reranked[q];
+            assert_eq!(a.len(), b.len(), "{name} {q}");
+            let k = a.len().min(depth);
+            let (mut ta, mut tb) = (a[..k].to_vec(), b[..k].to_vec());
+            if ta != tb {
+                changed += 1;
+            }
+            ta.sort();
+            tb.sort();
+            assert_eq!(ta, tb, "{name} {q}: the top {depth} are not a permutation");
+            assert_eq!(
+                a[k..],
+                b[k..],
+                "{name} {q}: below the depth the order changed"
+            );
+        }
+        checked += 1;
+    }
+    (checked, changed)
+}
+
 #[test]
 fn every_task_reranks_with_a_cross_encoder_and_a_pointwise_vlm() {
     let tmp = tempfile::tempdir().unwrap();
@@ -110,41 +149,7 @@ fn every_task_reranks_with_a_cross_encoder_and_a_pointwise_vlm() {
         "{na}"
     );
     // every reranked run: same documents, top 5 permuted, the rest in first-stage order
-    let runs = out.join("runs");
-    let mut checked = 0;
-    let mut changed = 0;
-    for f in std::fs::read_dir(&runs).unwrap() {
-        let name = f.unwrap().file_name().to_string_lossy().into_owned();
-        let Some(pos) = name.find("_-__rerank_") else {
-            continue;
-        };
-        let (head, _) = name.split_at(pos);
-        let base = runs.join(format!("{head}.trec"));
-        assert!(base.is_file(), "no first-stage run {base:?} for {name}");
-        let (first, reranked) = (read_run(&base), read_run(&runs.join(&name)));
-        assert_eq!(
-            first.keys().collect::<Vec<_>>(),
-            reranked.keys().collect::<Vec<_>>()
-        );
-        for (q, a) in &first {
-            let b = &reranked[q];
-            assert_eq!(a.len(), b.len(), "{name} {q}");
-            let k = a.len().min(5);
-            let (mut ta, mut tb) = (a[..k].to_vec(), b[..k].to_vec());
-            if ta != tb {
-                changed += 1;
-            }
-            ta.sort();
-            tb.sort();
-            assert_eq!(ta, tb, "{name} {q}: the top 5 are not a permutation");
-            assert_eq!(
-                a[k..],
-                b[k..],
-                "{name} {q}: below the depth the order changed"
-            );
-        }
-        checked += 1;
-    }
+    let (checked, changed) = check_reranked_runs(&out.join("runs"), 5);
     assert!(checked >= 8, "{checked} reranked runs");
     assert!(changed > 0, "no reranker changed any order");
 }
@@ -287,4 +292,57 @@ fn a_pointwise_prompt_and_answer_words_of_the_users_rerank_corpus_images() {
         "True",
     ]);
     assert!(bad.contains("give YES,NO"), "{bad}");
+}
+
+#[test]
+fn every_task_reranks_with_a_models_own_relevance_head() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eval");
+    let (index, _) = clip_index_and_vlm(tmp.path());
+    let head = tmp.path().join("tiny-jina-m0");
+    common::tiny_jina_reranker_m0(&head);
+    let report: Value = serde_json::from_str(&ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--task",
+        "all",
+        "--retriever",
+        "dense:tiny-clip-quickgelu",
+        "--rerank",
+        s(&head),
+        "--rerank-depth",
+        "5",
+        "--domains",
+        "biology",
+        "--out",
+        s(&out),
+        "--json",
+        "--quiet",
+    ]))
+    .unwrap();
+    let labels: Vec<String> = report["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                &r["task"].as_str().unwrap()[..1],
+                r["label"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for task in 1..=4 {
+        let found = labels.iter().any(|l| {
+            l.starts_with(&format!("{task} dense:tiny-clip-quickgelu"))
+                && l.ends_with(" -> rerank:score-head:tiny-jina-m0")
+        });
+        assert!(found, "task {task}: no score-head row in {labels:?}");
+    }
+    let (checked, changed) = check_reranked_runs(&out.join("runs"), 5);
+    assert!(checked >= 4, "{checked} reranked runs");
+    assert!(changed > 0, "the head changed no order");
 }

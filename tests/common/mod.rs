@@ -9,7 +9,7 @@ use serde_json::Value;
 #[path = "../../crates/sift-generate/tests/common/mod.rs"]
 mod generation;
 #[allow(unused_imports)] // the test binaries that run a generator use it
-pub use generation::tiny_qwen2_vl_instruct;
+pub use generation::{tiny_jina_reranker_m0, tiny_qwen2_vl_instruct};
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

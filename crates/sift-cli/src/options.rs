@@ -287,8 +287,10 @@ pub struct RerankFlags {
     /// `bm25 -> rerank:NAME`, repeat for several; `sift search`: the hits; `sift serve`:
     /// every search; one each there): a cross-encoder (a BERT / XLM-RoBERTa sequence classifier such as
     /// cross-encoder/ms-marco-MiniLM-L-6-v2 or BAAI/bge-reranker-v2-m3: query text and
-    /// passage text; Tasks 1, 2, 4), `pointwise:MODEL` (a local Qwen2-VL / Qwen2.5-VL asked
-    /// yes or no per candidate, query images and candidate image in the prompt: every task)
+    /// passage text; Tasks 1, 2, 4), `pointwise:MODEL` (a local Qwen2-VL / Qwen2.5-VL, or an
+    /// OpenAI-compatible endpoint's URL with --rerank-model read through its top_logprobs,
+    /// asked yes or no per candidate, query images and candidate image in the prompt: every
+    /// task; a checkpoint with its own relevance head, jina-reranker-m0, scores with it)
     /// or `listwise:GENERATOR` (BRIGHT's listwise prompt to an OpenAI-compatible endpoint,
     /// with --rerank-model, or a local checkpoint; scores k - rank).
     #[arg(long, value_name = "MODEL")]
@@ -302,7 +304,7 @@ pub struct RerankFlags {
     /// Cross-encoder tokens per query-passage pair [default: the model's].
     #[arg(long)]
     pub rerank_max_length: Option<usize>,
-    /// The model a listwise endpoint serves.
+    /// The model a listwise or pointwise endpoint serves.
     #[arg(long)]
     pub rerank_model: Option<String>,
     /// Listwise: candidates per prompt, ranked window by window from the bottom up

@@ -31,7 +31,7 @@ mod run;
 pub use cache::{CacheKey, CacheOpen, CachedGeneration, GenerationCache};
 pub use error::{Error, Result};
 pub use local::LocalQwen2Vl;
-pub use remote::{OpenAiCompatible, RetryPolicy};
+pub use remote::{OpenAiCompatible, RetryPolicy, parse_first_token_logprobs};
 pub use request::{Generation, Message, Part, Request, Role, Sampling, Usage};
 pub use run::{Job, Outcome, RunOptions, RunSummary, generate_all};
 
@@ -54,6 +54,26 @@ pub struct RemoteSettings {
     pub retry: RetryPolicy,
 }
 
+/// Whether `spec` is an endpoint's base URL (`http://` or `https://`).
+pub fn is_endpoint(spec: &str) -> bool {
+    spec.starts_with("http://") || spec.starts_with("https://")
+}
+
+/// The OpenAI-compatible endpoint at base URL `spec` serving `model` (required).
+pub fn open_endpoint(
+    spec: &str,
+    model: Option<&str>,
+    remote: &RemoteSettings,
+) -> Result<OpenAiCompatible> {
+    let model = model.ok_or_else(|| {
+        Error::Invalid(format!("{spec} is an endpoint: name the model it serves"))
+    })?;
+    Ok(OpenAiCompatible::new(spec, model)
+        .with_api_key_from_env(&remote.api_key_env)
+        .with_timeout(remote.timeout)
+        .with_retry(remote.retry))
+}
+
 /// The generator `spec` names: an OpenAI-compatible endpoint (`http://` or `https://` base
 /// URL; `model` names the model it serves and is required), or else a local Qwen2-VL
 /// or Qwen2.5-VL checkpoint (a directory or a hub id) loaded on `device`, its weights in f32 or, with
@@ -71,15 +91,8 @@ pub fn open(
     } else {
         candle_core::DType::F32
     };
-    if spec.starts_with("http://") || spec.starts_with("https://") {
-        let model = model.ok_or_else(|| {
-            Error::Invalid(format!("{spec} is an endpoint: name the model it serves"))
-        })?;
-        let g = OpenAiCompatible::new(spec, model)
-            .with_api_key_from_env(&remote.api_key_env)
-            .with_timeout(remote.timeout)
-            .with_retry(remote.retry);
-        return Ok((Box::new(g), false));
+    if is_endpoint(spec) {
+        return Ok((Box::new(open_endpoint(spec, model, remote)?), false));
     }
     if let Some(m) = model {
         return Err(Error::Invalid(format!(

@@ -32,7 +32,7 @@ pub struct LocalQwen2Vl {
     activations: DType,
     head: LmHead,
     tokenizer: tokenizers::Tokenizer,
-    template: String,
+    template: Option<String>,
     eos: Vec<u32>,
     device: Device,
 }
@@ -97,12 +97,8 @@ impl LocalQwen2Vl {
         );
         let head = text.lm_head(&vb).map_err(|e| err(&e))?;
         let tokenizer = files.load_tokenizer().map_err(|e| err(&e))?;
-        let template = chat_template(&dir).ok_or_else(|| {
-            err(&format!(
-                "{}: no chat template (chat_template.jinja, or chat_template in tokenizer_config.json)",
-                dir.display()
-            ))
-        })?;
+        // a chat template is needed for chats only (a scoring model's plain prompts need none)
+        let template = chat_template(&dir);
         // end tokens: generation_config.json's eos_token_id, else config.json's
         let generation: Option<Value> =
             sift_embed::read_json(&dir.join("generation_config.json")).ok();
@@ -176,7 +172,13 @@ impl LocalQwen2Vl {
             })
             .collect();
         let mut env = minijinja::Environment::new();
-        env.add_template("chat", &self.template)
+        let template = self.template.as_deref().ok_or_else(|| {
+            model_err(
+                &self.name,
+                "no chat template (chat_template.jinja, or chat_template in tokenizer_config.json)",
+            )
+        })?;
+        env.add_template("chat", template)
             .map_err(|e| model_err(&self.name, format!("chat template: {e}")))?;
         env.get_template("chat")
             .and_then(|t| {
@@ -274,6 +276,19 @@ impl LocalQwen2Vl {
         Ok(self.prefill(prompt, images, &mut self.text.new_cache())?.0)
     }
 
+    /// The final hidden state (after the last norm) of `prompt`'s last token (image tokens
+    /// expanded, taking `images`), in f32: what a scoring head on top of the model reads.
+    pub fn last_hidden_state(&self, prompt: &[u32], images: &[GmeImage]) -> Result<Vec<f32>> {
+        let hidden = self
+            .prefill_hidden(prompt, images, &mut self.text.new_cache())?
+            .0;
+        hidden
+            .to_dtype(DType::F32)
+            .and_then(|h| h.flatten_all())
+            .and_then(|h| h.to_vec1::<f32>())
+            .map_err(|e| model_err(&self.name, e))
+    }
+
     /// Runs `prompt` (its image tokens taking `images`' embeddings, at Qwen2-VL's
     /// multimodal positions) into `cache`: the next token's logits, and the position the
     /// tokens after it take (one past the largest).
@@ -283,6 +298,17 @@ impl LocalQwen2Vl {
         images: &[GmeImage],
         cache: &mut KvCache,
     ) -> Result<(Vec<f32>, u32)> {
+        let (hidden, next) = self.prefill_hidden(prompt, images, cache)?;
+        Ok((self.logits(&hidden)?, next))
+    }
+
+    /// [`Self::prefill`]'s final hidden state of the last token, before the LM head.
+    fn prefill_hidden(
+        &self,
+        prompt: &[u32],
+        images: &[GmeImage],
+        cache: &mut KvCache,
+    ) -> Result<(Tensor, u32)> {
         let err = |e: candle_core::Error| model_err(&self.name, e);
         if prompt.is_empty() {
             return Err(Error::Invalid("an empty prompt".into()));
@@ -305,7 +331,7 @@ impl LocalQwen2Vl {
             .text
             .forward_cached(x, &positions, cache)
             .map_err(err)?;
-        Ok((self.logits(&hidden)?, next))
+        Ok((hidden, next))
     }
 
     /// The f32 next-token logits of a final hidden state.

@@ -118,7 +118,12 @@ impl OpenAiCompatible {
 
     /// One attempt: the generation, or the error and whether it is worth retrying (with
     /// the server's `Retry-After`).
-    fn attempt(&self, body: &str, attempts: u32) -> std::result::Result<Generation, Failure> {
+    fn attempt<T>(
+        &self,
+        body: &str,
+        attempts: u32,
+        parse: &dyn Fn(&str) -> std::result::Result<T, String>,
+    ) -> std::result::Result<T, Failure> {
         let mut req = self
             .agent
             .post(&self.url)
@@ -161,7 +166,7 @@ impl OpenAiCompatible {
                 retry_after,
             });
         }
-        parse_completion(&text).map_err(|message| {
+        parse(&text).map_err(|message| {
             Failure::retry(Error::Malformed {
                 url: self.url.clone(),
                 message,
@@ -181,10 +186,20 @@ impl Generator for OpenAiCompatible {
         if request.messages.is_empty() {
             return Err(Error::Invalid("a chat needs at least one message".into()));
         }
-        let body = self.body(request).to_string();
+        self.post(&self.body(request).to_string(), &parse_completion)
+    }
+}
+
+impl OpenAiCompatible {
+    /// Posts `body`, retrying as the policy says, and parses the answer with `parse`.
+    fn post<T>(
+        &self,
+        body: &str,
+        parse: &dyn Fn(&str) -> std::result::Result<T, String>,
+    ) -> Result<T> {
         let mut retry = 0;
         loop {
-            match self.attempt(&body, retry + 1) {
+            match self.attempt(body, retry + 1, parse) {
                 Ok(g) => return Ok(g),
                 Err(f) if f.again && retry < self.retry.max_retries => {
                     std::thread::sleep(self.retry.wait(retry, f.retry_after));
@@ -194,6 +209,65 @@ impl Generator for OpenAiCompatible {
             }
         }
     }
+
+    /// The request body of [`Self::first_token_logprobs`]: `request`'s, greedy, one token,
+    /// with `logprobs` and `top_logprobs` (OpenAI's chat-completions names).
+    pub fn logprobs_body(&self, request: &Request, top: usize) -> Value {
+        let mut body = self.body(request);
+        body["max_tokens"] = json!(1);
+        body["temperature"] = json!(0.0);
+        body["top_p"] = json!(1.0);
+        body["logprobs"] = json!(true);
+        body["top_logprobs"] = json!(top);
+        body
+    }
+
+    /// The `top` most likely first tokens of the answer to `request` with their log
+    /// probabilities (`choices[0].logprobs.content[0].top_logprobs`, the chosen token added
+    /// when the list lacks it), most likely first.
+    pub fn first_token_logprobs(
+        &self,
+        request: &Request,
+        top: usize,
+    ) -> Result<Vec<(String, f64)>> {
+        if request.messages.is_empty() {
+            return Err(Error::Invalid("a chat needs at least one message".into()));
+        }
+        self.post(
+            &self.logprobs_body(request, top).to_string(),
+            &parse_first_token_logprobs,
+        )
+    }
+}
+
+/// `choices[0].logprobs.content[0]`'s top tokens and log probabilities (see
+/// [`OpenAiCompatible::first_token_logprobs`]).
+pub fn parse_first_token_logprobs(text: &str) -> std::result::Result<Vec<(String, f64)>, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    let first = v
+        .pointer("/choices/0/logprobs/content/0")
+        .ok_or("no choices[0].logprobs.content[0] (does the endpoint return logprobs?)")?;
+    let pair = |x: &Value| -> Option<(String, f64)> {
+        Some((
+            x.get("token")?.as_str()?.to_string(),
+            x.get("logprob")?.as_f64()?,
+        ))
+    };
+    let mut out: Vec<(String, f64)> = first
+        .get("top_logprobs")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(pair).collect())
+        .unwrap_or_default();
+    if let Some(chosen) = pair(first)
+        && !out.iter().any(|(t, _)| *t == chosen.0)
+    {
+        out.push(chosen);
+    }
+    if out.is_empty() {
+        return Err("choices[0].logprobs.content[0] has no token with a logprob".into());
+    }
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Ok(out)
 }
 
 /// A failed attempt.

@@ -343,8 +343,11 @@ pub struct RerankOptions {
 
 /// The reranker `spec` names: `listwise:<generator>` (an OpenAI-compatible endpoint's base
 /// URL, with [`RerankOptions::model`], or a local Qwen2-VL / Qwen2.5-VL checkpoint),
-/// `pointwise:<checkpoint>` (a local Qwen2-VL / Qwen2.5-VL), `cross-encoder:<model>`, or a
-/// bare model: a sequence classifier is a cross-encoder, anything else is tried as a local
+/// `pointwise:<checkpoint>` (a local Qwen2-VL / Qwen2.5-VL, or an OpenAI-compatible
+/// endpoint's base URL with [`RerankOptions::model`], read through its `top_logprobs`; a
+/// checkpoint with its own relevance head,
+/// jina-reranker-m0's `JinaVLForRanking`, scores with that head), `cross-encoder:<model>`, or
+/// a bare model: a sequence classifier is a cross-encoder, anything else is tried as a local
 /// pointwise model.
 pub fn open_reranker(spec: &str, o: &RerankOptions) -> Result<std::sync::Arc<dyn Reranker>> {
     use std::sync::Arc;
@@ -369,6 +372,29 @@ pub fn open_reranker(spec: &str, o: &RerankOptions) -> Result<std::sync::Arc<dyn
         )));
     }
     let pointwise = |m: &str| -> Result<Arc<dyn Reranker>> {
+        // an endpoint: the answer's first-token log probabilities
+        if sift_generate::is_endpoint(m) {
+            let endpoint =
+                sift_generate::open_endpoint(m, o.model.as_deref(), &o.remote).map_err(gen_err)?;
+            let mut r = RemotePointwiseReranker::new(
+                endpoint,
+                o.pointwise_max_chars,
+                o.pointwise_prompt.clone(),
+            );
+            if let Some(p) = &o.cache {
+                r = r.with_cache(sift_generate::GenerationCache::open(p).map_err(gen_err)?);
+            }
+            return Ok(Arc::new(r));
+        }
+        // a checkpoint with its own relevance head (jina-reranker-m0) scores with it
+        if sift_embed::ModelFiles::resolve(m).is_ok_and(|f| has_score_head(&f)) {
+            return Ok(Arc::new(ScoreHeadReranker::load(
+                m,
+                &o.device,
+                o.dtype,
+                o.pointwise_max_chars,
+            )?));
+        }
         let model =
             sift_generate::LocalQwen2Vl::load_with(m, &o.device, o.dtype).map_err(gen_err)?;
         let mut r = PointwiseReranker::with_prompt(
@@ -433,7 +459,12 @@ impl Counter {
 pub use listwise::{
     ListwiseReranker, ListwiseSettings, Permutation, listwise_prompt, parse_permutation,
 };
-pub use pointwise::{CANDIDATE_IMAGE, PointwisePrompt, PointwiseReranker, QUERY_IMAGES};
+pub use pointwise::{
+    CANDIDATE_IMAGE, PointwisePrompt, PointwiseReranker, QUERY_IMAGES, RemotePointwiseReranker,
+    TOP_LOGPROBS, yes_no_from_logprobs,
+};
+pub use score_head::{ScoreHeadReranker, has_score_head};
 
 mod listwise;
 mod pointwise;
+mod score_head;

@@ -194,65 +194,16 @@ impl PointwiseReranker {
 
     /// The chat asking about one candidate.
     pub fn messages(&self, query: &RerankQuery<'_>, doc: &RerankDoc<'_>) -> Vec<Message> {
-        let candidate: String = doc
-            .text
-            .unwrap_or("")
-            .chars()
-            .take(self.max_chars)
-            .collect();
-        let mut parts = Vec::new();
-        for piece in self.prompt.pieces(query.text, &candidate) {
-            match piece {
-                Piece::Text(t) => parts.push(Part::text(t)),
-                Piece::QueryImages => {
-                    parts.extend(query.images.iter().map(|b| Part::image(b.to_vec())))
-                }
-                Piece::CandidateImage => parts.extend(doc.image.map(|b| Part::image(b.to_vec()))),
-            }
-        }
-        vec![Message::user(parts)]
+        messages(&self.prompt, self.max_chars, query, doc)
     }
 
     /// The score of one candidate (from the cache when it holds it).
     pub fn score(&self, query: &RerankQuery<'_>, doc: &RerankDoc<'_>) -> Result<f64> {
         let msgs = self.messages(query, doc);
-        let key = self.cache.as_ref().map(|_| {
-            let request = Request {
-                messages: msgs.clone(),
-                sampling: Sampling::greedy(1),
-            };
-            CacheKey::new(
-                self.model.model_id(),
-                POINTWISE_TEMPLATE,
-                query.id,
-                &request,
-            )
-            .digest()
-        });
-        if let (Some(c), Some(k)) = (&self.cache, &key)
-            && let Some(hit) = c.get(k)
-            && let Ok(s) = hit.generation.text.parse::<f64>()
-        {
-            return Ok(s);
-        }
-        let s = self.compute(&msgs)?;
-        if let (Some(c), Some(k)) = (&self.cache, key) {
-            c.put(CachedGeneration {
-                key: k,
-                query_id: query.id.to_string(),
-                model: self.model.model_id().to_string(),
-                template: POINTWISE_TEMPLATE.0.to_string(),
-                template_version: POINTWISE_TEMPLATE.1,
-                generation: Generation {
-                    // Rust prints the shortest text that reads back as the same f64
-                    text: s.to_string(),
-                    finish_reason: None,
-                    usage: Default::default(),
-                },
-            })
-            .map_err(|e| Error::Unsupported(format!("rerank:{}: cache: {e}", self.name)))?;
-        }
-        Ok(s)
+        let (cache, name) = (self.cache.as_ref(), &self.name);
+        cached(cache, name, self.model.model_id(), query.id, msgs, |m| {
+            self.compute(m)
+        })
     }
 
     /// The score of the candidate the chat `msgs` asks about.
@@ -289,6 +240,161 @@ impl PointwiseReranker {
     }
 }
 
+/// The chat asking whether `doc` helps answer `query`: `prompt` filled, the candidate's text
+/// cut to `max_chars` characters.
+fn messages(
+    prompt: &PointwisePrompt,
+    max_chars: usize,
+    query: &RerankQuery<'_>,
+    doc: &RerankDoc<'_>,
+) -> Vec<Message> {
+    let candidate: String = doc.text.unwrap_or("").chars().take(max_chars).collect();
+    let mut parts = Vec::new();
+    for piece in prompt.pieces(query.text, &candidate) {
+        match piece {
+            Piece::Text(t) => parts.push(Part::text(t)),
+            Piece::QueryImages => {
+                parts.extend(query.images.iter().map(|b| Part::image(b.to_vec())))
+            }
+            Piece::CandidateImage => parts.extend(doc.image.map(|b| Part::image(b.to_vec()))),
+        }
+    }
+    vec![Message::user(parts)]
+}
+
+/// The score `compute` gives the chat `msgs`, read from `cache` when it holds it (keyed by
+/// the model, the prompt's template and the chat) and kept there otherwise.
+fn cached(
+    cache: Option<&GenerationCache>,
+    name: &str,
+    model: &str,
+    query_id: &str,
+    msgs: Vec<Message>,
+    compute: impl FnOnce(&[Message]) -> Result<f64>,
+) -> Result<f64> {
+    let Some(c) = cache else {
+        return compute(&msgs);
+    };
+    let request = Request {
+        messages: msgs,
+        sampling: Sampling::greedy(1),
+    };
+    let key = CacheKey::new(model, POINTWISE_TEMPLATE, query_id, &request).digest();
+    if let Some(hit) = c.get(&key)
+        && let Ok(s) = hit.generation.text.parse::<f64>()
+    {
+        return Ok(s);
+    }
+    let s = compute(&request.messages)?;
+    c.put(CachedGeneration {
+        key,
+        query_id: query_id.to_string(),
+        model: model.to_string(),
+        template: POINTWISE_TEMPLATE.0.to_string(),
+        template_version: POINTWISE_TEMPLATE.1,
+        generation: Generation {
+            // Rust prints the shortest text that reads back as the same f64
+            text: s.to_string(),
+            finish_reason: None,
+            usage: Default::default(),
+        },
+    })
+    .map_err(|e| Error::Unsupported(format!("rerank:{name}: cache: {e}")))?;
+    Ok(s)
+}
+
+/// `log P(yes)` against `no` from an answer's first-token log probabilities `top`: each
+/// answer's probability is the sum over the listed tokens that are its word (spaces
+/// trimmed, any case: `yes`, ` Yes`); a word not listed is given the smallest listed
+/// probability, the most it can have.
+pub fn yes_no_from_logprobs(top: &[(String, f64)], yes: &str, no: &str) -> f64 {
+    let floor = top.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+    let lp = |w: &str| -> f64 {
+        let p: f64 = top
+            .iter()
+            .filter(|(t, _)| t.trim().eq_ignore_ascii_case(w.trim()))
+            .map(|(_, lp)| lp.exp())
+            .sum();
+        if p > 0.0 { p.ln() } else { floor }
+    };
+    let (y, n) = (lp(yes), lp(no));
+    let m = y.max(n);
+    y - (m + ((y - m).exp() + (n - m).exp()).ln())
+}
+
+/// Log probabilities asked of the endpoint per answer (`top_logprobs`: OpenAI allows 20).
+pub const TOP_LOGPROBS: usize = 20;
+
+/// The pointwise yes/no reranker over an OpenAI-compatible endpoint that returns log
+/// probabilities (`logprobs`, `top_logprobs`): the same prompt and score as the local one,
+/// the answer's first-token log probabilities read from the reply
+/// ([`yes_no_from_logprobs`]).
+pub struct RemotePointwiseReranker {
+    name: String,
+    endpoint: sift_generate::OpenAiCompatible,
+    max_chars: usize,
+    prompt: PointwisePrompt,
+    cache: Option<GenerationCache>,
+}
+
+impl RemotePointwiseReranker {
+    /// Asks `endpoint` with `prompt`; candidates' texts are cut to `max_chars` characters.
+    pub fn new(
+        endpoint: sift_generate::OpenAiCompatible,
+        max_chars: usize,
+        prompt: PointwisePrompt,
+    ) -> Self {
+        RemotePointwiseReranker {
+            name: format!("pointwise:{}", super::short_name(endpoint.model_id())),
+            endpoint,
+            max_chars,
+            prompt,
+            cache: None,
+        }
+    }
+
+    /// Keeps every score in `cache`, and reads it back on a rerun.
+    pub fn with_cache(mut self, cache: GenerationCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The score of one candidate (from the cache when it holds it).
+    pub fn score(&self, query: &RerankQuery<'_>, doc: &RerankDoc<'_>) -> Result<f64> {
+        let msgs = messages(&self.prompt, self.max_chars, query, doc);
+        let (cache, name) = (self.cache.as_ref(), &self.name);
+        cached(cache, name, self.endpoint.model_id(), query.id, msgs, |m| {
+            let request = Request {
+                messages: m.to_vec(),
+                sampling: Sampling::greedy(1),
+            };
+            let top = self
+                .endpoint
+                .first_token_logprobs(&request, TOP_LOGPROBS)
+                .map_err(|e| Error::Unsupported(format!("rerank:{}: {e}", self.name)))?;
+            Ok(yes_no_from_logprobs(
+                &top,
+                &self.prompt.yes,
+                &self.prompt.no,
+            ))
+        })
+    }
+}
+
+impl Reranker for RemotePointwiseReranker {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn sees_images(&self) -> bool {
+        true
+    }
+
+    fn scores(&self, query: &RerankQuery<'_>, docs: &[RerankDoc<'_>]) -> Result<Vec<f64>> {
+        docs.iter().map(|d| self.score(query, d)).collect()
+    }
+}
+
 impl Reranker for PointwiseReranker {
     fn name(&self) -> &str {
         &self.name
@@ -306,6 +412,29 @@ impl Reranker for PointwiseReranker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn yes_no_scores_read_an_endpoints_top_logprobs() {
+        // OpenAI's shape: the chosen token, its top alternatives
+        let reply = r#"{"choices":[{"message":{"role":"assistant","content":"Yes"},
+            "logprobs":{"content":[{"token":"Yes","logprob":-0.3,"bytes":[89,101,115],
+            "top_logprobs":[{"token":"Yes","logprob":-0.3},{"token":"No","logprob":-1.6},
+            {"token":" yes","logprob":-2.5}]}]}}]}"#;
+        let top = sift_generate::parse_first_token_logprobs(reply).unwrap();
+        assert_eq!(top[0], ("Yes".to_string(), -0.3));
+        let s = yes_no_from_logprobs(&top, "yes", "no");
+        let (y, n) = ((-0.3f64).exp() + (-2.5f64).exp(), (-1.6f64).exp());
+        assert!((s - (y / (y + n)).ln()).abs() < 1e-12, "{s}");
+        // an answer word missing from the list gets the smallest listed probability
+        let only_yes = vec![("yes".to_string(), -0.1), ("maybe".to_string(), -4.0)];
+        let s = yes_no_from_logprobs(&only_yes, "yes", "no");
+        let (y, n) = ((-0.1f64).exp(), (-4.0f64).exp());
+        assert!((s - (y / (y + n)).ln()).abs() < 1e-12, "{s}");
+        // a reply without logprobs is an error naming what is missing
+        let none = r#"{"choices":[{"message":{"role":"assistant","content":"yes"}}]}"#;
+        let e = sift_generate::parse_first_token_logprobs(none).unwrap_err();
+        assert!(e.contains("logprobs"), "{e}");
+    }
 
     #[test]
     fn templates_fill_once_and_cut_at_the_image_markers() {
