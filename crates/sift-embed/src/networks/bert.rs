@@ -227,14 +227,16 @@ impl Bert {
         let x = (x + self.token_type.forward(&types)?)?;
         let mut x = self.emb_norm.forward(&x)?;
         let segments = Segment::packed(seqs.iter().map(|s| s.len()));
-        let attention = ops::Attention::new(&segments, self.heads, self.head_dim);
+        let attention = ops::Attention::new(&segments, self.heads, self.head_dim)
+            .bf16(self.layers.first().is_some_and(|l| l.qkv.is_packed()));
         for layer in &self.layers {
-            let qkv = ops::linear(&layer.qkv, &x, None)?; // (T, 3h)
+            // (T, 3h); bfloat16 where the attention's tile products read it so
+            let qkv = layer.qkv.forward_rounded(&x, None)?;
             let ctx = attention.run(&qkv)?;
             let a = layer
                 .attn_norm
                 .forward(&ops::linear(&layer.attn_out, &ctx, Some(&x))?)?;
-            let i = ops::linear_act(&layer.inter, &a, None, Some(self.act))?;
+            let i = layer.inter.forward_rounded(&a, Some(self.act))?;
             x = layer
                 .out_norm
                 .forward(&ops::linear(&layer.out, &i, Some(&a))?)?;

@@ -204,7 +204,9 @@ impl JinaBert {
             keys: keys.as_deref(),
         };
         let segments = ops::Segment::packed(seqs.iter().map(|s| s.len()));
-        let attention = ops::Attention::new(&segments, self.heads, self.head_dim).biased(bias);
+        let attention = ops::Attention::new(&segments, self.heads, self.head_dim)
+            .biased(bias)
+            .bf16(self.layers.first().is_some_and(|l| l.qkv.is_packed()));
         for l in &self.layers {
             let qkv = ops::linear(&l.qkv, &x, None)?;
             let ctx = attention.run(&qkv)?;

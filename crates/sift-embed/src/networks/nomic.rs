@@ -209,7 +209,8 @@ impl NomicBert {
         let (cos, sin) = tables(angles, total, half, &self.device, x.dtype())?;
         let segments = Segment::packed(seqs.iter().map(|s| s.len()));
         let (heads, d) = (self.heads, self.head_dim);
-        let attention = ops::Attention::new(&segments, heads, d);
+        let attention = ops::Attention::new(&segments, heads, d)
+            .bf16(self.layers.first().is_some_and(|l| l.qkv.is_packed()));
         for l in &self.layers {
             let qkv = ops::linear(&l.qkv, &x, None)?;
             let qkv = rotate_qkv(&qkv, heads, heads, d, &cos, &sin)?;

@@ -260,7 +260,8 @@ impl NomicVision {
             )
         }
         let (mut x, segments) = vit_tokens(pixels, p, &self.proj, &self.cls, &self.pos)?;
-        let attention = ops::Attention::new(&segments, self.heads, self.head_dim);
+        let attention = ops::Attention::new(&segments, self.heads, self.head_dim)
+            .bf16(self.blocks.first().is_some_and(|l| l.qkv.is_packed()));
         for b in &self.blocks {
             let qkv = ops::linear(&b.qkv, &b.norm1.forward(&x)?, None)?;
             let qkv = self.rotate(&qkv, n)?;

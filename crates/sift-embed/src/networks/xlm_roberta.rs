@@ -321,7 +321,9 @@ impl XlmRoberta {
         };
         let segments = ops::Segment::packed(seqs.iter().map(|s| s.len()));
         let h = self.heads * self.head_dim;
-        let attention = ops::Attention::new(&segments, self.heads, self.head_dim).biased(bias);
+        let attention = ops::Attention::new(&segments, self.heads, self.head_dim)
+            .biased(bias)
+            .bf16(self.layers.first().is_some_and(|l| l.qkv.is_packed()));
         for l in &self.layers {
             let qkv = ops::linear(&l.qkv, &x, None)?;
             // rotary positions on the packed queries and keys (rotate-half, as `rope`)
@@ -337,7 +339,7 @@ impl XlmRoberta {
             let qkv = Tensor::cat(&[&turn(0)?, &turn(1)?, &qkv.narrow(1, 2 * h, h)?], 1)?;
             let ctx = attention.run(&qkv)?;
             let a = l.norm1.forward(&ops::linear(&l.out, &ctx, Some(&x))?)?;
-            let m = ops::linear_act(&l.fc1, &a, None, Some(self.act))?;
+            let m = l.fc1.forward_rounded(&a, Some(self.act))?;
             x = l.norm2.forward(&ops::linear(&l.fc2, &m, Some(&a))?)?;
         }
         // pooled in f32: a bfloat16 mean over hundreds of tokens loses digits (PyTorch's

@@ -107,13 +107,17 @@ impl Encoder {
 
     /// Runs every layer over the packed `(tokens, hidden)` matrix `x`.
     pub fn forward(&self, mut x: Tensor, segments: &[Segment], causal: bool) -> Result<Tensor> {
-        let attention =
-            ops::Attention::new(segments, self.sizes.heads, self.head_dim).causal(causal);
+        let attention = ops::Attention::new(segments, self.sizes.heads, self.head_dim)
+            .causal(causal)
+            .bf16(self.layers.first().is_some_and(|l| l.qkv.is_packed()));
         for l in &self.layers {
-            let qkv = ops::linear(&l.qkv, &l.norm1.forward(&x)?, None)?;
+            // bfloat16 where the tile products and the next layer read it so
+            let qkv = l.qkv.forward_rounded(&l.norm1.forward(&x)?, None)?;
             let ctx = attention.run(&qkv)?;
             x = ops::linear(&l.out, &ctx, Some(&x))?;
-            let m = ops::linear_act(&l.fc1, &l.norm2.forward(&x)?, None, Some(self.sizes.act))?;
+            let m = l
+                .fc1
+                .forward_rounded(&l.norm2.forward(&x)?, Some(self.sizes.act))?;
             x = ops::linear(&l.fc2, &m, Some(&x))?;
         }
         Ok(x)

@@ -305,6 +305,12 @@ impl Proj {
         }
     }
 
+    /// Whether the weights are packed bfloat16 (the model's activations are f32 and its
+    /// attention may run in bfloat16 too: [`Attention::bf16`](crate::nn::ops::Attention::bf16)).
+    pub fn is_packed(&self) -> bool {
+        matches!(self, Proj::Packed(_))
+    }
+
     /// `act(x W^T + b) (+ residual)` for a 2-D `x` (see [`linear_act`]).
     pub fn forward(
         &self,
@@ -315,6 +321,26 @@ impl Proj {
         match self {
             Proj::Dense(l) => dense_act(l, x, residual, act),
             Proj::Packed(p) => p.forward(x, residual, act),
+        }
+    }
+
+    /// Whether [`Proj::forward_rounded`] keeps its output in bfloat16: packed weights on a
+    /// processor with AMX tiles, where the layers after it (and the attention's products
+    /// on the tiles) round their inputs to bfloat16 anyway.
+    pub fn rounds_output(&self) -> bool {
+        self.is_packed() && sift_simd::bf16::Kernel::best() == sift_simd::bf16::Kernel::Amx
+    }
+
+    /// `act(x W^T + b)` for a 2-D `x`, for a consumer that rounds its input to bfloat16:
+    /// bfloat16 where [`Proj::rounds_output`] (the bias and activation in f32 first, then
+    /// one rounding, the value the consumer would have made: half the memory traffic of
+    /// f32 and no rounding pass), else as [`Proj::forward`]. The consumers read either
+    /// dtype: packed layers ([`PackedLinear::forward`]) and attention with
+    /// [`Attention::bf16`](crate::nn::ops::Attention::bf16).
+    pub fn forward_rounded(&self, x: &Tensor, act: Option<Act>) -> Result<Tensor> {
+        match self {
+            Proj::Packed(p) if self.rounds_output() => p.forward_bf16(x, act),
+            _ => self.forward(x, None, act),
         }
     }
 }
@@ -359,38 +385,82 @@ impl PackedLinear {
         Ok(PackedLinear { w, bias, scale })
     }
 
-    /// `act((x W^T + b) * scale) (+ residual)` for a 2-D f32 `x` on the CPU (the product,
-    /// then bias, scale, activation and residual on each block of rows while it is cached).
+    /// `act((x W^T + b) * scale) (+ residual)` for a 2-D `x` on the CPU, f32 or bfloat16
+    /// (already rounded: read as it is), in f32 (the product, then bias, scale, activation
+    /// and residual on each block of rows while it is cached).
     pub fn forward(
         &self,
         x: &Tensor,
         residual: Option<&Tensor>,
         act: Option<Act>,
     ) -> Result<Tensor> {
-        if !x.device().is_cpu() || x.dtype() != DType::F32 || x.rank() != 2 {
-            candle_core::bail!(
-                "packed linear: a 2-D f32 input on the CPU, not {:?} {:?} on {:?}",
-                x.dtype(),
-                x.shape(),
-                x.device().location()
-            )
-        }
+        Self::check_input(x)?;
         if residual.is_some() && self.scale.is_some() {
             candle_core::bail!("packed linear: a residual with a scale")
         }
-        let op = PackedOp { l: self, act };
+        let op = PackedOp {
+            l: self,
+            act,
+            rounded: false,
+        };
         let x = x.contiguous()?;
         match residual {
             Some(r) => x.apply_op2_no_bwd(&r.to_dtype(DType::F32)?.contiguous()?, &op),
             None => x.apply_op1_no_bwd(&op),
         }
     }
+
+    /// [`PackedLinear::forward`] without a residual, the output rounded to bfloat16 (a
+    /// BF16 tensor) block by block while it is cached: the f32 product never goes through
+    /// memory where the AMX tasks hold whole rows ([`sift_simd::bf16::PackedBf16::matmul_blocks`]).
+    pub fn forward_bf16(&self, x: &Tensor, act: Option<Act>) -> Result<Tensor> {
+        Self::check_input(x)?;
+        let op = PackedOp {
+            l: self,
+            act,
+            rounded: true,
+        };
+        x.contiguous()?.apply_op1_no_bwd(&op)
+    }
+
+    fn check_input(x: &Tensor) -> Result<()> {
+        if !x.device().is_cpu() || !matches!(x.dtype(), DType::F32 | DType::BF16) || x.rank() != 2 {
+            candle_core::bail!(
+                "packed linear: a 2-D f32 or bf16 input on the CPU, not {:?} {:?} on {:?}",
+                x.dtype(),
+                x.shape(),
+                x.device().location()
+            )
+        }
+        Ok(())
+    }
 }
 
-/// The CPU op of [`PackedLinear::forward`].
+/// A raw pointer to a bfloat16 output shared by tasks that write disjoint rows.
+#[derive(Clone, Copy)]
+struct RoundedOut(*mut u16);
+// SAFETY: each task of `matmul_blocks` hands over its own rows once; each is written by the
+// one sink call that receives it.
+unsafe impl Send for RoundedOut {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for RoundedOut {}
+
+impl RoundedOut {
+    /// The `len` values from `offset` (a method, so closures capture the `Sync` wrapper).
+    ///
+    /// # Safety
+    /// The range must lie in the output and be written by this caller alone.
+    unsafe fn slice(self, offset: usize, len: usize) -> &'static mut [u16] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(offset), len) }
+    }
+}
+
+/// The CPU op of [`PackedLinear::forward`] and, `rounded`, [`PackedLinear::forward_bf16`].
 struct PackedOp<'a> {
     l: &'a PackedLinear,
     act: Option<Act>,
+    rounded: bool,
 }
 
 impl PackedOp<'_> {
@@ -400,11 +470,15 @@ impl PackedOp<'_> {
         xl: &Layout,
         residual: Option<(&CpuStorage, &Layout)>,
     ) -> Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(x) = x else {
-            candle_core::bail!("packed linear: f32 input only")
-        };
+        use half::slice::HalfFloatSliceExt;
+        use sift_simd::bf16::Rows;
         let Some((x0, x1)) = xl.contiguous_offsets() else {
             candle_core::bail!("packed linear: contiguous input only")
+        };
+        let rows = match x {
+            CpuStorage::F32(x) => Rows::F32(&x[x0..x1]),
+            CpuStorage::BF16(x) => Rows::Bf16(x[x0..x1].reinterpret_cast()),
+            _ => candle_core::bail!("packed linear: f32 or bf16 input only"),
         };
         let (m, k) = xl.shape().dims2()?;
         let (n, l) = (self.l.w.rows(), self.l);
@@ -446,12 +520,26 @@ impl PackedOp<'_> {
                 d.iter_mut().zip(r).for_each(|(o, r)| *o += r);
             }
         };
+        if self.rounded {
+            let mut dst: Vec<half::bf16> = Vec::with_capacity(m * n);
+            let out = RoundedOut(dst.as_mut_ptr().cast::<u16>());
+            let sink = |first: usize, d: &mut [f32]| {
+                then(first, d);
+                // SAFETY: rows first.. of the m x n output, handed to this call alone.
+                let o = unsafe { out.slice(first * n, d.len()) };
+                sift_simd::bf16::round_into(d, o);
+            };
+            l.w.matmul_blocks(rows, m, &sink);
+            // SAFETY: `matmul_blocks` handed every row to the sink once, which wrote it.
+            unsafe { dst.set_len(m * n) };
+            return Ok((CpuStorage::BF16(dst), Shape::from((m, n))));
+        }
         let fused = l.bias.is_some() || l.scale.is_some() || self.act.is_some() || res.is_some();
         let then: Option<sift_simd::bf16::Epilogue> = fused.then_some(&then);
         // written whole by the product: no zero-fill first
         let mut dst = Vec::with_capacity(m * n);
-        l.w.matmul_into(&x[x0..x1], m, &mut dst.spare_capacity_mut()[..m * n], then);
-        // SAFETY: `matmul_into` initialised the first m * n elements.
+        l.w.matmul_rows_into(rows, m, &mut dst.spare_capacity_mut()[..m * n], then);
+        // SAFETY: `matmul_rows_into` initialised the first m * n elements.
         unsafe { dst.set_len(m * n) };
         Ok((CpuStorage::F32(dst), Shape::from((m, n))))
     }

@@ -253,6 +253,133 @@ fn padded_buckets_match_the_cpu_kernel_in_f32_and_bf16() {
 }
 
 #[test]
+fn rounded_softmax_is_within_a_bf16_step_of_the_softmax_rounded() {
+    let scores = noise(1, 203, 3.0, 41)
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    for visible in [203, 150, 1, 17] {
+        let mut want = scores.clone();
+        softmax_row(&mut want, visible);
+        let mut row = scores.clone();
+        let mut got = vec![u16::MAX; scores.len()];
+        softmax_row_bf16(&mut row, visible, &mut got);
+        // its exponential is good to about 3e-6: at most one bfloat16 step apart
+        for (j, (&g, &p)) in got.iter().zip(&want).enumerate() {
+            let w = sift_simd::bf16::f32_to_bf16(p);
+            assert!(
+                g.abs_diff(w) <= 1,
+                "visible {visible}, value {j}: {g:#x} vs {w:#x}"
+            );
+            assert_eq!(
+                g == 0,
+                w == 0,
+                "visible {visible}, value {j}: zeros stay zeros"
+            );
+        }
+    }
+}
+
+#[test]
+fn rounded_outputs_are_the_values_the_next_layer_would_round() {
+    // a packed layer's bfloat16 output (bias and GELU in f32, then one rounding) equals its
+    // f32 output rounded, and the next packed layer reads either dtype to the same result;
+    // few rows (the product written whole, then rounded) and many (rounded from the tasks'
+    // scratch blocks)
+    for rows in [150, 1000] {
+        rounded_output_case(rows);
+    }
+}
+
+fn rounded_output_case(rows: usize) {
+    let (inp, out) = (64, 96);
+    let w = noise(out, inp, 0.2, 31);
+    let b = noise(1, out, 0.1, 32).flatten_all().unwrap();
+    let x = noise(rows, inp, 1.0, 33);
+    let first = Proj::Packed(Box::new(PackedLinear::new(&w, Some(&b), None).unwrap()));
+    let next = PackedLinear::new(&noise(inp, out, 0.2, 34), None, None).unwrap();
+    let f32_out = first.forward(&x, None, Some(Act::Gelu)).unwrap();
+    let rounded = first.forward_rounded(&x, Some(Act::Gelu)).unwrap();
+    if !first.rounds_output() {
+        eprintln!("skipped: rounded outputs (no AMX tiles: the output stays f32)");
+        assert_eq!(max_diff(&rounded, &f32_out), 0.0);
+        return;
+    }
+    assert_eq!(rounded.dtype(), DType::BF16);
+    let want = f32_out.to_dtype(DType::BF16).unwrap();
+    assert_eq!(max_diff(&rounded, &want), 0.0);
+    let from_f32 = next.forward(&f32_out, Some(&x), None).unwrap();
+    let from_bf16 = next.forward(&rounded, Some(&x), None).unwrap();
+    assert_eq!(from_bf16.dtype(), DType::F32);
+    assert_eq!(max_diff(&from_bf16, &from_f32), 0.0);
+}
+
+#[test]
+fn bf16_tile_products_match_the_f32_kernel_within_bf16_rounding() {
+    if !sift_simd::bf16::amx::available() {
+        eprintln!("skipped: no AMX tiles on this processor (the bf16 flag changes nothing)");
+        return;
+    }
+    // head sizes below a tile step (8), at one (32) and a panel (64); gaps, masked keys,
+    // a sequence longer than a score block (600: its keys split into several panels)
+    let lens = [3usize, 90, 1, 17, 600, 41, 64];
+    for (heads, d) in [(2, 8), (3, 32), (2, 64)] {
+        let mut segs = Vec::new();
+        let mut start = 1;
+        for (i, &len) in lens.iter().enumerate() {
+            let keys = if i % 3 == 0 { len.div_ceil(2) } else { len };
+            segs.push(Segment { start, len, keys });
+            start += len + i % 2;
+        }
+        let tokens = start + 2;
+        let qkv = noise(tokens, 3 * heads * d, 0.6, d as u64);
+        let slopes: Vec<f32> = (0..heads).map(|h| 0.1 / (h + 1) as f32).collect();
+        let keys: Vec<f32> = (0..tokens)
+            .map(|t| if t % 7 == 0 { -10000.0 } else { 0.0 })
+            .collect();
+        let biased = ScoreBias {
+            alibi: Some(&slopes),
+            keys: Some(&keys),
+        };
+        for (causal, window, bias) in [
+            (false, None, ScoreBias::default()),
+            (true, None, ScoreBias::default()),
+            (true, Some(9), ScoreBias::default()),
+            (false, None, biased),
+        ] {
+            let run = |x: &Tensor, bf16: bool| {
+                let mut a = Attention::new(&segs, heads, d)
+                    .causal(causal)
+                    .biased(bias)
+                    .bf16(bf16);
+                a.window = window;
+                a.run(x).unwrap()
+            };
+            let tiles = run(&qkv, true);
+            // the f32 kernel on the rounded inputs: what is left is the probabilities'
+            // rounding (8 bits of mantissa)
+            let rounded = qkv
+                .to_dtype(DType::BF16)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap();
+            let err = max_diff(&tiles, &run(&rounded, false));
+            assert!(
+                err < 0.01,
+                "d {d}, causal {causal}, window {window:?}: {err}"
+            );
+            let err = max_diff(&tiles, &run(&qkv, false));
+            assert!(
+                err < 0.03,
+                "d {d}, causal {causal}, window {window:?}: {err} vs f32"
+            );
+            assert!(err > 0.0, "the tiles ran");
+        }
+    }
+}
+
+#[test]
 fn score_biases_match_a_plain_softmax_on_every_path() {
     // ALiBi and per-key biases (-10000 on some keys, as on padding ids) over ragged
     // sequences: the fused CPU kernel, the padded batches (f32 and bf16) and the portable

@@ -21,6 +21,7 @@ use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 pub mod amx;
+pub mod attention;
 
 /// Output columns per packed panel.
 pub const PANEL: usize = 64;
@@ -129,6 +130,82 @@ impl Out {
     }
 }
 
+/// The activations a product reads, `m × k` row-major: f32 (rounded to bfloat16 as they
+/// are read, or read as they are by [`Kernel::F32`]), or bfloat16 bits already rounded (a
+/// layer's output kept in bfloat16 for the next layer, which would round it anyway).
+#[derive(Debug, Clone, Copy)]
+pub enum Rows<'a> {
+    /// f32 values.
+    F32(&'a [f32]),
+    /// bfloat16 bits.
+    Bf16(&'a [u16]),
+}
+
+impl Rows<'_> {
+    /// Values held.
+    pub fn len(&self) -> usize {
+        match self {
+            Rows::F32(x) => x.len(),
+            Rows::Bf16(x) => x.len(),
+        }
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Row `r` (`k` values) rounded into `dst` (at least `k` long; the rest untouched).
+    fn round(&self, r: usize, k: usize, dst: &mut [u16]) {
+        self.round_span(r * k, k, dst)
+    }
+
+    /// The `len` values from `at` rounded into `dst` (at least `len` long; the rest
+    /// untouched).
+    pub fn round_span(&self, at: usize, len: usize, dst: &mut [u16]) {
+        match self {
+            Rows::F32(x) => round_row(&x[at..at + len], dst),
+            Rows::Bf16(x) => copy_bits(&x[at..at + len], &mut dst[..len]),
+        }
+    }
+
+    /// Asks the processor to bring the `len` values from `at` into its caches (a hint, for
+    /// rows read at a stride the hardware prefetchers do not follow: a head's part of the
+    /// rows of a fused QKV matrix); nothing where they are out of bounds.
+    #[inline]
+    pub fn prefetch(&self, at: usize, len: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (ptr, bytes, n) = match self {
+                Rows::F32(x) => (x.as_ptr().cast::<u8>(), 4, x.len()),
+                Rows::Bf16(x) => (x.as_ptr().cast::<u8>(), 2, x.len()),
+            };
+            if len == 0 || at + len > n {
+                return;
+            }
+            for line in (0..len * bytes).step_by(64).chain([len * bytes - 1]) {
+                // SAFETY: the byte is inside the slice (at + len <= n); a prefetch reads
+                // nothing architecturally.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        ptr.add(at * bytes + line).cast::<i8>(),
+                    )
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (at, len);
+    }
+
+    /// The values from `at` on.
+    pub fn from(self, at: usize) -> Self {
+        match self {
+            Rows::F32(x) => Rows::F32(&x[at..]),
+            Rows::Bf16(x) => Rows::Bf16(&x[at..]),
+        }
+    }
+}
+
 impl PackedBf16 {
     /// Packs `w`: `n` rows of `k` bfloat16 values (bits), row-major (a linear layer's
     /// `(out, in)` weight). Panics when `w.len() != n * k`.
@@ -190,7 +267,7 @@ impl PackedBf16 {
     pub fn matmul_acc_with(&self, kernel: Kernel, x: &[f32], m: usize, out: &mut [f32]) {
         assert_eq!(out.len(), m * self.n, "out is not {m}x{}", self.n);
         let dst = Out(out.as_mut_ptr());
-        self.product(kernel, crate::level(), x, m, dst, true, None)
+        self.product(kernel, crate::level(), Rows::F32(x), m, dst, true, None)
     }
 
     /// `out = x · Wᵀ` on [`Kernel::best`], then `then(first_row, rows)` over the output in
@@ -221,10 +298,50 @@ impl PackedBf16 {
     ) -> &'o mut [f32] {
         assert_eq!(out.len(), m * self.n, "out is not {m}x{}", self.n);
         let dst = Out(out.as_mut_ptr().cast::<f32>());
-        self.product(kernel, crate::level(), x, m, dst, false, then);
+        self.product(kernel, crate::level(), Rows::F32(x), m, dst, false, then);
         // SAFETY: `product` with `acc: false` writes every one of the m x n elements (the
         // AMX tasks cover every row and panel; the other kernels zero-fill first).
         unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) }
+    }
+
+    /// [`PackedBf16::matmul_into`] of activations given as [`Rows`].
+    pub fn matmul_rows_into<'o>(
+        &self,
+        x: Rows,
+        m: usize,
+        out: &'o mut [MaybeUninit<f32>],
+        then: Option<Epilogue>,
+    ) -> &'o mut [f32] {
+        assert_eq!(out.len(), m * self.n, "out is not {m}x{}", self.n);
+        let dst = Out(out.as_mut_ptr().cast::<f32>());
+        self.product(Kernel::best(), crate::level(), x, m, dst, false, then);
+        // SAFETY: as in `matmul_into_with`.
+        unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) }
+    }
+
+    /// `x · Wᵀ` on [`Kernel::best`], handed to `sink(first_row, rows)` in blocks of whole
+    /// rows (`n` values a row) and not kept: where the AMX tasks each hold whole rows, a
+    /// block is the task's scratch, still in the cache, so the product never goes through
+    /// memory in f32 (the sink writes what the caller keeps: say, the rows after a bias and
+    /// an activation, rounded to bfloat16); elsewhere the product is written whole first.
+    pub fn matmul_blocks(&self, x: Rows, m: usize, sink: Epilogue) {
+        let (n, k) = (self.n, self.k);
+        assert_eq!(x.len(), m * k, "x is not {m}x{k}");
+        if m == 0 || n == 0 {
+            return;
+        }
+        let kernel = Kernel::best();
+        if kernel == Kernel::Amx
+            && k > 0
+            && m > 2
+            && !self.streams_panels(m)
+            && self.amx_col_parts(m) == 1
+        {
+            return self.product_amx_sink(x, m, sink);
+        }
+        let mut out: Vec<f32> = Vec::with_capacity(m * n);
+        let dst = Out(out.as_mut_ptr());
+        self.product(kernel, crate::level(), x, m, dst, false, Some(sink));
     }
 
     /// [`PackedBf16::matmul_acc_with`], the widening kernel compiled for `level` (at most
@@ -240,7 +357,7 @@ impl PackedBf16 {
     ) {
         assert_eq!(out.len(), m * self.n, "out is not {m}x{}", self.n);
         let dst = Out(out.as_mut_ptr());
-        self.product(kernel, level, x, m, dst, true, None)
+        self.product(kernel, level, Rows::F32(x), m, dst, true, None)
     }
 
     /// The product into `dst` (`m × n`, valid for writes; read only when `acc`), then `then`.
@@ -249,7 +366,7 @@ impl PackedBf16 {
         &self,
         kernel: Kernel,
         level: crate::Level,
-        x: &[f32],
+        x: Rows,
         m: usize,
         dst: Out,
         acc: bool,
@@ -290,7 +407,7 @@ impl PackedBf16 {
 
     /// `dst += x · Wᵀ` on the [`Kernel::DotBf16`] or [`Kernel::F32`] kernel, split over the
     /// panels (and rows).
-    fn product_panels(&self, kernel: Kernel, level: crate::Level, x: &[f32], m: usize, dst: Out) {
+    fn product_panels(&self, kernel: Kernel, level: crate::Level, x: Rows, m: usize, dst: Out) {
         let (n, k) = (self.n, self.k);
         // rows of the activations as the kernel reads them: bfloat16 pairs, or f32 padded
         // to an even length
@@ -301,28 +418,35 @@ impl PackedBf16 {
             Kernel::Amx | Kernel::DotBf16 => {
                 let mut v = vec![0u16; m * kp];
                 v.par_chunks_mut(kp)
-                    .zip(x.par_chunks(k))
-                    .for_each(|(d, s)| round_row(s, d));
+                    .enumerate()
+                    .for_each(|(r, d)| x.round(r, k, d));
                 xb = v;
                 xf = Vec::new();
             }
             Kernel::F32 => {
                 xb = Vec::new();
-                xf = if kp == k {
-                    Vec::new()
-                } else {
-                    let mut v = vec![0f32; m * kp];
-                    v.chunks_mut(kp)
-                        .zip(x.chunks(k))
-                        .for_each(|(d, s)| d[..k].copy_from_slice(s));
-                    v
+                xf = match x {
+                    Rows::F32(_) if kp == k => Vec::new(),
+                    Rows::F32(x) => {
+                        let mut v = vec![0f32; m * kp];
+                        v.chunks_mut(kp)
+                            .zip(x.chunks(k))
+                            .for_each(|(d, s)| d[..k].copy_from_slice(s));
+                        v
+                    }
+                    Rows::Bf16(x) => {
+                        let mut v = vec![0f32; m * kp];
+                        v.chunks_mut(kp).zip(x.chunks(k)).for_each(|(d, s)| {
+                            d.iter_mut().zip(s).for_each(|(d, &s)| *d = bf16_to_f32(s))
+                        });
+                        v
+                    }
                 };
             }
         }
-        let xf: &[f32] = if kernel == Kernel::F32 && kp == k {
-            x
-        } else {
-            &xf
+        let xf: &[f32] = match x {
+            Rows::F32(x) if kernel == Kernel::F32 && kp == k => x,
+            _ => &xf,
         };
         let panels = n.div_ceil(PANEL);
         let threads = rayon::current_num_threads().max(1);
@@ -388,6 +512,8 @@ const AMX_CHUNK_ROWS: usize = 64;
 thread_local! {
     /// A thread's rounded rows for the AMX tasks, kept between products.
     static AMX_ROWS: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A thread's block of output for [`PackedBf16::matmul_blocks`], kept between products.
+    static AMX_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     /// A calling thread's rounded rows for the panel-outermost AMX product.
     static AMX_SHARED: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -398,18 +524,17 @@ impl PackedBf16 {
     /// (the epilogue runs in the task, on rows still in the cache); with too few rows to
     /// keep the threads busy, the panels are split between tasks as well and the epilogue
     /// runs after them.
-    fn product_amx(&self, x: &[f32], m: usize, dst: Out, acc: bool, then: Option<Epilogue>) {
+    fn product_amx(&self, x: Rows, m: usize, dst: Out, acc: bool, then: Option<Epilogue>) {
         let (n, k) = (self.n, self.k);
         let xs = 2 * self.stride;
-        if self.bytes() > m * xs * 2 {
+        if self.streams_panels(m) {
             // the weight outweighs the rounded rows (a decoder's layers, short inputs):
             // stream each panel once over all rows instead of once per chunk of rows
             return self.product_amx_panels(x, m, dst, acc, then);
         }
         let panels = n.div_ceil(PANEL);
-        let threads = rayon::current_num_threads().max(1);
         let chunks = m.div_ceil(AMX_CHUNK_ROWS);
-        let col_parts = (2 * threads).div_ceil(chunks).clamp(1, panels);
+        let col_parts = self.amx_col_parts(m);
         let panels_per = panels.div_ceil(col_parts);
         (0..chunks * col_parts).into_par_iter().for_each(|task| {
             let (c, part) = (task / col_parts, task % col_parts);
@@ -427,7 +552,7 @@ impl PackedBf16 {
                 }
                 for (r, d) in xb[..padded * xs].chunks_mut(xs).enumerate() {
                     if r < rows {
-                        round_row(&x[(r0 + r) * k..(r0 + r + 1) * k], d);
+                        x.round(r0 + r, k, d);
                         d[k..].fill(0);
                     } else {
                         d.fill(0);
@@ -474,10 +599,91 @@ impl PackedBf16 {
 }
 
 impl PackedBf16 {
+    /// Whether an AMX product of `m` rows streams each panel once over all rows
+    /// ([`PackedBf16::product_amx_panels`]): the weight outweighs the rounded rows.
+    fn streams_panels(&self, m: usize) -> bool {
+        self.bytes() > m * 2 * self.stride * 2
+    }
+
+    /// How many parts [`PackedBf16::product_amx`] splits the panels into for `m` rows: 1
+    /// unless there are too few chunks of rows to keep every thread busy.
+    fn amx_col_parts(&self, m: usize) -> usize {
+        let threads = rayon::current_num_threads().max(1);
+        let chunks = m.div_ceil(AMX_CHUNK_ROWS);
+        (2 * threads)
+            .div_ceil(chunks)
+            .clamp(1, self.n.div_ceil(PANEL))
+    }
+
+    /// [`PackedBf16::product_amx`] with each task's output in its own scratch, handed to
+    /// `sink` there (every task holds whole rows: `amx_col_parts(m) == 1`).
+    fn product_amx_sink(&self, x: Rows, m: usize, sink: Epilogue) {
+        let (n, k) = (self.n, self.k);
+        let xs = 2 * self.stride;
+        let panels = n.div_ceil(PANEL);
+        (0..m.div_ceil(AMX_CHUNK_ROWS))
+            .into_par_iter()
+            .for_each(|c| {
+                let (r0, r1) = (c * AMX_CHUNK_ROWS, ((c + 1) * AMX_CHUNK_ROWS).min(m));
+                let rows = r1 - r0;
+                let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
+                let run = |xb: &mut Vec<u16>, out: &mut Vec<f32>| {
+                    if xb.len() < padded * xs {
+                        xb.resize(padded * xs, 0);
+                    }
+                    for (r, d) in xb[..padded * xs].chunks_mut(xs).enumerate() {
+                        if r < rows {
+                            x.round(r0 + r, k, d);
+                            d[k..].fill(0);
+                        } else {
+                            d.fill(0);
+                        }
+                    }
+                    if out.len() < rows * n {
+                        out.resize(rows * n, 0.0);
+                    }
+                    let dst = Out(out.as_mut_ptr());
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: AMX is available (the caller's kernel) and configured here; the
+                    // scratch holds rows x n values and this task alone writes it; xb holds
+                    // whole blocks of rows.
+                    unsafe {
+                        amx::configure();
+                        for p in 0..panels {
+                            let col0 = p * PANEL;
+                            amx::panel_rows(&amx::PanelRows {
+                                x: &xb[..padded * xs],
+                                xs,
+                                rows,
+                                lines: &self.lines[p * self.stride * 4..(p + 1) * self.stride * 4],
+                                dst,
+                                ld: n,
+                                r0: 0,
+                                col0,
+                                cols: (n - col0).min(PANEL),
+                                acc: false,
+                            });
+                        }
+                        amx::release();
+                    }
+                    #[cfg(not(target_arch = "x86_64"))]
+                    let _ = dst;
+                    sink(r0, &mut out[..rows * n]);
+                };
+                // the thread's scratch, kept between products (fresh ones if in use)
+                AMX_ROWS.with(|xb| {
+                    AMX_OUT.with(|out| match (xb.try_borrow_mut(), out.try_borrow_mut()) {
+                        (Ok(mut xb), Ok(mut out)) => run(&mut xb, &mut out),
+                        _ => run(&mut Vec::new(), &mut Vec::new()),
+                    })
+                });
+            });
+    }
+
     /// [`PackedBf16::product_amx`] with the panels outermost: the rows are rounded once
     /// into a shared buffer and each task takes a panel (and a part of the rows when there
     /// are fewer panels than tasks); the epilogue runs after them.
-    fn product_amx_panels(&self, x: &[f32], m: usize, dst: Out, acc: bool, then: Option<Epilogue>) {
+    fn product_amx_panels(&self, x: Rows, m: usize, dst: Out, acc: bool, then: Option<Epilogue>) {
         let (n, k) = (self.n, self.k);
         let xs = 2 * self.stride;
         let padded = m.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
@@ -488,7 +694,7 @@ impl PackedBf16 {
             let xb = &mut xb[..padded * xs];
             xb.par_chunks_mut(xs).enumerate().for_each(|(r, d)| {
                 if r < m {
-                    round_row(&x[r * k..(r + 1) * k], d);
+                    x.round(r, k, d);
                     d[k..].fill(0);
                 } else {
                     d.fill(0);
@@ -629,6 +835,24 @@ unsafe fn dot_avx512bf16(a: &[u16], b: &[u16]) -> f32 {
     }
 }
 
+/// Copies `src` into `dst` (equally long) 32 values at a time: fixed-size moves the
+/// compiler inlines, where `copy_from_slice` would call `memcpy` for every short row (a
+/// head's 32 or 64 values of a key).
+#[inline]
+fn copy_bits(src: &[u16], dst: &mut [u16]) {
+    let whole = src.len().min(dst.len()) / 32 * 32;
+    let (dst, dr) = dst.split_at_mut(whole);
+    let (src, sr) = src.split_at(whole);
+    for (s, d) in src.chunks_exact(32).zip(dst.chunks_exact_mut(32)) {
+        let s: &[u16; 32] = s.try_into().expect("32 values");
+        let d: &mut [u16; 32] = d.try_into().expect("32 values");
+        *d = *s;
+    }
+    for (d, s) in dr.iter_mut().zip(sr) {
+        *d = *s;
+    }
+}
+
 /// Rounds one row to bfloat16 (`dst` may be longer: the rest stays zero).
 fn round_row(src: &[f32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
@@ -648,7 +872,8 @@ unsafe fn round_row_avx512(src: &[f32], dst: &mut [u16]) {
     use std::arch::x86_64::*;
     let n = src.len().min(dst.len());
     let mut i = 0;
-    // SAFETY: every load reads src[i..i + 32] and every store writes dst[i..i + 32], in bounds.
+    // SAFETY: every load reads src[i..i + 32] or `tail`, and every store writes
+    // dst[i..i + 32] or `out`, in bounds.
     unsafe {
         while i + 32 <= n {
             let lo = _mm512_loadu_ps(src.as_ptr().add(i));
@@ -657,9 +882,18 @@ unsafe fn round_row_avx512(src: &[f32], dst: &mut [u16]) {
             _mm512_storeu_si512(dst.as_mut_ptr().add(i) as *mut __m512i, v);
             i += 32;
         }
-    }
-    for j in i..n {
-        dst[j] = f32_to_bf16(src[j]);
+        if i < n {
+            // the last few values through a zero-padded block: one conversion, not a
+            // scalar loop (rows of a head's keys or a block's probabilities end this way)
+            let mut tail = [0f32; 32];
+            tail[..n - i].copy_from_slice(&src[i..n]);
+            let lo = _mm512_loadu_ps(tail.as_ptr());
+            let hi = _mm512_loadu_ps(tail.as_ptr().add(16));
+            let mut out = [0u16; 32];
+            let v = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+            _mm512_storeu_si512(out.as_mut_ptr() as *mut __m512i, v);
+            dst[i..n].copy_from_slice(&out[..n - i]);
+        }
     }
 }
 
@@ -1155,6 +1389,64 @@ mod tests {
                             .all(|c| c.load(std::sync::atomic::Ordering::Relaxed) == 1)
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn rounded_rows_and_blocks_equal_the_written_product() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(8)
+            .build()
+            .unwrap();
+        // many chunks of rows (scratch blocks on the tiles), few (the panels split between
+        // tasks: written whole first), a weight outweighing the rows, two rows, odd inputs
+        for (m, k, n) in [
+            (301, 70, 150),
+            (40, 64, 300),
+            (5, 300, 200),
+            (2, 64, 70),
+            (130, 33, 64),
+        ] {
+            let x = values(m * k, 7);
+            let xb: Vec<u16> = x.iter().map(|&v| f32_to_bf16(v)).collect();
+            let w: Vec<u16> = values(n * k, 8).iter().map(|&v| f32_to_bf16(v)).collect();
+            let packed = PackedBf16::pack(&w, n, k);
+            let mut want = vec![MaybeUninit::new(f32::NAN); m * n];
+            let want = packed.matmul_into(&x, m, &mut want, None).to_vec();
+            for threads in [1, 8] {
+                let run = || {
+                    let mut out = vec![MaybeUninit::new(f32::NAN); m * n];
+                    let pre = packed
+                        .matmul_rows_into(Rows::Bf16(&xb), m, &mut out, None)
+                        .to_vec();
+                    let blocks: Vec<std::sync::Mutex<Vec<f32>>> =
+                        (0..m).map(|_| Default::default()).collect();
+                    let sink = |first: usize, rows: &mut [f32]| {
+                        assert_eq!(rows.len() % n, 0);
+                        for (i, row) in rows.chunks(n).enumerate() {
+                            blocks[first + i].lock().unwrap().extend_from_slice(row);
+                        }
+                    };
+                    packed.matmul_blocks(Rows::F32(&x), m, &sink);
+                    let blocks: Vec<f32> = blocks
+                        .into_iter()
+                        .flat_map(|b| b.into_inner().unwrap())
+                        .collect();
+                    (pre, blocks)
+                };
+                let (pre, blocks) = if threads == 1 {
+                    run()
+                } else {
+                    pool.install(run)
+                };
+                // pre-rounded rows: where the kernel rounds (AMX, AVX512-BF16), the same
+                // product; the widening kernel multiplies unrounded f32 rows otherwise
+                if has_dot_bf16() {
+                    assert_eq!(pre, want, "{m}x{k}x{n} bf16 rows, {threads} threads");
+                }
+                // each row handed over once, as written
+                assert_eq!(blocks, want, "{m}x{k}x{n} blocks, {threads} threads");
             }
         }
     }

@@ -2,6 +2,8 @@
 use crate::nn::act::*;
 use crate::nn::attention::*;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape};
+use sift_simd::bf16::Rows;
+use sift_simd::bf16::attention::HeadProducts;
 
 /// Attention on the CPU in one op: every (sequence, head) pair in parallel, reading Q, K and
 /// V in place from the packed `qkv` matrix through strides and writing its context straight
@@ -17,6 +19,8 @@ pub(crate) struct AttentionOp {
     pub(crate) alibi: Option<Vec<f32>>,
     /// Score bias per key row ([`ScoreBias::keys`]).
     pub(crate) key_bias: Option<Vec<f32>>,
+    /// The two products on bfloat16 tiles ([`HeadProducts`]) where the processor has them.
+    pub(crate) bf16: bool,
 }
 
 /// Scores computed at once per (sequence, head) task: 128 Ki values (512 KiB), about a
@@ -32,20 +36,33 @@ unsafe impl Send for OutPtr {}
 // SAFETY: as for `Send`: tasks share the pointer, never the same element.
 unsafe impl Sync for OutPtr {}
 
+impl AttentionOp {
+    /// Whether the products run on the tiles ([`HeadProducts`]).
+    pub(crate) fn tiles(&self) -> bool {
+        self.bf16 && HeadProducts::new(self.head_dim).is_some()
+    }
+}
+
 impl CustomOp1 for AttentionOp {
     fn name(&self) -> &'static str {
         "attention-packed"
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        use half::slice::HalfFloatSliceExt;
         use rayon::prelude::*;
-        let CpuStorage::F32(data) = storage else {
-            candle_core::bail!("attention: f32 only")
-        };
         let Some((a, b)) = layout.contiguous_offsets() else {
             candle_core::bail!("attention: contiguous input only")
         };
-        let qkv = &data[a..b];
+        // f32, or bfloat16 for the tile products (which would round it anyway); the f32
+        // products need f32
+        let (qkv, all) = match storage {
+            CpuStorage::F32(data) => (&data[a..b], Rows::F32(&data[a..b])),
+            CpuStorage::BF16(data) if self.tiles() => {
+                (&[][..], Rows::Bf16(data[a..b].reinterpret_cast()))
+            }
+            _ => candle_core::bail!("attention: f32 input (bf16 only on the tiles)"),
+        };
         let (tokens, width) = layout.shape().dims2()?;
         let (heads, d) = (self.heads, self.head_dim);
         let h = heads * d;
@@ -64,9 +81,14 @@ impl CustomOp1 for AttentionOp {
             .flat_map(|s| (0..heads).map(move |hd| (s, hd)))
             .collect();
         let w = 3 * h;
-        tasks
-            .par_iter()
-            .for_each_init(Vec::new, |scores, &(si, hd)| {
+        tasks.par_iter().for_each_init(
+            || {
+                (
+                    Vec::new(),
+                    self.tiles().then(|| HeadProducts::new(d)).flatten(),
+                )
+            },
+            |(scores, tiles), &(si, hd)| {
                 let seg = self.segments[si];
                 let (len, keys) = (seg.len, seg.visible_keys());
                 if len == 0 {
@@ -77,10 +99,17 @@ impl CustomOp1 for AttentionOp {
                 // thousands of image patches, would otherwise stream len x keys scores
                 // through memory three times); causal blocks skip the keys no row sees.
                 let block = (SCORE_BLOCK_VALUES / keys).clamp(16, 512).min(len);
-                scores.clear();
-                scores.resize(block * keys, 0.0);
+                // every score a block reads is written by its product first: the buffer
+                // only grows, never refilled
+                if scores.len() < block * keys {
+                    scores.resize(block * keys, 0.0);
+                }
                 let base = seg.start * w;
                 let dst = out_ptr;
+                if let Some(t) = tiles.as_mut() {
+                    let (k, v) = (all.from(base + h + hd * d), all.from(base + 2 * h + hd * d));
+                    t.load_kv(k, v, w, keys);
+                }
                 for r0 in (0..len).step_by(block) {
                     let rows = block.min(len - r0);
                     let kv = if self.causal {
@@ -88,20 +117,30 @@ impl CustomOp1 for AttentionOp {
                     } else {
                         keys
                     };
-                    let q = qkv[base + r0 * w + hd * d..].as_ptr();
-                    let k = qkv[base + h + hd * d..].as_ptr();
-                    let v = qkv[base + 2 * h + hd * d..].as_ptr();
-                    // SAFETY: q, k, v point into qkv with rows `w` apart; the extents read
-                    // are within the segment's rows; `scores` holds rows x kv values.
-                    unsafe {
-                        matmul(
-                            (rows, kv, d),
-                            (scores.as_mut_ptr(), kv),
-                            (q, w),
-                            // K^T: a key's values are a column
-                            (k, 1, w),
-                        )
+                    // (read by the f32 products only: empty for bf16 input)
+                    let q = qkv.as_ptr().wrapping_add(base + r0 * w + hd * d);
+                    let k = qkv.as_ptr().wrapping_add(base + h + hd * d);
+                    let v = qkv.as_ptr().wrapping_add(base + 2 * h + hd * d);
+                    match tiles.as_mut() {
+                        Some(t) => {
+                            let q = all.from(base + r0 * w + hd * d);
+                            t.scores(q, w, rows, kv, &mut scores[..rows * kv]);
+                        }
+                        // SAFETY: q, k, v point into qkv with rows `w` apart; the extents
+                        // read are within the segment's rows; `scores` holds rows x kv
+                        // values.
+                        None => unsafe {
+                            matmul(
+                                (rows, kv, d),
+                                (scores.as_mut_ptr(), kv),
+                                (q, w),
+                                // K^T: a key's values are a column
+                                (k, 1, w),
+                            )
+                        },
                     }
+                    // the tiles read the probabilities rounded, written by the softmax
+                    let mut rounded = tiles.as_mut().map(|t| t.probabilities(rows, kv));
                     for (i, row) in scores[..rows * kv].chunks_mut(kv).enumerate() {
                         let visible = if self.causal {
                             (r0 + i + 1).min(kv)
@@ -128,20 +167,34 @@ impl CustomOp1 for AttentionOp {
                                 .zip(kb)
                                 .for_each(|(x, b)| *x += b);
                         }
-                        softmax_row(&mut row[first..], visible - first);
+                        match rounded.as_mut() {
+                            Some((p, xs)) => {
+                                let p = &mut p[i * *xs..(i + 1) * *xs];
+                                p[..first].fill(0);
+                                p[kv..].fill(0);
+                                softmax_row_bf16(
+                                    &mut row[first..],
+                                    visible - first,
+                                    &mut p[first..kv],
+                                );
+                            }
+                            None => softmax_row(&mut row[first..], visible - first),
+                        }
                     }
+                    let out = dst.0.wrapping_add((seg.start + r0) * h + hd * d);
                     // SAFETY: this task alone writes rows start..start+len, columns
-                    // hd*d..(hd+1)*d.
+                    // hd*d..(hd+1)*d, of the tokens x h output.
                     unsafe {
-                        matmul(
-                            (rows, d, kv),
-                            (dst.0.add((seg.start + r0) * h + hd * d), h),
-                            (scores.as_ptr(), kv),
-                            (v, w, 1),
-                        )
+                        match tiles.as_mut() {
+                            Some(t) => t.context_rounded(rows, kv, out, h),
+                            None => {
+                                matmul((rows, d, kv), (out, h), (scores.as_ptr(), kv), (v, w, 1))
+                            }
+                        }
                     }
                 }
-            });
+            },
+        );
         Ok((CpuStorage::F32(out), Shape::from((tokens, h))))
     }
 }

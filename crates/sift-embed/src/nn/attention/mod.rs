@@ -95,6 +95,7 @@ pub struct Attention<'a> {
     causal: bool,
     pub(in crate::nn) window: Option<usize>,
     bias: ScoreBias<'a>,
+    bf16: bool,
     padded: std::cell::OnceCell<PaddedPlan>,
     #[cfg(feature = "flash-attn")]
     flash: std::cell::OnceCell<FlashCache>,
@@ -110,6 +111,7 @@ impl<'a> Attention<'a> {
             causal: false,
             window: None,
             bias: ScoreBias::default(),
+            bf16: false,
             padded: std::cell::OnceCell::new(),
             #[cfg(feature = "flash-attn")]
             flash: std::cell::OnceCell::new(),
@@ -135,6 +137,16 @@ impl<'a> Attention<'a> {
     /// key biases that are not all zero take the padded path), the padded batches elsewhere.
     pub fn biased(mut self, bias: ScoreBias<'a>) -> Self {
         self.bias = bias;
+        self
+    }
+
+    /// With `on`, the CPU kernel rounds the queries, keys, probabilities and values to
+    /// bfloat16 for its two products and runs them on the AMX tiles, accumulating in f32
+    /// (as PyTorch's bfloat16 attention does; the softmax stays f32), where the processor
+    /// has the tiles; elsewhere, and on other devices, nothing changes. For models whose
+    /// linear layers are packed bfloat16 ([`Packing`](crate::nn::ops::Packing)).
+    pub fn bf16(mut self, on: bool) -> Self {
+        self.bf16 = on;
         self
     }
 
@@ -166,7 +178,9 @@ impl<'a> Attention<'a> {
         if window == Some(0) {
             candle_core::bail!("attention: a sliding window of 0 tokens")
         }
-        if fused_cpu(qkv.device()) && qkv.dtype() == DType::F32 {
+        if fused_cpu(qkv.device()) && matches!(qkv.dtype(), DType::F32 | DType::BF16) {
+            // bfloat16 input (a layer's rounded output) goes to the tile products as it is;
+            // without them, to the padded batches in bfloat16 as before
             let op = AttentionOp {
                 segments: segments.to_vec(),
                 heads,
@@ -175,8 +189,11 @@ impl<'a> Attention<'a> {
                 window,
                 alibi: bias.alibi.map(<[f32]>::to_vec),
                 key_bias: bias.keys.map(<[f32]>::to_vec),
+                bf16: self.bf16,
             };
-            return qkv.contiguous()?.apply_op1_no_bwd(&op);
+            if qkv.dtype() == DType::F32 || op.tiles() {
+                return qkv.contiguous()?.apply_op1_no_bwd(&op);
+            }
         }
         #[cfg(feature = "flash-attn")]
         {
