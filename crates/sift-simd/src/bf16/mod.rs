@@ -160,6 +160,25 @@ impl Rows<'_> {
         self.round_span(r * k, k, dst)
     }
 
+    /// Rows `r0..r0 + rows` (`k` values each) rounded into `xb` as an AMX task reads them:
+    /// `xs` values a row (zero past `k`), whole blocks of rows (zero past `rows`). `xb`
+    /// grows as needed and is reused without clearing; returns the padded row count.
+    fn round_chunk(&self, r0: usize, rows: usize, k: usize, xs: usize, xb: &mut Vec<u16>) -> usize {
+        let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
+        if xb.len() < padded * xs {
+            xb.resize(padded * xs, 0);
+        }
+        for (r, d) in xb[..padded * xs].chunks_mut(xs).enumerate() {
+            if r < rows {
+                self.round(r0 + r, k, d);
+                d[k..].fill(0);
+            } else {
+                d.fill(0);
+            }
+        }
+        padded
+    }
+
     /// The `len` values from `at` rounded into `dst` (at least `len` long; the rest
     /// untouched).
     pub fn round_span(&self, at: usize, len: usize, dst: &mut [u16]) {
@@ -546,18 +565,7 @@ impl PackedBf16 {
             let rows = r1 - r0;
             AMX_ROWS.with_borrow_mut(|xb| {
                 // rows rounded to bfloat16, zero past the inputs, whole blocks of rows
-                let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
-                if xb.len() < padded * xs {
-                    xb.resize(padded * xs, 0);
-                }
-                for (r, d) in xb[..padded * xs].chunks_mut(xs).enumerate() {
-                    if r < rows {
-                        x.round(r0 + r, k, d);
-                        d[k..].fill(0);
-                    } else {
-                        d.fill(0);
-                    }
-                }
+                let padded = x.round_chunk(r0, rows, k, xs, xb);
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: AMX is available (checked by the caller) and configured here for
                 // this task's calls; this task alone writes rows r0..r1 of panels p0..p1
@@ -626,19 +634,8 @@ impl PackedBf16 {
             .for_each(|c| {
                 let (r0, r1) = (c * AMX_CHUNK_ROWS, ((c + 1) * AMX_CHUNK_ROWS).min(m));
                 let rows = r1 - r0;
-                let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
                 let run = |xb: &mut Vec<u16>, out: &mut Vec<f32>| {
-                    if xb.len() < padded * xs {
-                        xb.resize(padded * xs, 0);
-                    }
-                    for (r, d) in xb[..padded * xs].chunks_mut(xs).enumerate() {
-                        if r < rows {
-                            x.round(r0 + r, k, d);
-                            d[k..].fill(0);
-                        } else {
-                            d.fill(0);
-                        }
-                    }
+                    let padded = x.round_chunk(r0, rows, k, xs, xb);
                     if out.len() < rows * n {
                         out.resize(rows * n, 0.0);
                     }
