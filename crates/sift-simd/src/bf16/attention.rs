@@ -9,7 +9,7 @@
 //! transposed, as a weight whose output columns are the head's features), then
 //! [`HeadProducts::scores`] and [`HeadProducts::context`] run for each block of query rows.
 //! The packing is [`super::PackedBf16::pack`]'s layout, so the products are
-//! [`amx::panel_rows`] calls. Everything runs on the calling thread: the heads of a batch
+//! `amx::panel_rows` calls. Everything runs on the calling thread: the heads of a batch
 //! are the caller's parallel tasks.
 use super::{Line, Out, PANEL, Rows, amx, round_row};
 
