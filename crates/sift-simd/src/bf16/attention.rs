@@ -249,20 +249,9 @@ fn fill_rows(
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::values;
     use super::super::{bf16_to_f32, f32_to_bf16};
     use super::*;
-
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
 
     fn r(x: f32) -> f64 {
         bf16_to_f32(f32_to_bf16(x)) as f64

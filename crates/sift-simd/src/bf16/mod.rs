@@ -566,29 +566,9 @@ impl PackedBf16 {
             AMX_ROWS.with_borrow_mut(|xb| {
                 // rows rounded to bfloat16, zero past the inputs, whole blocks of rows
                 let padded = x.round_chunk(r0, rows, k, xs, xb);
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: AMX is available (checked by the caller) and configured here for
-                // this task's calls; this task alone writes rows r0..r1 of panels p0..p1
-                // (columns p0 * PANEL.. up to n); xb holds whole blocks of rows past `rows`.
-                unsafe {
-                    amx::configure();
-                    for p in p0..p1 {
-                        let col0 = p * PANEL;
-                        amx::panel_rows(&amx::PanelRows {
-                            x: &xb[..padded * xs],
-                            xs,
-                            rows,
-                            lines: &self.lines[p * self.stride * 4..(p + 1) * self.stride * 4],
-                            dst,
-                            ld: n,
-                            r0,
-                            col0,
-                            cols: (n - col0).min(PANEL),
-                            acc,
-                        });
-                    }
-                    amx::release();
-                }
+                // SAFETY: AMX is available (checked by the caller); this task alone writes
+                // rows r0..r1 of panels p0..p1 (columns p0 * PANEL.. up to n).
+                unsafe { self.amx_task(&xb[..padded * xs], rows, p0..p1, dst, r0, acc) };
             });
             if col_parts == 1
                 && let Some(then) = then
@@ -623,6 +603,50 @@ impl PackedBf16 {
             .clamp(1, self.n.div_ceil(PANEL))
     }
 
+    /// One task's rows `xb` (rounded by `Rows::round_chunk`: whole blocks of rows) against
+    /// the panels `panels` on the tiles, written (or, `acc`, added) to rows `r0..r0 + rows`
+    /// of `dst` (`n` columns a row).
+    ///
+    /// # Safety
+    /// AMX must be available ([`amx::available`]); `dst` must be valid for those rows and
+    /// the panels' columns, and written by no other thread meanwhile.
+    unsafe fn amx_task(
+        &self,
+        xb: &[u16],
+        rows: usize,
+        panels: std::ops::Range<usize>,
+        dst: Out,
+        r0: usize,
+        acc: bool,
+    ) {
+        let (n, xs) = (self.n, 2 * self.stride);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the tiles are available (the caller's contract) and configured here for
+        // these calls; xb holds whole blocks of rows of `xs` values; the output rows and
+        // columns are the caller's.
+        unsafe {
+            amx::configure();
+            for p in panels {
+                let col0 = p * PANEL;
+                amx::panel_rows(&amx::PanelRows {
+                    x: xb,
+                    xs,
+                    rows,
+                    lines: &self.lines[p * self.stride * 4..(p + 1) * self.stride * 4],
+                    dst,
+                    ld: n,
+                    r0,
+                    col0,
+                    cols: (n - col0).min(PANEL),
+                    acc,
+                });
+            }
+            amx::release();
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (xb, rows, panels, dst, r0, acc, n, xs);
+    }
+
     /// [`PackedBf16::product_amx`] with each task's output in its own scratch, handed to
     /// `sink` there (every task holds whole rows: `amx_col_parts(m) == 1`).
     fn product_amx_sink(&self, x: Rows, m: usize, sink: Epilogue) {
@@ -640,31 +664,9 @@ impl PackedBf16 {
                         out.resize(rows * n, 0.0);
                     }
                     let dst = Out(out.as_mut_ptr());
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: AMX is available (the caller's kernel) and configured here; the
-                    // scratch holds rows x n values and this task alone writes it; xb holds
-                    // whole blocks of rows.
-                    unsafe {
-                        amx::configure();
-                        for p in 0..panels {
-                            let col0 = p * PANEL;
-                            amx::panel_rows(&amx::PanelRows {
-                                x: &xb[..padded * xs],
-                                xs,
-                                rows,
-                                lines: &self.lines[p * self.stride * 4..(p + 1) * self.stride * 4],
-                                dst,
-                                ld: n,
-                                r0: 0,
-                                col0,
-                                cols: (n - col0).min(PANEL),
-                                acc: false,
-                            });
-                        }
-                        amx::release();
-                    }
-                    #[cfg(not(target_arch = "x86_64"))]
-                    let _ = dst;
+                    // SAFETY: AMX is available (the caller's kernel); the scratch holds
+                    // rows x n values and this task alone writes it.
+                    unsafe { self.amx_task(&xb[..padded * xs], rows, 0..panels, dst, 0, false) };
                     sink(r0, &mut out[..rows * n]);
                 };
                 // the thread's scratch, kept between products (fresh ones if in use)
@@ -1197,10 +1199,11 @@ unsafe fn tile_f32<const R: usize, const FMA: bool>(b: &Block<f32>, i: usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn values(n: usize, seed: u64) -> Vec<f32> {
+    /// Reproducible values in [-1, 1) (an LCG), for the products' tests.
+    pub(in crate::bf16) fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
         (0..n)
             .map(|_| {
