@@ -1,6 +1,8 @@
 //! Times `PackedBf16::matmul_acc` on one shape: `cargo run --release -p sift-simd --example
-//! bf16_matmul -- M K N [f32|dot]`; prints milliseconds and GFLOP/s (median of 5 after 2 warm-ups).
-use sift_simd::bf16::{Kernel, PackedBf16, f32_to_bf16};
+//! bf16_matmul -- M K N [f32|dot|blocks]`; prints milliseconds and GFLOP/s (median of 5 after
+//! 2 warm-ups). `blocks`: bfloat16 activations through `matmul_blocks`, each block of the
+//! product rounded to bfloat16 by the sink, as an encoder's layers run it.
+use sift_simd::bf16::{Kernel, PackedBf16, Rows, f32_to_bf16, round_into};
 
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
@@ -19,11 +21,27 @@ fn main() {
         .collect();
     let packed = PackedBf16::pack(&w, n, k);
     drop(w);
+    let blocks = a.get(3).map(String::as_str) == Some("blocks");
+    let x16: Vec<u16> = x.iter().map(|&v| f32_to_bf16(v)).collect();
     let mut out = vec![0f32; m * n];
+    let out16: Vec<std::sync::atomic::AtomicU16> = (0..m * n)
+        .map(|_| std::sync::atomic::AtomicU16::new(0))
+        .collect();
+    let sink = |first: usize, d: &mut [f32]| {
+        let mut r = vec![0u16; d.len()];
+        round_into(d, &mut r);
+        for (o, v) in out16[first * n..first * n + d.len()].iter().zip(r) {
+            o.store(v, std::sync::atomic::Ordering::Relaxed);
+        }
+    };
     let mut times = Vec::new();
     for r in 0..7 {
         let t = std::time::Instant::now();
-        packed.matmul_acc_with(kernel, &x, m, &mut out);
+        if blocks {
+            packed.matmul_blocks(Rows::Bf16(&x16), m, &sink);
+        } else {
+            packed.matmul_acc_with(kernel, &x, m, &mut out);
+        }
         if r >= 2 {
             times.push(t.elapsed().as_secs_f64());
         }
@@ -31,7 +49,12 @@ fn main() {
     times.sort_by(f64::total_cmp);
     let t = times[times.len() / 2];
     println!(
-        "{m} {k} {n} {kernel:?}: {:.1} ms  {:.0} GFLOP/s",
+        "{m} {k} {n} {}: {:.1} ms  {:.0} GFLOP/s",
+        if blocks {
+            "blocks".to_string()
+        } else {
+            format!("{kernel:?}")
+        },
         t * 1e3,
         2.0 * (m * k * n) as f64 / t / 1e9
     );

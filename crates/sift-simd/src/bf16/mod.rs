@@ -113,6 +113,16 @@ impl std::fmt::Debug for PackedBf16 {
     }
 }
 
+/// `len` values of `buf` from a 64-byte boundary (`buf` grown as needed; the values are
+/// whatever it held).
+fn aligned(buf: &mut Vec<u16>, len: usize) -> &mut [u16] {
+    if buf.len() < len + 32 {
+        buf.resize(len + 32, 0);
+    }
+    let off = buf.as_ptr().cast::<u8>().align_offset(64) / 2;
+    &mut buf[off..off + len]
+}
+
 /// A raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
@@ -161,14 +171,20 @@ impl Rows<'_> {
     }
 
     /// Rows `r0..r0 + rows` (`k` values each) rounded into `xb` as an AMX task reads them:
-    /// `xs` values a row (zero past `k`), whole blocks of rows (zero past `rows`). `xb`
-    /// grows as needed and is reused without clearing; returns the padded row count.
-    fn round_chunk(&self, r0: usize, rows: usize, k: usize, xs: usize, xb: &mut Vec<u16>) -> usize {
+    /// `xs` values a row (zero past `k`), whole blocks of rows (zero past `rows`), from a
+    /// 64-byte boundary (a tile row that straddles two cache lines loads both). `xb` grows
+    /// as needed and is reused without clearing; returns the rows.
+    fn round_chunk<'b>(
+        &self,
+        r0: usize,
+        rows: usize,
+        k: usize,
+        xs: usize,
+        xb: &'b mut Vec<u16>,
+    ) -> &'b [u16] {
         let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
-        if xb.len() < padded * xs {
-            xb.resize(padded * xs, 0);
-        }
-        for (r, d) in xb[..padded * xs].chunks_mut(xs).enumerate() {
+        let xb = aligned(xb, padded * xs);
+        for (r, d) in xb.chunks_mut(xs).enumerate() {
             if r < rows {
                 self.round(r0 + r, k, d);
                 d[k..].fill(0);
@@ -176,7 +192,30 @@ impl Rows<'_> {
                 d.fill(0);
             }
         }
-        padded
+        xb
+    }
+
+    /// Rows `r0..r0 + rows` as an AMX task reads them ([`Rows::round_chunk`]): bfloat16
+    /// rows that already have that layout (`k == xs`, whole blocks of rows, on a 64-byte
+    /// boundary) are read in place, anything else is rounded into `xb`.
+    fn chunk<'s>(
+        &'s self,
+        r0: usize,
+        rows: usize,
+        k: usize,
+        xs: usize,
+        xb: &'s mut Vec<u16>,
+    ) -> &'s [u16] {
+        match self {
+            Rows::Bf16(x)
+                if k == xs
+                    && rows.is_multiple_of(amx::BLOCK_ROWS)
+                    && x[r0 * k..].as_ptr().cast::<u8>().align_offset(64) == 0 =>
+            {
+                &x[r0 * k..(r0 + rows) * k]
+            }
+            _ => self.round_chunk(r0, rows, k, xs, xb),
+        }
     }
 
     /// The `len` values from `at` rounded into `dst` (at least `len` long; the rest
@@ -565,10 +604,10 @@ impl PackedBf16 {
             let rows = r1 - r0;
             AMX_ROWS.with_borrow_mut(|xb| {
                 // rows rounded to bfloat16, zero past the inputs, whole blocks of rows
-                let padded = x.round_chunk(r0, rows, k, xs, xb);
+                let xb = x.chunk(r0, rows, k, xs, xb);
                 // SAFETY: AMX is available (checked by the caller); this task alone writes
                 // rows r0..r1 of panels p0..p1 (columns p0 * PANEL.. up to n).
-                unsafe { self.amx_task(&xb[..padded * xs], rows, p0..p1, dst, r0, acc) };
+                unsafe { self.amx_task(xb, rows, p0..p1, dst, r0, acc) };
             });
             if col_parts == 1
                 && let Some(then) = then
@@ -659,14 +698,14 @@ impl PackedBf16 {
                 let (r0, r1) = (c * AMX_CHUNK_ROWS, ((c + 1) * AMX_CHUNK_ROWS).min(m));
                 let rows = r1 - r0;
                 let run = |xb: &mut Vec<u16>, out: &mut Vec<f32>| {
-                    let padded = x.round_chunk(r0, rows, k, xs, xb);
+                    let xb = x.chunk(r0, rows, k, xs, xb);
                     if out.len() < rows * n {
                         out.resize(rows * n, 0.0);
                     }
                     let dst = Out(out.as_mut_ptr());
                     // SAFETY: AMX is available (the caller's kernel); the scratch holds
                     // rows x n values and this task alone writes it.
-                    unsafe { self.amx_task(&xb[..padded * xs], rows, 0..panels, dst, 0, false) };
+                    unsafe { self.amx_task(xb, rows, 0..panels, dst, 0, false) };
                     sink(r0, &mut out[..rows * n]);
                 };
                 // the thread's scratch, kept between products (fresh ones if in use)
@@ -687,10 +726,7 @@ impl PackedBf16 {
         let xs = 2 * self.stride;
         let padded = m.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
         let run = |xb: &mut Vec<u16>| {
-            if xb.len() < padded * xs {
-                xb.resize(padded * xs, 0);
-            }
-            let xb = &mut xb[..padded * xs];
+            let xb = aligned(xb, padded * xs);
             xb.par_chunks_mut(xs).enumerate().for_each(|(r, d)| {
                 if r < m {
                     x.round(r, k, d);
