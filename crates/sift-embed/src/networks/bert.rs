@@ -8,10 +8,10 @@
 //! attention mask is needed. Q, K and V are one fused matrix product. On the CPU the exact
 //! (erf) GELU runs in parallel with an f32 erf accurate to 1.5e-7.
 use candle_core::{Device, Module, Result, Tensor};
-use candle_nn::{Embedding, LayerNorm, VarBuilder};
+use candle_nn::{Embedding, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::ops::{self, Act, Packing, Proj, Segment, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, Norm, Packing, Proj, Segment, load_norm as layer_norm};
 
 /// A BERT `config.json`: transformers' `BertConfig`, with its defaults for omitted keys.
 #[derive(Debug, Clone, Deserialize)]
@@ -78,10 +78,10 @@ impl Default for BertConfig {
 struct Layer {
     qkv: Proj,
     attn_out: Proj,
-    attn_norm: LayerNorm,
+    attn_norm: Norm,
     inter: Proj,
     out: Proj,
-    out_norm: LayerNorm,
+    out_norm: Norm,
 }
 
 /// A BERT encoder.
@@ -89,7 +89,7 @@ pub struct Bert {
     word: Embedding,
     position: Embedding,
     token_type: Embedding,
-    emb_norm: LayerNorm,
+    emb_norm: Norm,
     layers: Vec<Layer>,
     heads: usize,
     head_dim: usize,
@@ -229,17 +229,19 @@ impl Bert {
         let segments = Segment::packed(seqs.iter().map(|s| s.len()));
         let attention = ops::Attention::new(&segments, self.heads, self.head_dim)
             .bf16(self.layers.first().is_some_and(|l| l.qkv.is_packed()));
+        // the hidden rows rounded to bfloat16 where the next layer's products read them so
+        let mut x16: Option<Tensor> = None;
         for layer in &self.layers {
             // (T, 3h); bfloat16 where the attention's tile products read it so
-            let qkv = layer.qkv.forward_rounded(&x, None)?;
+            let qkv = layer
+                .qkv
+                .forward_rounded(x16.as_ref().unwrap_or(&x), None)?;
             let ctx = attention.run(&qkv)?;
-            let a = layer
-                .attn_norm
-                .forward(&ops::linear(&layer.attn_out, &ctx, Some(&x))?)?;
-            let i = layer.inter.forward_rounded(&a, Some(self.act))?;
-            x = layer
-                .out_norm
-                .forward(&ops::linear(&layer.out, &i, Some(&a))?)?;
+            let (a, a16) = layer.attn_out.forward_norm(&ctx, &x, &layer.attn_norm)?;
+            let i = layer
+                .inter
+                .forward_rounded(a16.as_ref().unwrap_or(&a), Some(self.act))?;
+            (x, x16) = layer.out.forward_norm(&i, &a, &layer.out_norm)?;
         }
         Ok(x)
     }

@@ -142,9 +142,19 @@ macro_rules! simd_dispatch {
 }
 
 simd_dispatch!(
-    /// Applies `act` to every value.
-    fn act_slice(act: Act, xs: &mut [f32]) => act_slice_portable
+    /// Applies `act` to every value (the portable loops; see [`act_slice`]).
+    fn act_slice_loops(act: Act, xs: &mut [f32]) => act_slice_portable
 );
+
+/// Applies `act` to every value.
+pub(crate) fn act_slice(act: Act, xs: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if act == Act::Gelu && has_avx512() {
+        // SAFETY: AVX-512F was detected.
+        return unsafe { super::act_avx512::gelu(xs) };
+    }
+    act_slice_loops(act, xs)
+}
 
 #[inline(always)]
 fn act_slice_portable(act: Act, xs: &mut [f32]) {
@@ -163,12 +173,22 @@ simd_dispatch!(
 );
 
 simd_dispatch!(
-    /// [`softmax_row`] with the probabilities rounded to bfloat16 bits (to nearest, ties to
-    /// even) into `out`, as long as `row` (zeros past `visible`), for products on bfloat16
-    /// tiles: one pass writes what a normalising pass and a rounding pass would. `row` is
-    /// left holding the unnormalised exponentials.
-    fn softmax_row_bf16(row: &mut [f32], visible: usize, out: &mut [u16]) => softmax_row_bf16_portable
+    /// [`softmax_row_bf16`] in the portable loops.
+    fn softmax_row_bf16_loops(row: &mut [f32], visible: usize, out: &mut [u16]) => softmax_row_bf16_portable
 );
+
+/// [`softmax_row`] with the probabilities rounded to bfloat16 bits (to nearest, ties to
+/// even) into `out`, as long as `row` (zeros past `visible`), for products on bfloat16
+/// tiles: one pass writes what a normalising pass and a rounding pass would. `row` is left
+/// holding the unnormalised exponentials.
+pub(crate) fn softmax_row_bf16(row: &mut [f32], visible: usize, out: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() && sift_simd::bf16::has_dot_bf16() {
+        // SAFETY: AVX-512F, AVX512-BW and AVX512-BF16 were detected.
+        return unsafe { super::act_avx512::softmax_row_bf16(row, visible, out) };
+    }
+    softmax_row_bf16_loops(row, visible, out)
+}
 
 #[inline(always)]
 fn softmax_row_bf16_portable(row: &mut [f32], visible: usize, out: &mut [u16]) {
@@ -241,4 +261,76 @@ fn softmax_row_portable(row: &mut [f32], visible: usize) {
     let inv = 1.0 / exp_in_place(head, exp_approx);
     head.iter_mut().for_each(|x| *x *= inv);
     tail.iter_mut().for_each(|x| *x = 0.0);
+}
+
+simd_dispatch!(
+    /// Layer norm of every `weight.len()`-long row of `rows` in place:
+    /// `(x - mean) / sqrt(var + eps) * weight + bias`, the variance that of the centred
+    /// values (two passes over a cached row, as PyTorch's is computed, not `E[x²] - mean²`).
+    fn layer_norm_rows(rows: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) => layer_norm_rows_portable
+);
+
+#[inline(always)]
+fn layer_norm_rows_portable(rows: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    let n = weight.len();
+    if n == 0 {
+        return;
+    }
+    for row in rows.chunks_exact_mut(n) {
+        let mean = lanes_sum(row, |x| x) / n as f32;
+        let var = lanes_sum(row, |x| (x - mean) * (x - mean)) / n as f32;
+        let inv = 1.0 / (var + eps).sqrt();
+        for ((x, w), b) in row.iter_mut().zip(weight).zip(bias) {
+            *x = (*x - mean) * inv * w + b;
+        }
+    }
+}
+
+/// The sum of `f(x)` over `xs` in 16 lanes, then across them (vectorises; a strict
+/// left-to-right f32 fold does not).
+#[inline(always)]
+fn lanes_sum(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0f32; 16];
+    let chunks = xs.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in lanes.iter_mut().zip(c) {
+            *a += f(x);
+        }
+    }
+    lanes.iter().sum::<f32>() + rest.iter().map(|&x| f(x)).sum::<f32>()
+}
+
+simd_dispatch!(
+    /// Adds `v` to every `v.len()`-long row of `rows`.
+    fn add_to_rows(rows: &mut [f32], v: &[f32]) => add_to_rows_portable
+);
+
+#[inline(always)]
+fn add_to_rows_portable(rows: &mut [f32], v: &[f32]) {
+    for row in rows.chunks_exact_mut(v.len().max(1)) {
+        row.iter_mut().zip(v).for_each(|(o, b)| *o += b);
+    }
+}
+
+simd_dispatch!(
+    /// Multiplies every `v.len()`-long row of `rows` by `v`, value by value.
+    fn scale_rows(rows: &mut [f32], v: &[f32]) => scale_rows_portable
+);
+
+#[inline(always)]
+fn scale_rows_portable(rows: &mut [f32], v: &[f32]) {
+    for row in rows.chunks_exact_mut(v.len().max(1)) {
+        row.iter_mut().zip(v).for_each(|(o, s)| *o *= s);
+    }
+}
+
+simd_dispatch!(
+    /// `xs[i] += ys[i]` (over the shorter of the two).
+    fn add_values(xs: &mut [f32], ys: &[f32]) => add_values_portable
+);
+
+#[inline(always)]
+fn add_values_portable(xs: &mut [f32], ys: &[f32]) {
+    xs.iter_mut().zip(ys).for_each(|(x, y)| *x += y);
 }

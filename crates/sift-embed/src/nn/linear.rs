@@ -3,9 +3,10 @@
 //! [`Packing`] (which of the two a model loads), and the loaders.
 use crate::nn::act::*;
 use crate::nn::kernels::*;
+use crate::nn::norm::{Norm, NormRows};
 use candle_core::{
     CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, Layout, Module, Result, Shape,
-    Tensor,
+    Storage, Tensor,
 };
 use candle_nn::{Linear, VarBuilder};
 
@@ -345,6 +346,24 @@ impl Proj {
     }
 }
 
+impl Proj {
+    /// `norm(x W^T + b + residual)` for a 2-D `x`, and, where [`Proj::rounds_output`], the
+    /// same rows in bfloat16 for the layers after (which read either dtype): packed
+    /// weights normalise each block of rows while it is cached
+    /// ([`PackedLinear::forward_norm`]); candle's layer runs the product, then the norm.
+    pub fn forward_norm(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        norm: &Norm,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        match self {
+            Proj::Packed(p) => p.forward_norm(x, residual, norm.rows(), self.rounds_output()),
+            Proj::Dense(_) => Ok((norm.forward(&self.forward(x, Some(residual), None)?)?, None)),
+        }
+    }
+}
+
 /// A linear layer whose weight is bfloat16 packed for [`sift_simd::bf16`]'s CPU kernels
 /// (Intel AMX tiles, else AVX512-BF16 dot products where the processor has them, else the
 /// weights widened to f32): the weights take half the memory of f32 and are read once per product, while the
@@ -423,6 +442,43 @@ impl PackedLinear {
         x.contiguous()?.apply_op1_no_bwd(&op)
     }
 
+    /// `norm(x W^T + b + residual)` for a 2-D `x` (a post-norm block's output: BERT's),
+    /// the bias, residual and norm applied to each block of rows while it is cached; with
+    /// `rounded`, the rows rounded to bfloat16 too (for the layers after, which would round
+    /// them), from the same cached block. Returns the f32 rows and the rounded ones.
+    pub fn forward_norm(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        norm: &NormRows,
+        rounded: bool,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        Self::check_input(x)?;
+        if self.scale.is_some() {
+            candle_core::bail!("packed linear: a residual with a scale")
+        }
+        let op = PackedOp {
+            l: self,
+            act: None,
+            rounded,
+        };
+        let x = x.contiguous()?;
+        let r = residual.to_dtype(DType::F32)?.contiguous()?;
+        let (full, half, m) = {
+            let ((xs, xl), (rs, rl)) = (x.storage_and_layout(), r.storage_and_layout());
+            let (Storage::Cpu(xs), Storage::Cpu(rs)) = (&*xs, &*rs) else {
+                candle_core::bail!("packed linear: CPU tensors only")
+            };
+            op.compute_norm(xs, xl, (rs, rl), norm)?
+        };
+        let n = self.w.rows();
+        let full = Tensor::from_vec(full, (m, n), x.device())?;
+        let half = half
+            .map(|h| Tensor::from_vec(h, (m, n), x.device()))
+            .transpose()?;
+        Ok((full, half))
+    }
+
     fn check_input(x: &Tensor) -> Result<()> {
         if !x.device().is_cpu() || !matches!(x.dtype(), DType::F32 | DType::BF16) || x.rank() != 2 {
             candle_core::bail!(
@@ -463,13 +519,20 @@ struct PackedOp<'a> {
     rounded: bool,
 }
 
+/// A packed product's checked inputs: the activations, their rows, and the residual.
+struct Inputs<'s> {
+    rows: sift_simd::bf16::Rows<'s>,
+    m: usize,
+    residual: Option<&'s [f32]>,
+}
+
 impl PackedOp<'_> {
-    fn compute(
+    fn inputs<'s>(
         &self,
-        x: &CpuStorage,
+        x: &'s CpuStorage,
         xl: &Layout,
-        residual: Option<(&CpuStorage, &Layout)>,
-    ) -> Result<(CpuStorage, Shape)> {
+        residual: Option<(&'s CpuStorage, &Layout)>,
+    ) -> Result<Inputs<'s>> {
         use half::slice::HalfFloatSliceExt;
         use sift_simd::bf16::Rows;
         let Some((x0, x1)) = xl.contiguous_offsets() else {
@@ -488,7 +551,7 @@ impl PackedOp<'_> {
                 l.w.cols()
             )
         }
-        let res: Option<&[f32]> = match residual {
+        let residual: Option<&[f32]> = match residual {
             Some((CpuStorage::F32(r), rl)) => {
                 let Some((r0, r1)) = rl.contiguous_offsets() else {
                     candle_core::bail!("packed linear: contiguous residual only")
@@ -501,25 +564,36 @@ impl PackedOp<'_> {
             Some(_) => candle_core::bail!("packed linear: f32 residual only"),
             None => None,
         };
-        // bias, scale, activation and residual fused into the product, on rows still in
-        // the cache
-        let then = |first: usize, d: &mut [f32]| {
-            for row in d.chunks_mut(n) {
-                if let Some(b) = &l.bias {
-                    row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
-                }
-                if let Some(s) = &l.scale {
-                    row.iter_mut().zip(s).for_each(|(o, s)| *o *= s);
-                }
-            }
-            if let Some(act) = self.act {
-                act_slice(act, d);
-            }
-            if let Some(r) = res {
-                let r = &r[first * n..first * n + d.len()];
-                d.iter_mut().zip(r).for_each(|(o, r)| *o += r);
-            }
-        };
+        Ok(Inputs { rows, m, residual })
+    }
+
+    /// Bias, scale, activation and residual on the rows from `first` of the output (`d`:
+    /// whole rows), fused into the product on rows still in the cache.
+    fn epilogue(&self, residual: Option<&[f32]>, first: usize, d: &mut [f32]) {
+        let (n, l) = (self.l.w.rows(), self.l);
+        if let Some(b) = &l.bias {
+            add_to_rows(d, b);
+        }
+        if let Some(s) = &l.scale {
+            scale_rows(d, s);
+        }
+        if let Some(act) = self.act {
+            act_slice(act, d);
+        }
+        if let Some(r) = residual {
+            add_values(d, &r[first * n..first * n + d.len()]);
+        }
+    }
+
+    fn compute(
+        &self,
+        x: &CpuStorage,
+        xl: &Layout,
+        residual: Option<(&CpuStorage, &Layout)>,
+    ) -> Result<(CpuStorage, Shape)> {
+        let Inputs { rows, m, residual } = self.inputs(x, xl, residual)?;
+        let (n, l) = (self.l.w.rows(), self.l);
+        let then = |first: usize, d: &mut [f32]| self.epilogue(residual, first, d);
         if self.rounded {
             let mut dst: Vec<half::bf16> = Vec::with_capacity(m * n);
             let out = RoundedOut(dst.as_mut_ptr().cast::<u16>());
@@ -534,7 +608,8 @@ impl PackedOp<'_> {
             unsafe { dst.set_len(m * n) };
             return Ok((CpuStorage::BF16(dst), Shape::from((m, n))));
         }
-        let fused = l.bias.is_some() || l.scale.is_some() || self.act.is_some() || res.is_some();
+        let fused =
+            l.bias.is_some() || l.scale.is_some() || self.act.is_some() || residual.is_some();
         let then: Option<sift_simd::bf16::Epilogue> = fused.then_some(&then);
         // written whole by the product: no zero-fill first
         let mut dst = Vec::with_capacity(m * n);
@@ -542,6 +617,71 @@ impl PackedOp<'_> {
         // SAFETY: `matmul_rows_into` initialised the first m * n elements.
         unsafe { dst.set_len(m * n) };
         Ok((CpuStorage::F32(dst), Shape::from((m, n))))
+    }
+
+    /// `norm(x W^T + b + residual)`, and where `rounded` the same rows rounded to
+    /// bfloat16 too, each block of rows normalised and rounded while it is cached
+    /// ([`PackedLinear::forward_norm`]).
+    fn compute_norm(
+        &self,
+        x: &CpuStorage,
+        xl: &Layout,
+        residual: (&CpuStorage, &Layout),
+        norm: &NormRows,
+    ) -> Result<(Vec<f32>, Option<Vec<half::bf16>>, usize)> {
+        let Inputs { rows, m, residual } = self.inputs(x, xl, Some(residual))?;
+        let (n, l) = (self.l.w.rows(), self.l);
+        if norm.width() != n {
+            candle_core::bail!(
+                "packed linear: a norm of {} features after {n} outputs",
+                norm.width()
+            )
+        }
+        let mut full: Vec<f32> = Vec::with_capacity(m * n);
+        let mut half: Vec<half::bf16> = Vec::with_capacity(if self.rounded { m * n } else { 0 });
+        let (out, out16) = (
+            FullOut(full.as_mut_ptr()),
+            RoundedOut(half.as_mut_ptr().cast::<u16>()),
+        );
+        let sink = |first: usize, d: &mut [f32]| {
+            self.epilogue(residual, first, d);
+            norm.apply(d);
+            // SAFETY: rows first.. of the m x n outputs, handed to this call alone.
+            unsafe { out.write(first * n, d) };
+            if self.rounded {
+                // SAFETY: as above.
+                sift_simd::bf16::round_into(d, unsafe { out16.slice(first * n, d.len()) });
+            }
+        };
+        l.w.matmul_blocks(rows, m, &sink);
+        // SAFETY: `matmul_blocks` handed every row to the sink once, which wrote it (in
+        // both outputs when rounded).
+        unsafe {
+            full.set_len(m * n);
+            if self.rounded {
+                half.set_len(m * n);
+            }
+        }
+        Ok((full, self.rounded.then_some(half), m))
+    }
+}
+
+/// A raw pointer to an f32 output shared by tasks that write disjoint rows.
+#[derive(Clone, Copy)]
+struct FullOut(*mut f32);
+// SAFETY: as for `RoundedOut`: each row is written by the one sink call that receives it.
+unsafe impl Send for FullOut {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for FullOut {}
+
+impl FullOut {
+    /// Writes `src` from `offset`.
+    ///
+    /// # Safety
+    /// The range must lie in the output and be written by this caller alone.
+    unsafe fn write(self, offset: usize, src: &[f32]) {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.0.add(offset), src.len()) }
     }
 }
 

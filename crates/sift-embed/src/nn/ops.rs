@@ -7,4 +7,4 @@ pub(crate) use super::linear::{
     PackedLinear, Packing, Proj, activation_dtype, fuse_qkv, linear, linear_act, load_linear,
     scale_query_rows,
 };
-pub(crate) use super::norm::{l2_normalize, load_layer_norm};
+pub(crate) use super::norm::{Norm, l2_normalize, load_layer_norm, load_norm};

@@ -125,6 +125,12 @@ fn exp_approx_is_accurate() {
     assert!(exp_approx(1000.0).is_finite());
 }
 
+/// `act(x)` through candle, one value.
+fn act_f32_reference(act: Act, x: f32) -> f32 {
+    let t = Tensor::new(&[x], &candle_core::Device::Cpu).unwrap();
+    act.apply(&t).unwrap().to_vec1::<f32>().unwrap()[0]
+}
+
 #[test]
 fn parallel_activations_match_candle() {
     let dev = candle_core::Device::Cpu;
@@ -139,18 +145,26 @@ fn parallel_activations_match_candle() {
         Act::Relu,
         Act::Silu,
     ] {
-        let mut fast = xs.clone();
-        act_slice(act, &mut fast);
-        let got = Tensor::from_vec(fast, 20_000, &dev).unwrap();
-        let diff = (got - act.apply(&x).unwrap())
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
-        assert!(diff < 2e-6, "{act:?}: max diff {diff}");
+        // the dispatched kernel (hand-written AVX-512 GELU where the processor has it) and
+        // the portable loops; 19,999 values: a tail shorter than a vector
+        for (path, run) in [
+            ("dispatched", act_slice as fn(Act, &mut [f32])),
+            ("loops", act_slice_loops),
+        ] {
+            let mut fast = xs.clone();
+            run(act, &mut fast[..19_999]);
+            fast[19_999] = act_f32_reference(act, xs[19_999]);
+            let got = Tensor::from_vec(fast, 20_000, &dev).unwrap();
+            let diff = (got - act.apply(&x).unwrap())
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(diff < 2e-6, "{act:?} ({path}): max diff {diff}");
+        }
     }
 }
 
@@ -262,21 +276,31 @@ fn rounded_softmax_is_within_a_bf16_step_of_the_softmax_rounded() {
     for visible in [203, 150, 1, 17] {
         let mut want = scores.clone();
         softmax_row(&mut want, visible);
-        let mut row = scores.clone();
-        let mut got = vec![u16::MAX; scores.len()];
-        softmax_row_bf16(&mut row, visible, &mut got);
-        // its exponential is good to about 3e-6: at most one bfloat16 step apart
-        for (j, (&g, &p)) in got.iter().zip(&want).enumerate() {
-            let w = sift_simd::bf16::f32_to_bf16(p);
-            assert!(
-                g.abs_diff(w) <= 1,
-                "visible {visible}, value {j}: {g:#x} vs {w:#x}"
-            );
-            assert_eq!(
-                g == 0,
-                w == 0,
-                "visible {visible}, value {j}: zeros stay zeros"
-            );
+        // the dispatched kernel (hand-written AVX-512 where the processor has it) and the
+        // portable loops
+        for (path, run) in [
+            (
+                "dispatched",
+                softmax_row_bf16 as fn(&mut [f32], usize, &mut [u16]),
+            ),
+            ("loops", softmax_row_bf16_loops),
+        ] {
+            let mut row = scores.clone();
+            let mut got = vec![u16::MAX; scores.len()];
+            run(&mut row, visible, &mut got);
+            // its exponential is good to about 4e-6: at most one bfloat16 step apart
+            for (j, (&g, &p)) in got.iter().zip(&want).enumerate() {
+                let w = sift_simd::bf16::f32_to_bf16(p);
+                assert!(
+                    g.abs_diff(w) <= 1,
+                    "{path}: visible {visible}, value {j}: {g:#x} vs {w:#x}"
+                );
+                assert_eq!(
+                    g == 0,
+                    w == 0,
+                    "{path}: visible {visible}, value {j}: zeros stay zeros"
+                );
+            }
         }
     }
 }
@@ -804,4 +828,68 @@ fn blocked_attention_matches_the_generic_path() {
         "the window changes the context"
     );
     assert!(attention_windowed(&qkv, &segments, heads, d, false, Some(4)).is_err());
+}
+
+#[test]
+fn layer_norm_rows_match_candle() {
+    use crate::nn::norm::Norm;
+    use candle_core::Module;
+    // 37 features: a tail shorter than a vector; values far from zero (a mean to remove)
+    for width in [37usize, 384] {
+        let x = (noise(53, width, 2.0, 61) + 3.0).unwrap();
+        let w = (noise(1, width, 0.5, 62).flatten_all().unwrap() + 1.0).unwrap();
+        let b = noise(1, width, 0.1, 63).flatten_all().unwrap();
+        let ln = candle_nn::LayerNorm::new(w, b, 1e-12);
+        let want = ln.forward(&x).unwrap();
+        let norm = Norm::new(ln).unwrap();
+        let got = norm.forward(&x).unwrap();
+        let err = max_diff(&got, &want);
+        assert!(err < 2e-5, "width {width}: {err}");
+    }
+}
+
+#[test]
+fn normalised_packed_outputs_equal_the_product_then_the_norm() {
+    use crate::nn::norm::Norm;
+    // few rows (the product written whole, then normalised) and many (normalised in the
+    // tasks' scratch blocks); 96 outputs: a panel and a half
+    for rows in [150, 1000] {
+        let (inp, out) = (64, 96);
+        let w = noise(out, inp, 0.2, 71);
+        let b = noise(1, out, 0.1, 72).flatten_all().unwrap();
+        let x = noise(rows, inp, 1.0, 73);
+        let residual = noise(rows, out, 1.0, 74);
+        let ln = candle_nn::LayerNorm::new(
+            (noise(1, out, 0.3, 75).flatten_all().unwrap() + 1.0).unwrap(),
+            noise(1, out, 0.1, 76).flatten_all().unwrap(),
+            1e-12,
+        );
+        let norm = Norm::new(ln).unwrap();
+        let proj = Proj::Packed(Box::new(PackedLinear::new(&w, Some(&b), None).unwrap()));
+        let want = norm
+            .forward(&proj.forward(&x, Some(&residual), None).unwrap())
+            .unwrap();
+        let (got, rounded) = proj.forward_norm(&x, &residual, &norm).unwrap();
+        assert_eq!(max_diff(&got, &want), 0.0, "{rows} rows");
+        match rounded {
+            Some(r) => {
+                assert!(proj.rounds_output());
+                assert_eq!(r.dtype(), DType::BF16);
+                let want = want.to_dtype(DType::BF16).unwrap();
+                assert_eq!(max_diff(&r, &want), 0.0, "{rows} rows, rounded");
+            }
+            None => {
+                assert!(!proj.rounds_output());
+                eprintln!("skipped: the rounded rows (no AMX tiles: they stay f32)");
+            }
+        }
+        // candle's layer: the product, then the norm, no rounded rows
+        let dense = Proj::Dense(Linear::new(w.clone(), Some(b.clone())));
+        let (got, rounded) = dense.forward_norm(&x, &residual, &norm).unwrap();
+        assert!(rounded.is_none());
+        let want = norm
+            .forward(&dense.forward(&x, Some(&residual), None).unwrap())
+            .unwrap();
+        assert_eq!(max_diff(&got, &want), 0.0);
+    }
 }

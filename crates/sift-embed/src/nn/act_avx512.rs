@@ -1,0 +1,158 @@
+//! Hand-written AVX-512 versions of the hottest element-wise kernels of [`super::act`], for
+//! what the compiler does not find from the portable loops: exact GELU's reciprocal by
+//! `vrcp14ps` and one Newton step instead of a division, `2^n` by `vscalefps`, and the
+//! bfloat16 softmax in three passes (maximum; exponential, stored and summed; normalised and
+//! rounded by `vcvtne2ps2bf16`), tails through masks.
+use std::arch::x86_64::*;
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+
+/// e^x in 16 lanes: [`super::act::exp_approx`]'s range reduction and polynomial (Cephes'
+/// expf, relative error about 1e-7), inputs clamped to [-87.3, 88.3], `2^n` applied by
+/// `vscalefps`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn exp16(x: __m512) -> __m512 {
+    let x = _mm512_max_ps(
+        _mm512_min_ps(x, _mm512_set1_ps(88.3)),
+        _mm512_set1_ps(-87.3),
+    );
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(1.987_569_2e-4);
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let y = _mm512_fmadd_ps(
+        p,
+        _mm512_mul_ps(r, r),
+        _mm512_add_ps(r, _mm512_set1_ps(1.0)),
+    );
+    _mm512_scalef_ps(y, n)
+}
+
+/// e^x in 16 lanes for probabilities rounded to bfloat16 (steps of 2^-8): `2^(x log2 e)`,
+/// the fraction's power by a degree-4 polynomial fitted at Chebyshev nodes on [-1/2, 1/2]
+/// (relative error 3.7e-6, within a bfloat16 step: the test
+/// `rounded_softmax_is_within_a_bf16_step_of_the_softmax_rounded`), inputs below -87.3 clamped there (x is a score minus the row's
+/// maximum: at most 0).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn exp16_bf16(x: __m512) -> __m512 {
+    let t = _mm512_mul_ps(
+        _mm512_max_ps(x, _mm512_set1_ps(-87.3)),
+        _mm512_set1_ps(LOG2E),
+    );
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+    let f = _mm512_sub_ps(t, n);
+    let mut p = _mm512_set1_ps(0.009_676_037);
+    for c in [0.055_922_035, 0.240_221_07, 0.693_121, 1.000_000_1] {
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
+    }
+    _mm512_scalef_ps(p, n)
+}
+
+/// Exact GELU `x Φ(x)` in 16 lanes: erf by Abramowitz & Stegun 7.1.26 (absolute error
+/// below 1.5e-7, as [`super::act::erf`]).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn gelu16(x: __m512) -> __m512 {
+    let z = _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
+    let a = _mm512_abs_ps(z);
+    let d = _mm512_fmadd_ps(a, _mm512_set1_ps(0.327_591_1), _mm512_set1_ps(1.0));
+    // 1 / d: 14 bits, then one Newton step (about 2^-28 relative)
+    let t = _mm512_rcp14_ps(d);
+    let t = _mm512_mul_ps(t, _mm512_fnmadd_ps(d, t, _mm512_set1_ps(2.0)));
+    let mut p = _mm512_set1_ps(1.061_405_4);
+    for c in [-1.453_152_1, 1.421_413_8, -0.284_496_72, 0.254_829_6] {
+        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(c));
+    }
+    p = _mm512_mul_ps(p, t);
+    let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a)));
+    let erf_abs = _mm512_fnmadd_ps(p, e, _mm512_set1_ps(1.0));
+    // erf(z) = sign(z) erf(|z|)
+    let sign = _mm512_and_si512(_mm512_castps_si512(z), _mm512_set1_epi32(i32::MIN));
+    let erf = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(erf_abs), sign));
+    _mm512_mul_ps(
+        _mm512_mul_ps(x, _mm512_set1_ps(0.5)),
+        _mm512_add_ps(erf, _mm512_set1_ps(1.0)),
+    )
+}
+
+/// The lanes of a 16-value step that hold the first `n` values.
+#[inline]
+fn lanes(n: usize) -> __mmask16 {
+    if n >= 16 { !0 } else { (1u16 << n) - 1 }
+}
+
+/// Exact GELU over `xs` in place.
+///
+/// # Safety
+/// The processor must have AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn gelu(xs: &mut [f32]) {
+    let p = xs.as_mut_ptr();
+    for i in (0..xs.len()).step_by(16) {
+        let m = lanes(xs.len() - i);
+        // SAFETY: the mask covers xs[i..min(i + 16, len)], in bounds.
+        unsafe {
+            let x = _mm512_maskz_loadu_ps(m, p.add(i));
+            _mm512_mask_storeu_ps(p.add(i), m, gelu16(x));
+        }
+    }
+}
+
+/// [`super::act::softmax_row_bf16`]: `row[..visible]` left holding the unnormalised
+/// exponentials, `out[..visible]` the probabilities rounded to bfloat16 (to nearest, ties
+/// to even), `out[visible..]` zero.
+///
+/// # Safety
+/// The processor must have AVX-512F, AVX512-BW and AVX512-BF16.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+pub(super) unsafe fn softmax_row_bf16(row: &mut [f32], visible: usize, out: &mut [u16]) {
+    let v = visible.min(row.len()).min(out.len());
+    let p = row.as_mut_ptr();
+    // SAFETY: every masked load and store covers row[i..min(i + 16, v)] or
+    // out[i..min(i + 32, v)], in bounds.
+    unsafe {
+        let mut max = _mm512_set1_ps(f32::NEG_INFINITY);
+        for i in (0..v).step_by(16) {
+            let x = _mm512_mask_loadu_ps(max, lanes(v - i), p.add(i));
+            max = _mm512_max_ps(max, x);
+        }
+        let max = _mm512_set1_ps(_mm512_reduce_max_ps(max));
+        let mut sum = _mm512_setzero_ps();
+        for i in (0..v).step_by(16) {
+            let m = lanes(v - i);
+            let e = exp16_bf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), max));
+            _mm512_mask_storeu_ps(p.add(i), m, e);
+            sum = _mm512_mask_add_ps(sum, m, sum, e);
+        }
+        let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
+        let o = out.as_mut_ptr();
+        for i in (0..v).step_by(32) {
+            let (m0, m1) = (lanes(v - i), lanes((v - i).saturating_sub(16)));
+            let lo = _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, p.add(i)), inv);
+            let hi = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, p.wrapping_add(i + 16)), inv);
+            let b = _mm512_cvtne2ps_pbh(hi, lo);
+            let mask = (m0 as u32) | ((m1 as u32) << 16);
+            _mm512_mask_storeu_epi16(
+                o.add(i).cast(),
+                mask,
+                std::mem::transmute::<__m512bh, __m512i>(b),
+            );
+        }
+    }
+    out[v..].fill(0);
+}
