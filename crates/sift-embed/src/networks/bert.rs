@@ -228,7 +228,13 @@ impl Bert {
         let mut x = self.emb_norm.forward(&x)?;
         let segments = Segment::packed(seqs.iter().map(|s| s.len()));
         let attention = ops::Attention::new(&segments, self.heads, self.head_dim)
-            .bf16(self.layers.first().is_some_and(|l| l.qkv.is_packed()));
+            .bf16(self.layers.first().is_some_and(|l| l.qkv.is_packed()))
+            // read by the packed output projection, which rounds it on the tiles anyway
+            .rounded_output(
+                self.layers
+                    .first()
+                    .is_some_and(|l| l.attn_out.rounds_output()),
+            );
         // the hidden rows rounded to bfloat16 where the next layer's products read them so
         let mut x16: Option<Tensor> = None;
         for layer in &self.layers {

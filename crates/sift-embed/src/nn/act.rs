@@ -272,11 +272,36 @@ simd_dispatch!(
 
 #[inline(always)]
 fn layer_norm_rows_portable(rows: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    add_layer_norm_rows_portable(rows, &[], &[], weight, bias, eps)
+}
+
+simd_dispatch!(
+    /// [`layer_norm_rows`] of `rows + add + residual`: `add` (a linear layer's bias, or
+    /// empty) added to every row and `residual` (as long as `rows`, or empty) value by
+    /// value first, in the same pass over each cached row.
+    fn add_layer_norm_rows(rows: &mut [f32], add: &[f32], residual: &[f32], weight: &[f32], bias: &[f32], eps: f32) => add_layer_norm_rows_portable
+);
+
+#[inline(always)]
+fn add_layer_norm_rows_portable(
+    rows: &mut [f32],
+    add: &[f32],
+    residual: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    eps: f32,
+) {
     let n = weight.len();
     if n == 0 {
         return;
     }
-    for row in rows.chunks_exact_mut(n) {
+    for (i, row) in rows.chunks_exact_mut(n).enumerate() {
+        if add.len() == n {
+            row.iter_mut().zip(add).for_each(|(x, a)| *x += a);
+        }
+        if let Some(r) = residual.get(i * n..(i + 1) * n) {
+            row.iter_mut().zip(r).for_each(|(x, r)| *x += r);
+        }
         let mean = lanes_sum(row, |x| x) / n as f32;
         let var = lanes_sum(row, |x| (x - mean) * (x - mean)) / n as f32;
         let inv = 1.0 / (var + eps).sqrt();

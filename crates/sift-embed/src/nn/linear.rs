@@ -639,23 +639,28 @@ impl PackedOp<'_> {
         }
         let mut full: Vec<f32> = Vec::with_capacity(m * n);
         let mut half: Vec<half::bf16> = Vec::with_capacity(if self.rounded { m * n } else { 0 });
-        let (out, out16) = (
-            FullOut(full.as_mut_ptr()),
-            RoundedOut(half.as_mut_ptr().cast::<u16>()),
-        );
-        let sink = |first: usize, d: &mut [f32]| {
-            self.epilogue(residual, first, d);
-            norm.apply(d);
-            // SAFETY: rows first.. of the m x n outputs, handed to this call alone.
-            unsafe { out.write(first * n, d) };
+        let out16 = RoundedOut(half.as_mut_ptr().cast::<u16>());
+        let add = l.bias.as_deref().unwrap_or(&[]);
+        let Some(residual) = residual else {
+            candle_core::bail!("packed linear: a norm needs the residual")
+        };
+        // on the rows the product wrote, while they are cached: bias, residual and norm in
+        // one pass, then the rounded copy
+        let then = |first: usize, d: &mut [f32]| {
+            norm.apply_sum(d, add, &residual[first * n..first * n + d.len()]);
             if self.rounded {
-                // SAFETY: as above.
+                // SAFETY: rows first.. of the m x n output, handed to this call alone.
                 sift_simd::bf16::round_into(d, unsafe { out16.slice(first * n, d.len()) });
             }
         };
-        l.w.matmul_blocks(rows, m, &sink);
-        // SAFETY: `matmul_blocks` handed every row to the sink once, which wrote it (in
-        // both outputs when rounded).
+        l.w.matmul_rows_into(
+            rows,
+            m,
+            &mut full.spare_capacity_mut()[..m * n],
+            Some(&then),
+        );
+        // SAFETY: `matmul_rows_into` initialised the first m * n elements and ran the
+        // epilogue on every row once, which wrote the rounded copy.
         unsafe {
             full.set_len(m * n);
             if self.rounded {
@@ -663,25 +668,6 @@ impl PackedOp<'_> {
             }
         }
         Ok((full, self.rounded.then_some(half), m))
-    }
-}
-
-/// A raw pointer to an f32 output shared by tasks that write disjoint rows.
-#[derive(Clone, Copy)]
-struct FullOut(*mut f32);
-// SAFETY: as for `RoundedOut`: each row is written by the one sink call that receives it.
-unsafe impl Send for FullOut {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for FullOut {}
-
-impl FullOut {
-    /// Writes `src` from `offset`.
-    ///
-    /// # Safety
-    /// The range must lie in the output and be written by this caller alone.
-    unsafe fn write(self, offset: usize, src: &[f32]) {
-        // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.0.add(offset), src.len()) }
     }
 }
 

@@ -1,5 +1,5 @@
 //! Normalisation: layer norms as the checkpoints store them, and L2 rows.
-use crate::nn::act::layer_norm_rows;
+use crate::nn::act::{add_layer_norm_rows, layer_norm_rows};
 use crate::nn::kernels::fused_cpu;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Result, Shape, Tensor};
 use candle_nn::{LayerNorm, VarBuilder};
@@ -44,6 +44,13 @@ impl NormRows {
     /// Normalises every row of `rows` (whole rows of [`NormRows::width`] values) in place.
     pub fn apply(&self, rows: &mut [f32]) {
         layer_norm_rows(rows, &self.weight, &self.bias, self.eps)
+    }
+
+    /// Normalises `rows + add + residual` in place, in one pass over each row: `add` is
+    /// added to every row (a bias, or empty), `residual` value by value (as long as
+    /// `rows`).
+    pub fn apply_sum(&self, rows: &mut [f32], add: &[f32], residual: &[f32]) {
+        add_layer_norm_rows(rows, add, residual, &self.weight, &self.bias, self.eps)
     }
 }
 

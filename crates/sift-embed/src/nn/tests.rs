@@ -372,15 +372,31 @@ fn bf16_tile_products_match_the_f32_kernel_within_bf16_rounding() {
             (true, Some(9), ScoreBias::default()),
             (false, None, biased),
         ] {
-            let run = |x: &Tensor, bf16: bool| {
-                let mut a = Attention::new(&segs, heads, d)
+            let run_on = |segs: &[Segment], x: &Tensor, bf16: bool, rounded: bool| {
+                let mut a = Attention::new(segs, heads, d)
                     .causal(causal)
                     .biased(bias)
-                    .bf16(bf16);
+                    .bf16(bf16)
+                    .rounded_output(rounded);
                 a.window = window;
                 a.run(x).unwrap()
             };
+            let run = |x: &Tensor, bf16: bool| run_on(&segs, x, bf16, false);
             let tiles = run(&qkv, true);
+            // the context rounded by the op is the f32 context rounded, gaps between the
+            // segments (zero) included; and so where the segments cover every row
+            let packed = Segment::packed(lens);
+            let whole = qkv.narrow(0, 0, lens.iter().sum()).unwrap();
+            let mut cases = vec![(&segs[..], &qkv, tiles.clone())];
+            if bias.keys.is_none() {
+                cases.push((&packed[..], &whole, run_on(&packed, &whole, true, false)));
+            }
+            for (segs, x, f32_out) in cases {
+                let rounded = run_on(segs, x, true, true);
+                assert_eq!(rounded.dtype(), DType::BF16);
+                let want = f32_out.to_dtype(DType::BF16).unwrap();
+                assert_eq!(max_diff(&rounded, &want), 0.0, "d {d}: rounded context");
+            }
             // the f32 kernel on the rounded inputs: what is left is the probabilities'
             // rounding (8 bits of mantissa)
             let rounded = qkv

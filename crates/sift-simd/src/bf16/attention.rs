@@ -32,6 +32,8 @@ pub struct HeadProducts {
     v: Vec<Line>,
     /// Query rows or probabilities, rounded.
     x: Vec<u16>,
+    /// A block of context in f32 before [`HeadProducts::context_bf16`] rounds it.
+    out: Vec<f32>,
 }
 
 impl HeadProducts {
@@ -50,6 +52,7 @@ impl HeadProducts {
             k: Vec::new(),
             v: Vec::new(),
             x: Vec::new(),
+            out: Vec::new(),
         })
     }
 
@@ -65,6 +68,26 @@ impl HeadProducts {
         let ks = self.k_stride;
         self.k.clear();
         self.k.resize(panels * ks * 4, Line([0; 32]));
+        let vs = keys.div_ceil(2).div_ceil(amx::STEP_PAIRS) * amx::STEP_PAIRS;
+        self.v_stride = vs;
+        self.v.clear();
+        self.v.resize(d.div_ceil(PANEL) * vs * 4, Line([0; 32]));
+        #[cfg(target_arch = "x86_64")]
+        if let (Rows::Bf16(k), Rows::Bf16(v)) = (k, v)
+            && d.is_multiple_of(32)
+            && rs.is_multiple_of(2)
+            && k.as_ptr().cast::<u32>().is_aligned()
+            && rs.checked_mul(16).is_some_and(|x| x <= i32::MAX as usize)
+            && super::has_dot_bf16()
+        {
+            // SAFETY: AVX-512F and BW were detected (with AVX512-BF16); the rows are in
+            // bounds (asserted above), whole pairs on 4-byte boundaries (checked).
+            unsafe {
+                pack_keys_avx512(&mut self.k, ks, k, rs, d, keys);
+                pack_values_avx512(&mut self.v, vs, v, rs, d, keys);
+            }
+            return;
+        }
         let mut row = vec![0u16; 2 * ks];
         for j in 0..keys {
             k.prefetch((j + AHEAD) * rs, d);
@@ -78,11 +101,6 @@ impl HeadProducts {
             }
         }
         // values, transposed: panels of 64 features, the keys in pairs
-        let vs = keys.div_ceil(2).div_ceil(amx::STEP_PAIRS) * amx::STEP_PAIRS;
-        self.v_stride = vs;
-        let panels = d.div_ceil(PANEL);
-        self.v.clear();
-        self.v.resize(panels * vs * 4, Line([0; 32]));
         let (mut even, mut odd) = (vec![0u16; d], vec![0u16; d]);
         for q in 0..keys.div_ceil(2) {
             v.prefetch((2 * q + AHEAD) * rs, d);
@@ -158,6 +176,30 @@ impl HeadProducts {
         (&mut self.x[..rows * xs], xs)
     }
 
+    /// [`HeadProducts::context_rounded`] with the context itself rounded to bfloat16 (for
+    /// a layer that rounds it anyway: a packed projection on the tiles): `rows` rows of `d`
+    /// bits written from `dst`, `ld` apart, the f32 product going through a scratch block
+    /// still in the cache.
+    ///
+    /// # Safety
+    /// As [`HeadProducts::context`], for bfloat16 rows.
+    pub unsafe fn context_bf16(&mut self, rows: usize, kv: usize, dst: *mut u16, ld: usize) {
+        let d = self.d;
+        let mut block = std::mem::take(&mut self.out);
+        if block.len() < rows * d {
+            block.resize(rows * d, 0.0);
+        }
+        // SAFETY: the block holds rows x d values (ld = d), this thread's alone.
+        unsafe { self.context_rounded(rows, kv, block.as_mut_ptr(), d) };
+        for (r, row) in block[..rows * d].chunks_exact(d.max(1)).enumerate() {
+            // SAFETY: row r of the output, d values, is the caller's (this function's
+            // contract).
+            let out = unsafe { std::slice::from_raw_parts_mut(dst.add(r * ld), d) };
+            round_row(row, out);
+        }
+        self.out = block;
+    }
+
     /// [`HeadProducts::context`] of the probabilities written through
     /// [`HeadProducts::probabilities`] (same `rows` and `kv`).
     ///
@@ -228,6 +270,99 @@ impl HeadProducts {
 
 /// Makes `x` `padded` rows of `xs` values: `row(i, values)` writes each of the first `rows`
 /// (all `xs` values), the rest are zero. Reuses `x`'s memory without clearing it first.
+/// [`HeadProducts::load_kv`]'s keys from bfloat16 rows: each line (16 keys' pair of
+/// features) gathered in one instruction from the 16 keys' rows.
+///
+/// # Safety
+/// AVX-512F must be available; key `j`'s `d` values (a multiple of 32) are
+/// `k[j * rs..j * rs + d]`, in bounds, `k` on a 4-byte boundary, `rs` even and `16 * rs`
+/// within `i32`; `lines` holds `keys.div_ceil(PANEL)` panels of `ks * 4` lines, zero.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_keys_avx512(
+    lines: &mut [Line],
+    ks: usize,
+    k: &[u16],
+    rs: usize,
+    d: usize,
+    keys: usize,
+) {
+    use std::arch::x86_64::*;
+    let lane_rows = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((rs / 2) as i32),
+    );
+    for j0 in (0..keys).step_by(16) {
+        let mask: __mmask16 = if keys - j0 >= 16 {
+            !0
+        } else {
+            (1u16 << (keys - j0)) - 1
+        };
+        let (p, g) = (j0 / PANEL, (j0 % PANEL) / 16);
+        for q in 0..d / 2 {
+            // SAFETY: lanes j0 + lane < keys read key rows in bounds (the caller's
+            // contract), 4 bytes at pair q; the line is inside panel p.
+            unsafe {
+                let base = k.as_ptr().add(j0 * rs + 2 * q).cast::<i32>();
+                let pairs =
+                    _mm512_mask_i32gather_epi32::<4>(_mm512_setzero_si512(), mask, lane_rows, base);
+                let line = &mut lines[(p * ks + q) * 4 + g];
+                _mm512_storeu_si512(line.0.as_mut_ptr().cast(), pairs);
+            }
+        }
+    }
+}
+
+/// [`HeadProducts::load_kv`]'s values from bfloat16 rows, transposed: each pair of keys'
+/// rows interleaved 32 features at a time into two lines.
+///
+/// # Safety
+/// AVX-512F and BW must be available; value `j`'s `d` values (a multiple of 32) are
+/// `v[j * rs..j * rs + d]`, in bounds; `lines` holds `d.div_ceil(PANEL)` panels of `vs * 4`
+/// lines (`vs >= keys.div_ceil(2)`), zero.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn pack_values_avx512(
+    lines: &mut [Line],
+    vs: usize,
+    v: &[u16],
+    rs: usize,
+    d: usize,
+    keys: usize,
+) {
+    use std::arch::x86_64::*;
+    // value i of the even key then of the odd one: features 0..16 of the 32, then 16..32
+    let lo = _mm512_set_epi16(
+        47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4,
+        35, 3, 34, 2, 33, 1, 32, 0,
+    );
+    let hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for q in 0..keys.div_ceil(2) {
+        for c in 0..d / 32 {
+            let (pn, g) = (c / 2, (c % 2) * 2);
+            // SAFETY: rows 2q (and 2q + 1 when it is a key) are in bounds (the caller's
+            // contract), 32 values from feature 32c; the lines are inside panel pn.
+            unsafe {
+                let even = _mm512_loadu_si512(v.as_ptr().add(2 * q * rs + 32 * c).cast());
+                let odd = if 2 * q + 1 < keys {
+                    _mm512_loadu_si512(v.as_ptr().add((2 * q + 1) * rs + 32 * c).cast())
+                } else {
+                    _mm512_setzero_si512()
+                };
+                let at = (pn * vs + q) * 4 + g;
+                _mm512_storeu_si512(
+                    lines[at].0.as_mut_ptr().cast(),
+                    _mm512_permutex2var_epi16(even, lo, odd),
+                );
+                _mm512_storeu_si512(
+                    lines[at + 1].0.as_mut_ptr().cast(),
+                    _mm512_permutex2var_epi16(even, hi, odd),
+                );
+            }
+        }
+    }
+}
+
 fn fill_rows(
     x: &mut Vec<u16>,
     xs: usize,
@@ -272,51 +407,63 @@ mod tests {
             (7, 3, 1),
             (128, 130, 40),
         ] {
-            let mut h = HeadProducts::new(d).unwrap();
-            let rs = 3 * d + 5;
-            let qkv = values(rs * keys.max(rows), d as u64);
-            let (q, k, v) = (&qkv[..], &qkv[d..], &qkv[2 * d..]);
-            // the same rows already rounded pack the same head
-            let bits: Vec<u16> = qkv.iter().map(|&x| f32_to_bf16(x)).collect();
-            let mut hb = HeadProducts::new(d).unwrap();
-            hb.load_kv(Rows::Bf16(&bits[d..]), Rows::Bf16(&bits[2 * d..]), rs, keys);
-            h.load_kv(Rows::F32(k), Rows::F32(v), rs, keys);
-            let mut sb = vec![0f32; rows * keys];
-            hb.scores(Rows::Bf16(&bits), rs, rows, keys, &mut sb);
-            for kv in [keys, keys / 2 + 1] {
-                let mut s = vec![f32::NAN; rows * kv];
-                h.scores(Rows::F32(q), rs, rows, kv, &mut s);
-                if kv == keys {
-                    assert_eq!(s, sb, "d {d}: bf16 rows");
-                }
-                for i in 0..rows {
-                    for j in 0..kv {
-                        let want: f64 = (0..d).map(|f| r(q[i * rs + f]) * r(k[j * rs + f])).sum();
-                        let got = s[i * kv + j] as f64;
+            // an odd row stride (the packing's portable loops) and an even one (its AVX-512
+            // gathers and interleaves, for bfloat16 rows of whole 32-value blocks)
+            for rs in [3 * d + 5, 3 * d + 6] {
+                let mut h = HeadProducts::new(d).unwrap();
+                let qkv = values(rs * keys.max(rows), d as u64);
+                let (q, k, v) = (&qkv[..], &qkv[d..], &qkv[2 * d..]);
+                // the same rows already rounded pack the same head
+                let bits: Vec<u16> = qkv.iter().map(|&x| f32_to_bf16(x)).collect();
+                let mut hb = HeadProducts::new(d).unwrap();
+                hb.load_kv(Rows::Bf16(&bits[d..]), Rows::Bf16(&bits[2 * d..]), rs, keys);
+                h.load_kv(Rows::F32(k), Rows::F32(v), rs, keys);
+                let bits_of = |l: &[Line]| l.iter().flat_map(|l| l.0).collect::<Vec<u16>>();
+                assert_eq!(bits_of(&hb.k), bits_of(&h.k), "d {d}, rs {rs}: packed keys");
+                assert_eq!(
+                    bits_of(&hb.v),
+                    bits_of(&h.v),
+                    "d {d}, rs {rs}: packed values"
+                );
+                let mut sb = vec![0f32; rows * keys];
+                hb.scores(Rows::Bf16(&bits), rs, rows, keys, &mut sb);
+                for kv in [keys, keys / 2 + 1] {
+                    let mut s = vec![f32::NAN; rows * kv];
+                    h.scores(Rows::F32(q), rs, rows, kv, &mut s);
+                    if kv == keys {
+                        assert_eq!(s, sb, "d {d}: bf16 rows");
+                    }
+                    for i in 0..rows {
+                        for j in 0..kv {
+                            let want: f64 =
+                                (0..d).map(|f| r(q[i * rs + f]) * r(k[j * rs + f])).sum();
+                            let got = s[i * kv + j] as f64;
+                            assert!(
+                                (got - want).abs() < 1e-4,
+                                "d {d} score {i},{j}: {got} vs {want}"
+                            );
+                        }
+                    }
+                    let p = values(rows * kv, 11);
+                    let ld = d + 3;
+                    let mut out = vec![f32::NAN; rows * ld];
+                    // SAFETY: out holds rows x ld values
+                    unsafe { h.context(&p, rows, kv, out.as_mut_ptr(), ld) };
+                    for i in 0..rows {
+                        for f in 0..d {
+                            let want: f64 =
+                                (0..kv).map(|j| r(p[i * kv + j]) * r(v[j * rs + f])).sum();
+                            let got = out[i * ld + f] as f64;
+                            assert!(
+                                (got - want).abs() < 1e-4,
+                                "d {d} context {i},{f}: {got} vs {want}"
+                            );
+                        }
                         assert!(
-                            (got - want).abs() < 1e-4,
-                            "d {d} score {i},{j}: {got} vs {want}"
+                            out[i * ld + d..(i + 1) * ld].iter().all(|x| x.is_nan()),
+                            "wrote past d"
                         );
                     }
-                }
-                let p = values(rows * kv, 11);
-                let ld = d + 3;
-                let mut out = vec![f32::NAN; rows * ld];
-                // SAFETY: out holds rows x ld values
-                unsafe { h.context(&p, rows, kv, out.as_mut_ptr(), ld) };
-                for i in 0..rows {
-                    for f in 0..d {
-                        let want: f64 = (0..kv).map(|j| r(p[i * kv + j]) * r(v[j * rs + f])).sum();
-                        let got = out[i * ld + f] as f64;
-                        assert!(
-                            (got - want).abs() < 1e-4,
-                            "d {d} context {i},{f}: {got} vs {want}"
-                        );
-                    }
-                    assert!(
-                        out[i * ld + d..(i + 1) * ld].iter().all(|x| x.is_nan()),
-                        "wrote past d"
-                    );
                 }
             }
         }

@@ -21,15 +21,22 @@ pub(crate) struct AttentionOp {
     pub(crate) key_bias: Option<Vec<f32>>,
     /// The two products on bfloat16 tiles ([`HeadProducts`]) where the processor has them.
     pub(crate) bf16: bool,
+    /// On the tiles, the context rounded to bfloat16 (a BF16 output) for a consumer that
+    /// rounds it anyway.
+    pub(crate) round_output: bool,
 }
 
 /// Scores computed at once per (sequence, head) task: 128 Ki values (512 KiB), about a
 /// core's L2 cache.
 const SCORE_BLOCK_VALUES: usize = 128 * 1024;
 
-/// A raw output pointer shared by tasks that write disjoint parts of one buffer.
+/// A raw output pointer shared by tasks that write disjoint parts of one buffer: f32 or
+/// bfloat16 bits.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+enum OutPtr {
+    F32(*mut f32),
+    Bf16(*mut u16),
+}
 // SAFETY: each task writes only its own (rows of a sequence) x (columns of a head) block,
 // and `check_segments` has made sure the sequences' rows do not overlap.
 unsafe impl Send for OutPtr {}
@@ -75,8 +82,34 @@ impl CustomOp1 for AttentionOp {
         {
             candle_core::bail!("attention: score biases do not match {heads} heads, {tokens} rows")
         }
-        let mut out = vec![0f32; tokens * h];
-        let out_ptr = OutPtr(out.as_mut_ptr());
+        // every row written when the segments cover them all, one after another: no
+        // zero-fill then
+        let covered = self
+            .segments
+            .iter()
+            .try_fold(0, |end, s| (s.start == end).then_some(end + s.len))
+            == Some(tokens);
+        let bf16_out = self.round_output && self.tiles();
+        let mut out: Vec<f32> = Vec::new();
+        let mut out16: Vec<half::bf16> = Vec::new();
+        let out_ptr = match (bf16_out, covered) {
+            (false, false) => {
+                out = vec![0f32; tokens * h];
+                OutPtr::F32(out.as_mut_ptr())
+            }
+            (false, true) => {
+                out.reserve_exact(tokens * h);
+                OutPtr::F32(out.as_mut_ptr())
+            }
+            (true, false) => {
+                out16 = vec![half::bf16::ZERO; tokens * h];
+                OutPtr::Bf16(out16.as_mut_ptr().cast())
+            }
+            (true, true) => {
+                out16.reserve_exact(tokens * h);
+                OutPtr::Bf16(out16.as_mut_ptr().cast())
+            }
+        };
         let tasks: Vec<(usize, usize)> = (0..self.segments.len())
             .flat_map(|s| (0..heads).map(move |hd| (s, hd)))
             .collect();
@@ -181,21 +214,44 @@ impl CustomOp1 for AttentionOp {
                             None => softmax_row(&mut row[first..], visible - first),
                         }
                     }
-                    let out = dst.0.wrapping_add((seg.start + r0) * h + hd * d);
+                    let at = (seg.start + r0) * h + hd * d;
                     // SAFETY: this task alone writes rows start..start+len, columns
                     // hd*d..(hd+1)*d, of the tokens x h output.
                     unsafe {
-                        match tiles.as_mut() {
-                            Some(t) => t.context_rounded(rows, kv, out, h),
-                            None => {
-                                matmul((rows, d, kv), (out, h), (scores.as_ptr(), kv), (v, w, 1))
+                        match (tiles.as_mut(), dst) {
+                            (Some(t), OutPtr::Bf16(o)) => t.context_bf16(rows, kv, o.add(at), h),
+                            (Some(t), OutPtr::F32(o)) => t.context_rounded(rows, kv, o.add(at), h),
+                            (None, OutPtr::F32(o)) => matmul(
+                                (rows, d, kv),
+                                (o.add(at), h),
+                                (scores.as_ptr(), kv),
+                                (v, w, 1),
+                            ),
+                            (None, OutPtr::Bf16(_)) => {
+                                unreachable!("bfloat16 output on tiles only")
                             }
                         }
                     }
                 }
             },
         );
-        Ok((CpuStorage::F32(out), Shape::from((tokens, h))))
+        if covered {
+            // SAFETY: the segments cover every row one after another (checked) and the
+            // tasks wrote every (row, head) block of them: all tokens x h values.
+            unsafe {
+                if bf16_out {
+                    out16.set_len(tokens * h)
+                } else {
+                    out.set_len(tokens * h)
+                }
+            }
+        }
+        let storage = if bf16_out {
+            CpuStorage::BF16(out16)
+        } else {
+            CpuStorage::F32(out)
+        };
+        Ok((storage, Shape::from((tokens, h))))
     }
 }
 
