@@ -56,6 +56,11 @@ impl HeadProducts {
         })
     }
 
+    /// The head size these products were made for.
+    pub fn head_dim(&self) -> usize {
+        self.d
+    }
+
     /// Packs `keys` keys and values of the head: key `j` is `k[j * rs..j * rs + d]`, value
     /// `j` is `v[j * rs..j * rs + d]` (rows `rs` apart, as in a fused QKV matrix), f32 or
     /// already rounded. Panics when a row is out of bounds.
@@ -66,11 +71,11 @@ impl HeadProducts {
         // keys: panels of 64 keys, each key's features in pairs
         let panels = keys.div_ceil(PANEL);
         let ks = self.k_stride;
-        self.k.clear();
+        // sized without clearing: the packing below writes every line a product reads
+        // (the gathers) or clears them first (the portable loops)
         self.k.resize(panels * ks * 4, Line([0; 32]));
         let vs = keys.div_ceil(2).div_ceil(amx::STEP_PAIRS) * amx::STEP_PAIRS;
         self.v_stride = vs;
-        self.v.clear();
         self.v.resize(d.div_ceil(PANEL) * vs * 4, Line([0; 32]));
         #[cfg(target_arch = "x86_64")]
         if let (Rows::Bf16(k), Rows::Bf16(v)) = (k, v)
@@ -86,8 +91,16 @@ impl HeadProducts {
                 pack_keys_avx512(&mut self.k, ks, k, rs, d, keys);
                 pack_values_avx512(&mut self.v, vs, v, rs, d, keys);
             }
+            // the value pairs past the keys meet the probabilities' zero padding: zero
+            // them too (0 x a stale infinity would be NaN); the keys' lines past the last
+            // key only reach output columns no product writes
+            for pn in 0..d.div_ceil(PANEL) {
+                self.v[(pn * vs + keys.div_ceil(2)) * 4..(pn + 1) * vs * 4].fill(Line([0; 32]));
+            }
             return;
         }
+        self.k.fill(Line([0; 32]));
+        self.v.fill(Line([0; 32]));
         let mut row = vec![0u16; 2 * ks];
         for j in 0..keys {
             k.prefetch((j + AHEAD) * rs, d);
@@ -427,6 +440,19 @@ mod tests {
                 );
                 let mut sb = vec![0f32; rows * keys];
                 hb.scores(Rows::Bf16(&bits), rs, rows, keys, &mut sb);
+                // scratch that held a longer head of NaNs before packs the same products
+                let nan = vec![0x7FC0u16; rs * (keys + 70)];
+                let mut hs = HeadProducts::new(d).unwrap();
+                hs.load_kv(
+                    Rows::Bf16(&nan[d..]),
+                    Rows::Bf16(&nan[2 * d..]),
+                    rs,
+                    keys + 70,
+                );
+                hs.load_kv(Rows::Bf16(&bits[d..]), Rows::Bf16(&bits[2 * d..]), rs, keys);
+                let mut ss = vec![0f32; rows * keys];
+                hs.scores(Rows::Bf16(&bits), rs, rows, keys, &mut ss);
+                assert_eq!(ss, sb, "d {d}, rs {rs}: scores after stale scratch");
                 for kv in [keys, keys / 2 + 1] {
                     let mut s = vec![f32::NAN; rows * kv];
                     h.scores(Rows::F32(q), rs, rows, kv, &mut s);
@@ -449,6 +475,14 @@ mod tests {
                     let mut out = vec![f32::NAN; rows * ld];
                     // SAFETY: out holds rows x ld values
                     unsafe { h.context(&p, rows, kv, out.as_mut_ptr(), ld) };
+                    let mut out_s = vec![f32::NAN; rows * ld];
+                    // SAFETY: as above
+                    unsafe { hs.context(&p, rows, kv, out_s.as_mut_ptr(), ld) };
+                    assert_eq!(
+                        out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        out_s.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        "d {d}, rs {rs}, kv {kv}: context after stale scratch"
+                    );
                     for i in 0..rows {
                         for f in 0..d {
                             let want: f64 =
