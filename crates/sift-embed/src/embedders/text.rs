@@ -385,18 +385,28 @@ impl TextEmbedder {
         // (total tokens, dim), sequences packed; pooled in f32: a bfloat16 mean over hundreds
         // of tokens loses digits (PyTorch's reductions accumulate half types in f32 too)
         let hidden = self.model.forward(&batch)?.to_dtype(DType::F32)?;
-        let mut pooled = Vec::with_capacity(batch.len());
+        let dim = hidden.dim(1)?;
+        // one pass over the rows (candle's mean over a narrowed view reduces at a stride)
+        let values = hidden.flatten_all()?.to_vec1::<f32>()?;
+        let mut pooled = Vec::with_capacity(batch.len() * dim);
         let mut start = 0;
         for s in &batch {
-            let rows = hidden.narrow(0, start, s.len())?;
-            pooled.push(match self.pooling {
-                Pooling::Cls => rows.get(0)?,
-                Pooling::Mean => rows.mean(0)?,
-                Pooling::Eos | Pooling::Last => rows.get(s.len() - 1)?,
-            });
+            let rows = &values[start * dim..(start + s.len()) * dim];
+            match self.pooling {
+                Pooling::Cls => pooled.extend_from_slice(&rows[..dim]),
+                Pooling::Mean => {
+                    let mut sum = vec![0f32; dim];
+                    for row in rows.chunks_exact(dim) {
+                        sum.iter_mut().zip(row).for_each(|(a, x)| *a += x);
+                    }
+                    let n = s.len() as f32;
+                    pooled.extend(sum.iter().map(|a| a / n));
+                }
+                Pooling::Eos | Pooling::Last => pooled.extend_from_slice(&rows[rows.len() - dim..]),
+            }
             start += s.len();
         }
-        let mut pooled = Tensor::stack(&pooled, 0)?;
+        let mut pooled = Tensor::from_vec(pooled, (batch.len(), dim), hidden.device())?;
         match self.model {
             // Nomic's model card: a weightless layer norm, then the Matryoshka cut
             Encoder::Nomic(_) => pooled = card_head(&pooled, Some(self.dim))?,

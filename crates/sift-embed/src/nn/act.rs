@@ -359,3 +359,31 @@ simd_dispatch!(
 fn add_values_portable(xs: &mut [f32], ys: &[f32]) {
     xs.iter_mut().zip(ys).for_each(|(x, y)| *x += y);
 }
+
+/// A packed layer's output rounded to bfloat16 into `out` (as long as `rows`): `rows + bias`
+/// (every `bias.len()`-long row), then `act`, then the rounding, in one pass over each row
+/// where the processor has AVX512-BF16 (`rows` left as it was); elsewhere in place in
+/// `rows`, then rounded. Returns false, doing nothing, for what this does not fuse (an
+/// empty bias, another activation than exact GELU): the caller runs its own passes.
+pub(crate) fn bias_act_round(
+    rows: &mut [f32],
+    bias: &[f32],
+    act: Option<Act>,
+    out: &mut [u16],
+) -> bool {
+    if bias.is_empty() || !matches!(act, None | Some(Act::Gelu)) || out.len() < rows.len() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() && sift_simd::bf16::has_dot_bf16() {
+        // SAFETY: AVX-512F, AVX512-BW and AVX512-BF16 were detected.
+        unsafe { super::act_avx512::bias_act_round(rows, bias, act.is_some(), out) };
+        return true;
+    }
+    add_to_rows(rows, bias);
+    if let Some(a) = act {
+        act_slice(a, rows);
+    }
+    sift_simd::bf16::round_into(rows, out);
+    true
+}

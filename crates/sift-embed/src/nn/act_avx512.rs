@@ -156,3 +156,47 @@ pub(super) unsafe fn softmax_row_bf16(row: &mut [f32], visible: usize, out: &mut
     }
     out[v..].fill(0);
 }
+
+/// A packed layer's rounded output in one pass over each cached block: `rows + bias` (every
+/// `bias.len()`-long row), then exact GELU when `gelu`, rounded to bfloat16 (to nearest,
+/// ties to even) into `out`; `rows` is left as it was. `bias` must not be empty and `out` as
+/// long as `rows`.
+///
+/// # Safety
+/// The processor must have AVX-512F, AVX512-BW and AVX512-BF16.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+pub(super) unsafe fn bias_act_round(rows: &[f32], bias: &[f32], gelu: bool, out: &mut [u16]) {
+    let n = bias.len();
+    if n == 0 {
+        return;
+    }
+    let (b, o) = (bias.as_ptr(), out.as_mut_ptr());
+    for (r, row) in rows.chunks_exact(n).take(out.len() / n).enumerate() {
+        let p = row.as_ptr();
+        for i in (0..n).step_by(32) {
+            let (m0, m1) = (lanes(n - i), lanes((n - i).saturating_sub(16)));
+            // SAFETY: the masks cover row[i..min(i + 32, n)] and bias[..], and out's row r
+            // (out holds whole rows of n, checked by `take`).
+            unsafe {
+                let mut lo = _mm512_add_ps(
+                    _mm512_maskz_loadu_ps(m0, p.add(i)),
+                    _mm512_maskz_loadu_ps(m0, b.add(i)),
+                );
+                let mut hi = _mm512_add_ps(
+                    _mm512_maskz_loadu_ps(m1, p.wrapping_add(i + 16)),
+                    _mm512_maskz_loadu_ps(m1, b.wrapping_add(i + 16)),
+                );
+                if gelu {
+                    lo = gelu16(lo);
+                    hi = gelu16(hi);
+                }
+                let v = _mm512_cvtne2ps_pbh(hi, lo);
+                _mm512_mask_storeu_epi16(
+                    o.add(r * n + i).cast(),
+                    (m0 as u32) | ((m1 as u32) << 16),
+                    std::mem::transmute::<__m512bh, __m512i>(v),
+                );
+            }
+        }
+    }
+}

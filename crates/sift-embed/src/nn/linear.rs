@@ -439,7 +439,15 @@ impl PackedLinear {
             act,
             rounded: true,
         };
-        x.contiguous()?.apply_op1_no_bwd(&op)
+        let x = x.contiguous()?;
+        let (out, m) = {
+            let (xs, xl) = x.storage_and_layout();
+            let Storage::Cpu(xs) = &*xs else {
+                candle_core::bail!("packed linear: CPU tensors only")
+            };
+            op.compute_rounded(xs, xl)?
+        };
+        out.tensor((m, self.w.rows()), x.device())
     }
 
     /// `norm(x W^T + b + residual)` for a 2-D `x` (a post-norm block's output: BERT's),
@@ -473,9 +481,7 @@ impl PackedLinear {
         };
         let n = self.w.rows();
         let full = Tensor::from_vec(full, (m, n), x.device())?;
-        let half = half
-            .map(|h| Tensor::from_vec(h, (m, n), x.device()))
-            .transpose()?;
+        let half = half.map(|h| h.tensor((m, n), x.device())).transpose()?;
         Ok((full, half))
     }
 
@@ -509,6 +515,48 @@ impl RoundedOut {
     unsafe fn slice(self, offset: usize, len: usize) -> &'static mut [u16] {
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.0.add(offset), len) }
+    }
+}
+
+/// A bfloat16 output whose first value sits on a 64-byte boundary, so that the AMX
+/// products after read its rows in place (from a row that straddles two cache lines a tile
+/// loads both; elsewhere they copy rows into aligned scratch first): a buffer a few values
+/// longer, the tensor a view from the boundary.
+struct AlignedBf16 {
+    buf: Vec<half::bf16>,
+    off: usize,
+    len: usize,
+}
+
+impl AlignedBf16 {
+    /// Room for `len` values, not yet written.
+    fn new(len: usize) -> AlignedBf16 {
+        let mut buf: Vec<half::bf16> = Vec::with_capacity(len + 32);
+        let off = (buf.as_ptr().cast::<u8>().align_offset(64) / 2).min(32);
+        buf.resize(off, half::bf16::ZERO);
+        AlignedBf16 { buf, off, len }
+    }
+
+    /// Where the values go.
+    fn out(&mut self) -> RoundedOut {
+        RoundedOut(self.buf.spare_capacity_mut().as_mut_ptr().cast::<u16>())
+    }
+
+    /// Marks the `len` values written.
+    ///
+    /// # Safety
+    /// Every one of them must have been written through [`AlignedBf16::out`].
+    unsafe fn assume_written(&mut self) {
+        // SAFETY: the caller's contract; the capacity holds off + len values.
+        unsafe { self.buf.set_len(self.off + self.len) }
+    }
+
+    /// The values as a `shape` tensor (a view of the buffer from the boundary).
+    fn tensor(self, shape: (usize, usize), device: &Device) -> Result<Tensor> {
+        let total = self.buf.len();
+        Tensor::from_vec(self.buf, total, device)?
+            .narrow(0, self.off, self.len)?
+            .reshape(shape)
     }
 }
 
@@ -594,20 +642,6 @@ impl PackedOp<'_> {
         let Inputs { rows, m, residual } = self.inputs(x, xl, residual)?;
         let (n, l) = (self.l.w.rows(), self.l);
         let then = |first: usize, d: &mut [f32]| self.epilogue(residual, first, d);
-        if self.rounded {
-            let mut dst: Vec<half::bf16> = Vec::with_capacity(m * n);
-            let out = RoundedOut(dst.as_mut_ptr().cast::<u16>());
-            let sink = |first: usize, d: &mut [f32]| {
-                then(first, d);
-                // SAFETY: rows first.. of the m x n output, handed to this call alone.
-                let o = unsafe { out.slice(first * n, d.len()) };
-                sift_simd::bf16::round_into(d, o);
-            };
-            l.w.matmul_blocks(rows, m, &sink);
-            // SAFETY: `matmul_blocks` handed every row to the sink once, which wrote it.
-            unsafe { dst.set_len(m * n) };
-            return Ok((CpuStorage::BF16(dst), Shape::from((m, n))));
-        }
         let fused =
             l.bias.is_some() || l.scale.is_some() || self.act.is_some() || residual.is_some();
         let then: Option<sift_simd::bf16::Epilogue> = fused.then_some(&then);
@@ -619,6 +653,29 @@ impl PackedOp<'_> {
         Ok((CpuStorage::F32(dst), Shape::from((m, n))))
     }
 
+    /// `act(x W^T + b)` rounded to bfloat16 ([`PackedLinear::forward_bf16`]), each block of
+    /// rows as the product hands it over, while it is cached: bias, activation and rounding
+    /// in one pass where they fuse.
+    fn compute_rounded(&self, x: &CpuStorage, xl: &Layout) -> Result<(AlignedBf16, usize)> {
+        let Inputs { rows, m, .. } = self.inputs(x, xl, None)?;
+        let (n, l) = (self.l.w.rows(), self.l);
+        let mut dst = AlignedBf16::new(m * n);
+        let out = dst.out();
+        let bias = l.bias.as_deref().unwrap_or(&[]);
+        let sink = |first: usize, d: &mut [f32]| {
+            // SAFETY: rows first.. of the m x n output, handed to this call alone.
+            let o = unsafe { out.slice(first * n, d.len()) };
+            if l.scale.is_some() || !bias_act_round(d, bias, self.act, o) {
+                self.epilogue(None, first, d);
+                sift_simd::bf16::round_into(d, o);
+            }
+        };
+        l.w.matmul_blocks(rows, m, &sink);
+        // SAFETY: `matmul_blocks` handed every row to the sink once, which wrote it.
+        unsafe { dst.assume_written() };
+        Ok((dst, m))
+    }
+
     /// `norm(x W^T + b + residual)`, and where `rounded` the same rows rounded to
     /// bfloat16 too, each block of rows normalised and rounded while it is cached
     /// ([`PackedLinear::forward_norm`]).
@@ -628,7 +685,7 @@ impl PackedOp<'_> {
         xl: &Layout,
         residual: (&CpuStorage, &Layout),
         norm: &NormRows,
-    ) -> Result<(Vec<f32>, Option<Vec<half::bf16>>, usize)> {
+    ) -> Result<(Vec<f32>, Option<AlignedBf16>, usize)> {
         let Inputs { rows, m, residual } = self.inputs(x, xl, Some(residual))?;
         let (n, l) = (self.l.w.rows(), self.l);
         if norm.width() != n {
@@ -638,8 +695,8 @@ impl PackedOp<'_> {
             )
         }
         let mut full: Vec<f32> = Vec::with_capacity(m * n);
-        let mut half: Vec<half::bf16> = Vec::with_capacity(if self.rounded { m * n } else { 0 });
-        let out16 = RoundedOut(half.as_mut_ptr().cast::<u16>());
+        let mut half = AlignedBf16::new(if self.rounded { m * n } else { 0 });
+        let out16 = half.out();
         let add = l.bias.as_deref().unwrap_or(&[]);
         let Some(residual) = residual else {
             candle_core::bail!("packed linear: a norm needs the residual")
@@ -664,7 +721,7 @@ impl PackedOp<'_> {
         unsafe {
             full.set_len(m * n);
             if self.rounded {
-                half.set_len(m * n);
+                half.assume_written();
             }
         }
         Ok((full, self.rounded.then_some(half), m))

@@ -311,20 +311,24 @@ fn rounded_outputs_are_the_values_the_next_layer_would_round() {
     // f32 output rounded, and the next packed layer reads either dtype to the same result;
     // few rows (the product written whole, then rounded) and many (rounded from the tasks'
     // scratch blocks)
+    // exact GELU and no activation (bias, activation and rounding in one pass), the tanh
+    // GELU (the passes one after another)
     for rows in [150, 1000] {
-        rounded_output_case(rows);
+        for act in [Some(Act::Gelu), None, Some(Act::GeluTanh)] {
+            rounded_output_case(rows, act);
+        }
     }
 }
 
-fn rounded_output_case(rows: usize) {
+fn rounded_output_case(rows: usize, act: Option<Act>) {
     let (inp, out) = (64, 96);
     let w = noise(out, inp, 0.2, 31);
     let b = noise(1, out, 0.1, 32).flatten_all().unwrap();
     let x = noise(rows, inp, 1.0, 33);
     let first = Proj::Packed(Box::new(PackedLinear::new(&w, Some(&b), None).unwrap()));
     let next = PackedLinear::new(&noise(inp, out, 0.2, 34), None, None).unwrap();
-    let f32_out = first.forward(&x, None, Some(Act::Gelu)).unwrap();
-    let rounded = first.forward_rounded(&x, Some(Act::Gelu)).unwrap();
+    let f32_out = first.forward(&x, None, act).unwrap();
+    let rounded = first.forward_rounded(&x, act).unwrap();
     if !first.rounds_output() {
         eprintln!("skipped: rounded outputs (no AMX tiles: the output stays f32)");
         assert_eq!(max_diff(&rounded, &f32_out), 0.0);

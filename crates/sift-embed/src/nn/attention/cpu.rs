@@ -30,6 +30,12 @@ pub(crate) struct AttentionOp {
 /// core's L2 cache.
 const SCORE_BLOCK_VALUES: usize = 128 * 1024;
 
+thread_local! {
+    /// A thread's attention scratch: a block of scores and the tile products' packing.
+    static ATTENTION_SCRATCH: std::cell::RefCell<(Vec<f32>, Option<HeadProducts>)> =
+        const { std::cell::RefCell::new((Vec::new(), None)) };
+}
+
 /// A raw output pointer shared by tasks that write disjoint parts of one buffer: f32 or
 /// bfloat16 bits.
 #[derive(Clone, Copy)]
@@ -114,127 +120,139 @@ impl CustomOp1 for AttentionOp {
             .flat_map(|s| (0..heads).map(move |hd| (s, hd)))
             .collect();
         let w = 3 * h;
-        tasks.par_iter().for_each_init(
-            || {
-                (
-                    Vec::new(),
-                    self.tiles().then(|| HeadProducts::new(d)).flatten(),
-                )
-            },
-            |(scores, tiles), &(si, hd)| {
-                let seg = self.segments[si];
-                let (len, keys) = (seg.len, seg.visible_keys());
-                if len == 0 {
-                    return;
+        let head = |scores: &mut Vec<f32>,
+                    tiles: &mut Option<HeadProducts>,
+                    si: usize,
+                    hd: usize| {
+            let seg = self.segments[si];
+            let (len, keys) = (seg.len, seg.visible_keys());
+            if len == 0 {
+                return;
+            }
+            // Query rows go in blocks whose scores stay in the core's cache while they
+            // are computed, soft-maxed and multiplied by V (long sequences, e.g. GME's
+            // thousands of image patches, would otherwise stream len x keys scores
+            // through memory three times); causal blocks skip the keys no row sees.
+            let block = (SCORE_BLOCK_VALUES / keys).clamp(16, 512).min(len);
+            // every score a block reads is written by its product first: the buffer
+            // only grows, never refilled
+            if scores.len() < block * keys {
+                scores.resize(block * keys, 0.0);
+            }
+            let base = seg.start * w;
+            let dst = out_ptr;
+            if let Some(t) = tiles.as_mut() {
+                let (k, v) = (all.from(base + h + hd * d), all.from(base + 2 * h + hd * d));
+                t.load_kv(k, v, w, keys);
+            }
+            for r0 in (0..len).step_by(block) {
+                let rows = block.min(len - r0);
+                let kv = if self.causal {
+                    (r0 + rows).min(keys)
+                } else {
+                    keys
+                };
+                // (read by the f32 products only: empty for bf16 input)
+                let q = qkv.as_ptr().wrapping_add(base + r0 * w + hd * d);
+                let k = qkv.as_ptr().wrapping_add(base + h + hd * d);
+                let v = qkv.as_ptr().wrapping_add(base + 2 * h + hd * d);
+                match tiles.as_mut() {
+                    Some(t) => {
+                        let q = all.from(base + r0 * w + hd * d);
+                        t.scores(q, w, rows, kv, &mut scores[..rows * kv]);
+                    }
+                    // SAFETY: q, k, v point into qkv with rows `w` apart; the extents
+                    // read are within the segment's rows; `scores` holds rows x kv
+                    // values.
+                    None => unsafe {
+                        matmul(
+                            (rows, kv, d),
+                            (scores.as_mut_ptr(), kv),
+                            (q, w),
+                            // K^T: a key's values are a column
+                            (k, 1, w),
+                        )
+                    },
                 }
-                // Query rows go in blocks whose scores stay in the core's cache while they
-                // are computed, soft-maxed and multiplied by V (long sequences, e.g. GME's
-                // thousands of image patches, would otherwise stream len x keys scores
-                // through memory three times); causal blocks skip the keys no row sees.
-                let block = (SCORE_BLOCK_VALUES / keys).clamp(16, 512).min(len);
-                // every score a block reads is written by its product first: the buffer
-                // only grows, never refilled
-                if scores.len() < block * keys {
-                    scores.resize(block * keys, 0.0);
-                }
-                let base = seg.start * w;
-                let dst = out_ptr;
-                if let Some(t) = tiles.as_mut() {
-                    let (k, v) = (all.from(base + h + hd * d), all.from(base + 2 * h + hd * d));
-                    t.load_kv(k, v, w, keys);
-                }
-                for r0 in (0..len).step_by(block) {
-                    let rows = block.min(len - r0);
-                    let kv = if self.causal {
-                        (r0 + rows).min(keys)
+                // the tiles read the probabilities rounded, written by the softmax
+                let mut rounded = tiles.as_mut().map(|t| t.probabilities(rows, kv));
+                for (i, row) in scores[..rows * kv].chunks_mut(kv).enumerate() {
+                    let visible = if self.causal {
+                        (r0 + i + 1).min(kv)
                     } else {
-                        keys
+                        kv
                     };
-                    // (read by the f32 products only: empty for bf16 input)
-                    let q = qkv.as_ptr().wrapping_add(base + r0 * w + hd * d);
-                    let k = qkv.as_ptr().wrapping_add(base + h + hd * d);
-                    let v = qkv.as_ptr().wrapping_add(base + 2 * h + hd * d);
-                    match tiles.as_mut() {
-                        Some(t) => {
-                            let q = all.from(base + r0 * w + hd * d);
-                            t.scores(q, w, rows, kv, &mut scores[..rows * kv]);
-                        }
-                        // SAFETY: q, k, v point into qkv with rows `w` apart; the extents
-                        // read are within the segment's rows; `scores` holds rows x kv
-                        // values.
-                        None => unsafe {
-                            matmul(
-                                (rows, kv, d),
-                                (scores.as_mut_ptr(), kv),
-                                (q, w),
-                                // K^T: a key's values are a column
-                                (k, 1, w),
-                            )
-                        },
-                    }
-                    // the tiles read the probabilities rounded, written by the softmax
-                    let mut rounded = tiles.as_mut().map(|t| t.probabilities(rows, kv));
-                    for (i, row) in scores[..rows * kv].chunks_mut(kv).enumerate() {
-                        let visible = if self.causal {
-                            (r0 + i + 1).min(kv)
-                        } else {
-                            kv
-                        };
-                        // keys that slid out of the window weigh nothing: the softmax runs
-                        // over the window alone (the query's own position is always in it)
-                        let first = self
-                            .window
-                            .map_or(0, |wn| (r0 + i + 1).saturating_sub(wn).min(visible));
-                        row[..first].fill(0.0);
-                        let qi = r0 + i;
-                        if let Some(slopes) = &self.alibi {
-                            let sl = slopes[hd];
-                            for (j, x) in row[first..visible].iter_mut().enumerate() {
-                                *x -= sl * (qi as f32 - (first + j) as f32).abs();
-                            }
-                        }
-                        if let Some(kb) = &self.key_bias {
-                            let kb = &kb[seg.start + first..seg.start + visible];
-                            row[first..visible]
-                                .iter_mut()
-                                .zip(kb)
-                                .for_each(|(x, b)| *x += b);
-                        }
-                        match rounded.as_mut() {
-                            Some((p, xs)) => {
-                                let p = &mut p[i * *xs..(i + 1) * *xs];
-                                p[..first].fill(0);
-                                p[kv..].fill(0);
-                                softmax_row_bf16(
-                                    &mut row[first..],
-                                    visible - first,
-                                    &mut p[first..kv],
-                                );
-                            }
-                            None => softmax_row(&mut row[first..], visible - first),
+                    // keys that slid out of the window weigh nothing: the softmax runs
+                    // over the window alone (the query's own position is always in it)
+                    let first = self
+                        .window
+                        .map_or(0, |wn| (r0 + i + 1).saturating_sub(wn).min(visible));
+                    row[..first].fill(0.0);
+                    let qi = r0 + i;
+                    if let Some(slopes) = &self.alibi {
+                        let sl = slopes[hd];
+                        for (j, x) in row[first..visible].iter_mut().enumerate() {
+                            *x -= sl * (qi as f32 - (first + j) as f32).abs();
                         }
                     }
-                    let at = (seg.start + r0) * h + hd * d;
-                    // SAFETY: this task alone writes rows start..start+len, columns
-                    // hd*d..(hd+1)*d, of the tokens x h output.
-                    unsafe {
-                        match (tiles.as_mut(), dst) {
-                            (Some(t), OutPtr::Bf16(o)) => t.context_bf16(rows, kv, o.add(at), h),
-                            (Some(t), OutPtr::F32(o)) => t.context_rounded(rows, kv, o.add(at), h),
-                            (None, OutPtr::F32(o)) => matmul(
-                                (rows, d, kv),
-                                (o.add(at), h),
-                                (scores.as_ptr(), kv),
-                                (v, w, 1),
-                            ),
-                            (None, OutPtr::Bf16(_)) => {
-                                unreachable!("bfloat16 output on tiles only")
-                            }
+                    if let Some(kb) = &self.key_bias {
+                        let kb = &kb[seg.start + first..seg.start + visible];
+                        row[first..visible]
+                            .iter_mut()
+                            .zip(kb)
+                            .for_each(|(x, b)| *x += b);
+                    }
+                    match rounded.as_mut() {
+                        Some((p, xs)) => {
+                            let p = &mut p[i * *xs..(i + 1) * *xs];
+                            p[..first].fill(0);
+                            p[kv..].fill(0);
+                            softmax_row_bf16(&mut row[first..], visible - first, &mut p[first..kv]);
+                        }
+                        None => softmax_row(&mut row[first..], visible - first),
+                    }
+                }
+                let at = (seg.start + r0) * h + hd * d;
+                // SAFETY: this task alone writes rows start..start+len, columns
+                // hd*d..(hd+1)*d, of the tokens x h output.
+                unsafe {
+                    match (tiles.as_mut(), dst) {
+                        (Some(t), OutPtr::Bf16(o)) => t.context_bf16(rows, kv, o.add(at), h),
+                        (Some(t), OutPtr::F32(o)) => t.context_rounded(rows, kv, o.add(at), h),
+                        (None, OutPtr::F32(o)) => matmul(
+                            (rows, d, kv),
+                            (o.add(at), h),
+                            (scores.as_ptr(), kv),
+                            (v, w, 1),
+                        ),
+                        (None, OutPtr::Bf16(_)) => {
+                            unreachable!("bfloat16 output on tiles only")
                         }
                     }
                 }
-            },
-        );
+            }
+        };
+        let want_tiles = self.tiles();
+        tasks.par_iter().for_each(|&(si, hd)| {
+            // the thread's scratch, kept between heads and layers (rayon's per-split init
+            // would allocate and zero-fill a score block many times a layer); fresh where it
+            // is in use (a task started inside another)
+            ATTENTION_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut s) => {
+                    let (scores, tiles) = &mut *s;
+                    if tiles.as_ref().map(HeadProducts::head_dim) != want_tiles.then_some(d) {
+                        *tiles = want_tiles.then(|| HeadProducts::new(d)).flatten();
+                    }
+                    head(scores, tiles, si, hd)
+                }
+                Err(_) => head(
+                    &mut Vec::new(),
+                    &mut want_tiles.then(|| HeadProducts::new(d)).flatten(),
+                    si,
+                    hd,
+                ),
+            })
+        });
         if covered {
             // SAFETY: the segments cover every row one after another (checked) and the
             // tasks wrote every (row, head) block of them: all tokens x h values.
