@@ -244,15 +244,7 @@ fn exp_in_place(head: &mut [f32], exp: impl Fn(f32) -> f32) -> f32 {
         .chain(&lanes)
         .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
     head.iter_mut().for_each(|x| *x = exp(*x - max));
-    let mut lanes = [0f32; 16];
-    let chunks = head.chunks_exact(16);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (a, &x) in lanes.iter_mut().zip(c) {
-            *a += x;
-        }
-    }
-    lanes.iter().sum::<f32>() + rest.iter().sum::<f32>()
+    lanes_sum(head, |x| x)
 }
 
 #[inline(always)]
@@ -264,21 +256,11 @@ fn softmax_row_portable(row: &mut [f32], visible: usize) {
 }
 
 simd_dispatch!(
-    /// Layer norm of every `weight.len()`-long row of `rows` in place:
+    /// Layer norm of every `weight.len()`-long row of `rows + add + residual` in place:
     /// `(x - mean) / sqrt(var + eps) * weight + bias`, the variance that of the centred
-    /// values (two passes over a cached row, as PyTorch's is computed, not `E[x²] - mean²`).
-    fn layer_norm_rows(rows: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) => layer_norm_rows_portable
-);
-
-#[inline(always)]
-fn layer_norm_rows_portable(rows: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
-    add_layer_norm_rows_portable(rows, &[], &[], weight, bias, eps)
-}
-
-simd_dispatch!(
-    /// [`layer_norm_rows`] of `rows + add + residual`: `add` (a linear layer's bias, or
-    /// empty) added to every row and `residual` (as long as `rows`, or empty) value by
-    /// value first, in the same pass over each cached row.
+    /// values (two passes over a cached row, as PyTorch's is computed, not `E[x²] - mean²`);
+    /// `add` (a linear layer's bias, or empty) is added to every row and `residual` (as long
+    /// as `rows`, or empty) value by value first, in the same pass over each cached row.
     fn add_layer_norm_rows(rows: &mut [f32], add: &[f32], residual: &[f32], weight: &[f32], bias: &[f32], eps: f32) => add_layer_norm_rows_portable
 );
 

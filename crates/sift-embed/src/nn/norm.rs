@@ -1,5 +1,5 @@
 //! Normalisation: layer norms as the checkpoints store them, and L2 rows.
-use crate::nn::act::{add_layer_norm_rows, layer_norm_rows};
+use crate::nn::act::add_layer_norm_rows;
 use crate::nn::kernels::fused_cpu;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Result, Shape, Tensor};
 use candle_nn::{LayerNorm, VarBuilder};
@@ -43,7 +43,7 @@ impl NormRows {
 
     /// Normalises every row of `rows` (whole rows of [`NormRows::width`] values) in place.
     pub fn apply(&self, rows: &mut [f32]) {
-        layer_norm_rows(rows, &self.weight, &self.bias, self.eps)
+        add_layer_norm_rows(rows, &[], &[], &self.weight, &self.bias, self.eps)
     }
 
     /// Normalises `rows + add + residual` in place, in one pass over each row: `add` is
