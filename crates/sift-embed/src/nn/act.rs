@@ -343,12 +343,12 @@ fn add_values_portable(xs: &mut [f32], ys: &[f32]) {
 }
 
 /// A packed layer's output rounded to bfloat16 into `out` (as long as `rows`): `rows + bias`
-/// (every `bias.len()`-long row), then `act`, then the rounding, in one pass over each row
-/// where the processor has AVX512-BF16 (`rows` left as it was); elsewhere in place in
-/// `rows`, then rounded. Returns false, doing nothing, for what this does not fuse (an
-/// empty bias, another activation than exact GELU): the caller runs its own passes.
+/// (every `bias.len()`-long row), then `act`, then the rounding, in one AVX-512 pass over
+/// each row (`rows` left as it was). Returns false, doing nothing, where it does not fuse
+/// them (no AVX512-BF16, an empty bias, another activation than exact GELU): the caller runs
+/// its own passes.
 pub(crate) fn bias_act_round(
-    rows: &mut [f32],
+    rows: &[f32],
     bias: &[f32],
     act: Option<Act>,
     out: &mut [u16],
@@ -362,10 +362,5 @@ pub(crate) fn bias_act_round(
         unsafe { super::act_avx512::bias_act_round(rows, bias, act.is_some(), out) };
         return true;
     }
-    add_to_rows(rows, bias);
-    if let Some(a) = act {
-        act_slice(a, rows);
-    }
-    sift_simd::bf16::round_into(rows, out);
-    true
+    false
 }

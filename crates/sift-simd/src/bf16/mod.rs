@@ -749,30 +749,9 @@ impl PackedBf16 {
                 if r0 >= r1 {
                     return;
                 }
-                let col0 = p * PANEL;
-                let run = amx::PanelRows {
-                    x: &xb[r0 * xs..],
-                    xs,
-                    rows: r1 - r0,
-                    lines: &self.lines[p * self.stride * 4..(p + 1) * self.stride * 4],
-                    dst,
-                    ld: n,
-                    r0,
-                    col0,
-                    cols: (n - col0).min(PANEL),
-                    acc,
-                };
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: AMX is available (checked by the caller) and configured here; this
-                // task alone writes rows r0..r1, columns col0..+cols; xb holds whole blocks
-                // of rows past r1.
-                unsafe {
-                    amx::configure();
-                    amx::panel_rows(&run);
-                    amx::release();
-                };
-                #[cfg(not(target_arch = "x86_64"))]
-                let _ = run;
+                // SAFETY: AMX is available (checked by the caller); this task alone writes
+                // rows r0..r1 of panel p; xb holds whole blocks of rows past r1.
+                unsafe { self.amx_task(&xb[r0 * xs..], r1 - r0, p..p + 1, dst, r0, acc) };
             });
         };
         // the calling thread's buffer, kept between products (a fresh one if it is in use:
