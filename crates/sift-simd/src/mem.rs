@@ -1,4 +1,29 @@
-//! Memory for large arrays read at random: [`huge_vec`].
+//! Memory for large arrays read at random ([`huge_vec`]) and buffers on 64-byte boundaries
+//! ([`aligned`]).
+
+/// Values of `T` from the start of `buf` to its first 64-byte boundary.
+fn align_offset<T>(buf: &[T]) -> usize {
+    buf.as_ptr().cast::<u8>().align_offset(64) / std::mem::size_of::<T>().max(1)
+}
+
+/// `len` values of `buf` from a 64-byte boundary (a cache line's: a vector or tile row
+/// there loads one line, not two), `buf` grown as needed. The values are whatever it held,
+/// and the same ones [`aligned_view`] reads, as long as it did not grow.
+pub fn aligned<T: Copy + Default>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
+    let pad = 64 / std::mem::size_of::<T>().max(1);
+    if buf.len() < len + pad {
+        buf.resize(len + pad, T::default());
+    }
+    let off = align_offset(buf);
+    &mut buf[off..off + len]
+}
+
+/// The `len` values [`aligned`] last handed out of `buf` (read-only). Panics when `buf`
+/// does not hold them.
+pub fn aligned_view<T>(buf: &[T], len: usize) -> &[T] {
+    let off = align_offset(buf);
+    &buf[off..off + len]
+}
 
 /// A vector of `len` values made by `make` whose memory Linux is asked to back with transparent
 /// huge pages (`madvise(MADV_HUGEPAGE)`, before any page is touched) where the system
@@ -32,6 +57,21 @@ pub fn huge_vec<T>(len: usize, make: impl FnMut() -> T) -> Vec<T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn aligned_views_start_on_a_cache_line_and_agree() {
+        let mut b: Vec<u16> = Vec::new();
+        for len in [1usize, 100, 5000] {
+            let v = super::aligned(&mut b, len);
+            assert_eq!(v.len(), len);
+            assert_eq!(v.as_ptr() as usize % 64, 0);
+            v.iter_mut().enumerate().for_each(|(i, x)| *x = i as u16);
+            let w = super::aligned_view(&b, len);
+            assert!(w.iter().enumerate().all(|(i, &x)| x == i as u16));
+        }
+        let mut f: Vec<f32> = vec![0.0; 3];
+        assert_eq!(super::aligned(&mut f, 1000).as_ptr() as usize % 64, 0);
+    }
+
     #[test]
     fn holds_the_values_asked_for() {
         for len in [0, 1, 1000, 3 << 20] {

@@ -12,6 +12,7 @@
 //! `amx::panel_rows` calls. Everything runs on the calling thread: the heads of a batch
 //! are the caller's parallel tasks.
 use super::{Line, Out, PANEL, Rows, amx, round_row};
+use crate::mem::{aligned, aligned_view};
 
 /// Rows ahead whose values are prefetched while a head's rows are read: the rows of a fused
 /// QKV matrix are kilobytes apart, further than the hardware prefetchers look, so each row
@@ -134,11 +135,22 @@ impl HeadProducts {
     }
 
     /// `scores = q · K[..kv]ᵀ`: `rows` query rows, row `i` at `q[i * rs..i * rs + d]` (f32
-    /// or already rounded), against the first `kv` packed keys; `scores` is `rows × kv`
-    /// row-major. Panics when `kv` exceeds the keys loaded or a slice is too short.
-    pub fn scores(&mut self, q: Rows, rs: usize, rows: usize, kv: usize, scores: &mut [f32]) {
+    /// or already rounded), against the first `kv` packed keys; `scores` holds `rows` rows
+    /// of `kv` scores, `ld >= kv` apart (a multiple of 16 on a 64-byte boundary stores
+    /// the tiles' rows whole, a cache line each; any other layout goes through a buffer).
+    /// Panics when `kv` exceeds the keys loaded, `ld < kv` or a slice is too short.
+    pub fn scores(
+        &mut self,
+        q: Rows,
+        rs: usize,
+        rows: usize,
+        kv: usize,
+        scores: &mut [f32],
+        ld: usize,
+    ) {
         let d = self.d;
-        assert!(kv <= self.keys && scores.len() >= rows * kv);
+        assert!(kv <= self.keys && ld >= kv);
+        assert!(rows == 0 || scores.len() >= (rows - 1) * ld + kv);
         assert!(rows == 0 || q.len() >= (rows - 1) * rs + d);
         if rows == 0 || kv == 0 {
             return;
@@ -155,18 +167,20 @@ impl HeadProducts {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AMX is available (`new`) and configured here for these calls; `x` holds
         // whole blocks of rows of `xs` values; each panel's lines are `ks` pairs; the output
-        // is `rows × kv` (asserted) and each call writes its own columns.
+        // is `rows` rows of `kv` values `ld` apart (asserted) and each call writes its own
+        // columns.
         unsafe {
             amx::configure();
+            let x = aligned_view(&self.x, padded * xs);
             for p in 0..kv.div_ceil(PANEL) {
                 amx::panel_rows(&amx::PanelRows {
-                    x: &self.x,
+                    x,
                     xs,
                     rows,
                     lines: &self.k[p * ks * 4..(p + 1) * ks * 4],
                     dst,
                     acc: false,
-                    ld: kv,
+                    ld,
                     r0: 0,
                     col0: p * PANEL,
                     cols: (kv - p * PANEL).min(PANEL),
@@ -182,11 +196,9 @@ impl HeadProducts {
     pub fn probabilities(&mut self, rows: usize, kv: usize) -> (&mut [u16], usize) {
         let xs = kv.div_ceil(2 * amx::STEP_PAIRS) * 2 * amx::STEP_PAIRS;
         let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
-        if self.x.len() < padded * xs {
-            self.x.resize(padded * xs, 0);
-        }
-        self.x[rows * xs..padded * xs].fill(0);
-        (&mut self.x[..rows * xs], xs)
+        let x = aligned(&mut self.x, padded * xs);
+        x[rows * xs..].fill(0);
+        (&mut x[..rows * xs], xs)
     }
 
     /// [`HeadProducts::context_rounded`] with the context itself rounded to bfloat16 (for
@@ -198,19 +210,18 @@ impl HeadProducts {
     /// As [`HeadProducts::context`], for bfloat16 rows.
     pub unsafe fn context_bf16(&mut self, rows: usize, kv: usize, dst: *mut u16, ld: usize) {
         let d = self.d;
-        let mut block = std::mem::take(&mut self.out);
-        if block.len() < rows * d {
-            block.resize(rows * d, 0.0);
-        }
+        let mut buf = std::mem::take(&mut self.out);
+        // on a 64-byte boundary: the tiles store the context's rows whole
+        let block = aligned(&mut buf, rows * d);
         // SAFETY: the block holds rows x d values (ld = d), this thread's alone.
         unsafe { self.context_rounded(rows, kv, block.as_mut_ptr(), d) };
-        for (r, row) in block[..rows * d].chunks_exact(d.max(1)).enumerate() {
+        for (r, row) in block.chunks_exact(d.max(1)).enumerate() {
             // SAFETY: row r of the output, d values, is the caller's (this function's
             // contract).
             let out = unsafe { std::slice::from_raw_parts_mut(dst.add(r * ld), d) };
             round_row(row, out);
         }
-        self.out = block;
+        self.out = buf;
     }
 
     /// [`HeadProducts::context`] of the probabilities written through
@@ -222,7 +233,6 @@ impl HeadProducts {
         assert!(kv <= self.keys);
         let xs = kv.div_ceil(2 * amx::STEP_PAIRS) * 2 * amx::STEP_PAIRS;
         let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
-        assert!(self.x.len() >= padded * xs);
         if rows == 0 {
             return;
         }
@@ -242,9 +252,11 @@ impl HeadProducts {
         // are the caller's.
         unsafe {
             amx::configure();
+            // (panics unless `probabilities` made this many rows)
+            let x = aligned_view(&self.x, padded * xs);
             for pn in 0..self.d.div_ceil(PANEL) {
                 amx::panel_rows(&amx::PanelRows {
-                    x: &self.x,
+                    x,
                     xs,
                     rows,
                     lines: &self.v[pn * vs * 4..(pn + 1) * vs * 4],
@@ -383,10 +395,8 @@ fn fill_rows(
     rows: usize,
     mut row: impl FnMut(usize, &mut [u16]),
 ) {
-    if x.len() < padded * xs {
-        x.resize(padded * xs, 0);
-    }
-    for (i, r) in x[..padded * xs].chunks_exact_mut(xs).enumerate() {
+    let x = aligned(x, padded * xs);
+    for (i, r) in x.chunks_exact_mut(xs).enumerate() {
         if i < rows {
             row(i, r);
         } else {
@@ -439,7 +449,7 @@ mod tests {
                     "d {d}, rs {rs}: packed values"
                 );
                 let mut sb = vec![0f32; rows * keys];
-                hb.scores(Rows::Bf16(&bits), rs, rows, keys, &mut sb);
+                hb.scores(Rows::Bf16(&bits), rs, rows, keys, &mut sb, keys);
                 // scratch that held a longer head of NaNs before packs the same products
                 let nan = vec![0x7FC0u16; rs * (keys + 70)];
                 let mut hs = HeadProducts::new(d).unwrap();
@@ -451,13 +461,24 @@ mod tests {
                 );
                 hs.load_kv(Rows::Bf16(&bits[d..]), Rows::Bf16(&bits[2 * d..]), rs, keys);
                 let mut ss = vec![0f32; rows * keys];
-                hs.scores(Rows::Bf16(&bits), rs, rows, keys, &mut ss);
+                hs.scores(Rows::Bf16(&bits), rs, rows, keys, &mut ss, keys);
                 assert_eq!(ss, sb, "d {d}, rs {rs}: scores after stale scratch");
                 for kv in [keys, keys / 2 + 1] {
                     let mut s = vec![f32::NAN; rows * kv];
-                    h.scores(Rows::F32(q), rs, rows, kv, &mut s);
+                    h.scores(Rows::F32(q), rs, rows, kv, &mut s, kv);
                     if kv == keys {
                         assert_eq!(s, sb, "d {d}: bf16 rows");
+                    }
+                    // rows a multiple of 16 apart on a cache line (the tiles' rows stored
+                    // whole): the same scores, the gaps between rows untouched
+                    let ld = kv.next_multiple_of(16);
+                    let mut buf = Vec::new();
+                    let wide = aligned(&mut buf, rows * ld);
+                    wide.fill(f32::NAN);
+                    h.scores(Rows::F32(q), rs, rows, kv, wide, ld);
+                    for i in 0..rows {
+                        assert_eq!(&wide[i * ld..i * ld + kv], &s[i * kv..(i + 1) * kv]);
+                        assert!(wide[i * ld + kv..(i + 1) * ld].iter().all(|x| x.is_nan()));
                     }
                     for i in 0..rows {
                         for j in 0..kv {

@@ -18,6 +18,8 @@
 //! All accumulate in f32. The product is split over the panels (and over rows when there
 //! are fewer panels than threads) on rayon's pool; each task writes its own columns.
 use rayon::prelude::*;
+
+use crate::mem::aligned;
 use std::mem::MaybeUninit;
 
 pub mod amx;
@@ -111,16 +113,6 @@ impl std::fmt::Debug for PackedBf16 {
             .field("k", &self.k)
             .finish()
     }
-}
-
-/// `len` values of `buf` from a 64-byte boundary (`buf` grown as needed; the values are
-/// whatever it held).
-fn aligned(buf: &mut Vec<u16>, len: usize) -> &mut [u16] {
-    if buf.len() < len + 32 {
-        buf.resize(len + 32, 0);
-    }
-    let off = buf.as_ptr().cast::<u8>().align_offset(64) / 2;
-    &mut buf[off..off + len]
 }
 
 /// A raw output pointer shared by tasks that write disjoint elements.
@@ -699,14 +691,13 @@ impl PackedBf16 {
                 let rows = r1 - r0;
                 let run = |xb: &mut Vec<u16>, out: &mut Vec<f32>| {
                     let xb = x.chunk(r0, rows, k, xs, xb);
-                    if out.len() < rows * n {
-                        out.resize(rows * n, 0.0);
-                    }
+                    // on a 64-byte boundary, as the tiles store whole cache lines
+                    let out = aligned(out, rows * n);
                     let dst = Out(out.as_mut_ptr());
                     // SAFETY: AMX is available (the caller's kernel); the scratch holds
                     // rows x n values and this task alone writes it.
                     unsafe { self.amx_task(xb, rows, 0..panels, dst, 0, false) };
-                    sink(r0, &mut out[..rows * n]);
+                    sink(r0, out);
                 };
                 // the thread's scratch, kept between products (fresh ones if in use)
                 AMX_ROWS.with(|xb| {

@@ -134,11 +134,13 @@ impl CustomOp1 for AttentionOp {
             // thousands of image patches, would otherwise stream len x keys scores
             // through memory three times); causal blocks skip the keys no row sees.
             let block = (SCORE_BLOCK_VALUES / keys).clamp(16, 512).min(len);
+            // score rows on the tiles: a multiple of 16 apart from a 64-byte boundary,
+            // so the tiles store each row whole (a row across two cache lines costs both)
+            let tiled = tiles.is_some();
+            let stride = |kv: usize| if tiled { kv.next_multiple_of(16) } else { kv };
             // every score a block reads is written by its product first: the buffer
             // only grows, never refilled
-            if scores.len() < block * keys {
-                scores.resize(block * keys, 0.0);
-            }
+            let scores = sift_simd::mem::aligned(scores, block * stride(keys));
             let base = seg.start * w;
             let dst = out_ptr;
             if let Some(t) = tiles.as_mut() {
@@ -153,13 +155,14 @@ impl CustomOp1 for AttentionOp {
                     keys
                 };
                 // (read by the f32 products only: empty for bf16 input)
+                let ld = stride(kv);
                 let q = qkv.as_ptr().wrapping_add(base + r0 * w + hd * d);
                 let k = qkv.as_ptr().wrapping_add(base + h + hd * d);
                 let v = qkv.as_ptr().wrapping_add(base + 2 * h + hd * d);
                 match tiles.as_mut() {
                     Some(t) => {
                         let q = all.from(base + r0 * w + hd * d);
-                        t.scores(q, w, rows, kv, &mut scores[..rows * kv]);
+                        t.scores(q, w, rows, kv, scores, ld);
                     }
                     // SAFETY: q, k, v point into qkv with rows `w` apart; the extents
                     // read are within the segment's rows; `scores` holds rows x kv
@@ -176,7 +179,8 @@ impl CustomOp1 for AttentionOp {
                 }
                 // the tiles read the probabilities rounded, written by the softmax
                 let mut rounded = tiles.as_mut().map(|t| t.probabilities(rows, kv));
-                for (i, row) in scores[..rows * kv].chunks_mut(kv).enumerate() {
+                for (i, row) in scores[..rows * ld].chunks_mut(ld).enumerate() {
+                    let row = &mut row[..kv];
                     let visible = if self.causal {
                         (r0 + i + 1).min(kv)
                     } else {
