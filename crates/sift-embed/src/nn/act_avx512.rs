@@ -123,23 +123,41 @@ pub(super) unsafe fn gelu(xs: &mut [f32]) {
 pub(super) unsafe fn softmax_row_bf16(row: &mut [f32], visible: usize, out: &mut [u16]) {
     let v = visible.min(row.len()).min(out.len());
     let p = row.as_mut_ptr();
-    // SAFETY: every masked load and store covers row[i..min(i + 16, v)] or
-    // out[i..min(i + 32, v)], in bounds.
+    // SAFETY: every whole load and store covers row[i..i + 16] with i + 16 <= v, every
+    // masked one row[i..min(i + 16, v)] or out[i..min(i + 32, v)], in bounds.
     unsafe {
-        let mut max = _mm512_set1_ps(f32::NEG_INFINITY);
-        for i in (0..v).step_by(16) {
-            let x = _mm512_mask_loadu_ps(max, lanes(v - i), p.add(i));
-            max = _mm512_max_ps(max, x);
+        // four running maxima and two sums: each pass's chain of dependent instructions
+        // split so that their latencies overlap
+        let mut mx = [_mm512_set1_ps(f32::NEG_INFINITY); 4];
+        let whole = v / 64 * 64;
+        for i in (0..whole).step_by(64) {
+            for (j, m) in mx.iter_mut().enumerate() {
+                *m = _mm512_max_ps(*m, _mm512_loadu_ps(p.add(i + 16 * j)));
+            }
         }
-        let max = _mm512_set1_ps(_mm512_reduce_max_ps(max));
-        let mut sum = _mm512_setzero_ps();
-        for i in (0..v).step_by(16) {
+        for i in (whole..v).step_by(16) {
+            mx[0] = _mm512_max_ps(mx[0], _mm512_mask_loadu_ps(mx[0], lanes(v - i), p.add(i)));
+        }
+        let m01 = _mm512_max_ps(mx[0], mx[1]);
+        let m23 = _mm512_max_ps(mx[2], mx[3]);
+        let max = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(m01, m23)));
+        let mut sum = [_mm512_setzero_ps(); 2];
+        let pairs = v / 32 * 32;
+        for i in (0..pairs).step_by(32) {
+            for (j, s) in sum.iter_mut().enumerate() {
+                let at = p.add(i + 16 * j);
+                let e = exp16_bf16(_mm512_sub_ps(_mm512_loadu_ps(at), max));
+                _mm512_storeu_ps(at, e);
+                *s = _mm512_add_ps(*s, e);
+            }
+        }
+        for i in (pairs..v).step_by(16) {
             let m = lanes(v - i);
             let e = exp16_bf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), max));
             _mm512_mask_storeu_ps(p.add(i), m, e);
-            sum = _mm512_mask_add_ps(sum, m, sum, e);
+            sum[0] = _mm512_mask_add_ps(sum[0], m, sum[0], e);
         }
-        let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
+        let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(_mm512_add_ps(sum[0], sum[1])));
         let o = out.as_mut_ptr();
         for i in (0..v).step_by(32) {
             let (m0, m1) = (lanes(v - i), lanes((v - i).saturating_sub(16)));

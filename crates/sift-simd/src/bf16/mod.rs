@@ -552,12 +552,21 @@ impl PackedBf16 {
     }
 }
 
+/// Bytes of packed weight past which an AMX task takes [`AMX_WIDE_ROWS`] rows instead of
+/// [`AMX_CHUNK_ROWS`]: a core's L2 cache on Sapphire Rapids. Each task streams the whole
+/// weight past its rows; a weight the cache cannot keep comes from further out each time,
+/// so fewer, taller tasks read it fewer times.
+const AMX_L2_BYTES: usize = 2 << 20;
 /// Rows of the activations one AMX task takes: rounded to bfloat16 into the thread's
-/// scratch (48 KiB at 384 inputs, 192 KiB at 1536: in the core's L1 or L2 cache) and
-/// multiplied against every panel of the task before the next rows are read. 64, 128 and
-/// 256 measured within 10% of each other on MiniLM and BERT-base shapes (Sapphire Rapids, 2
-/// cores; `examples/bf16_matmul`), 64 ahead.
+/// scratch (48 KiB at 384 inputs: in the core's L1 or L2 cache) and multiplied against
+/// every panel of the task before the next rows are read.
 const AMX_CHUNK_ROWS: usize = 64;
+/// [`AMX_CHUNK_ROWS`] for a weight over [`AMX_L2_BYTES`]. Measured on Sapphire Rapids, 2
+/// cores, with `sift bench rerank --dtype bf16` at 512 tokens: bge-reranker-base (768
+/// inputs, 3.5-4.5 MiB layers) 13.3-13.5 pairs/s at 128 rows against 12.0-12.7 at 64 and
+/// 12.6-13.3 at 256; the MiniLM-L6 cross-encoder (384 inputs, at most 1.1 MiB) 57.2-57.6
+/// at 128 against 58.1-58.2 at 64.
+const AMX_WIDE_ROWS: usize = 128;
 
 thread_local! {
     /// A thread's rounded rows for the AMX tasks, kept between products.
@@ -570,7 +579,7 @@ thread_local! {
 
 impl PackedBf16 {
     /// `dst = x · Wᵀ` or `dst += x · Wᵀ` on the AMX tiles ([`amx`]), then `then`; the
-    /// processor must have them. Tasks take [`AMX_CHUNK_ROWS`] rows each and every panel
+    /// processor must have them. Tasks take [`PackedBf16::amx_rows`] rows each and every panel
     /// (the epilogue runs in the task, on rows still in the cache); with too few rows to
     /// keep the threads busy, the panels are split between tasks as well and the epilogue
     /// runs after them.
@@ -583,12 +592,13 @@ impl PackedBf16 {
             return self.product_amx_panels(x, m, dst, acc, then);
         }
         let panels = n.div_ceil(PANEL);
-        let chunks = m.div_ceil(AMX_CHUNK_ROWS);
+        let chunk = self.amx_rows();
+        let chunks = m.div_ceil(chunk);
         let col_parts = self.amx_col_parts(m);
         let panels_per = panels.div_ceil(col_parts);
         (0..chunks * col_parts).into_par_iter().for_each(|task| {
             let (c, part) = (task / col_parts, task % col_parts);
-            let (r0, r1) = (c * AMX_CHUNK_ROWS, ((c + 1) * AMX_CHUNK_ROWS).min(m));
+            let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(m));
             let (p0, p1) = (part * panels_per, ((part + 1) * panels_per).min(panels));
             if p0 >= p1 {
                 return;
@@ -624,11 +634,21 @@ impl PackedBf16 {
         self.bytes() > m * 2 * self.stride * 2
     }
 
+    /// Rows an AMX task takes: [`AMX_WIDE_ROWS`] for a weight over [`AMX_L2_BYTES`], else
+    /// [`AMX_CHUNK_ROWS`].
+    fn amx_rows(&self) -> usize {
+        if self.bytes() > AMX_L2_BYTES {
+            AMX_WIDE_ROWS
+        } else {
+            AMX_CHUNK_ROWS
+        }
+    }
+
     /// How many parts [`PackedBf16::product_amx`] splits the panels into for `m` rows: 1
     /// unless there are too few chunks of rows to keep every thread busy.
     fn amx_col_parts(&self, m: usize) -> usize {
         let threads = rayon::current_num_threads().max(1);
-        let chunks = m.div_ceil(AMX_CHUNK_ROWS);
+        let chunks = m.div_ceil(self.amx_rows());
         (2 * threads)
             .div_ceil(chunks)
             .clamp(1, self.n.div_ceil(PANEL))
@@ -684,29 +704,28 @@ impl PackedBf16 {
         let (n, k) = (self.n, self.k);
         let xs = 2 * self.stride;
         let panels = n.div_ceil(PANEL);
-        (0..m.div_ceil(AMX_CHUNK_ROWS))
-            .into_par_iter()
-            .for_each(|c| {
-                let (r0, r1) = (c * AMX_CHUNK_ROWS, ((c + 1) * AMX_CHUNK_ROWS).min(m));
-                let rows = r1 - r0;
-                let run = |xb: &mut Vec<u16>, out: &mut Vec<f32>| {
-                    let xb = x.chunk(r0, rows, k, xs, xb);
-                    // on a 64-byte boundary, as the tiles store whole cache lines
-                    let out = aligned(out, rows * n);
-                    let dst = Out(out.as_mut_ptr());
-                    // SAFETY: AMX is available (the caller's kernel); the scratch holds
-                    // rows x n values and this task alone writes it.
-                    unsafe { self.amx_task(xb, rows, 0..panels, dst, 0, false) };
-                    sink(r0, out);
-                };
-                // the thread's scratch, kept between products (fresh ones if in use)
-                AMX_ROWS.with(|xb| {
-                    AMX_OUT.with(|out| match (xb.try_borrow_mut(), out.try_borrow_mut()) {
-                        (Ok(mut xb), Ok(mut out)) => run(&mut xb, &mut out),
-                        _ => run(&mut Vec::new(), &mut Vec::new()),
-                    })
-                });
+        let chunk = self.amx_rows();
+        (0..m.div_ceil(chunk)).into_par_iter().for_each(|c| {
+            let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(m));
+            let rows = r1 - r0;
+            let run = |xb: &mut Vec<u16>, out: &mut Vec<f32>| {
+                let xb = x.chunk(r0, rows, k, xs, xb);
+                // on a 64-byte boundary, as the tiles store whole cache lines
+                let out = aligned(out, rows * n);
+                let dst = Out(out.as_mut_ptr());
+                // SAFETY: AMX is available (the caller's kernel); the scratch holds
+                // rows x n values and this task alone writes it.
+                unsafe { self.amx_task(xb, rows, 0..panels, dst, 0, false) };
+                sink(r0, out);
+            };
+            // the thread's scratch, kept between products (fresh ones if in use)
+            AMX_ROWS.with(|xb| {
+                AMX_OUT.with(|out| match (xb.try_borrow_mut(), out.try_borrow_mut()) {
+                    (Ok(mut xb), Ok(mut out)) => run(&mut xb, &mut out),
+                    _ => run(&mut Vec::new(), &mut Vec::new()),
+                })
             });
+        });
     }
 
     /// [`PackedBf16::product_amx`] with the panels outermost: the rows are rounded once
@@ -1406,8 +1425,10 @@ pub(super) mod tests {
             .build()
             .unwrap();
         // many chunks of rows (scratch blocks on the tiles), few (the panels split between
-        // tasks: written whole first), a weight outweighing the rows, two rows, odd inputs
+        // tasks: written whole first), a weight outweighing the rows, two rows, odd inputs,
+        // a weight over a core's L2 cache (taller chunks of rows)
         for (m, k, n) in [
+            (1300, 1024, 1100),
             (301, 70, 150),
             (40, 64, 300),
             (5, 300, 200),
@@ -1420,6 +1441,28 @@ pub(super) mod tests {
             let packed = PackedBf16::pack(&w, n, k);
             let mut want = vec![MaybeUninit::new(f32::NAN); m * n];
             let want = packed.matmul_into(&x, m, &mut want, None).to_vec();
+            // spot checks against a double-precision product of the bfloat16 values (the
+            // last row and column included)
+            for t in 0..200.max(m) {
+                let (i, j) = (t * 7919 % m, t * 104_729 % n);
+                let (i, j) = if t == 0 { (m - 1, n - 1) } else { (i, j) };
+                let exact: f64 = (0..k)
+                    .map(|c| {
+                        // (the widening kernel reads the rows unrounded)
+                        let a = if has_dot_bf16() {
+                            bf16_to_f32(xb[i * k + c]) as f64
+                        } else {
+                            x[i * k + c] as f64
+                        };
+                        a * bf16_to_f32(w[j * k + c]) as f64
+                    })
+                    .sum();
+                let got = want[i * n + j] as f64;
+                assert!(
+                    (got - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
+                    "{m}x{k}x{n} ({i}, {j}): {got} vs {exact}"
+                );
+            }
             for threads in [1, 8] {
                 let run = || {
                     let mut out = vec![MaybeUninit::new(f32::NAN); m * n];
