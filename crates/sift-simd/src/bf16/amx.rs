@@ -7,10 +7,12 @@
 //! `tdpbf16ps` multiplies them pairwise into the f32 accumulators, as `vdpbf16ps` does,
 //! 16 × 16 × 32 products an instruction.
 //!
-//! Every buffer the tiles read or write starts on a 64-byte boundary with rows a multiple
-//! of 64 bytes apart: a tile row that straddles two cache lines costs both, and on the
-//! Sapphire Rapids machine this was measured on a 16-row tile load took 16-20 ns that way
-//! against 2.5 ns aligned (stores 9-16 ns against 5; `examples/amx_tiles`).
+//! The buffers made for the tiles (rounded rows, packed weights, output scratch, attention
+//! scores and context) start on a 64-byte boundary with rows a multiple of 64 bytes apart:
+//! a tile row that straddles two cache lines costs both, and on the Sapphire Rapids machine
+//! this was measured on a 16-row tile load took 16-20 ns that way against 2.5 ns aligned
+//! (stores 9-16 ns against 5; `examples/amx_tiles`). An output the caller hands in (a
+//! tensor's memory) is written where it lies.
 //!
 //! The instructions are written in `asm!` (the AMX intrinsics and target features are not
 //! stable Rust); [`available`] checks CPUID and asks Linux for the tile state
