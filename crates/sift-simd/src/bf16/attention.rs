@@ -11,7 +11,7 @@
 //! The packing is [`super::PackedBf16::pack`]'s layout, so the products are
 //! `amx::panel_rows` calls. Everything runs on the calling thread: the heads of a batch
 //! are the caller's parallel tasks.
-use super::{Line, Out, PANEL, Rows, amx, round_row};
+use super::{Line, Out, PANEL, Rows, amx, fill_rows, round_row};
 use crate::mem::{aligned, aligned_view};
 
 /// Rows ahead whose values are prefetched while a head's rows are read: the rows of a fused
@@ -293,8 +293,6 @@ impl HeadProducts {
     }
 }
 
-/// Makes `x` `padded` rows of `xs` values: `row(i, values)` writes each of the first `rows`
-/// (all `xs` values), the rest are zero. Reuses `x`'s memory without clearing it first.
 /// [`HeadProducts::load_kv`]'s keys from bfloat16 rows: each line (16 keys' pair of
 /// features) gathered in one instruction from the 16 keys' rows.
 ///
@@ -384,23 +382,6 @@ unsafe fn pack_values_avx512(
                     _mm512_permutex2var_epi16(even, hi, odd),
                 );
             }
-        }
-    }
-}
-
-fn fill_rows(
-    x: &mut Vec<u16>,
-    xs: usize,
-    padded: usize,
-    rows: usize,
-    mut row: impl FnMut(usize, &mut [u16]),
-) {
-    let x = aligned(x, padded * xs);
-    for (i, r) in x.chunks_exact_mut(xs).enumerate() {
-        if i < rows {
-            row(i, r);
-        } else {
-            r.fill(0);
         }
     }
 }

@@ -115,6 +115,27 @@ impl std::fmt::Debug for PackedBf16 {
     }
 }
 
+/// Makes `x` `padded` rows of `xs` values from a 64-byte boundary ([`aligned`]) and returns
+/// them: `row(i, values)` writes each of the first `rows` (all `xs` values), the rest are
+/// zero. Reuses `x`'s memory without clearing it first.
+fn fill_rows(
+    x: &mut Vec<u16>,
+    xs: usize,
+    padded: usize,
+    rows: usize,
+    mut row: impl FnMut(usize, &mut [u16]),
+) -> &[u16] {
+    let x = aligned(x, padded * xs);
+    for (i, r) in x.chunks_exact_mut(xs).enumerate() {
+        if i < rows {
+            row(i, r);
+        } else {
+            r.fill(0);
+        }
+    }
+    x
+}
+
 /// A raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
@@ -175,16 +196,10 @@ impl Rows<'_> {
         xb: &'b mut Vec<u16>,
     ) -> &'b [u16] {
         let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
-        let xb = aligned(xb, padded * xs);
-        for (r, d) in xb.chunks_mut(xs).enumerate() {
-            if r < rows {
-                self.round(r0 + r, k, d);
-                d[k..].fill(0);
-            } else {
-                d.fill(0);
-            }
-        }
-        xb
+        fill_rows(xb, xs, padded, rows, |r, d| {
+            self.round(r0 + r, k, d);
+            d[k..].fill(0);
+        })
     }
 
     /// Rows `r0..r0 + rows` as an AMX task reads them ([`Rows::round_chunk`]): bfloat16
