@@ -2,8 +2,8 @@
 //!
 //! Eight tile registers of 16 rows × 64 bytes: four accumulators `C` (16 rows × 16 f32
 //! columns each, a 32 × 32 block of the output), two tiles of activations `A` (16 rows ×
-//! 32 bfloat16 inputs) and two of weights `B` (16 input pairs × 16 columns: 16 of a panel's
-//! lines, 256 bytes apart, exactly as [`super::PackedBf16::pack`] lays them out).
+//! 32 bfloat16 inputs) and two of weights `B` (16 input pairs × 16 columns: 16 consecutive
+//! lines of a panel, 1 KiB, exactly as [`super::PackedBf16::pack`] lays them out).
 //! `tdpbf16ps` multiplies them pairwise into the f32 accumulators, as `vdpbf16ps` does,
 //! 16 × 16 × 32 products an instruction.
 //!
@@ -17,7 +17,7 @@
 //! The instructions are written in `asm!` (the AMX intrinsics and target features are not
 //! stable Rust); [`available`] checks CPUID and asks Linux for the tile state
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`) once, before any tile is used.
-use super::{Line, Out};
+use super::{Line, Out, line_at};
 
 /// Input pairs of one tile step (a `B` tile's rows; an `A` tile's 32 inputs).
 pub(super) const STEP_PAIRS: usize = 16;
@@ -87,7 +87,8 @@ pub(super) struct PanelRows<'a> {
     pub xs: usize,
     /// Rows the task writes.
     pub rows: usize,
-    /// The panel's lines: four per input pair, `xs / 2` pairs (zero past the inputs).
+    /// The panel's lines ([`line_at`]): four per input pair, at least `xs / 2` pairs (zero
+    /// past the inputs).
     pub lines: &'a [Line],
     /// The output, `ld` columns a row; the task's first row is `r0`, its panel's first column
     /// `col0`, `cols` wide (at most 64).
@@ -133,11 +134,13 @@ pub(super) unsafe fn release() {
 #[cfg(target_arch = "x86_64")]
 pub(super) unsafe fn panel_rows(p: &PanelRows) {
     let steps = p.xs / (2 * STEP_PAIRS);
+    // pairs per column group of the panel
+    let pairs = p.lines.len() / 4;
     let blocks = p.rows.div_ceil(BLOCK_ROWS);
     assert!(p.xs.is_multiple_of(2 * STEP_PAIRS) && p.cols <= 64);
     assert!(p.x.len() >= blocks * BLOCK_ROWS * p.xs);
-    assert!(p.lines.len() >= steps * STEP_PAIRS * 4);
-    let (xstride, wstride) = (p.xs * 2, 4 * std::mem::size_of::<Line>());
+    assert!(pairs >= steps * STEP_PAIRS && pairs.is_multiple_of(STEP_PAIRS));
+    let (xstride, wstride) = (p.xs * 2, std::mem::size_of::<Line>());
     // four 16 x 16 f32 tiles on 64-byte boundaries, written by the tile stores before they
     // are read (never zero-filled)
     let mut acc = std::mem::MaybeUninit::<Tiles>::uninit();
@@ -146,11 +149,12 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
         // SAFETY: each offset lies inside the 4 KiB buffer
         unsafe { [base, base.add(256), base.add(512), base.add(768)] }
     };
-    // SAFETY: the tiles are configured (the caller's contract); every tile load reads 16 rows of 64 bytes
-    // inside `x` (rows of a block: asserted above) or inside `lines` (steps * 16 pairs of
-    // four lines: asserted); the stores write the 1 KiB buffers of `bufs`, or, for a whole
-    // block, the block's 32 rows x 32 columns of the output, all inside the caller's rows
-    // and columns (checked by `whole`), which is where the output is read and written.
+    // SAFETY: the tiles are configured (the caller's contract); every tile load reads 16
+    // rows of 64 bytes inside `x` (rows of a block: asserted above) or 16 consecutive lines
+    // inside `lines` (a step's group: steps * 16 pairs of four lines, asserted); the stores
+    // write the 1 KiB buffers of `bufs`, or, for a whole block, the block's 32 rows x 32
+    // columns of the output, all inside the caller's rows and columns (checked by
+    // `whole`), which is where the output is read and written.
     unsafe {
         // the panel's column halves outermost: a half's lines (32 columns x the inputs, 24
         // KiB at 384 inputs) stay in the core's L1 cache over the task's blocks of rows,
@@ -201,8 +205,9 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
                 for s in 0..steps {
                     let a0 = p.x.as_ptr().add(i * p.xs + s * 2 * STEP_PAIRS);
                     let a1 = a0.add(16 * p.xs);
-                    let b0 = p.lines.as_ptr().add(s * STEP_PAIRS * 4 + g);
-                    let b1 = b0.add(1);
+                    // groups g and g + 1 of the step: two tiles, one after the other
+                    let b0 = p.lines.as_ptr().add(line_at(pairs, s * STEP_PAIRS, g));
+                    let b1 = b0.add(STEP_PAIRS);
                     std::arch::asm!(
                         "tileloadd tmm4, [{a0} + {xs}*1]",
                         "tileloadd tmm6, [{b0} + {ws}*1]",

@@ -11,7 +11,7 @@
 //! The packing is [`super::PackedBf16::pack`]'s layout, so the products are
 //! `amx::panel_rows` calls. Everything runs on the calling thread: the heads of a batch
 //! are the caller's parallel tasks.
-use super::{Line, Out, PANEL, Rows, amx, fill_rows, round_row};
+use super::{Line, Out, PANEL, Rows, amx, fill_rows, line_at, round_row};
 use crate::mem::{aligned, aligned_view};
 
 /// Rows ahead whose values are prefetched while a head's rows are read: the rows of a fused
@@ -96,7 +96,12 @@ impl HeadProducts {
             // them too (0 x a stale infinity would be NaN); the keys' lines past the last
             // key only reach output columns no product writes
             for pn in 0..d.div_ceil(PANEL) {
-                self.v[(pn * vs + keys.div_ceil(2)) * 4..(pn + 1) * vs * 4].fill(Line([0; 32]));
+                let panel = &mut self.v[pn * vs * 4..(pn + 1) * vs * 4];
+                for q in keys.div_ceil(2)..vs {
+                    for g in 0..4 {
+                        panel[line_at(vs, q, g)] = Line([0; 32]);
+                    }
+                }
             }
             return;
         }
@@ -109,7 +114,7 @@ impl HeadProducts {
             let (p, g, lane) = (j / PANEL, (j % PANEL) / 16, j % 16);
             let panel = &mut self.k[p * ks * 4..(p + 1) * ks * 4];
             for (q, pair) in row[..2 * d.div_ceil(2)].chunks_exact(2).enumerate() {
-                let line = &mut panel[q * 4 + g].0;
+                let line = &mut panel[line_at(ks, q, g)].0;
                 line[2 * lane] = pair[0];
                 line[2 * lane + 1] = pair[1];
             }
@@ -127,7 +132,7 @@ impl HeadProducts {
             }
             for (f, (&e, &o)) in even.iter().zip(&odd).enumerate() {
                 let (p, g, lane) = (f / PANEL, (f % PANEL) / 16, f % 16);
-                let line = &mut self.v[(p * vs + q) * 4 + g].0;
+                let line = &mut self.v[p * vs * 4 + line_at(vs, q, g)].0;
                 line[2 * lane] = e;
                 line[2 * lane + 1] = o;
             }
@@ -329,7 +334,7 @@ unsafe fn pack_keys_avx512(
                 let base = k.as_ptr().add(j0 * rs + 2 * q).cast::<i32>();
                 let pairs =
                     _mm512_mask_i32gather_epi32::<4>(_mm512_setzero_si512(), mask, lane_rows, base);
-                let line = &mut lines[(p * ks + q) * 4 + g];
+                let line = &mut lines[p * ks * 4 + line_at(ks, q, g)];
                 _mm512_storeu_si512(line.0.as_mut_ptr().cast(), pairs);
             }
         }
@@ -372,13 +377,13 @@ unsafe fn pack_values_avx512(
                 } else {
                     _mm512_setzero_si512()
                 };
-                let at = (pn * vs + q) * 4 + g;
+                let at = pn * vs * 4;
                 _mm512_storeu_si512(
-                    lines[at].0.as_mut_ptr().cast(),
+                    lines[at + line_at(vs, q, g)].0.as_mut_ptr().cast(),
                     _mm512_permutex2var_epi16(even, lo, odd),
                 );
                 _mm512_storeu_si512(
-                    lines[at + 1].0.as_mut_ptr().cast(),
+                    lines[at + line_at(vs, q, g + 1)].0.as_mut_ptr().cast(),
                     _mm512_permutex2var_epi16(even, hi, odd),
                 );
             }
