@@ -111,6 +111,49 @@ fn erf_is_accurate() {
     }
 }
 
+/// erf by its Maclaurin series in double precision: for |x| <= 4.5 the largest term is
+/// below 1e9, so cancellation leaves it good to about 1e-7 absolute at worst (far better
+/// nearer 0; checked against reference values in the test).
+fn erf_series(x: f64) -> f64 {
+    let (mut term, mut sum) = (x, x);
+    for n in 1..200 {
+        term *= -x * x / n as f64;
+        sum += term / (2 * n + 1) as f64;
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
+}
+
+#[test]
+fn gelu_lanes_match_erf_in_double_precision() {
+    for (x, want) in [
+        (0.5, 0.520_499_877_8),
+        (1.0, 0.842_700_792_9),
+        (3.0, 0.999_977_909_5),
+    ] {
+        assert!((erf_series(x) - want).abs() < 1e-9, "series erf({x})");
+    }
+    // every 1/1024 over [-6.4, 6.4] (erf's argument to 4.5), and far out where it is ±1
+    let mut xs: Vec<f32> = (-6554..=6554).map(|i| i as f32 / 1024.0).collect();
+    xs.extend([-1e4f32, -50.0, -9.0, 9.0, 50.0, 1e4]);
+    let mut got = xs.clone();
+    act_slice(Act::Gelu, &mut got);
+    for (&x, &g) in xs.iter().zip(&got) {
+        let z = x as f64 / std::f64::consts::SQRT_2;
+        let erf = if z.abs() <= 4.5 {
+            erf_series(z)
+        } else {
+            z.signum()
+        };
+        let want = 0.5 * x as f64 * (1.0 + erf);
+        // erf within 5e-7, plus the f32 rounding of the result
+        let tol = 0.5 * (x as f64).abs() * 5e-7 + want.abs() * 2e-7 + 1e-12;
+        assert!(
+            (g as f64 - want).abs() <= tol,
+            "gelu({x}) = {g}, want {want}"
+        );
+    }
+}
+
 #[test]
 fn exp_approx_is_accurate() {
     let mut worst = 0f64;
