@@ -427,6 +427,145 @@ impl PackedBf16 {
         self.product(kernel, crate::level(), x, m, dst, false, Some(sink));
     }
 
+    /// `x · Wᵀ` on [`Kernel::best`], handed to `sink` in tiles and not kept: where the AMX
+    /// tasks each hold whole rows, a tile is a task's rows against one panel ([`PANEL`]
+    /// columns, 32 KiB at 128 rows), written into the thread's scratch on the tiles and
+    /// handed over while it is still in the core's L1 cache (a row block of
+    /// [`PackedBf16::matmul_blocks`] at 3,072 columns is 1.5 MiB, which the weight streaming
+    /// through L2 pushes out before the sink reads it); elsewhere the product is written
+    /// whole first and handed over in blocks of whole rows. For a sink that works value by
+    /// value (a bias, an activation, a rounding); a row-wise one (a norm) needs
+    /// [`PackedBf16::matmul_blocks`].
+    pub fn matmul_tiles(&self, x: Rows, m: usize, sink: TileSink) {
+        let (n, k) = (self.n, self.k);
+        assert_eq!(x.len(), m * k, "x is not {m}x{k}");
+        if m == 0 || n == 0 {
+            return;
+        }
+        if Kernel::best() == Kernel::Amx
+            && k > 0
+            && m > 2
+            && !self.streams_panels(m)
+            && self.amx_col_parts(m) == 1
+        {
+            return self.product_amx_tiles(x, m, sink);
+        }
+        self.matmul_blocks(x, m, &|row, values| {
+            sink(Tile {
+                row,
+                col: 0,
+                cols: n,
+                ld: n,
+                values,
+            })
+        });
+    }
+
+    /// Two products in a row, `sink(mid(x · Wᵀ) · Vᵀ)` for this weight `W` and `second`'s
+    /// `V` (a feed-forward block: `mid` adds the first layer's bias, applies its activation
+    /// and rounds to bfloat16, `sink` takes blocks of whole rows of the second product, as
+    /// [`PackedBf16::matmul_blocks`]). Where the AMX tasks each hold whole rows, a task
+    /// keeps its rows between the two products in its own scratch (128 rows x 3,072
+    /// bfloat16 values: 768 KiB, in the core's L2 cache), so the wide middle rows never go
+    /// through memory; elsewhere the first product is written whole (rounded by `mid`),
+    /// then read by the second. Panics when `second` does not take this weight's outputs as
+    /// its inputs.
+    pub fn matmul_pair(
+        &self,
+        second: &PackedBf16,
+        x: Rows,
+        m: usize,
+        mid: MidSink,
+        sink: Epilogue,
+    ) {
+        let (n, k) = (self.n, self.k);
+        assert_eq!(
+            second.k, n,
+            "a {n}-output product feeds {} inputs",
+            second.k
+        );
+        assert_eq!(x.len(), m * k, "x is not {m}x{k}");
+        if m == 0 || second.n == 0 {
+            return;
+        }
+        let amx = |w: &PackedBf16| !w.streams_panels(m) && w.amx_col_parts(m) == 1;
+        if Kernel::best() == Kernel::Amx && k > 0 && n > 0 && m > 2 && amx(self) && amx(second) {
+            return self.product_amx_pair(second, x, m, mid, sink);
+        }
+        let mut rows: Vec<u16> = vec![0; m * n];
+        let out = Bits(rows.as_mut_ptr());
+        self.matmul_tiles(x, m, &|t| {
+            let first = t.row;
+            // SAFETY: the tile's rows (and columns) of the m x n middle rows are this
+            // call's alone; the slice ends inside them.
+            let rows = unsafe { out.slice(first * n + t.col, (t.rows() - 1) * n + t.cols) };
+            mid(t, rows, n);
+        });
+        second.matmul_blocks(Rows::Bf16(&rows), m, sink);
+    }
+
+    /// [`PackedBf16::matmul_pair`] on the AMX tiles: each task its rows through the first
+    /// weight a panel at a time ([`PackedBf16::product_amx_tiles`]' loop), `mid` writing
+    /// them into the task's middle rows, then those through every panel of `second`
+    /// ([`PackedBf16::product_amx_sink`]'s).
+    fn product_amx_pair(
+        &self,
+        second: &PackedBf16,
+        x: Rows,
+        m: usize,
+        mid: MidSink,
+        sink: Epilogue,
+    ) {
+        let (n, k, n2) = (self.n, self.k, second.n);
+        let (xs, ms) = (2 * self.stride, 2 * second.stride);
+        let chunk = self.amx_rows().max(second.amx_rows());
+        (0..m.div_ceil(chunk)).into_par_iter().for_each(|c| {
+            let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(m));
+            let rows = r1 - r0;
+            let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
+            let run = |mb: &mut Vec<u16>, tb: &mut Vec<f32>| {
+                with_task_scratch(|xb, out| {
+                    let xb = x.chunk(r0, rows, k, xs, xb);
+                    // the middle rows as the second product's tiles read them: `ms` values
+                    // a row, zero past the n outputs and past the rows
+                    let midrows = aligned(mb, padded * ms);
+                    for (r, row) in midrows.chunks_exact_mut(ms).enumerate() {
+                        row[if r < rows { n } else { 0 }..].fill(0);
+                    }
+                    // SAFETY: AMX is available (the caller's kernel); xb is `round_chunk`'s.
+                    unsafe {
+                        self.amx_tiles(xb, rows, r0, tb, |t| {
+                            let (col, cols) = (t.col, t.cols);
+                            mid(t, &mut midrows[col..(rows - 1) * ms + col + cols], ms)
+                        })
+                    };
+                    let out = aligned(out, rows * n2);
+                    // SAFETY: AMX is available; the middle rows are whole blocks of rows of
+                    // `ms` values (zero past the outputs); the scratch holds rows x n2
+                    // values and this task alone writes it.
+                    unsafe {
+                        second.amx_task(
+                            midrows,
+                            rows,
+                            0..n2.div_ceil(PANEL),
+                            Out(out.as_mut_ptr()),
+                            0,
+                            false,
+                        )
+                    };
+                    sink(r0, out);
+                });
+            };
+            AMX_PAIR.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut b) => {
+                    let (mb, tb) = &mut *b;
+                    run(mb, tb)
+                }
+                Err(_) => run(&mut Vec::new(), &mut Vec::new()),
+            });
+        });
+    }
+
     /// [`PackedBf16::matmul_acc_with`], the widening kernel compiled for `level` (at most
     /// the processor's).
     #[cfg(test)]
@@ -608,6 +747,10 @@ thread_local! {
     static AMX_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     /// A calling thread's rounded rows for the panel-outermost AMX product.
     static AMX_SHARED: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A thread's rows between the two products of [`PackedBf16::matmul_pair`] and its
+    /// tile of the first product's output, kept between products.
+    static AMX_PAIR: std::cell::RefCell<(Vec<u16>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 impl PackedBf16 {
@@ -741,7 +884,7 @@ impl PackedBf16 {
         (0..m.div_ceil(chunk)).into_par_iter().for_each(|c| {
             let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(m));
             let rows = r1 - r0;
-            let run = |xb: &mut Vec<u16>, out: &mut Vec<f32>| {
+            with_task_scratch(|xb, out| {
                 let xb = x.chunk(r0, rows, k, xs, xb);
                 // on a 64-byte boundary, as the tiles store whole cache lines
                 let out = aligned(out, rows * n);
@@ -750,15 +893,77 @@ impl PackedBf16 {
                 // rows x n values and this task alone writes it.
                 unsafe { self.amx_task(xb, rows, 0..panels, dst, 0, false) };
                 sink(r0, out);
-            };
-            // the thread's scratch, kept between products (fresh ones if in use)
-            AMX_ROWS.with(|xb| {
-                AMX_OUT.with(|out| match (xb.try_borrow_mut(), out.try_borrow_mut()) {
-                    (Ok(mut xb), Ok(mut out)) => run(&mut xb, &mut out),
-                    _ => run(&mut Vec::new(), &mut Vec::new()),
-                })
             });
         });
+    }
+
+    /// [`PackedBf16::product_amx_sink`] a panel at a time: each task's rows against one
+    /// panel into the thread's scratch (rows x [`PANEL`], on a cache line), handed to `sink`
+    /// before the next panel (every task holds whole rows: `amx_col_parts(m) == 1`).
+    fn product_amx_tiles(&self, x: Rows, m: usize, sink: TileSink) {
+        let k = self.k;
+        let xs = 2 * self.stride;
+        let chunk = self.amx_rows();
+        (0..m.div_ceil(chunk)).into_par_iter().for_each(|c| {
+            let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(m));
+            let rows = r1 - r0;
+            with_task_scratch(|xb, out| {
+                let xb = x.chunk(r0, rows, k, xs, xb);
+                // SAFETY: AMX is available (the caller's kernel); xb is `round_chunk`'s.
+                unsafe { self.amx_tiles(xb, rows, r0, out, sink) };
+            });
+        });
+    }
+
+    /// One task's rounded rows `xb` (`rows` of them, the product's from `r0`; whole blocks,
+    /// as `Rows::round_chunk` makes them) against each panel in turn into `scratch` (rows x
+    /// [`PANEL`] values, on a cache line), handed to `f` as a [`Tile`] before the next panel.
+    /// The tiles are configured for each panel and released before `f` runs (which may run
+    /// products of its own).
+    ///
+    /// # Safety
+    /// AMX must be available ([`amx::available`]).
+    unsafe fn amx_tiles(
+        &self,
+        xb: &[u16],
+        rows: usize,
+        r0: usize,
+        scratch: &mut Vec<f32>,
+        mut f: impl FnMut(Tile),
+    ) {
+        let (n, xs) = (self.n, 2 * self.stride);
+        let out = aligned(scratch, rows * PANEL);
+        for p in 0..n.div_ceil(PANEL) {
+            let col = p * PANEL;
+            let cols = (n - col).min(PANEL);
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AMX is available (the caller's contract), configured here and
+            // released before `f` runs; xb holds whole blocks of rows of `xs` values; the
+            // scratch holds rows x PANEL values (the columns' `ld`), this task's alone.
+            unsafe {
+                amx::configure();
+                amx::panel_rows(&amx::PanelRows {
+                    x: xb,
+                    xs,
+                    rows,
+                    lines: &self.lines[p * self.stride * 4..(p + 1) * self.stride * 4],
+                    dst: Out(out.as_mut_ptr()),
+                    ld: PANEL,
+                    r0: 0,
+                    col0: 0,
+                    cols,
+                    acc: false,
+                });
+                amx::release();
+            }
+            f(Tile {
+                row: r0,
+                col,
+                cols,
+                ld: PANEL,
+                values: out,
+            });
+        }
     }
 
     /// [`PackedBf16::product_amx`] with the panels outermost: the rows are rounded once
@@ -812,6 +1017,69 @@ impl PackedBf16 {
 /// A pass over a product's output after it is written: `then(first_row, rows)` on blocks of
 /// whole rows (`n` values a row).
 pub type Epilogue<'a> = &'a (dyn Fn(usize, &mut [f32]) + Sync);
+
+/// A block of a product's output ([`PackedBf16::matmul_tiles`]): rows `row..` and columns
+/// `col..col + cols` of the `m × n` product, row `i` at `values[i * ld..i * ld + cols]`
+/// (`values.len() / ld` rows; the values past `cols` in a row are not the product's).
+pub struct Tile<'a> {
+    /// The product's row of the tile's first row.
+    pub row: usize,
+    /// The product's column of the tile's first column.
+    pub col: usize,
+    /// Columns of the product in each row.
+    pub cols: usize,
+    /// Values from one row to the next in `values` (at least `cols`).
+    pub ld: usize,
+    /// The rows, `ld` values each.
+    pub values: &'a mut [f32],
+}
+
+impl Tile<'_> {
+    /// Rows held.
+    pub fn rows(&self) -> usize {
+        self.values.len() / self.ld.max(1)
+    }
+}
+
+/// Takes the tiles of [`PackedBf16::matmul_tiles`], each once, from several threads.
+pub type TileSink<'a> = &'a (dyn Fn(Tile) + Sync);
+
+/// [`PackedBf16::matmul_pair`]'s pass between its products: `mid(tile, rows, ld)` writes
+/// the tile's values (after a bias, an activation) as bfloat16 bits into `rows`, row `i`
+/// at `rows[i * ld..i * ld + tile.cols]` (`rows` starts at the tile's first row and
+/// column).
+pub type MidSink<'a> = &'a (dyn Fn(Tile, &mut [u16], usize) + Sync);
+
+/// A raw pointer to bfloat16 rows shared by tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+struct Bits(*mut u16);
+// SAFETY: every task writes its own elements; the rows outlive the parallel loop.
+unsafe impl Send for Bits {}
+// SAFETY: as above.
+unsafe impl Sync for Bits {}
+
+impl Bits {
+    /// The `len` values from `offset` (a method, so that closures capture the `Sync`
+    /// wrapper).
+    ///
+    /// # Safety
+    /// The range must lie in the rows and be written by this caller alone meanwhile.
+    unsafe fn slice<'a>(self, offset: usize, len: usize) -> &'a mut [u16] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(offset), len) }
+    }
+}
+
+/// Runs `f` on this thread's scratch for an AMX task (rounded rows, output), kept between
+/// products; fresh buffers where they are in use (a product started from a sink).
+fn with_task_scratch(f: impl FnOnce(&mut Vec<u16>, &mut Vec<f32>)) {
+    AMX_ROWS.with(|xb| {
+        AMX_OUT.with(|out| match (xb.try_borrow_mut(), out.try_borrow_mut()) {
+            (Ok(mut xb), Ok(mut out)) => f(&mut xb, &mut out),
+            _ => f(&mut Vec::new(), &mut Vec::new()),
+        })
+    });
+}
 
 /// Runs `then` over the written `m × n` output at `dst` in parallel blocks of rows.
 fn epilogue_rows(then: Epilogue, dst: Out, m: usize, n: usize) {
@@ -1532,9 +1800,27 @@ pub(super) mod tests {
                         .into_iter()
                         .flat_map(|b| b.into_inner().unwrap())
                         .collect();
-                    (pre, blocks)
+                    // the tiles, each element handed over once
+                    let tiles: Vec<std::sync::Mutex<(f32, usize)>> =
+                        (0..m * n).map(|_| Default::default()).collect();
+                    let sink = |t: Tile| {
+                        assert!(t.cols <= t.ld && t.col + t.cols <= n);
+                        assert_eq!(t.values.len() % t.ld, 0);
+                        for (i, row) in t.values.chunks(t.ld).enumerate() {
+                            for (j, &v) in row[..t.cols].iter().enumerate() {
+                                let mut e = tiles[(t.row + i) * n + t.col + j].lock().unwrap();
+                                *e = (v, e.1 + 1);
+                            }
+                        }
+                    };
+                    packed.matmul_tiles(Rows::F32(&x), m, &sink);
+                    let tiles: Vec<(f32, usize)> =
+                        tiles.into_iter().map(|t| t.into_inner().unwrap()).collect();
+                    assert!(tiles.iter().all(|t| t.1 == 1), "{m}x{k}x{n}: tiles once");
+                    let tiles: Vec<f32> = tiles.into_iter().map(|t| t.0).collect();
+                    (pre, blocks, tiles)
                 };
-                let (pre, blocks) = if threads == 1 {
+                let (pre, blocks, tiles) = if threads == 1 {
                     run()
                 } else {
                     pool.install(run)
@@ -1546,6 +1832,73 @@ pub(super) mod tests {
                 }
                 // each row handed over once, as written
                 assert_eq!(blocks, want, "{m}x{k}x{n} blocks, {threads} threads");
+                assert_eq!(tiles, want, "{m}x{k}x{n} tiles, {threads} threads");
+            }
+        }
+    }
+
+    #[test]
+    fn paired_products_equal_the_products_one_after_the_other() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(8)
+            .build()
+            .unwrap();
+        // many chunks of rows with a middle of several panels (a partial last one), a
+        // weight over a core's L2 cache, few rows (the products one after the other)
+        for (m, k, n, n2) in [
+            (300, 600, 320, 200),
+            (1300, 256, 1100, 64),
+            (5, 64, 70, 40),
+            (64, 40, 33, 17),
+        ] {
+            let x = values(m * k, 11);
+            let bits = |len: usize, seed: u64| -> Vec<u16> {
+                values(len, seed).iter().map(|&v| f32_to_bf16(v)).collect()
+            };
+            let (first, second) = (
+                PackedBf16::pack(&bits(n * k, 12), n, k),
+                PackedBf16::pack(&bits(n2 * n, 13), n2, n),
+            );
+            let bias = values(n, 14);
+            // the reference: the first product written whole, biased and rounded, then the
+            // second
+            let mut a = vec![MaybeUninit::new(0f32); m * n];
+            let a = first.matmul_into(&x, m, &mut a, None);
+            let mid: Vec<u16> = a
+                .chunks(n)
+                .flat_map(|r| r.iter().zip(&bias).map(|(v, b)| f32_to_bf16(v + b)))
+                .collect();
+            let mut want = vec![MaybeUninit::new(0f32); m * n2];
+            let want = second
+                .matmul_rows_into(Rows::Bf16(&mid), m, &mut want, None)
+                .to_vec();
+            let midsink = |t: Tile, rows: &mut [u16], ld: usize| {
+                for (i, r) in t.values.chunks(t.ld).enumerate() {
+                    for j in 0..t.cols {
+                        rows[i * ld + j] = f32_to_bf16(r[j] + bias[t.col + j]);
+                    }
+                }
+            };
+            for threads in [1, 8] {
+                let run = || {
+                    let got: Vec<std::sync::Mutex<Vec<f32>>> =
+                        (0..m).map(|_| Default::default()).collect();
+                    let sink = |first: usize, rows: &mut [f32]| {
+                        for (i, row) in rows.chunks(n2).enumerate() {
+                            got[first + i].lock().unwrap().extend_from_slice(row);
+                        }
+                    };
+                    first.matmul_pair(&second, Rows::F32(&x), m, &midsink, &sink);
+                    got.into_iter()
+                        .flat_map(|b| b.into_inner().unwrap())
+                        .collect::<Vec<f32>>()
+                };
+                let got = if threads == 1 {
+                    run()
+                } else {
+                    pool.install(run)
+                };
+                assert_eq!(got, want, "{m}x{k}x{n}x{n2}, {threads} threads");
             }
         }
     }
