@@ -244,10 +244,13 @@ impl Bert {
                 .forward_rounded(x16.as_ref().unwrap_or(&x), None)?;
             let ctx = attention.run(&qkv)?;
             let (a, a16) = layer.attn_out.forward_norm(&ctx, &x, &layer.attn_norm)?;
-            let i = layer
-                .inter
-                .forward_rounded(a16.as_ref().unwrap_or(&a), Some(self.act))?;
-            (x, x16) = layer.out.forward_norm(&i, &a, &layer.out_norm)?;
+            (x, x16) = layer.out.forward_mlp_norm(
+                &layer.inter,
+                Some(self.act),
+                a16.as_ref().unwrap_or(&a),
+                &a,
+                &layer.out_norm,
+            )?;
         }
         Ok(x)
     }

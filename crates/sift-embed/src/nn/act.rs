@@ -353,13 +353,46 @@ pub(crate) fn bias_act_round(
     act: Option<Act>,
     out: &mut [u16],
 ) -> bool {
-    if bias.is_empty() || !matches!(act, None | Some(Act::Gelu)) || out.len() < rows.len() {
+    if out.len() < rows.len() {
+        return false;
+    }
+    let n = bias.len();
+    bias_act_round_rows(rows, n, bias, act, out, n)
+}
+
+/// [`bias_act_round`] on rows apart: row `i` of `src` at `src[i * src_ld..]`, its `bias.len()`
+/// values rounded into `out[i * out_ld..]`, for every row both hold whole.
+pub(crate) fn bias_act_round_rows(
+    src: &[f32],
+    src_ld: usize,
+    bias: &[f32],
+    act: Option<Act>,
+    out: &mut [u16],
+    out_ld: usize,
+) -> bool {
+    if !bias_act_fuses(bias, act) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: AVX-512F, AVX512-BW and AVX512-BF16 were detected (`bias_act_fuses`).
+        unsafe { super::act_avx512::bias_act_round(src, src_ld, bias, act.is_some(), out, out_ld) };
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (src, src_ld, out, out_ld);
+        false
+    }
+}
+
+/// Whether [`bias_act_round`] fuses `bias` and `act` on this processor.
+pub(crate) fn bias_act_fuses(bias: &[f32], act: Option<Act>) -> bool {
+    if bias.is_empty() || !matches!(act, None | Some(Act::Gelu)) {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
     if has_avx512() && sift_simd::bf16::has_dot_bf16() {
-        // SAFETY: AVX-512F, AVX512-BW and AVX512-BF16 were detected.
-        unsafe { super::act_avx512::bias_act_round(rows, bias, act.is_some(), out) };
         return true;
     }
     false

@@ -159,26 +159,35 @@ pub(super) unsafe fn softmax_row_bf16(row: &mut [f32], visible: usize, out: &mut
     out[v..].fill(0);
 }
 
-/// A packed layer's rounded output in one pass over each cached block: `rows + bias` (every
-/// `bias.len()`-long row), then exact GELU when `gelu`, rounded to bfloat16 (to nearest,
-/// ties to even) into `out`; `rows` is left as it was. `bias` must not be empty and `out` as
-/// long as `rows`.
+/// A packed layer's rounded output in one pass over each cached block: `src + bias` (row
+/// `i` at `src[i * src_ld..]`, `bias.len()` values), then exact GELU when `gelu`, rounded
+/// to bfloat16 (to nearest, ties to even) into row `i` of `out` at `out[i * out_ld..]`,
+/// for every row both hold whole; `src` is left as it was.
 ///
 /// # Safety
 /// The processor must have AVX-512F, AVX512-BW and AVX512-BF16.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-pub(super) unsafe fn bias_act_round(rows: &[f32], bias: &[f32], gelu: bool, out: &mut [u16]) {
+pub(super) unsafe fn bias_act_round(
+    src: &[f32],
+    src_ld: usize,
+    bias: &[f32],
+    gelu: bool,
+    out: &mut [u16],
+    out_ld: usize,
+) {
     let n = bias.len();
-    if n == 0 {
+    if n == 0 || src_ld < n || out_ld < n {
         return;
     }
-    let (b, o) = (bias.as_ptr(), out.as_mut_ptr());
-    for (r, row) in rows.chunks_exact(n).take(out.len() / n).enumerate() {
-        let p = row.as_ptr();
+    let whole = |len: usize, ld: usize| if len < n { 0 } else { (len - n) / ld + 1 };
+    let rows = whole(src.len(), src_ld).min(whole(out.len(), out_ld));
+    let b = bias.as_ptr();
+    for r in 0..rows {
+        let (p, o) = (src[r * src_ld..].as_ptr(), out[r * out_ld..].as_mut_ptr());
         for i in (0..n).step_by(32) {
             let (m0, m1) = (lanes(n - i), lanes((n - i).saturating_sub(16)));
-            // SAFETY: the masks cover row[i..min(i + 32, n)] and bias[..], and out's row r
-            // (out holds whole rows of n, checked by `take`).
+            // SAFETY: the masks cover values i..min(i + 32, n) of row r of src and out
+            // (whole rows: `rows`) and of bias.
             unsafe {
                 let mut lo = _mm512_add_ps(
                     _mm512_maskz_loadu_ps(m0, p.add(i)),
@@ -194,7 +203,7 @@ pub(super) unsafe fn bias_act_round(rows: &[f32], bias: &[f32], gelu: bool, out:
                 }
                 let v = _mm512_cvtne2ps_pbh(hi, lo);
                 _mm512_mask_storeu_epi16(
-                    o.add(r * n + i).cast(),
+                    o.add(i).cast(),
                     (m0 as u32) | ((m1 as u32) << 16),
                     std::mem::transmute::<__m512bh, __m512i>(v),
                 );

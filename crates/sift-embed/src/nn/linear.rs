@@ -362,6 +362,30 @@ impl Proj {
             Proj::Dense(_) => Ok((norm.forward(&self.forward(x, Some(residual), None)?)?, None)),
         }
     }
+
+    /// A post-norm feed-forward block, `norm(act(x U^T + c) W^T + b + residual)` for
+    /// `up` (`U`, `c`) and this layer (`W`, `b`), with the rounded rows as
+    /// [`Proj::forward_norm`]: where both are packed and [`Proj::rounds_output`], the two
+    /// products run as one ([`PackedLinear::forward_mlp_norm`]), the same values as
+    /// [`Proj::forward_rounded`] then [`Proj::forward_norm`], which run otherwise.
+    pub fn forward_mlp_norm(
+        &self,
+        up: &Proj,
+        act: Option<Act>,
+        x: &Tensor,
+        residual: &Tensor,
+        norm: &Norm,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        if let (Proj::Packed(p), Proj::Packed(u)) = (self, up)
+            && up.rounds_output()
+            && self.rounds_output()
+            && let Some(out) = p.forward_mlp_norm(u, act, x, residual, norm.rows(), true)?
+        {
+            return Ok(out);
+        }
+        let mid = up.forward_rounded(x, act)?;
+        self.forward_norm(&mid, residual, norm)
+    }
 }
 
 /// A linear layer whose weight is bfloat16 packed for [`sift_simd::bf16`]'s CPU kernels
@@ -485,6 +509,44 @@ impl PackedLinear {
         Ok((full, half))
     }
 
+    /// [`PackedLinear::forward_norm`] of `act(x U^T + c)` for `up`'s layer (`U`, `c`) in
+    /// bfloat16 ([`PackedLinear::forward_bf16`]): a feed-forward block whose two products
+    /// run as one, each task's middle rows kept in its scratch between them. `None` where
+    /// `up`'s bias and `act` do not fuse into one pass (the caller runs the two layers).
+    pub fn forward_mlp_norm(
+        &self,
+        up: &PackedLinear,
+        act: Option<Act>,
+        x: &Tensor,
+        residual: &Tensor,
+        norm: &NormRows,
+        rounded: bool,
+    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+        Self::check_input(x)?;
+        let up_bias = up.bias.as_deref().unwrap_or(&[]);
+        if self.scale.is_some() || up.scale.is_some() || !bias_act_fuses(up_bias, act) {
+            return Ok(None);
+        }
+        let op = PackedOp {
+            l: self,
+            act: None,
+            rounded,
+        };
+        let x = x.contiguous()?;
+        let r = residual.to_dtype(DType::F32)?.contiguous()?;
+        let (full, half, m) = {
+            let ((xs, xl), (rs, rl)) = (x.storage_and_layout(), r.storage_and_layout());
+            let (Storage::Cpu(xs), Storage::Cpu(rs)) = (&*xs, &*rs) else {
+                candle_core::bail!("packed linear: CPU tensors only")
+            };
+            op.compute_mlp_norm(up, act, xs, xl, (rs, rl), norm)?
+        };
+        let n = self.w.rows();
+        let full = Tensor::from_vec(full, (m, n), x.device())?;
+        let half = half.map(|h| h.tensor((m, n), x.device())).transpose()?;
+        Ok(Some((full, half)))
+    }
+
     fn check_input(x: &Tensor) -> Result<()> {
         if !x.device().is_cpu() || !matches!(x.dtype(), DType::F32 | DType::BF16) || x.rank() != 2 {
             candle_core::bail!(
@@ -574,6 +636,22 @@ struct Inputs<'s> {
     residual: Option<&'s [f32]>,
 }
 
+/// A residual's `m × n` f32 values, checked.
+fn residual_rows<'s>(residual: (&'s CpuStorage, &Layout), m: usize, n: usize) -> Result<&'s [f32]> {
+    match residual {
+        (CpuStorage::F32(r), rl) => {
+            let Some((r0, r1)) = rl.contiguous_offsets() else {
+                candle_core::bail!("packed linear: contiguous residual only")
+            };
+            if r1 - r0 != m * n {
+                candle_core::bail!("packed linear: residual of {} values for {m}x{n}", r1 - r0)
+            }
+            Ok(&r[r0..r1])
+        }
+        _ => candle_core::bail!("packed linear: f32 residual only"),
+    }
+}
+
 impl PackedOp<'_> {
     fn inputs<'s>(
         &self,
@@ -599,19 +677,7 @@ impl PackedOp<'_> {
                 l.w.cols()
             )
         }
-        let residual: Option<&[f32]> = match residual {
-            Some((CpuStorage::F32(r), rl)) => {
-                let Some((r0, r1)) = rl.contiguous_offsets() else {
-                    candle_core::bail!("packed linear: contiguous residual only")
-                };
-                if r1 - r0 != m * n {
-                    candle_core::bail!("packed linear: residual of {} values for {m}x{n}", r1 - r0)
-                }
-                Some(&r[r0..r1])
-            }
-            Some(_) => candle_core::bail!("packed linear: f32 residual only"),
-            None => None,
-        };
+        let residual = residual.map(|r| residual_rows(r, m, n)).transpose()?;
         Ok(Inputs { rows, m, residual })
     }
 
@@ -725,6 +791,104 @@ impl PackedOp<'_> {
             }
         }
         Ok((full, self.rounded.then_some(half), m))
+    }
+}
+
+impl PackedOp<'_> {
+    /// [`PackedLinear::forward_mlp_norm`]: `norm(mid · W^T + b + residual)` for this op's
+    /// layer `W`, where `mid = act(x U^T + c)` rounded to bfloat16 (`up`'s layer `U`, `c`)
+    /// never leaves the product's tasks ([`sift_simd::bf16::PackedBf16::matmul_pair`]).
+    /// The caller checked that `up`'s bias and `act` fuse ([`bias_act_fuses`]).
+    #[allow(clippy::too_many_arguments)]
+    fn compute_mlp_norm(
+        &self,
+        up: &PackedLinear,
+        act: Option<Act>,
+        x: &CpuStorage,
+        xl: &Layout,
+        residual: (&CpuStorage, &Layout),
+        norm: &NormRows,
+    ) -> Result<(Vec<f32>, Option<AlignedBf16>, usize)> {
+        let up_op = PackedOp {
+            l: up,
+            act,
+            rounded: true,
+        };
+        let Inputs { rows, m, .. } = up_op.inputs(x, xl, None)?;
+        let (n, l) = (self.l.w.rows(), self.l);
+        if l.w.cols() != up.w.rows() {
+            candle_core::bail!(
+                "packed linear: {} outputs feed a layer of {} inputs",
+                up.w.rows(),
+                l.w.cols()
+            )
+        }
+        if norm.width() != n {
+            candle_core::bail!(
+                "packed linear: a norm of {} features after {n} outputs",
+                norm.width()
+            )
+        }
+        let residual = residual_rows(residual, m, n)?;
+        let mut full: Vec<f32> = Vec::with_capacity(m * n);
+        let out = Floats(full.spare_capacity_mut().as_mut_ptr().cast::<f32>());
+        let mut half = AlignedBf16::new(if self.rounded { m * n } else { 0 });
+        let out16 = half.out();
+        let (up_bias, add) = (
+            up.bias.as_deref().unwrap_or(&[]),
+            l.bias.as_deref().unwrap_or(&[]),
+        );
+        let mid = |t: sift_simd::bf16::Tile, rows: &mut [u16], ld: usize| {
+            let fused = bias_act_round_rows(
+                t.values,
+                t.ld,
+                &up_bias[t.col..t.col + t.cols],
+                act,
+                rows,
+                ld,
+            );
+            debug_assert!(fused, "the caller checked that they fuse");
+        };
+        // each block of the second product's rows: bias, residual and norm in one pass,
+        // then written out and rounded
+        let sink = |first: usize, d: &mut [f32]| {
+            norm.apply_sum(d, add, &residual[first * n..first * n + d.len()]);
+            // SAFETY: rows first.. of the m x n outputs, handed to this call alone.
+            unsafe { out.slice(first * n, d.len()) }.copy_from_slice(d);
+            if self.rounded {
+                // SAFETY: as above.
+                sift_simd::bf16::round_into(d, unsafe { out16.slice(first * n, d.len()) });
+            }
+        };
+        up.w.matmul_pair(&l.w, rows, m, &mid, &sink);
+        // SAFETY: `matmul_pair` handed every row to the sink once, which wrote both.
+        unsafe {
+            full.set_len(m * n);
+            if self.rounded {
+                half.assume_written();
+            }
+        }
+        Ok((full, self.rounded.then_some(half), m))
+    }
+}
+
+/// A raw pointer to an f32 output shared by tasks that write disjoint rows.
+#[derive(Clone, Copy)]
+struct Floats(*mut f32);
+// SAFETY: each task of `matmul_pair` hands over its own rows once; each is written by the
+// one sink call that receives it.
+unsafe impl Send for Floats {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Floats {}
+
+impl Floats {
+    /// The `len` values from `offset` (a method, so closures capture the `Sync` wrapper).
+    ///
+    /// # Safety
+    /// The range must lie in the output and be written by this caller alone.
+    unsafe fn slice(self, offset: usize, len: usize) -> &'static mut [f32] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(offset), len) }
     }
 }
 

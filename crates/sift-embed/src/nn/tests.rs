@@ -956,3 +956,49 @@ fn normalised_packed_outputs_equal_the_product_then_the_norm() {
         assert_eq!(max_diff(&got, &want), 0.0);
     }
 }
+
+#[test]
+fn a_feed_forward_block_run_as_one_equals_its_two_layers() {
+    use crate::nn::norm::Norm;
+    // few rows (the layers one after the other) and many (the middle rows kept in the
+    // tasks' scratch); 96 middle features (a panel and a half), 64 outputs; exact GELU and
+    // no activation (fused between the products) and the tanh GELU (never fused)
+    for rows in [150, 1000] {
+        for act in [Some(Act::Gelu), None, Some(Act::GeluTanh)] {
+            let (inp, mid, out) = (64, 96, 64);
+            let up = noise(mid, inp, 0.2, 81);
+            let c = noise(1, mid, 0.1, 82).flatten_all().unwrap();
+            let w = noise(out, mid, 0.2, 83);
+            let b = noise(1, out, 0.1, 84).flatten_all().unwrap();
+            let x = noise(rows, inp, 1.0, 85);
+            let residual = noise(rows, out, 1.0, 86);
+            let ln = candle_nn::LayerNorm::new(
+                (noise(1, out, 0.3, 87).flatten_all().unwrap() + 1.0).unwrap(),
+                noise(1, out, 0.1, 88).flatten_all().unwrap(),
+                1e-12,
+            );
+            let norm = Norm::new(ln).unwrap();
+            let up = Proj::Packed(Box::new(PackedLinear::new(&up, Some(&c), None).unwrap()));
+            let down = Proj::Packed(Box::new(PackedLinear::new(&w, Some(&b), None).unwrap()));
+            let m = up.forward_rounded(&x, act).unwrap();
+            let (want, want16) = down.forward_norm(&m, &residual, &norm).unwrap();
+            let (got, got16) = down
+                .forward_mlp_norm(&up, act, &x, &residual, &norm)
+                .unwrap();
+            assert_eq!(max_diff(&got, &want), 0.0, "{rows} rows, {act:?}");
+            assert_eq!(got16.is_some(), want16.is_some());
+            if let (Some(g), Some(w)) = (got16, want16) {
+                assert_eq!(g.dtype(), DType::BF16);
+                assert_eq!(max_diff(&g, &w), 0.0, "{rows} rows, {act:?}: rounded");
+            }
+            // and against f32 layers through candle's ops within bfloat16 rounding
+            let plain = norm
+                .forward(
+                    &(down.forward(&up.forward(&x, None, act).unwrap(), Some(&residual), None))
+                        .unwrap(),
+                )
+                .unwrap();
+            assert!(max_diff(&got, &plain) < 0.05, "{rows} rows, {act:?}: f32");
+        }
+    }
+}
