@@ -55,6 +55,41 @@ pub fn huge_vec<T>(len: usize, make: impl FnMut() -> T) -> Vec<T> {
     v
 }
 
+/// A pointer into a buffer that parallel tasks write in disjoint parts (each task's rows of
+/// a product's output), handing each task a slice of its own part.
+pub struct Disjoint<T>(*mut T);
+
+impl<T> Clone for Disjoint<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Disjoint<T> {}
+
+// SAFETY: the slices `Disjoint::slice` hands out are the callers' own parts (its contract);
+// the values may move between threads as `T: Send` allows.
+unsafe impl<T: Send> Send for Disjoint<T> {}
+// SAFETY: as above: no two callers hold the same element.
+unsafe impl<T: Send> Sync for Disjoint<T> {}
+
+impl<T> Disjoint<T> {
+    /// The buffer at `ptr` (possibly uninitialised: the slices are for writing).
+    pub fn new(ptr: *mut T) -> Disjoint<T> {
+        Disjoint(ptr)
+    }
+
+    /// The `len` values from `offset`.
+    ///
+    /// # Safety
+    /// The range must lie inside the buffer, which must outlive the slice, and no other
+    /// slice of it may be alive while this one is.
+    pub unsafe fn slice<'a>(self, offset: usize, len: usize) -> &'a mut [T] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(offset), len) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

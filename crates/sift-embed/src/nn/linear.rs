@@ -494,6 +494,22 @@ impl PackedLinear {
             act: None,
             rounded,
         };
+        self.norm_tensors(x, residual, |xs, xl, r| op.compute_norm(xs, xl, r, norm))
+    }
+
+    /// Runs `f` on `x`'s storage and the f32 residual's and makes tensors of the rows it
+    /// returns (f32, and bfloat16 where it rounded them; `m` rows of this layer's outputs):
+    /// the plumbing of [`PackedLinear::forward_norm`] and [`PackedLinear::forward_mlp_norm`].
+    fn norm_tensors(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        f: impl FnOnce(
+            &CpuStorage,
+            &Layout,
+            (&CpuStorage, &Layout),
+        ) -> Result<(Vec<f32>, Option<AlignedBf16>, usize)>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
         let x = x.contiguous()?;
         let r = residual.to_dtype(DType::F32)?.contiguous()?;
         let (full, half, m) = {
@@ -501,7 +517,7 @@ impl PackedLinear {
             let (Storage::Cpu(xs), Storage::Cpu(rs)) = (&*xs, &*rs) else {
                 candle_core::bail!("packed linear: CPU tensors only")
             };
-            op.compute_norm(xs, xl, (rs, rl), norm)?
+            f(xs, xl, (rs, rl))?
         };
         let n = self.w.rows();
         let full = Tensor::from_vec(full, (m, n), x.device())?;
@@ -532,19 +548,10 @@ impl PackedLinear {
             act: None,
             rounded,
         };
-        let x = x.contiguous()?;
-        let r = residual.to_dtype(DType::F32)?.contiguous()?;
-        let (full, half, m) = {
-            let ((xs, xl), (rs, rl)) = (x.storage_and_layout(), r.storage_and_layout());
-            let (Storage::Cpu(xs), Storage::Cpu(rs)) = (&*xs, &*rs) else {
-                candle_core::bail!("packed linear: CPU tensors only")
-            };
-            op.compute_mlp_norm(up, act, xs, xl, (rs, rl), norm)?
-        };
-        let n = self.w.rows();
-        let full = Tensor::from_vec(full, (m, n), x.device())?;
-        let half = half.map(|h| h.tensor((m, n), x.device())).transpose()?;
-        Ok(Some((full, half)))
+        self.norm_tensors(x, residual, |xs, xl, r| {
+            op.compute_mlp_norm(up, act, xs, xl, r, norm)
+        })
+        .map(Some)
     }
 
     fn check_input(x: &Tensor) -> Result<()> {
@@ -560,25 +567,8 @@ impl PackedLinear {
     }
 }
 
-/// A raw pointer to a bfloat16 output shared by tasks that write disjoint rows.
-#[derive(Clone, Copy)]
-struct RoundedOut(*mut u16);
-// SAFETY: each task of `matmul_blocks` hands over its own rows once; each is written by the
-// one sink call that receives it.
-unsafe impl Send for RoundedOut {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for RoundedOut {}
-
-impl RoundedOut {
-    /// The `len` values from `offset` (a method, so closures capture the `Sync` wrapper).
-    ///
-    /// # Safety
-    /// The range must lie in the output and be written by this caller alone.
-    unsafe fn slice(self, offset: usize, len: usize) -> &'static mut [u16] {
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(offset), len) }
-    }
-}
+/// A bfloat16 output whose rows the tasks of a product write, each its own.
+type RoundedOut = sift_simd::mem::Disjoint<u16>;
 
 /// A bfloat16 output whose first value sits on a 64-byte boundary, so that the AMX
 /// products after read its rows in place (from a row that straddles two cache lines a tile
@@ -601,7 +591,7 @@ impl AlignedBf16 {
 
     /// Where the values go.
     fn out(&mut self) -> RoundedOut {
-        RoundedOut(self.buf.spare_capacity_mut().as_mut_ptr().cast::<u16>())
+        RoundedOut::new(self.buf.spare_capacity_mut().as_mut_ptr().cast::<u16>())
     }
 
     /// Marks the `len` values written.
@@ -831,7 +821,8 @@ impl PackedOp<'_> {
         }
         let residual = residual_rows(residual, m, n)?;
         let mut full: Vec<f32> = Vec::with_capacity(m * n);
-        let out = Floats(full.spare_capacity_mut().as_mut_ptr().cast::<f32>());
+        let out =
+            sift_simd::mem::Disjoint::new(full.spare_capacity_mut().as_mut_ptr().cast::<f32>());
         let mut half = AlignedBf16::new(if self.rounded { m * n } else { 0 });
         let out16 = half.out();
         let (up_bias, add) = (
@@ -869,26 +860,6 @@ impl PackedOp<'_> {
             }
         }
         Ok((full, self.rounded.then_some(half), m))
-    }
-}
-
-/// A raw pointer to an f32 output shared by tasks that write disjoint rows.
-#[derive(Clone, Copy)]
-struct Floats(*mut f32);
-// SAFETY: each task of `matmul_pair` hands over its own rows once; each is written by the
-// one sink call that receives it.
-unsafe impl Send for Floats {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Floats {}
-
-impl Floats {
-    /// The `len` values from `offset` (a method, so closures capture the `Sync` wrapper).
-    ///
-    /// # Safety
-    /// The range must lie in the output and be written by this caller alone.
-    unsafe fn slice(self, offset: usize, len: usize) -> &'static mut [f32] {
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(offset), len) }
     }
 }
 

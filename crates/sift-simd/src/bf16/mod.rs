@@ -493,7 +493,7 @@ impl PackedBf16 {
             return self.product_amx_pair(second, x, m, mid, sink);
         }
         let mut rows: Vec<u16> = vec![0; m * n];
-        let out = Bits(rows.as_mut_ptr());
+        let out = crate::mem::Disjoint::new(rows.as_mut_ptr());
         self.matmul_tiles(x, m, &|t| {
             let first = t.row;
             // SAFETY: the tile's rows (and columns) of the m x n middle rows are this
@@ -1049,26 +1049,6 @@ pub type TileSink<'a> = &'a (dyn Fn(Tile) + Sync);
 /// at `rows[i * ld..i * ld + tile.cols]` (`rows` starts at the tile's first row and
 /// column).
 pub type MidSink<'a> = &'a (dyn Fn(Tile, &mut [u16], usize) + Sync);
-
-/// A raw pointer to bfloat16 rows shared by tasks that write disjoint elements.
-#[derive(Clone, Copy)]
-struct Bits(*mut u16);
-// SAFETY: every task writes its own elements; the rows outlive the parallel loop.
-unsafe impl Send for Bits {}
-// SAFETY: as above.
-unsafe impl Sync for Bits {}
-
-impl Bits {
-    /// The `len` values from `offset` (a method, so that closures capture the `Sync`
-    /// wrapper).
-    ///
-    /// # Safety
-    /// The range must lie in the rows and be written by this caller alone meanwhile.
-    unsafe fn slice<'a>(self, offset: usize, len: usize) -> &'a mut [u16] {
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(offset), len) }
-    }
-}
 
 /// Runs `f` on this thread's scratch for an AMX task (rounded rows, output), kept between
 /// products; fresh buffers where they are in use (a product started from a sink).
