@@ -4,7 +4,7 @@
 //! The weight is packed once ([`PackedBf16::pack`]) into panels of 64 output columns whose
 //! rows are pairs of consecutive inputs, the layout the AVX512-BF16 dot product `vdpbf16ps`
 //! reads: one 64-byte line holds 16 columns × 2 inputs. The lines are in the order the Intel
-//! AMX tiles read them ([`line_at`]): 16 consecutive lines (16 pairs of one group of 16
+//! AMX tiles read them (`line_at`): 16 consecutive lines (16 pairs of one group of 16
 //! columns) are one contiguous 1 KiB weight tile. Three kernels run over it:
 //!
 //! - [`Kernel::Amx`] (Intel Sapphire Rapids and later, on Linux): the activations rounded to
