@@ -413,15 +413,10 @@ impl PackedBf16 {
         if m == 0 || n == 0 {
             return;
         }
-        let kernel = Kernel::best();
-        if kernel == Kernel::Amx
-            && k > 0
-            && m > 2
-            && !self.streams_panels(m)
-            && self.amx_col_parts(m) == 1
-        {
+        if self.amx_tasks_hold_rows(m) {
             return self.product_amx_sink(x, m, sink);
         }
+        let kernel = Kernel::best();
         let mut out: Vec<f32> = Vec::with_capacity(m * n);
         let dst = Out(out.as_mut_ptr());
         self.product(kernel, crate::level(), x, m, dst, false, Some(sink));
@@ -442,12 +437,7 @@ impl PackedBf16 {
         if m == 0 || n == 0 {
             return;
         }
-        if Kernel::best() == Kernel::Amx
-            && k > 0
-            && m > 2
-            && !self.streams_panels(m)
-            && self.amx_col_parts(m) == 1
-        {
+        if self.amx_tasks_hold_rows(m) {
             return self.product_amx_tiles(x, m, sink);
         }
         self.matmul_blocks(x, m, &|row, values| {
@@ -488,8 +478,7 @@ impl PackedBf16 {
         if m == 0 || second.n == 0 {
             return;
         }
-        let amx = |w: &PackedBf16| !w.streams_panels(m) && w.amx_col_parts(m) == 1;
-        if Kernel::best() == Kernel::Amx && k > 0 && n > 0 && m > 2 && amx(self) && amx(second) {
+        if self.amx_tasks_hold_rows(m) && second.amx_tasks_hold_rows(m) {
             return self.product_amx_pair(second, x, m, mid, sink);
         }
         let mut rows: Vec<u16> = vec![0; m * n];
@@ -804,6 +793,19 @@ impl PackedBf16 {
 }
 
 impl PackedBf16 {
+    /// Whether a product of `m` rows runs on the AMX tiles in tasks that each hold whole
+    /// rows (row chunks, every panel: [`PackedBf16::product_amx`]'s first form), as
+    /// [`PackedBf16::matmul_blocks`], [`PackedBf16::matmul_tiles`] and
+    /// [`PackedBf16::matmul_pair`] need to hand rows over from a task's scratch.
+    fn amx_tasks_hold_rows(&self, m: usize) -> bool {
+        Kernel::best() == Kernel::Amx
+            && self.k > 0
+            && self.n > 0
+            && m > 2
+            && !self.streams_panels(m)
+            && self.amx_col_parts(m) == 1
+    }
+
     /// Whether an AMX product of `m` rows streams each panel once over all rows
     /// ([`PackedBf16::product_amx_panels`]): the weight outweighs the rounded rows.
     fn streams_panels(&self, m: usize) -> bool {
