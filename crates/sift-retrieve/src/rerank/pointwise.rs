@@ -306,20 +306,21 @@ fn cached(
 /// `log P(yes)` against `no` from an answer's first-token log probabilities `top`: each
 /// answer's probability is the sum over the listed tokens that are its word (spaces
 /// trimmed, any case: `yes`, ` Yes`); a word not listed is given the smallest listed
-/// probability, the most it can have.
+/// probability, the most it can have. A value above 0 (no log probability) counts as 0.
 pub fn yes_no_from_logprobs(top: &[(String, f64)], yes: &str, no: &str) -> f64 {
-    let floor = top.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+    let floor = top.iter().map(|t| t.1.min(0.0)).fold(0.0, f64::min);
     let lp = |w: &str| -> f64 {
         let p: f64 = top
             .iter()
             .filter(|(t, _)| t.trim().eq_ignore_ascii_case(w.trim()))
-            .map(|(_, lp)| lp.exp())
+            .map(|(_, lp)| lp.min(0.0).exp())
             .sum();
         if p > 0.0 { p.ln() } else { floor }
     };
     let (y, n) = (lp(yes), lp(no));
+    // relative to the larger: at llama.cpp's lowest finite log probability, m + ln 2 == m
     let m = y.max(n);
-    y - (m + ((y - m).exp() + (n - m).exp()).ln())
+    (y - m) - ((y - m).exp() + (n - m).exp()).ln()
 }
 
 /// Log probabilities asked of the endpoint per answer (`top_logprobs`: OpenAI allows 20).
@@ -430,6 +431,30 @@ mod tests {
         let s = yes_no_from_logprobs(&only_yes, "yes", "no");
         let (y, n) = ((-0.1f64).exp(), (-4.0f64).exp());
         assert!((s - (y / (y + n)).ln()).abs() < 1e-12, "{s}");
+        // llama.cpp's server: token ids and bytes beside each token, and a token of
+        // probability zero given the lowest finite f32 as its log probability (its JSON
+        // writes -inf as null)
+        let llama = r#"{"choices":[{"finish_reason":"length","index":0,"message":{"role":
+            "assistant","content":"no"},"logprobs":{"content":[{"id":2152,"token":"no",
+            "bytes":[110,111],"logprob":-0.0004,"top_logprobs":[{"id":2152,"token":"no",
+            "bytes":[110,111],"logprob":-0.0004},{"id":9693,"token":"yes","bytes":[121,101,
+            115],"logprob":-7.9},{"id":13,"token":".","bytes":[46],
+            "logprob":-3.4028234663852886e38}]}]}}],"object":"chat.completion"}"#;
+        let top = sift_generate::parse_first_token_logprobs(llama).unwrap();
+        assert_eq!(top.len(), 3);
+        let s = yes_no_from_logprobs(&top, "yes", "no");
+        let (y, n) = ((-7.9f64).exp(), (-0.0004f64).exp());
+        assert!((s - (y / (y + n)).ln()).abs() < 1e-12, "{s}");
+        // neither answer listed, the floor that lowest finite value: even odds, not NaN
+        let s = yes_no_from_logprobs(&top[2..], "yes", "no");
+        assert!((s - 0.5f64.ln()).abs() < 1e-12, "{s}");
+        // a value above 0 is no log probability: read as 0, the score stays one
+        let odd = vec![("yes".to_string(), 1e308), ("no".to_string(), -1.0)];
+        let s = yes_no_from_logprobs(&odd, "yes", "no");
+        assert!(
+            (s - (1.0 / (1.0 + (-1.0f64).exp())).ln()).abs() < 1e-12,
+            "{s}"
+        );
         // a reply without logprobs is an error naming what is missing
         let none = r#"{"choices":[{"message":{"role":"assistant","content":"yes"}}]}"#;
         let e = sift_generate::parse_first_token_logprobs(none).unwrap_err();
