@@ -30,6 +30,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("serve_eval", serve_eval),
     ("serve_fuse", serve_fuse),
     ("mcp_messages", mcp_messages),
+    ("generator_replies", generator_replies),
 ];
 
 /// The repository, from the manifest directory of the crate that includes this file
@@ -115,6 +116,34 @@ pub fn trec_qrels(data: &[u8]) {
             let _ = sift_eval::write_qrels(&dir.path().join("out.qrels"), &q);
         }
     });
+}
+
+/// A generator's reply as the rerankers and the answer judge read it: the listwise ranking
+/// over lists of several lengths, an endpoint's first-token log probabilities and the yes/no
+/// score made of them, the judge's score. What they return must hold as well: each listed
+/// candidate once and in range, a yes/no score a log probability (at most 0, never NaN), a
+/// judge's score from 0 to 100.
+pub fn generator_replies(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for n in [0, 1, 3, 20, 100] {
+        if let Some(p) = sift_retrieve::rerank::parse_permutation(&text, n) {
+            let mut seen = vec![false; n];
+            for &i in &p.order {
+                assert!(i < n && !seen[i], "over {n}: {:?}", p.order);
+                seen[i] = true;
+            }
+        }
+    }
+    if let Ok(top) = sift_generate::parse_first_token_logprobs(&text) {
+        assert!(!top.is_empty());
+        for (yes, no) in [("yes", "no"), ("True", "False")] {
+            let s = sift_retrieve::rerank::yes_no_from_logprobs(&top, yes, no);
+            assert!(s <= 0.0, "{s} from {top:?}");
+        }
+    }
+    if let Some(v) = sift_generate::rag::parse_score(&text) {
+        assert!((0.0..=100.0).contains(&v), "{v}");
+    }
 }
 
 /// An exclusion list.
@@ -572,6 +601,20 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         .map(|s| s.as_bytes().to_vec())
         .to_vec(),
         "mcp_messages" => mcp_seeds(),
+        "generator_replies" => [
+            // a listwise reply as BRIGHT's prompt asks for it, and a bare trailing list
+            "The most helpful first.\n```json\n[3, 1, 2]\n```",
+            "[2] > [1]. Final ranking: [2, 1, 2, 7, \"x\"]",
+            // first-token log probabilities: OpenAI's shape and llama.cpp's server's
+            r#"{"choices":[{"message":{"role":"assistant","content":"Yes"},"logprobs":{"content":[{"token":"Yes","logprob":-0.3,"bytes":[89,101,115],"top_logprobs":[{"token":"Yes","logprob":-0.3},{"token":"No","logprob":-1.6},{"token":" yes","logprob":-2.5}]}]}}]}"#,
+            r#"{"choices":[{"message":{"role":"assistant","content":"no"},"logprobs":{"content":[{"id":2152,"token":"no","bytes":[110,111],"logprob":-0.0004,"top_logprobs":[{"id":9693,"token":"True","bytes":[84],"logprob":-7.9},{"id":13,"token":".","bytes":[46],"logprob":-3.4028234663852886e38}]}]}}]}"#,
+            // a misbehaving endpoint: a "log probability" above 0
+            r#"{"choices":[{"logprobs":{"content":[{"token":"yes","logprob":800.0,"top_logprobs":[{"token":"no","logprob":-0.5}]}]}}]}"#,
+            // the answer judge
+            "The answer covers the key points.\n**Score:** 85/100",
+        ]
+        .map(|s| s.as_bytes().to_vec())
+        .to_vec(),
         other => panic!("no target {other}"),
     }
 }
