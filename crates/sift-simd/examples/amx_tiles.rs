@@ -34,20 +34,14 @@ mod probe {
     }
 
     pub fn run() {
-        // palette 1, eight tiles of 16 rows x 64 bytes
-        let mut cfg = Line([0; 64]);
-        cfg.0[0] = 1;
-        for t in 0..8 {
-            cfg.0[16 + 2 * t] = 64;
-            cfg.0[48 + t] = 16;
-        }
         let buf = vec![Line([0x3f; 64]); 1024];
         let mut out = vec![Line([0; 64]); 1024];
         // SAFETY: `available` granted the tiles; every load reads 16 rows `stride` apart
         // (at most 1,536 bytes) from inside `buf` (64 KiB) and every store writes inside
         // `out`; all offsets below stay under 32 KiB + 16 x 1,536 bytes.
         unsafe {
-            asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack));
+            // the products' configuration: eight tiles of 16 rows x 64 bytes
+            sift_simd::bf16::amx::configure();
             let p = buf.as_ptr().cast::<u8>();
             let o = out.as_mut_ptr().cast::<u8>();
             for stride in [64usize, 256, 1536] {
@@ -102,7 +96,7 @@ mod probe {
                 "2 x 2 block step, aligned operands in L1: {:.0} GFLOP/s on one core",
                 4.0 * 16.0 * 16.0 * 32.0 * 2.0 / step
             );
-            asm!("tilerelease", options(nostack));
+            sift_simd::bf16::amx::release();
         }
     }
 }

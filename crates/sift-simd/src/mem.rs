@@ -1,8 +1,9 @@
 //! Memory for large arrays read at random ([`huge_vec`]) and buffers on 64-byte boundaries
 //! ([`aligned`]).
 
-/// Values of `T` from the start of `buf` to its first 64-byte boundary.
-fn align_offset<T>(buf: &[T]) -> usize {
+/// Values of `T` from the start of `buf` to its first 64-byte boundary (a slice of
+/// `MaybeUninit<T>`, a vector's spare capacity, as well).
+pub fn align_offset<T>(buf: &[T]) -> usize {
     buf.as_ptr().cast::<u8>().align_offset(64) / std::mem::size_of::<T>().max(1)
 }
 

@@ -584,7 +584,7 @@ impl AlignedBf16 {
     /// Room for `len` values, not yet written.
     fn new(len: usize) -> AlignedBf16 {
         let mut buf: Vec<half::bf16> = Vec::with_capacity(len + 32);
-        let off = (buf.as_ptr().cast::<u8>().align_offset(64) / 2).min(32);
+        let off = sift_simd::mem::align_offset(buf.spare_capacity_mut()).min(32);
         buf.resize(off, half::bf16::ZERO);
         AlignedBf16 { buf, off, len }
     }

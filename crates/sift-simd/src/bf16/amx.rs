@@ -117,25 +117,25 @@ pub(super) struct PanelRows<'a> {
     pub cols: usize,
 }
 
-/// Loads the tile configuration ([`TileConfig::full`]) on this thread, for the
-/// [`panel_rows`] calls that follow until [`release`].
+/// Loads the tile configuration the products use on this thread (palette 1, all eight
+/// tiles 16 rows x 64 bytes), for the tile instructions that follow until [`release`].
 ///
 /// # Safety
 /// [`available`] must have returned true.
 #[cfg(target_arch = "x86_64")]
-pub(super) unsafe fn configure() {
+pub unsafe fn configure() {
     let cfg = TileConfig::full();
     // SAFETY: the tiles were granted (`available`, the caller's contract); `ldtilecfg`
     // reads the 64-byte configuration.
     unsafe { std::arch::asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack)) };
 }
 
-/// Releases this thread's tiles (after [`configure`] and its [`panel_rows`] calls).
+/// Releases this thread's tiles (after [`configure`] and the tile instructions that follow it).
 ///
 /// # Safety
 /// [`available`] must have returned true.
 #[cfg(target_arch = "x86_64")]
-pub(super) unsafe fn release() {
+pub unsafe fn release() {
     // SAFETY: the tiles were granted; `tilerelease` touches no memory.
     unsafe { std::arch::asm!("tilerelease", options(nostack)) };
 }

@@ -505,45 +505,39 @@ impl PackedBf16 {
         mid: MidSink,
         sink: Epilogue,
     ) {
-        let (n, k, n2) = (self.n, self.k, second.n);
-        let (xs, ms) = (2 * self.stride, 2 * second.stride);
+        let (n, n2, ms) = (self.n, second.n, 2 * second.stride);
         let chunk = self.amx_rows().max(second.amx_rows());
-        (0..m.div_ceil(chunk)).into_par_iter().for_each(|c| {
-            let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(m));
-            let rows = r1 - r0;
+        self.amx_row_tasks(x, m, chunk, |r0, rows, xb, out| {
             let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
-            let run = |mb: &mut Vec<u16>, tb: &mut Vec<f32>| {
-                with_task_scratch(|xb, out| {
-                    let xb = x.chunk(r0, rows, k, xs, xb);
-                    // the middle rows as the second product's tiles read them: `ms` values
-                    // a row, zero past the n outputs and past the rows
-                    let midrows = aligned(mb, padded * ms);
-                    for (r, row) in midrows.chunks_exact_mut(ms).enumerate() {
-                        row[if r < rows { n } else { 0 }..].fill(0);
-                    }
-                    // SAFETY: AMX is available (the caller's kernel); xb is `round_chunk`'s.
-                    unsafe {
-                        self.amx_tiles(xb, rows, r0, tb, |t| {
-                            let (col, cols) = (t.col, t.cols);
-                            mid(t, &mut midrows[col..(rows - 1) * ms + col + cols], ms)
-                        })
-                    };
-                    let out = aligned(out, rows * n2);
-                    // SAFETY: AMX is available; the middle rows are whole blocks of rows of
-                    // `ms` values (zero past the outputs); the scratch holds rows x n2
-                    // values and this task alone writes it.
-                    unsafe {
-                        second.amx_task(
-                            midrows,
-                            rows,
-                            0..n2.div_ceil(PANEL),
-                            Out(out.as_mut_ptr()),
-                            0,
-                            false,
-                        )
-                    };
-                    sink(r0, out);
-                });
+            let mut run = |mb: &mut Vec<u16>, tb: &mut Vec<f32>| {
+                // the middle rows as the second product's tiles read them: `ms` values a
+                // row, zero past the n outputs and past the rows
+                let midrows = aligned(mb, padded * ms);
+                for (r, row) in midrows.chunks_exact_mut(ms).enumerate() {
+                    row[if r < rows { n } else { 0 }..].fill(0);
+                }
+                // SAFETY: AMX is available (the caller's kernel); xb is `Rows::chunk`'s.
+                unsafe {
+                    self.amx_tiles(xb, rows, r0, tb, |t| {
+                        let (col, cols) = (t.col, t.cols);
+                        mid(t, &mut midrows[col..(rows - 1) * ms + col + cols], ms)
+                    })
+                };
+                let out = aligned(out, rows * n2);
+                // SAFETY: AMX is available; the middle rows are whole blocks of rows of `ms`
+                // values (zero past the outputs); the scratch holds rows x n2 values and
+                // this task alone writes it.
+                unsafe {
+                    second.amx_task(
+                        midrows,
+                        rows,
+                        0..n2.div_ceil(PANEL),
+                        Out(out.as_mut_ptr()),
+                        0,
+                        false,
+                    )
+                };
+                sink(r0, out);
             };
             AMX_PAIR.with(|cell| match cell.try_borrow_mut() {
                 Ok(mut b) => {
@@ -879,23 +873,14 @@ impl PackedBf16 {
     /// [`PackedBf16::product_amx`] with each task's output in its own scratch, handed to
     /// `sink` there (every task holds whole rows: `amx_col_parts(m) == 1`).
     fn product_amx_sink(&self, x: Rows, m: usize, sink: Epilogue) {
-        let (n, k) = (self.n, self.k);
-        let xs = 2 * self.stride;
-        let panels = n.div_ceil(PANEL);
-        let chunk = self.amx_rows();
-        (0..m.div_ceil(chunk)).into_par_iter().for_each(|c| {
-            let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(m));
-            let rows = r1 - r0;
-            with_task_scratch(|xb, out| {
-                let xb = x.chunk(r0, rows, k, xs, xb);
-                // on a 64-byte boundary, as the tiles store whole cache lines
-                let out = aligned(out, rows * n);
-                let dst = Out(out.as_mut_ptr());
-                // SAFETY: AMX is available (the caller's kernel); the scratch holds
-                // rows x n values and this task alone writes it.
-                unsafe { self.amx_task(xb, rows, 0..panels, dst, 0, false) };
-                sink(r0, out);
-            });
+        let (n, panels) = (self.n, self.n.div_ceil(PANEL));
+        self.amx_row_tasks(x, m, self.amx_rows(), |r0, rows, xb, out| {
+            // on a 64-byte boundary, as the tiles store whole cache lines
+            let out = aligned(out, rows * n);
+            // SAFETY: AMX is available (the caller's kernel); the scratch holds rows x n
+            // values and this task alone writes it.
+            unsafe { self.amx_task(xb, rows, 0..panels, Out(out.as_mut_ptr()), 0, false) };
+            sink(r0, out);
         });
     }
 
@@ -903,17 +888,26 @@ impl PackedBf16 {
     /// panel into the thread's scratch (rows x [`PANEL`], on a cache line), handed to `sink`
     /// before the next panel (every task holds whole rows: `amx_col_parts(m) == 1`).
     fn product_amx_tiles(&self, x: Rows, m: usize, sink: TileSink) {
-        let k = self.k;
-        let xs = 2 * self.stride;
-        let chunk = self.amx_rows();
+        self.amx_row_tasks(x, m, self.amx_rows(), |r0, rows, xb, out| {
+            // SAFETY: AMX is available (the caller's kernel); xb is `Rows::chunk`'s.
+            unsafe { self.amx_tiles(xb, rows, r0, out, sink) };
+        });
+    }
+
+    /// The tasks of an AMX product that hold whole rows: `f(r0, rows, xb, out)` in parallel
+    /// on each `chunk` rows of the `m` rows `x`, `xb` the task's rows as the tiles read them
+    /// ([`Rows::chunk`]), `out` this thread's output scratch ([`with_task_scratch`]).
+    fn amx_row_tasks(
+        &self,
+        x: Rows,
+        m: usize,
+        chunk: usize,
+        f: impl Fn(usize, usize, &[u16], &mut Vec<f32>) + Sync,
+    ) {
+        let (k, xs) = (self.k, 2 * self.stride);
         (0..m.div_ceil(chunk)).into_par_iter().for_each(|c| {
-            let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(m));
-            let rows = r1 - r0;
-            with_task_scratch(|xb, out| {
-                let xb = x.chunk(r0, rows, k, xs, xb);
-                // SAFETY: AMX is available (the caller's kernel); xb is `round_chunk`'s.
-                unsafe { self.amx_tiles(xb, rows, r0, out, sink) };
-            });
+            let (r0, rows) = (c * chunk, chunk.min(m - c * chunk));
+            with_task_scratch(|xb, out| f(r0, rows, x.chunk(r0, rows, k, xs, xb), out));
         });
     }
 
