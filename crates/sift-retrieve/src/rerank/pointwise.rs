@@ -235,8 +235,7 @@ impl PointwiseReranker {
             logits[self.yes as usize] as f64,
             logits[self.no as usize] as f64,
         );
-        let m = y.max(n);
-        Ok(y - (m + ((y - m).exp() + (n - m).exp()).ln()))
+        Ok(log_share(y, n))
     }
 }
 
@@ -317,8 +316,12 @@ pub fn yes_no_from_logprobs(top: &[(String, f64)], yes: &str, no: &str) -> f64 {
             .sum();
         if p > 0.0 { p.ln() } else { floor }
     };
-    let (y, n) = (lp(yes), lp(no));
-    // relative to the larger: at llama.cpp's lowest finite log probability, m + ln 2 == m
+    log_share(lp(yes), lp(no))
+}
+
+/// `ln(e^y / (e^y + e^n))`, the log probability of `y` between the two, computed relative
+/// to the larger (at llama.cpp's lowest finite log probability, m + ln 2 == m).
+fn log_share(y: f64, n: f64) -> f64 {
     let m = y.max(n);
     (y - m) - ((y - m).exp() + (n - m).exp()).ln()
 }
