@@ -9,6 +9,7 @@ use candle_core::{
     Storage, Tensor,
 };
 use candle_nn::{Linear, VarBuilder};
+use sift_simd::bf16::Epilogue;
 
 /// A linear layer the models run through [`linear_act`]: candle's [`Linear`] or a [`Proj`].
 pub trait LinearLayer {
@@ -700,7 +701,7 @@ impl PackedOp<'_> {
         let then = |first: usize, d: &mut [f32]| self.epilogue(residual, first, d);
         let fused =
             l.bias.is_some() || l.scale.is_some() || self.act.is_some() || residual.is_some();
-        let then: Option<sift_simd::bf16::Epilogue> = fused.then_some(&then);
+        let then: Option<Epilogue> = fused.then_some(&then);
         // written whole by the product: no zero-fill first
         let mut dst = Vec::with_capacity(m * n);
         l.w.matmul_rows_into(rows, m, &mut dst.spare_capacity_mut()[..m * n], then);
@@ -743,6 +744,32 @@ impl PackedOp<'_> {
         norm: &NormRows,
     ) -> Result<(Vec<f32>, Option<AlignedBf16>, usize)> {
         let Inputs { rows, m, residual } = self.inputs(x, xl, Some(residual))?;
+        let Some(residual) = residual else {
+            candle_core::bail!("packed linear: a norm needs the residual")
+        };
+        // SAFETY: `matmul_rows_into` initialises the m * n outputs and runs the epilogue on
+        // every row once.
+        unsafe {
+            self.norm_outputs(m, residual, norm, |full, then| {
+                self.l.w.matmul_rows_into(rows, m, full, Some(then));
+            })
+        }
+    }
+
+    /// This layer's `m` rows of outputs with a norm after them: `product(full, then)` runs
+    /// the product into `full` and hands every block of its rows to `then` (while they are
+    /// cached: bias, residual and norm in one pass, then the rounded copy). Returns the rows
+    /// in f32 and, `rounded`, in bfloat16.
+    ///
+    /// # Safety
+    /// `product` must initialise all of `full` and call `then` once on every row.
+    unsafe fn norm_outputs(
+        &self,
+        m: usize,
+        residual: &[f32],
+        norm: &NormRows,
+        product: impl FnOnce(&mut [std::mem::MaybeUninit<f32>], Epilogue),
+    ) -> Result<(Vec<f32>, Option<AlignedBf16>, usize)> {
         let (n, l) = (self.l.w.rows(), self.l);
         if norm.width() != n {
             candle_core::bail!(
@@ -754,11 +781,6 @@ impl PackedOp<'_> {
         let mut half = AlignedBf16::new(if self.rounded { m * n } else { 0 });
         let out16 = half.out();
         let add = l.bias.as_deref().unwrap_or(&[]);
-        let Some(residual) = residual else {
-            candle_core::bail!("packed linear: a norm needs the residual")
-        };
-        // on the rows the product wrote, while they are cached: bias, residual and norm in
-        // one pass, then the rounded copy
         let then = |first: usize, d: &mut [f32]| {
             norm.apply_sum(d, add, &residual[first * n..first * n + d.len()]);
             if self.rounded {
@@ -766,14 +788,9 @@ impl PackedOp<'_> {
                 sift_simd::bf16::round_into(d, unsafe { out16.slice(first * n, d.len()) });
             }
         };
-        l.w.matmul_rows_into(
-            rows,
-            m,
-            &mut full.spare_capacity_mut()[..m * n],
-            Some(&then),
-        );
-        // SAFETY: `matmul_rows_into` initialised the first m * n elements and ran the
-        // epilogue on every row once, which wrote the rounded copy.
+        product(&mut full.spare_capacity_mut()[..m * n], &then);
+        // SAFETY: `product` initialised the m * n values and ran `then` on every row once,
+        // which wrote the rounded copy (the caller's contract).
         unsafe {
             full.set_len(m * n);
             if self.rounded {
@@ -813,22 +830,8 @@ impl PackedOp<'_> {
                 l.w.cols()
             )
         }
-        if norm.width() != n {
-            candle_core::bail!(
-                "packed linear: a norm of {} features after {n} outputs",
-                norm.width()
-            )
-        }
         let residual = residual_rows(residual, m, n)?;
-        let mut full: Vec<f32> = Vec::with_capacity(m * n);
-        let out =
-            sift_simd::mem::Disjoint::new(full.spare_capacity_mut().as_mut_ptr().cast::<f32>());
-        let mut half = AlignedBf16::new(if self.rounded { m * n } else { 0 });
-        let out16 = half.out();
-        let (up_bias, add) = (
-            up.bias.as_deref().unwrap_or(&[]),
-            l.bias.as_deref().unwrap_or(&[]),
-        );
+        let up_bias = up.bias.as_deref().unwrap_or(&[]);
         let mid = |t: sift_simd::bf16::Tile, rows: &mut [u16], ld: usize| {
             let fused = bias_act_round_rows(
                 t.values,
@@ -840,26 +843,19 @@ impl PackedOp<'_> {
             );
             debug_assert!(fused, "the caller checked that they fuse");
         };
-        // each block of the second product's rows: bias, residual and norm in one pass,
-        // then written out and rounded
-        let sink = |first: usize, d: &mut [f32]| {
-            norm.apply_sum(d, add, &residual[first * n..first * n + d.len()]);
-            // SAFETY: rows first.. of the m x n outputs, handed to this call alone.
-            unsafe { out.slice(first * n, d.len()) }.copy_from_slice(d);
-            if self.rounded {
-                // SAFETY: as above.
-                sift_simd::bf16::round_into(d, unsafe { out16.slice(first * n, d.len()) });
-            }
+        // the second product's rows: `then` on each block, which is then written out
+        let product = |full: &mut [std::mem::MaybeUninit<f32>], then: Epilogue| {
+            let out = sift_simd::mem::Disjoint::new(full.as_mut_ptr().cast::<f32>());
+            let sink = |first: usize, d: &mut [f32]| {
+                then(first, d);
+                // SAFETY: rows first.. of the m x n outputs, handed to this call alone.
+                unsafe { out.slice(first * n, d.len()) }.copy_from_slice(d);
+            };
+            up.w.matmul_pair(&l.w, rows, m, &mid, &sink);
         };
-        up.w.matmul_pair(&l.w, rows, m, &mid, &sink);
-        // SAFETY: `matmul_pair` handed every row to the sink once, which wrote both.
-        unsafe {
-            full.set_len(m * n);
-            if self.rounded {
-                half.assume_written();
-            }
-        }
-        Ok((full, self.rounded.then_some(half), m))
+        // SAFETY: `matmul_pair` hands every row of the second product to the sink once,
+        // which runs `then` on it and writes it into `full`.
+        unsafe { self.norm_outputs(m, residual, norm, product) }
     }
 }
 
