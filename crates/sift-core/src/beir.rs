@@ -1,12 +1,11 @@
 //! BEIR layout: `corpus.jsonl` (`_id`, `title`, `text`), `queries.jsonl` (`_id`, `text`),
 //! `qrels/<split>.tsv` (header row, then `query-id corpus-id score`, graded scores).
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::files::Lines;
 use crate::types::{Example, Passage, Qrels};
 use crate::warnings::{WarningKind, Warnings};
 use crate::{Error, Result};
@@ -52,61 +51,6 @@ struct QueryLine {
 /// The UTF-8 byte-order mark.
 pub const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
 
-/// Reads a text file line by line as bytes, so invalid UTF-8 is reported with its line number
-/// instead of aborting the whole read.
-pub(crate) struct Lines {
-    path: PathBuf,
-    reader: BufReader<File>,
-    line: u64,
-    buf: Vec<u8>,
-}
-
-impl Lines {
-    pub(crate) fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        Ok(Lines {
-            path: path.to_path_buf(),
-            reader: BufReader::with_capacity(1 << 20, file),
-            line: 0,
-            buf: Vec::new(),
-        })
-    }
-
-    /// Next non-blank line as `(line number, text)`.
-    pub(crate) fn next_line(&mut self) -> Result<Option<(u64, &str)>> {
-        loop {
-            self.buf.clear();
-            let n = self
-                .reader
-                .read_until(b'\n', &mut self.buf)
-                .map_err(|e| Error::io(&self.path, e))?;
-            if n == 0 {
-                return Ok(None);
-            }
-            self.line += 1;
-            while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
-                self.buf.pop();
-            }
-            // a UTF-8 byte-order mark (written by some editors) is not part of the first line
-            if self.line == 1 && self.buf.starts_with(UTF8_BOM) {
-                self.buf.drain(..UTF8_BOM.len());
-            }
-            if self.buf.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let line = self.line;
-            let text = std::str::from_utf8(&self.buf).map_err(|e| {
-                Error::line(
-                    &self.path,
-                    line,
-                    format!("invalid UTF-8 at byte {}", e.valid_up_to()),
-                )
-            })?;
-            return Ok(Some((line, text)));
-        }
-    }
-}
-
 /// Streams `corpus.jsonl`.
 pub(crate) struct JsonlPassages {
     lines: Lines,
@@ -124,7 +68,7 @@ impl JsonlPassages {
     }
 
     pub(crate) fn next_passage(&mut self) -> Result<Option<Passage>> {
-        let path = self.lines.path.clone();
+        let path = self.lines.path().to_path_buf();
         let Some((line, text)) = self.lines.next_line()? else {
             return Ok(None);
         };

@@ -323,7 +323,7 @@ impl Corpus {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
             hasher.write(name.unwrap_or_default().as_bytes());
             hasher.write(&[0]);
-            let mut f = fs::File::open(&file).map_err(|e| Error::io(&file, e))?;
+            let mut f = crate::open_regular_file(&file)?;
             loop {
                 let n = f.read(&mut buf).map_err(|e| Error::io(&file, e))?;
                 if n == 0 {

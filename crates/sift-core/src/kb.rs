@@ -28,8 +28,8 @@ use parquet::record::Field;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::beir::Lines;
 use crate::corpus::{ImageRecord, MAX_IMAGE_FILE_BYTES, read_image_file};
+use crate::files::Lines;
 use crate::mmbright::{Table, string_at};
 use crate::paths::normalize_image_path;
 use crate::types::Passage;

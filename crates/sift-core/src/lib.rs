@@ -48,7 +48,10 @@ mod warnings;
 
 pub use corpus::{Corpus, ImageRecord, Images, Layout, Passages};
 pub use error::{Error, Result};
-pub use files::{open_regular_file, read_regular_file};
+pub use files::{
+    LINE_LIMIT, Lines, OutputFile, TEXT_FILE_LIMIT, open_regular_file, open_regular_file_if_exists,
+    read_regular_file, read_regular_file_if_exists, read_regular_text, write_output,
+};
 pub use guard::catch_panics;
 pub use paths::{
     domain_problem, id_problem, image_base_key, normalize_image_path, passage_base_key,

@@ -6,7 +6,6 @@
 //! Columns are looked up by name so unknown extra columns are ignored; list columns of image
 //! annotations may hold plain strings or structs with an `image_path` field.
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -55,7 +54,7 @@ impl Table {
         optional: &[&str],
         batch_size: usize,
     ) -> Result<Table> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = crate::open_regular_file(path)?;
         let reader = SerializedFileReader::new(file).map_err(|e| Error::parquet(path, e))?;
         let meta = reader.metadata().file_metadata();
         let num_rows = meta.num_rows().max(0) as u64;
@@ -140,7 +139,7 @@ impl Table {
 /// The names of the top-level columns of the parquet file `path`.
 pub(crate) fn column_names(path: &Path) -> Result<Vec<String>> {
     crate::catch_panics(|| {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = crate::open_regular_file(path)?;
         let reader = SerializedFileReader::new(file).map_err(|e| Error::parquet(path, e))?;
         let names = reader
             .metadata()

@@ -1,8 +1,7 @@
 //! TREC file formats: runs (`qid Q0 docid rank score tag`), qrels (`qid iter docid grade`)
 //! and exclusion lists (`qid docid`).
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use sift_core::{Qrels, WarningKind, Warnings, parse_grade};
@@ -10,38 +9,18 @@ use sift_core::{Qrels, WarningKind, Warnings, parse_grade};
 use crate::metrics::{Exclusions, Run, RunEntry, trec_order};
 use crate::{Error, Result};
 
+/// Calls `f` with each non-blank line that is not a `#` comment, trimmed, read through
+/// sift-core's guarded line reader (a regular file only, lines of bounded length).
 fn for_each_line(path: &Path, mut f: impl FnMut(u64, &str) -> Result<()>) -> Result<()> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut reader = BufReader::new(file);
-    let mut buf = Vec::new();
-    let mut line = 0u64;
-    loop {
-        buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| Error::io(path, e))?;
-        if n == 0 {
-            return Ok(());
-        }
-        line += 1;
-        let bytes = if line == 1 {
-            buf.strip_prefix(sift_core::UTF8_BOM).unwrap_or(&buf)
-        } else {
-            &buf
-        };
-        let text = std::str::from_utf8(bytes).map_err(|e| {
-            Error::line(
-                path,
-                line,
-                format!("invalid UTF-8 at byte {}", e.valid_up_to()),
-            )
-        })?;
+    let mut lines = sift_core::Lines::open(path)?;
+    while let Some((line, text)) = lines.next_line()? {
         let text = text.trim();
-        if text.is_empty() || text.starts_with('#') {
+        if text.starts_with('#') {
             continue;
         }
         f(line, text)?;
     }
+    Ok(())
 }
 
 /// The whitespace-separated fields of `text`, line `line` of `path`: as many as `names`
@@ -175,79 +154,21 @@ pub fn read_exclusions(path: &Path) -> Result<Exclusions> {
     Ok(out)
 }
 
-/// Where an output file's bytes go: through a temporary file renamed into place once
-/// complete (a failure never leaves half a file under the name), or, for `-` (standard
-/// output) and paths that exist but are not regular files (`/dev/stdout`, a named pipe),
-/// straight there: renaming over those would replace the device or pipe with a file.
-enum Sink {
-    Atomic { tmp: PathBuf, file: File },
-    Direct(Box<dyn Write>),
-}
-
-impl Sink {
-    fn open(path: &Path) -> std::io::Result<Sink> {
-        if path.as_os_str() == "-" {
-            return Ok(Sink::Direct(Box::new(std::io::stdout())));
-        }
-        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
-            let f = std::fs::OpenOptions::new().write(true).open(path)?;
-            return Ok(Sink::Direct(Box::new(f)));
-        }
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".tmp-{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        let file = File::create(&tmp)?;
-        Ok(Sink::Atomic { tmp, file })
-    }
-
-    fn writer(&mut self) -> BufWriter<&mut dyn Write> {
-        match self {
-            Sink::Atomic { file, .. } => BufWriter::new(file as &mut dyn Write),
-            Sink::Direct(w) => BufWriter::new(w.as_mut()),
-        }
-    }
-
-    /// Syncs and renames into place (atomic), or flushes (direct).
-    fn finish(self, path: &Path) -> std::io::Result<()> {
-        match self {
-            Sink::Atomic { tmp, file } => {
-                let done = file.sync_all().and_then(|()| std::fs::rename(&tmp, path));
-                if done.is_err() {
-                    let _ = std::fs::remove_file(&tmp);
-                }
-                done
-            }
-            Sink::Direct(mut w) => w.flush(),
-        }
-    }
-
-    fn discard(&self) {
-        if let Sink::Atomic { tmp, .. } = self {
-            let _ = std::fs::remove_file(tmp);
-        }
-    }
-}
-
-/// Writes `path` as [`Sink`] says: atomically for files, straight to `-` (stdout) and
-/// devices or pipes.
+/// Writes `path` through sift-core's [`sift_core::OutputFile`]: atomically for files (a
+/// failure never leaves half a file under the name), straight to `-` (standard output),
+/// FIFOs and character devices, never over a directory or a block device.
 fn write_atomically(
     path: &Path,
-    write: impl FnOnce(&mut BufWriter<&mut dyn Write>) -> std::io::Result<()>,
+    write: impl FnOnce(&mut BufWriter<&mut sift_core::OutputFile>) -> std::io::Result<()>,
 ) -> Result<()> {
-    let mut sink = Sink::open(path).map_err(|e| Error::io(path, e))?;
+    let mut out = sift_core::OutputFile::create(path)?;
     let result = (|| {
-        let mut w = sink.writer();
+        let mut w = BufWriter::new(&mut out);
         write(&mut w)?;
         w.flush()
     })();
-    let result = match result {
-        Ok(()) => sink.finish(path),
-        Err(e) => {
-            sink.discard();
-            Err(e)
-        }
-    };
-    result.map_err(|e| Error::io(path, e))
+    result.map_err(|e| Error::io(path, e))?;
+    Ok(out.commit()?)
 }
 
 fn check_token(kind: &str, s: &str) -> std::io::Result<()> {
@@ -295,7 +216,7 @@ fn write_query(
 /// output, and a device or pipe is written straight.
 pub struct RunWriter {
     path: PathBuf,
-    sink: Option<Sink>,
+    out: Option<sift_core::OutputFile>,
     buf: Vec<u8>,
     tag: String,
 }
@@ -304,10 +225,10 @@ impl RunWriter {
     /// Starts the run `path`.
     pub fn create(path: &Path, tag: &str) -> Result<RunWriter> {
         check_token("run tag", tag).map_err(|e| Error::io(path, e))?;
-        let sink = Sink::open(path).map_err(|e| Error::io(path, e))?;
+        let out = sift_core::OutputFile::create(path)?;
         Ok(RunWriter {
             path: path.to_path_buf(),
-            sink: Some(sink),
+            out: Some(out),
             buf: Vec::new(),
             tag: tag.to_string(),
         })
@@ -323,10 +244,9 @@ impl RunWriter {
         self.buf.clear();
         write_query(&mut self.buf, qid, entries, &self.tag)
             .map_err(|e| Error::io(&self.path, e))?;
-        let sink = self.sink.as_mut().expect("not finished");
-        let mut w = sink.writer();
-        w.write_all(&self.buf)
-            .and_then(|()| w.flush())
+        let out = self.out.as_mut().expect("not finished");
+        out.write_all(&self.buf)
+            .and_then(|()| out.flush())
             .map_err(|e| Error::io(&self.path, e))
     }
 
@@ -337,17 +257,8 @@ impl RunWriter {
 
     /// Syncs and renames the file into place (flushes a stream).
     pub fn finish(mut self) -> Result<()> {
-        let sink = self.sink.take().expect("not finished");
-        sink.finish(&self.path)
-            .map_err(|e| Error::io(&self.path, e))
-    }
-}
-
-impl Drop for RunWriter {
-    fn drop(&mut self) {
-        if let Some(sink) = &self.sink {
-            sink.discard();
-        }
+        let out = self.out.take().expect("not finished");
+        Ok(out.commit()?)
     }
 }
 

@@ -52,11 +52,8 @@ impl EmbedCache {
         }
         let record = 16 + 4 * dim + 8;
         let head = header(dim);
-        let mut data = match fs::read(path) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(Error::io(path, e)),
-        };
+        // guarded: a FIFO or device in the cache's place is refused, not read forever
+        let mut data = sift_core::read_regular_file_if_exists(path, u64::MAX)?.unwrap_or_default();
         if !data.starts_with(&head) {
             data.clear();
         }

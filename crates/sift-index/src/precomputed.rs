@@ -61,10 +61,7 @@ impl Precomputed {
     pub fn open(dir: impl AsRef<Path>) -> Result<Precomputed> {
         let dir = dir.as_ref().to_path_buf();
         let path = dir.join(VECTORS_MANIFEST);
-        let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let text = sift_core::read_regular_text(&path, sift_core::TEXT_FILE_LIMIT)?;
         let manifest: VectorsManifest =
             serde_json::from_str(&text).map_err(|e| Error::Manifest {
                 path: path.clone(),

@@ -45,16 +45,12 @@ impl QueryAugment {
         };
         let mut texts = HashMap::new();
         for file in &files {
-            let body = std::fs::read_to_string(file).map_err(|e| io(file, e))?;
-            for (n, line) in body.lines().enumerate() {
-                if line.trim().is_empty() {
-                    continue;
-                }
+            let mut lines = sift_core::Lines::open(file)?;
+            while let Some((n, line)) = lines.next_line()? {
                 let bad = |message: String| {
                     Error::Unsupported(format!(
-                        "{}:{}: query augmentation: {message}",
+                        "{}:{n}: query augmentation: {message}",
                         file.display(),
-                        n + 1
                     ))
                 };
                 let v: serde_json::Value =

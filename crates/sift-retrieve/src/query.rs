@@ -42,10 +42,7 @@ pub enum Instructions {
 impl Instructions {
     /// Reads per-domain instructions from a JSON file (`{"biology": "...", "*": "..."}`).
     pub fn from_file(path: &Path) -> Result<Instructions> {
-        let text = std::fs::read_to_string(path).map_err(|source| crate::Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = sift_core::read_regular_text(path, sift_core::TEXT_FILE_LIMIT)?;
         let map: BTreeMap<String, String> = serde_json::from_str(&text).map_err(|e| {
             crate::Error::Unsupported(format!(
                 "{}: not a JSON object of domain -> instruction strings: {e}",

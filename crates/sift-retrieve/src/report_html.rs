@@ -8,7 +8,6 @@
 //! filtered by domain, retriever and "B beats A". The figures are also given as SVG files.
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -94,10 +93,14 @@ fn bad(path: &Path, message: impl Into<String>) -> Error {
     Error::Unsupported(format!("{}: {}", path.display(), message.into()))
 }
 
+/// The largest `results.json` a report reads (4 GiB; `sift eval` writes a few MB for
+/// MM-BRIGHT's 29 domains x 4 tasks).
+const RESULTS_JSON_LIMIT: u64 = 4 << 30;
+
 /// Reads the jobs of `dir`'s results.json.
 fn read_jobs(dir: &Path, d: usize, metric: &str, prefix: Option<&str>) -> Result<Vec<Job>> {
     let path = dir.join("results.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| bad(&path, e.to_string()))?;
+    let text = sift_core::read_regular_text(&path, RESULTS_JSON_LIMIT)?;
     let value: Value = serde_json::from_str(&text).map_err(|e| bad(&path, e.to_string()))?;
     let reports: Vec<&Value> = match value.get("reports").and_then(Value::as_array) {
         Some(list) => list.iter().collect(),
@@ -160,18 +163,23 @@ fn read_jobs(dir: &Path, d: usize, metric: &str, prefix: Option<&str>) -> Result
 /// The first `top` entries of each query of a TREC run (read line by line; a run is in
 /// rank order per query, as Sift writes them, but any order is sorted here).
 fn read_top(path: &Path, top: usize) -> Result<HashMap<String, Vec<(String, f64)>>> {
-    let file = std::fs::File::open(path).map_err(|e| bad(path, e.to_string()))?;
+    let mut lines = sift_core::Lines::open(path)?;
     let mut out: HashMap<String, Vec<(String, f64, u64)>> = HashMap::new();
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| bad(path, e.to_string()))?;
+    while let Some((n, line)) = lines.next_line()? {
         let mut f = line.split_whitespace();
         let (Some(q), Some(_), Some(doc), Some(rank), Some(score), Some(_)) =
             (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
         else {
-            if line.trim().is_empty() {
-                continue;
+            return Err(bad(path, format!("line {n}: not a TREC run line")));
+        };
+        let score: f64 = match score.parse() {
+            Ok(s) if f64::is_finite(s) => s,
+            _ => {
+                return Err(bad(
+                    path,
+                    format!("line {n}: score {score:?} is not a finite number"),
+                ));
             }
-            return Err(bad(path, format!("line {}: not a TREC run line", n + 1)));
         };
         let rank: u64 = rank.parse().unwrap_or(u64::MAX);
         let list = match out.get_mut(q) {
@@ -179,7 +187,6 @@ fn read_top(path: &Path, top: usize) -> Result<HashMap<String, Vec<(String, f64)
             None => out.entry(q.to_string()).or_default(),
         };
         if list.len() < top || rank <= top as u64 {
-            let score = score.parse().unwrap_or(f64::NAN);
             list.push((doc.to_string(), score, rank));
         }
     }

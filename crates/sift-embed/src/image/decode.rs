@@ -149,7 +149,15 @@ pub struct Decode {
     /// (and interlaced PNGs) cut short are refused either way. Without it they are refused,
     /// as by default in Pillow.
     pub truncated: bool,
+    /// The most pixels (width x height, read from the header before anything is decoded)
+    /// an image may have; larger ones are refused ([`PreprocessError::TooManyPixels`]).
+    /// Not in [`Decode::key`]: it refuses images, it never changes the pixels of one.
+    pub max_pixels: u64,
 }
+
+/// The default [`Decode::max_pixels`]: where Pillow refuses an image as a decompression bomb
+/// (`Image.MAX_IMAGE_PIXELS` x 2), so what transformers' loading refuses is refused here.
+pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
 
 impl Decode {
     /// What transformers' `load_image` gives its processors: alpha composited onto white,
@@ -158,6 +166,7 @@ impl Decode {
         alpha: Alpha::OverWhite,
         orient: true,
         truncated: false,
+        max_pixels: DEFAULT_MAX_PIXELS,
     };
 
     /// What MM-BRIGHT's released data loader hands its retrievers (`src/data.py` 165, 191:
@@ -168,6 +177,7 @@ impl Decode {
         alpha: Alpha::Drop,
         orient: false,
         truncated: true,
+        max_pixels: DEFAULT_MAX_PIXELS,
     };
 
     /// These settings as they go into cache keys (with [`DECODER`]).
@@ -191,6 +201,7 @@ impl Decode {
 pub fn decode_image(bytes: &[u8], how: Decode) -> Result<RgbImage, PreprocessError> {
     let alpha = how.alpha;
     let format = image::guess_format(bytes).map_err(|_| PreprocessError::UnknownFormat)?;
+    check_pixels(bytes, format, how.max_pixels)?;
     let rgb = match format {
         ImageFormat::Jpeg => {
             let cut = jpeg_is_truncated(bytes);
@@ -243,6 +254,23 @@ pub fn decode_image(bytes: &[u8], how: Decode) -> Result<RgbImage, PreprocessErr
     } else {
         rgb
     })
+}
+
+/// Refuses an image whose header gives more than `max_pixels` pixels, before any of it is
+/// decoded (a 125 KB PNG can hold 23,000 x 23,000 pixels). A header the reader cannot parse
+/// is left to the decoder, which names the problem.
+fn check_pixels(bytes: &[u8], format: ImageFormat, max_pixels: u64) -> Result<(), PreprocessError> {
+    let reader = image::ImageReader::with_format(std::io::Cursor::new(bytes), format);
+    if let Ok((width, height)) = reader.into_dimensions() {
+        if u64::from(width) * u64::from(height) > max_pixels {
+            return Err(PreprocessError::TooManyPixels {
+                width,
+                height,
+                limit: max_pixels,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A JPEG whose data stops before its end-of-image marker, as Pillow decodes it with
@@ -669,5 +697,55 @@ mod tests {
         assert_eq!(over_white(17, 255), 17);
         assert_eq!(over_white(0, 128), 127);
         assert_eq!(over_white(200, 1), 255);
+    }
+
+    /// An image over the pixel limit is refused from its header: a 1-bit PNG of 23,000 x
+    /// 23,000 pixels is a few hundred kilobytes, and decoding it would take gigabytes.
+    #[test]
+    fn images_over_the_pixel_limit_are_refused_before_decoding() {
+        let png = |w: u32, h: u32| {
+            let mut out = Vec::new();
+            let mut enc = png::Encoder::new(&mut out, w, h);
+            enc.set_color(png::ColorType::Grayscale);
+            enc.set_depth(png::BitDepth::One);
+            enc.set_compression(png::Compression::Fast);
+            let mut writer = enc.write_header().unwrap();
+            let mut stream = writer.stream_writer().unwrap();
+            let row = vec![0u8; (w as usize).div_ceil(8)];
+            for _ in 0..h {
+                std::io::Write::write_all(&mut stream, &row).unwrap();
+            }
+            stream.finish().unwrap();
+            writer.finish().unwrap();
+            out
+        };
+        let huge = png(23_000, 23_000);
+        assert!(huge.len() < 1_000_000, "{} bytes", huge.len());
+        let start = std::time::Instant::now();
+        match decode_image(&huge, Decode::TRANSFORMERS) {
+            Err(PreprocessError::TooManyPixels {
+                width: 23_000,
+                height: 23_000,
+                limit: DEFAULT_MAX_PIXELS,
+            }) => {}
+            other => panic!("{:?}", other.map(|i| i.dimensions())),
+        }
+        assert!(start.elapsed().as_secs() < 5, "{:?}", start.elapsed());
+        // the limit is the caller's: a small image over a small limit, and under it
+        let small = png(100, 100);
+        let limited = Decode {
+            max_pixels: 9_999,
+            ..Decode::TRANSFORMERS
+        };
+        let err = decode_image(&small, limited).unwrap_err().to_string();
+        assert!(
+            err.contains("100x100") && err.contains("9999 pixels"),
+            "{err}"
+        );
+        let fits = Decode {
+            max_pixels: 10_000,
+            ..limited
+        };
+        assert_eq!(decode_image(&small, fits).unwrap().dimensions(), (100, 100));
     }
 }

@@ -33,7 +33,8 @@ mod process;
 mod resample;
 
 pub use decode::{
-    Alpha, DECODER, Decode, decode_image, decode_rgb, decode_rgb_with, orientation, over_white,
+    Alpha, DECODER, DEFAULT_MAX_PIXELS, Decode, decode_image, decode_rgb, decode_rgb_with,
+    orientation, over_white,
 };
 pub use process::{
     IMAGENET_STANDARD_MEAN_STD, ImageProcessor, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, PreprocessError,

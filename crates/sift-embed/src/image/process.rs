@@ -74,6 +74,16 @@ pub enum PreprocessError {
     /// marker, or an uncompressed BMP short of pixel data.
     #[error("cannot decode image: the file is truncated (Pillow refuses it)")]
     Truncated,
+    /// The image's header gives more pixels than the limit (`--max-image-pixels`).
+    #[error("a {width}x{height} image, over the limit of {limit} pixels (--max-image-pixels)")]
+    TooManyPixels {
+        /// Width from the header.
+        width: u32,
+        /// Height from the header.
+        height: u32,
+        /// The limit.
+        limit: u64,
+    },
     /// A BMP that Pillow refuses too (header type, depth, compression, palette size, or an
     /// image larger than Pillow's decompression-bomb limit).
     #[error("cannot decode BMP: {0}")]
