@@ -656,3 +656,304 @@ fn pointwise_reranking_over_an_endpoint_reads_its_logprobs_and_caches_them() {
     );
     assert_eq!(again["reports"], report["reports"]);
 }
+
+/// A chat-completions server answering every request 429 with `Retry-After: value`;
+/// returns its base URL and a request counter.
+fn serve_429(value: &'static str) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut len = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; len];
+                let _ = reader.read_exact(&mut body);
+                c.fetch_add(1, Ordering::SeqCst);
+                let text = r#"{"error":"slow down"}"#;
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 429 Too Many Requests\r\nRetry-After: {value}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            });
+        }
+    });
+    (base, count)
+}
+
+/// An endpoint that accepts connections and never answers (each kept open, unread).
+fn hung_endpoint() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    base
+}
+
+#[test]
+fn a_retry_after_of_1e20_is_an_error_named_not_a_crash() {
+    // Duration::from_secs_f64(1e20) panicked: exit status 101
+    let (base, count) = serve_429("1e20");
+    let out = tempfile::tempdir().unwrap();
+    let o = common::sift(&[
+        "generate",
+        "reformulations",
+        "--corpus",
+        s(&sample()),
+        "--domains",
+        "biology",
+        "--generator",
+        &base,
+        "--model",
+        "tiny",
+        "--retries",
+        "0",
+        "--out",
+        s(out.path()),
+        "--quiet",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("HTTP 429 after 1 attempt(s)"), "{err}");
+    assert!(count.load(Ordering::SeqCst) > 0);
+}
+
+/// The stderr of `sift args`, which must be refused as a usage error (exit status 2).
+fn usage_error(args: &[&str]) -> String {
+    let o = common::sift(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    err
+}
+
+#[test]
+fn sampling_and_retry_flags_out_of_range_are_refused_naming_the_flag() {
+    let out = tempfile::tempdir().unwrap();
+    let corpus = sample();
+    for (flag, value, range) in [
+        ("--temperature", "NaN", "from 0 to 2"),
+        ("--temperature", "inf", "from 0 to 2"),
+        ("--temperature", "2.5", "from 0 to 2"),
+        ("--retries", "4294967295", "give 0 to 20"),
+        ("--retries", "21", "give 0 to 20"),
+    ] {
+        let err = usage_error(&[
+            "generate",
+            "reformulations",
+            "--corpus",
+            s(&corpus),
+            "--generator",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "tiny",
+            "--out",
+            s(out.path()),
+            flag,
+            value,
+        ]);
+        assert!(
+            err.contains(flag) && err.contains(range),
+            "{flag} {value}: {err}"
+        );
+    }
+    for (flag, value, range) in [
+        ("--rerank-timeout", "0", "from 0.001 to 86400"),
+        ("--rerank-timeout", "NaN", "from 0.001 to 86400"),
+        ("--rerank-retries", "4294967295", "give 0 to 20"),
+    ] {
+        let err = usage_error(&["search", "--index", "nowhere", "--query", "q", flag, value]);
+        assert!(
+            err.contains(flag) && err.contains(range),
+            "{flag} {value}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_hung_reranking_endpoint_fails_its_queries_quickly_and_eval_keeps_the_runs() {
+    let hung = hung_endpoint();
+    let tmp = tempfile::tempdir().unwrap();
+    let (index, out, corpus) = (tmp.path().join("index"), tmp.path().join("eval"), sample());
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    let started = Instant::now();
+    let o = common::sift(&[
+        "eval",
+        "--corpus",
+        s(&corpus),
+        "--index",
+        s(&index),
+        "--task",
+        "1",
+        "--retriever",
+        "bm25",
+        "--rerank",
+        &format!("listwise:{hung}"),
+        "--rerank-model",
+        "tiny",
+        "--rerank-timeout",
+        "1",
+        "--rerank-retries",
+        "0",
+        "--out",
+        s(&out),
+        "--json",
+        "--quiet",
+    ]);
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    // 300 s x 6 attempts a query before; now 1 s a query, and 3 failures in a row stop it
+    assert!(took < Duration::from_secs(30), "{took:?}: {err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("not reranked"), "{err}");
+    assert!(err.contains("timed out"), "{err}");
+    // everything is written: the reranked run keeps each query's first-stage ranking
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let failures = report["rerank_failures"].as_array().unwrap();
+    assert!(!failures.is_empty(), "{report}");
+    let read = |name: &str| common::ranked_run(&out.join("runs").join(name));
+    let first = read("task1.bm25.trec");
+    let name = std::fs::read_dir(out.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.contains("rerank"))
+        .expect("the reranked run is written");
+    assert_eq!(read(&name), first);
+    assert!(out.join("results.json").exists());
+}
+
+#[test]
+fn serve_with_a_hung_reranking_endpoint_answers_within_its_timeout_and_is_not_starved() {
+    let hung = hung_endpoint();
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sift"))
+        .args([
+            "serve",
+            "--index",
+            s(&index),
+            "--corpus",
+            s(&sample()),
+            "--addr",
+            "127.0.0.1:0",
+            "--rerank",
+            &format!("listwise:{hung}"),
+            "--rerank-model",
+            "tiny",
+            "--timeout",
+            "2",
+            "--max-concurrency",
+            "1",
+            "--quiet",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stderr = child.stderr.take().unwrap();
+    let _child = Kill(child);
+    let mut addr = None;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if let Some(a) = line.strip_prefix("sift serve: listening on ") {
+            addr = Some(a.to_string());
+            break;
+        }
+    }
+    let url = format!("{}/v1/search", addr.expect("sift serve listens"));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into();
+    // one worker: before, the first request's worker waited 300 s x 6 on the endpoint and
+    // every request after it got a 503
+    for i in 0..3 {
+        let started = Instant::now();
+        let mut r = agent
+            .post(&url)
+            .header("content-type", "application/json")
+            .send(r#"{"query": "how do plants make sugar", "domain": "biology"}"#)
+            .unwrap();
+        let took = started.elapsed();
+        let status = r.status().as_u16();
+        let body = r.body_mut().read_to_string().unwrap();
+        assert!(
+            took < Duration::from_secs(6),
+            "request {i}: {took:?} {status} {body}"
+        );
+        assert!(
+            status == 504 || status == 500,
+            "request {i}: {status} {body}"
+        );
+    }
+}
+
+#[test]
+fn cached_pointwise_scores_that_are_not_finite_are_rejected_and_computed_again() {
+    let (base, count) = serve(Duration::ZERO);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eval");
+    let eval = reranked_task1(tmp.path(), &format!("pointwise:{base}"), "4");
+    let report = eval();
+    let asked = count.load(Ordering::SeqCst);
+    let cache = out.join("rerank-cache.jsonl");
+    let mut lines = cache_lines(&cache);
+    assert_eq!(lines.len(), asked);
+    // a hand-edited (or foreign) cache: NaN, inf and -inf where scores were
+    let bad = ["NaN", "inf", "-inf"];
+    for (i, l) in lines.iter_mut().enumerate() {
+        l["generation"]["text"] = json!(bad[i % 3]);
+    }
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&cache, text).unwrap();
+    let again = eval();
+    // every entry rejected and asked again; the scores and the run as the first time
+    assert_eq!(count.load(Ordering::SeqCst), 2 * asked);
+    assert_eq!(again["reports"], report["reports"]);
+    let notes = again["notes"].to_string();
+    assert!(
+        notes.contains(&format!("{asked} cached score(s)")) && notes.contains("not finite"),
+        "{notes}"
+    );
+    // and the recomputed scores replaced them: a third run asks nothing
+    let third = eval();
+    assert_eq!(count.load(Ordering::SeqCst), 2 * asked);
+    assert_eq!(third["reports"], report["reports"]);
+}

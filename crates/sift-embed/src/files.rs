@@ -25,6 +25,9 @@ pub struct ModelFiles {
     pub preprocessor: Option<PathBuf>,
     /// `tokenizer_config.json`, when present.
     pub tokenizer_config: Option<PathBuf>,
+    /// sentence-transformers `config_sentence_transformers.json`, when present (where
+    /// sentence-transformers 6 keeps a cross-encoder's activation).
+    pub st_config: Option<PathBuf>,
 }
 
 const NO_TOKENIZER_JSON: &str = "missing: this model ships only a SentencePiece spiece.model \
@@ -36,11 +39,12 @@ const VOCAB: &str = "vocab.txt";
 /// PyTorch's pickled weights, for checkpoints without safetensors.
 const PTH: &str = "pytorch_model.bin";
 
-const OPTIONAL: [&str; 4] = [
+const OPTIONAL: [&str; 5] = [
     "1_Pooling/config.json",
     "sentence_bert_config.json",
     "preprocessor_config.json",
     "tokenizer_config.json",
+    "config_sentence_transformers.json",
 ];
 
 impl ModelFiles {
@@ -126,6 +130,7 @@ impl ModelFiles {
             sentence_config: opt(OPTIONAL[1]),
             preprocessor: opt(OPTIONAL[2]),
             tokenizer_config: opt(OPTIONAL[3]),
+            st_config: opt(OPTIONAL[4]),
         })
     }
 
@@ -201,6 +206,7 @@ impl ModelFiles {
             sentence_config: get(OPTIONAL[1]).ok(),
             preprocessor: get(OPTIONAL[2]).ok(),
             tokenizer_config: get(OPTIONAL[3]).ok(),
+            st_config: get(OPTIONAL[4]).ok(),
         })
     }
 }

@@ -196,3 +196,157 @@ fn bf16_logits_stay_within_five_percent_of_f32() {
         assert!(worst <= 0.05 * scale, "{name}: {worst} of {scale}");
     }
 }
+
+/// A copy of the BERT fixture in a temporary directory, its `config.json` edited by `edit`.
+fn bert_copy(edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = repo().join("models/fixtures/cross_encoder/tiny-bert-ce");
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), dir.path().join(f.file_name())).unwrap();
+    }
+    let cfg_path = dir.path().join("config.json");
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn a_sentence_transformers_6_save_keeps_its_activation_in_its_own_config() {
+    // sentence-transformers 6 saves a CrossEncoder's activation only in
+    // config_sentence_transformers.json (read before config.json's keys, as its
+    // CrossEncoder does); the fixture's logits are its predict() scores under Identity
+    let exp = expected();
+    let m = &exp["models"]["tiny-bert-ce"];
+    assert!(m["activation_fn"].as_str().unwrap().ends_with("Identity"));
+    let texts: Vec<(&str, &str)> = m["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["query"].as_str().unwrap(), p["passage"].as_str().unwrap()))
+        .collect();
+    let st6 = |activation: &str, legacy: Option<&str>| {
+        let dir = bert_copy(|c| {
+            c.as_object_mut()
+                .unwrap()
+                .remove("sbert_ce_default_activation_function");
+            if let Some(l) = legacy {
+                c["sbert_ce_default_activation_function"] = l.into();
+            }
+        });
+        std::fs::write(
+            dir.path().join("config_sentence_transformers.json"),
+            serde_json::json!({
+                "__version__": {"sentence_transformers": "6.3.0", "transformers": "5.24.0",
+                    "pytorch": "2.15.0"},
+                "model_type": "CrossEncoder",
+                "activation_fn": activation,
+                "default_prompt_name": null,
+                "prompts": {},
+            })
+            .to_string(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("modules.json"),
+            r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.cross_encoder.modules.Transformer"}]"#,
+        )
+        .unwrap();
+        let ce = CrossEncoder::load(
+            dir.path().to_str().unwrap(),
+            &Device::Cpu,
+            &CrossEncoderOptions {
+                max_length: Some(m["max_length"].as_u64().unwrap() as usize),
+                dtype: DType::F32,
+                batch: 32,
+            },
+        )
+        .unwrap();
+        (ce.activation(), ce.score(&texts).unwrap())
+    };
+    let (act, scores) = st6("torch.nn.modules.linear.Identity", None);
+    assert_eq!(act, ScoreActivation::Identity);
+    for (i, p) in m["pairs"].as_array().unwrap().iter().enumerate() {
+        let s = p["score"].as_f64().unwrap();
+        assert!(
+            (scores[i] as f64 - s).abs() < 1e-5,
+            "pair {i}: {} vs {s}",
+            scores[i]
+        );
+    }
+    // its own config wins over config.json's legacy key
+    let (act, _) = st6(
+        "torch.nn.modules.activation.Sigmoid",
+        Some("torch.nn.modules.linear.Identity"),
+    );
+    assert_eq!(act, ScoreActivation::Sigmoid);
+    // an activation it cannot apply names the file
+    let dir = bert_copy(|_| {});
+    let st = dir.path().join("config_sentence_transformers.json");
+    std::fs::write(
+        &st,
+        r#"{"activation_fn": "torch.nn.modules.activation.GELU"}"#,
+    )
+    .unwrap();
+    let e = CrossEncoder::load(
+        dir.path().to_str().unwrap(),
+        &Device::Cpu,
+        &Default::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("config_sentence_transformers.json") && e.contains("GELU"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_two_label_classifier_without_id2label_is_refused_by_its_label_count() {
+    // transformers 5 writes no id2label (nor num_labels) for two labels: the count comes
+    // from the scoring layer's weight, and the message is the labels', not a shape error
+    let dir = bert_copy(|c| {
+        let c = c.as_object_mut().unwrap();
+        c.remove("id2label");
+        c.remove("label2id");
+        c.remove("num_labels");
+    });
+    let weights = dir.path().join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&weights, &Device::Cpu).unwrap();
+    let w = tensors["classifier.weight"].clone();
+    let b = tensors["classifier.bias"].clone();
+    tensors.insert(
+        "classifier.weight".into(),
+        candle_core::Tensor::cat(&[&w, &w], 0).unwrap(),
+    );
+    tensors.insert(
+        "classifier.bias".into(),
+        candle_core::Tensor::cat(&[&b, &b], 0).unwrap(),
+    );
+    candle_core::safetensors::save(&tensors, &weights).unwrap();
+    let e = CrossEncoder::load(
+        dir.path().to_str().unwrap(),
+        &Device::Cpu,
+        &Default::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("2 labels") && e.contains("config.json"), "{e}");
+    assert!(!e.contains("shape"), "{e}");
+    // the one-label original without id2label still loads (the weight has one row)
+    let dir = bert_copy(|c| {
+        let c = c.as_object_mut().unwrap();
+        c.remove("id2label");
+        c.remove("label2id");
+    });
+    assert!(
+        CrossEncoder::load(
+            dir.path().to_str().unwrap(),
+            &Device::Cpu,
+            &Default::default()
+        )
+        .is_ok()
+    );
+}

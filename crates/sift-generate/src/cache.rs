@@ -112,6 +112,10 @@ pub struct GenerationCache {
     entries: Mutex<HashMap<String, CachedGeneration>>,
     file: Mutex<File>,
     opened: CacheOpen,
+    /// Entries held at most ([`GenerationCache::with_max_entries`]).
+    max_entries: usize,
+    /// New entries not stored because the cache was full.
+    not_stored: std::sync::atomic::AtomicU64,
 }
 
 impl GenerationCache {
@@ -124,11 +128,8 @@ impl GenerationCache {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io(e)),
-        };
+        // guarded: a FIFO or device named as the cache is refused, not read forever
+        let bytes = sift_core::read_regular_file_if_exists(path, u64::MAX)?.unwrap_or_default();
         let mut opened = CacheOpen::default();
         let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         if complete < bytes.len() {
@@ -163,7 +164,22 @@ impl GenerationCache {
             entries: Mutex::new(entries),
             file: Mutex::new(file),
             opened,
+            max_entries: usize::MAX,
+            not_stored: Default::default(),
         })
+    }
+
+    /// Holds at most `n` entries: once full, a new key is not stored (in memory or in the
+    /// file; [`GenerationCache::not_stored`] counts them), so a long-running service's cache
+    /// stops growing. Entries already in the file are all kept.
+    pub fn with_max_entries(mut self, n: usize) -> GenerationCache {
+        self.max_entries = n;
+        self
+    }
+
+    /// New entries [`GenerationCache::put`] did not store because the cache was full.
+    pub fn not_stored(&self) -> u64 {
+        self.not_stored.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The file.
@@ -191,8 +207,17 @@ impl GenerationCache {
         self.entries.lock().expect("not poisoned").get(key).cloned()
     }
 
-    /// Stores `entry` (appended to the file at once, then held).
+    /// Stores `entry` (appended to the file at once, then held); not when the cache holds
+    /// its [`GenerationCache::with_max_entries`] already and `entry` is a new key.
     pub fn put(&self, entry: CachedGeneration) -> Result<()> {
+        {
+            let held = self.entries.lock().expect("not poisoned");
+            if held.len() >= self.max_entries && !held.contains_key(&entry.key) {
+                self.not_stored
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(());
+            }
+        }
         let mut line = serde_json::to_vec(&entry).expect("an entry serialises");
         line.push(b'\n');
         {
@@ -207,5 +232,41 @@ impl GenerationCache {
             .expect("not poisoned")
             .insert(entry.key.clone(), entry);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str) -> CachedGeneration {
+        CachedGeneration {
+            key: key.into(),
+            query_id: "q".into(),
+            model: "m".into(),
+            template: "t".into(),
+            template_version: 1,
+            generation: Generation {
+                text: "0.5".into(),
+                finish_reason: None,
+                usage: Default::default(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_bounded_cache_stops_growing_and_counts_what_it_did_not_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jsonl");
+        let c = GenerationCache::open(&path).unwrap().with_max_entries(2);
+        for k in ["a", "b", "c", "d", "a"] {
+            c.put(entry(k)).unwrap();
+        }
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.not_stored(), 2);
+        assert!(c.get("c").is_none() && c.get("a").is_some());
+        // the file holds what is held (a stored twice: its replacement is allowed)
+        let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+        assert_eq!(lines, 3);
     }
 }

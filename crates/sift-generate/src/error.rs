@@ -38,6 +38,15 @@ pub enum Error {
         /// Requests made.
         attempts: u32,
     },
+    /// The caller's deadline ([`crate::with_deadline`]) passed before the request could be
+    /// (re)sent.
+    #[error("{url}: gave up after {attempts} attempt(s): the caller's time limit passed")]
+    Deadline {
+        /// The endpoint.
+        url: String,
+        /// Requests made.
+        attempts: u32,
+    },
     /// A request that cannot be sent as given.
     #[error("invalid request: {0}")]
     Invalid(String),

@@ -76,10 +76,7 @@ impl Template {
     /// A user's template from `path` (named `file:<stem>`, version 0: the cache key holds a
     /// hash of the prompt's text, so an edited file makes new keys). It must hold `{query}`.
     pub fn from_file(path: &Path) -> Result<Template> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = sift_core::read_regular_text(path, sift_core::TEXT_FILE_LIMIT)?;
         if !text.contains("{query}") {
             return Err(Error::Invalid(format!(
                 "{}: a prompt template needs a {{query}} placeholder",
@@ -333,13 +330,7 @@ pub fn write_augmentations(path: &Path, rows: &[Augmentation]) -> Result<()> {
         text.push_str(&serde_json::to_string(r).expect("an augmentation serialises"));
         text.push('\n');
     }
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("out"),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, text).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    Ok(sift_core::write_output(path, text.as_bytes())?)
 }
 
 #[cfg(test)]

@@ -31,8 +31,11 @@ mod run;
 pub use cache::{CacheKey, CacheOpen, CachedGeneration, GenerationCache};
 pub use error::{Error, Result};
 pub use local::LocalQwen2Vl;
-pub use remote::{OpenAiCompatible, RetryPolicy, parse_first_token_logprobs};
-pub use request::{Generation, Message, Part, Request, Role, Sampling, Usage};
+pub use remote::{
+    OpenAiCompatible, RetryPolicy, current_deadline, parse_first_token_logprobs, retry_after,
+    with_deadline,
+};
+pub use request::{Generation, MAX_TEMPERATURE, Message, Part, Request, Role, Sampling, Usage};
 pub use run::{Job, Outcome, RunOptions, RunSummary, generate_all};
 
 /// Something that answers a [`Request`]: a local model or a remote endpoint.

@@ -248,6 +248,7 @@ impl LocalQwen2Vl {
         images: &[GmeImage],
         sampling: &Sampling,
     ) -> Result<Vec<u32>> {
+        sampling.check()?;
         let err = |e: candle_core::Error| model_err(&self.name, e);
         let mut cache = self.text.new_cache();
         let (mut logits, mut next_position) = self.prefill(prompt, images, &mut cache)?;

@@ -1,6 +1,7 @@
 //! Any OpenAI-compatible `/v1/chat/completions` endpoint: vLLM, llama.cpp's server, Ollama,
 //! `transformers serve`, OpenAI.
-use std::time::Duration;
+use std::cell::Cell;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
@@ -29,11 +30,62 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The wait before retry number `retry` (0-based), or the server's `Retry-After`.
+    /// The wait before retry number `retry` (0-based), or the server's `Retry-After`
+    /// ([`retry_after`]); never above [`RetryPolicy::cap`].
     fn wait(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
         let backoff = self.base.saturating_mul(1u32 << retry.min(20));
         retry_after.unwrap_or(backoff).min(self.cap)
     }
+}
+
+/// The wait a `Retry-After` header `value` asks for, at most `cap`: delay-seconds (a
+/// decimal is taken; "inf" or any number above `cap` is `cap`), or an HTTP-date (a date
+/// passed is no wait). `None` for a value that is neither, negative or NaN: the backoff
+/// applies. Every value a server can send gives a duration, never a panic.
+pub fn retry_after(value: &str, now: SystemTime, cap: Duration) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        if secs.is_nan() || secs < 0.0 {
+            return None;
+        }
+        // compared before converting: from_secs_f64 panics past u64::MAX seconds
+        return Some(if secs >= cap.as_secs_f64() {
+            cap
+        } else {
+            Duration::from_secs_f64(secs)
+        });
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    Some(date.duration_since(now).unwrap_or(Duration::ZERO).min(cap))
+}
+
+thread_local! {
+    /// The deadline [`with_deadline`] set on this thread.
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with every endpoint request it makes on this thread bound by `deadline`: each
+/// attempt may take the endpoint's timeout or the time left, whichever is less, no retry
+/// waits past it, and once it has passed a request fails at once ([`Error::Deadline`]). A
+/// deadline already in force and earlier stays. A service sets its request's time limit
+/// here so that a hung endpoint cannot keep a worker past it.
+pub fn with_deadline<T>(deadline: Instant, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Instant>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEADLINE.with(|d| d.set(self.0));
+        }
+    }
+    let before = DEADLINE.with(Cell::get);
+    let _restore = Restore(before);
+    let now = before.map_or(deadline, |b| b.min(deadline));
+    DEADLINE.with(|d| d.set(Some(now)));
+    f()
+}
+
+/// The deadline [`with_deadline`] put in force on this thread, if any.
+pub fn current_deadline() -> Option<Instant> {
+    DEADLINE.with(Cell::get)
 }
 
 /// An OpenAI-compatible chat-completions endpoint. Requests carry images as `data:` URLs;
@@ -116,24 +168,28 @@ impl OpenAiCompatible {
         body
     }
 
-    /// One attempt: the generation, or the error and whether it is worth retrying (with
-    /// the server's `Retry-After`).
+    /// One attempt, allowed `timeout`: the generation, or the error and whether it is
+    /// worth retrying (with the server's `Retry-After`).
     fn attempt<T>(
         &self,
         body: &str,
         attempts: u32,
+        timeout: Duration,
         parse: &dyn Fn(&str) -> std::result::Result<T, String>,
     ) -> std::result::Result<T, Failure> {
         let mut req = self
             .agent
             .post(&self.url)
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
             .header("Content-Type", "application/json");
         if let Some(k) = &self.api_key {
             req = req.header("Authorization", format!("Bearer {k}"));
         }
         let transport = |e: ureq::Error| {
             let message = match e {
-                ureq::Error::Timeout(_) => format!("timed out ({:?} allowed)", self.timeout),
+                ureq::Error::Timeout(_) => format!("timed out ({timeout:?} allowed)"),
                 e => e.to_string(),
             };
             Failure::retry(Error::Transport {
@@ -148,9 +204,7 @@ impl OpenAiCompatible {
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(Duration::from_secs_f64);
+            .and_then(|v| retry_after(v, SystemTime::now(), self.retry.cap));
         let text = resp.body_mut().read_to_string().map_err(transport)?;
         if status != 200 {
             let err = Error::Status {
@@ -186,23 +240,43 @@ impl Generator for OpenAiCompatible {
         if request.messages.is_empty() {
             return Err(Error::Invalid("a chat needs at least one message".into()));
         }
+        request.sampling.check()?;
         self.post(&self.body(request).to_string(), &parse_completion)
     }
 }
 
 impl OpenAiCompatible {
-    /// Posts `body`, retrying as the policy says, and parses the answer with `parse`.
+    /// Posts `body`, retrying as the policy says, and parses the answer with `parse`;
+    /// within the thread's deadline ([`with_deadline`]) when one is in force.
     fn post<T>(
         &self,
         body: &str,
         parse: &dyn Fn(&str) -> std::result::Result<T, String>,
     ) -> Result<T> {
+        let deadline = current_deadline();
         let mut retry = 0;
         loop {
-            match self.attempt(body, retry + 1, parse) {
+            let timeout = match deadline {
+                None => self.timeout,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => self.timeout.min(left),
+                    _ => {
+                        return Err(Error::Deadline {
+                            url: self.url.clone(),
+                            attempts: retry,
+                        });
+                    }
+                },
+            };
+            match self.attempt(body, retry + 1, timeout, parse) {
                 Ok(g) => return Ok(g),
                 Err(f) if f.again && retry < self.retry.max_retries => {
-                    std::thread::sleep(self.retry.wait(retry, f.retry_after));
+                    let wait = self.retry.wait(retry, f.retry_after);
+                    // a wait that would end past the deadline is not worth starting
+                    if deadline.is_some_and(|d| Instant::now() + wait >= d) {
+                        return Err(*f.error);
+                    }
+                    std::thread::sleep(wait);
                     retry += 1;
                 }
                 Err(f) => return Err(*f.error),
@@ -365,4 +439,84 @@ fn head(text: &str) -> String {
         end -= 1;
     }
     text[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_values_are_clamped_never_a_panic() {
+        let cap = Duration::from_secs(30);
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777); // 1994-11-06 08:49:37
+        let ra = |v: &str| retry_after(v, now, cap);
+        assert_eq!(ra("1e20"), Some(cap));
+        assert_eq!(ra("inf"), Some(cap));
+        assert_eq!(ra("18446744073709551616"), Some(cap));
+        assert_eq!(ra(" 2 "), Some(Duration::from_secs(2)));
+        assert_eq!(ra("0.25"), Some(Duration::from_millis(250)));
+        assert_eq!(ra("0"), Some(Duration::ZERO));
+        assert_eq!(ra("NaN"), None);
+        assert_eq!(ra("-3"), None);
+        assert_eq!(ra("-inf"), None);
+        assert_eq!(ra("soon"), None);
+        assert_eq!(ra(""), None);
+        // HTTP-dates: 10 s ahead, far ahead (capped), passed (no wait)
+        assert_eq!(
+            ra("Sun, 06 Nov 1994 08:49:47 GMT"),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(ra("Fri, 31 Dec 9999 23:59:59 GMT"), Some(cap));
+        assert_eq!(ra("Sun, 06 Nov 1994 08:49:00 GMT"), Some(Duration::ZERO));
+        // the policy's wait never passes its cap
+        let p = RetryPolicy::default();
+        assert_eq!(p.wait(40, None), p.cap);
+        assert_eq!(p.wait(0, Some(Duration::MAX)), p.cap);
+    }
+
+    #[test]
+    fn sampling_out_of_range_is_refused_before_anything_is_sent() {
+        // nothing listens on port 9: a request that were sent would fail otherwise
+        let g = OpenAiCompatible::new("http://127.0.0.1:9/v1", "m").with_retry(RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        });
+        for (t, p) in [
+            (f32::NAN, 1.0),
+            (f32::INFINITY, 1.0),
+            (-0.5, 1.0),
+            (2.5, 1.0),
+            (0.7, f32::NAN),
+            (0.7, 0.0),
+            (0.7, 1.5),
+        ] {
+            let mut sampling = crate::Sampling::greedy(4);
+            (sampling.temperature, sampling.top_p) = (t, p);
+            let request = Request {
+                messages: vec![Message::user(vec![Part::text("hi")])],
+                sampling,
+            };
+            let e = g.generate(&request).unwrap_err();
+            assert!(matches!(e, Error::Invalid(_)), "{t} {p}: {e}");
+        }
+        let mut ok = crate::Sampling::greedy(4);
+        (ok.temperature, ok.top_p) = (2.0, 1.0);
+        assert!(ok.check().is_ok());
+    }
+
+    #[test]
+    fn deadlines_nest_to_the_earlier_and_are_restored() {
+        assert_eq!(current_deadline(), None);
+        let now = Instant::now();
+        let (a, b) = (now + Duration::from_secs(5), now + Duration::from_secs(9));
+        with_deadline(a, || {
+            assert_eq!(current_deadline(), Some(a));
+            with_deadline(b, || assert_eq!(current_deadline(), Some(a)));
+            assert_eq!(current_deadline(), Some(a));
+            let r = std::panic::catch_unwind(|| with_deadline(now, || panic!("inner")));
+            assert!(r.is_err());
+            assert_eq!(current_deadline(), Some(a));
+        });
+        assert_eq!(current_deadline(), None);
+    }
 }

@@ -111,7 +111,30 @@ pub struct Sampling {
     pub stop: Vec<String>,
 }
 
+/// The highest temperature a [`Sampling`] takes (OpenAI's API's, and `sift serve`'s chat
+/// route's, upper bound).
+pub const MAX_TEMPERATURE: f32 = 2.0;
+
 impl Sampling {
+    /// Checks the numbers every back end reads: a temperature from 0 to [`MAX_TEMPERATURE`]
+    /// and a top-p mass above 0 and at most 1 (a NaN or an infinity in neither). Every
+    /// generator checks its request's sampling with this before generating.
+    pub fn check(&self) -> crate::Result<()> {
+        if !(0.0..=MAX_TEMPERATURE).contains(&self.temperature) {
+            return Err(crate::Error::Invalid(format!(
+                "temperature {}: give 0 to {MAX_TEMPERATURE}",
+                self.temperature
+            )));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(crate::Error::Invalid(format!(
+                "top_p {}: give a number above 0 and at most 1",
+                self.top_p
+            )));
+        }
+        Ok(())
+    }
+
     /// Greedy decoding of at most `max_new_tokens` tokens.
     pub fn greedy(max_new_tokens: u32) -> Sampling {
         Sampling {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sift_generate::{
     Error, GenerationCache, Generator, Job, Message, OpenAiCompatible, Outcome, Part, Request,
-    RetryPolicy, RunOptions, RunSummary, Sampling, generate_all,
+    RetryPolicy, RunOptions, RunSummary, Sampling, generate_all, with_deadline,
 };
 
 /// What the server does with a request.
@@ -19,6 +19,8 @@ enum Act {
     Delay(Duration),
     Malformed,
     Ok(String),
+    /// 429 with this `Retry-After` value.
+    RetryAfter(&'static str),
 }
 
 struct Server {
@@ -82,6 +84,11 @@ fn handle(
             r#"{"error":"slow down"}"#.to_string(),
         ),
         Act::Status(s) => (s, "", format!(r#"{{"error":"status {s}"}}"#)),
+        Act::RetryAfter(v) => (
+            429,
+            &*format!("Retry-After: {v}\r\n").leak(),
+            r#"{"error":"slow down"}"#.to_string(),
+        ),
         Act::Malformed => (200, "", r#"{"choices": [{"message": "#.to_string()),
         Act::Delay(d) => {
             std::thread::sleep(d);
@@ -212,6 +219,81 @@ fn persistent_faults_are_reported_with_the_endpoint_and_status() {
         .unwrap_err();
     assert!(matches!(err, Error::Transport { attempts: 2, .. }), "{err}");
     assert!(err.to_string().contains("timed out"), "{err}");
+}
+
+#[test]
+fn any_retry_after_a_server_sends_is_clamped_to_the_longest_wait() {
+    // 1e20 s panicked Duration::from_secs_f64; the others must not stall the client either
+    let values = [
+        "1e20",
+        "inf",
+        "NaN",
+        "-3",
+        "18446744073709551616",
+        "Fri, 31 Dec 9999 23:59:59 GMT",
+        "Sun, 06 Nov 1994 08:49:37 GMT",
+        "soon",
+    ];
+    let server = serve(move |i, _| match values.get(i) {
+        Some(v) => Act::RetryAfter(v),
+        None => Act::Ok("fine".into()),
+    });
+    let started = std::time::Instant::now();
+    let g = client(&server.base, values.len() as u32)
+        .generate(&caption_request("x"))
+        .unwrap();
+    assert_eq!(g.text, "fine");
+    assert_eq!(server.requests.load(Ordering::SeqCst), values.len() + 1);
+    // each wait at most the policy's 50 ms cap
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_callers_deadline_bounds_every_attempt_and_wait() {
+    // a server that never answers in time, a client allowed 10 s an attempt and 5 retries:
+    // the deadline, not the client's own limits, decides when it gives up
+    let server = serve(|_, _| Act::Delay(Duration::from_secs(20)));
+    let g = OpenAiCompatible::new(&server.base, "tiny-vlm").with_timeout(Duration::from_secs(10));
+    let started = std::time::Instant::now();
+    let err = with_deadline(started + Duration::from_millis(500), || {
+        g.generate(&caption_request("x"))
+    })
+    .unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}: {err}");
+    assert!(matches!(err, Error::Transport { attempts: 1, .. }), "{err}");
+    assert!(sift_generate::current_deadline().is_none());
+    // a deadline already passed: nothing is sent
+    let before = server.requests.load(Ordering::SeqCst);
+    let err = with_deadline(std::time::Instant::now(), || {
+        g.generate(&caption_request("x"))
+    })
+    .unwrap_err();
+    assert!(matches!(err, Error::Deadline { attempts: 0, .. }), "{err}");
+    assert!(err.to_string().contains("time limit"), "{err}");
+    assert_eq!(server.requests.load(Ordering::SeqCst), before);
+    // a Retry-After past the deadline is not waited for
+    let server = serve(|_, _| Act::RetryAfter("20"));
+    let g = OpenAiCompatible::new(&server.base, "tiny-vlm").with_retry(RetryPolicy {
+        max_retries: 5,
+        base: Duration::from_millis(5),
+        cap: Duration::from_secs(30),
+    });
+    let started = std::time::Instant::now();
+    let err = with_deadline(started + Duration::from_secs(1), || {
+        g.generate(&caption_request("x"))
+    })
+    .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, Error::Status { status: 429, .. }), "{err}");
 }
 
 fn jobs(n: usize) -> Vec<Job> {

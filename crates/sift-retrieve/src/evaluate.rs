@@ -146,6 +146,53 @@ pub struct EvalReport {
     pub links: LinkReport,
     /// Problems counted while reading the inputs.
     pub warnings: Warnings,
+    /// Reranking jobs whose reranker failed on some queries (those keep their first-stage
+    /// ranking in the job's run): the run is partial, and `sift eval` exits non-zero.
+    pub rerank_failures: Vec<RerankFailures>,
+}
+
+/// The queries one reranking job failed on in one domain ([`crate::rerank::rerank_run`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RerankFailures {
+    /// The job's label (`bm25 -> rerank:NAME`).
+    pub label: String,
+    /// The task.
+    #[serde(serialize_with = "task_number")]
+    pub task: Task,
+    /// The domain.
+    pub domain: String,
+    /// Queries in the domain's run.
+    pub queries: usize,
+    /// Each query failed on and the error, in the run's order.
+    pub failed: Vec<(String, String)>,
+}
+
+fn task_number<S: serde::Serializer>(t: &Task, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_u8(t.number())
+}
+
+impl std::fmt::Display for RerankFailures {
+    /// `task T, domain D, LABEL: N of M queries not reranked (first-stage ranking kept): q1,
+    /// q2, ... (first error: ...)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<&str> = self.failed.iter().map(|(q, _)| q.as_str()).collect();
+        let shown = ids.len().min(10);
+        write!(
+            f,
+            "task {}, domain {}, {}: {} of {} queries not reranked (first-stage ranking kept): {}{}",
+            self.task,
+            self.domain,
+            self.label,
+            ids.len(),
+            self.queries,
+            ids[..shown].join(", "),
+            if ids.len() > shown { ", ..." } else { "" }
+        )?;
+        if let Some((_, e)) = self.failed.first() {
+            write!(f, " (first error: {e})")?;
+        }
+        Ok(())
+    }
 }
 
 /// The reference code's rules a job reproduced for one dense model in one task
@@ -248,6 +295,7 @@ pub fn evaluate(
         protocol: config.protocol,
         links: LinkReport::new(),
         warnings: Warnings::new(),
+        rerank_failures: Vec::new(),
     };
     for domain in &domains {
         index.check_domain(domain, Some(corpus))?;
@@ -629,11 +677,20 @@ fn evaluate_task(
                 &format!("{domain} t{task} rerank:{}", stage.reranker.name()),
                 Some(queries.len() as u64),
             );
-            let run = rerank_run(stage, task, &first_stage, queries, &content, &|| {
+            let reranked = rerank_run(stage, task, &first_stage, queries, &content, &|| {
                 progress.inc(1)
             });
             progress.finish();
-            record_run(config, domain, run?, &data, job, writers)?;
+            if !reranked.failed.is_empty() {
+                out.rerank_failures.push(RerankFailures {
+                    label: job.label.clone(),
+                    task,
+                    domain: domain.to_string(),
+                    queries: reranked.run.len(),
+                    failed: reranked.failed,
+                });
+            }
+            record_run(config, domain, reranked.run, &data, job, writers)?;
             continue;
         }
         let mode = if task.has_query_images() {
@@ -963,6 +1020,9 @@ impl EvalReport {
         for n in &self.notes {
             markdown.push_str(&format!("\nNote: {n}\n"));
         }
+        for f in &self.rerank_failures {
+            markdown.push_str(&format!("\nPartial run: {f}\n"));
+        }
         if !self.reference_rules.is_empty() {
             markdown.push_str(&self.reference_rules_table());
         }
@@ -1076,6 +1136,10 @@ impl EvalReport {
             let mut out = self.job_json(job);
             out["warnings"] = serde_json::to_value(self.warnings.to_map()).unwrap_or_default();
             out["notes"] = serde_json::to_value(&self.notes).unwrap_or_default();
+            if !self.rerank_failures.is_empty() {
+                out["rerank_failures"] =
+                    serde_json::to_value(&self.rerank_failures).unwrap_or_default();
+            }
             if !self.reference_rules.is_empty() {
                 out["reference_rules"] =
                     serde_json::to_value(&self.reference_rules).unwrap_or_default();
@@ -1094,6 +1158,7 @@ impl EvalReport {
             "orphan_positive_images": self.orphans(),
             "pair_links": self.links,
             "warnings": self.warnings.to_map(),
+            "rerank_failures": self.rerank_failures,
         })
     }
 
@@ -1107,10 +1172,10 @@ impl EvalReport {
             std::fs::create_dir_all(d).map_err(|e| io(d, e))?;
         }
         let md = dir.join("results.md");
-        std::fs::write(&md, self.to_markdown()).map_err(|e| io(&md, e))?;
+        sift_core::write_output(&md, self.to_markdown().as_bytes())?;
         let js = dir.join("results.json");
         let json = serde_json::to_string_pretty(&self.to_json()).expect("JSON values serialise");
-        std::fs::write(&js, json).map_err(|e| io(&js, e))?;
+        sift_core::write_output(&js, json.as_bytes())?;
         for job in &self.jobs {
             let path = runs.join(run_file_name(job.task, &job.label));
             // a run streamed here during the evaluation is there already

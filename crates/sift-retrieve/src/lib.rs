@@ -57,8 +57,8 @@ pub use augment::QueryAugment;
 pub use candidates::{PairCandidates, PairLinking};
 pub use error::{Error, Result, SpecError};
 pub use evaluate::{
-    Comparison, EvalConfig, EvalReport, JobReport, RUN_TAG, RulesInForce, RunOutput, TABLE_COLUMNS,
-    count_jobs, evaluate, evaluate_quietly, run_file_name,
+    Comparison, EvalConfig, EvalReport, JobReport, RUN_TAG, RerankFailures, RulesInForce,
+    RunOutput, TABLE_COLUMNS, count_jobs, evaluate, evaluate_quietly, run_file_name,
 };
 pub use merge::{DomainPart, search_domains};
 pub use models::{

@@ -168,9 +168,29 @@ fn ranked(entries: &[RunEntry]) -> Vec<&RunEntry> {
     v
 }
 
+/// Queries after which, failing one after the other, a reranking stops asking: the
+/// reranker (an endpoint that is down, a hung one) is taken for broken.
+pub const MAX_FAILURES_IN_A_ROW: usize = 3;
+
+/// A reranked run and the queries it could not rerank.
+#[derive(Debug, Clone, Default)]
+pub struct RerankedRun {
+    /// Every query of the first-stage run: reranked, or, for those in `failed`, as the
+    /// first stage ranked it.
+    pub run: Run,
+    /// The queries the reranker failed on (its error), and after [`MAX_FAILURES_IN_A_ROW`]
+    /// failures in a row the queries not asked, in the run's order.
+    pub failed: Vec<(String, String)>,
+}
+
 /// Reranks `run` (one domain's, over `task`'s candidates): each query's top `depth`
 /// documents get the reranker's scores, the others follow below the lowest of them in their
 /// first-stage order ([`rerank_entries`]). `on_query` is called after each query.
+///
+/// A query the reranker fails on (an endpoint's error, a score that is not a number) keeps
+/// its first-stage ranking and is listed in [`RerankedRun::failed`] with the error; after
+/// [`MAX_FAILURES_IN_A_ROW`] failures in a row the remaining queries are not asked (listed
+/// too). The rankings that finished are kept: one failure does not lose the run.
 pub fn rerank_run(
     stage: &RerankStage,
     task: Task,
@@ -178,15 +198,28 @@ pub fn rerank_run(
     queries: &[Example],
     content: &RerankContent,
     on_query: &(dyn Fn() + Sync),
-) -> Result<Run> {
+) -> RerankedRun {
     let by_id: HashMap<&str, &Example> = queries.iter().map(|q| (q.id.as_str(), q)).collect();
     let sees = stage.reranker.sees_images();
-    let mut out = Run::new();
+    let mut out = RerankedRun::default();
+    let mut in_a_row = 0;
     for (qid, entries) in run {
         let Some(q) = by_id.get(qid.as_str()) else {
-            out.insert(qid.clone(), entries.clone());
+            out.run.insert(qid.clone(), entries.clone());
             continue;
         };
+        if in_a_row >= MAX_FAILURES_IN_A_ROW {
+            out.failed.push((
+                qid.clone(),
+                format!(
+                    "not asked: rerank:{} failed on the {MAX_FAILURES_IN_A_ROW} queries before it",
+                    stage.reranker.name()
+                ),
+            ));
+            out.run.insert(qid.clone(), entries.clone());
+            on_query();
+            continue;
+        }
         let query_images: Vec<&[u8]> = if sees && task.has_query_images() {
             q.image_paths
                 .iter()
@@ -200,13 +233,20 @@ pub fn rerank_run(
             text: &q.query,
             images: &query_images,
         };
-        out.insert(
-            qid.clone(),
-            rerank_entries(stage, task, &query, entries, content)?,
-        );
+        match rerank_entries(stage, task, &query, entries, content) {
+            Ok(e) => {
+                in_a_row = 0;
+                out.run.insert(qid.clone(), e);
+            }
+            Err(e) => {
+                in_a_row += 1;
+                out.failed.push((qid.clone(), e.to_string()));
+                out.run.insert(qid.clone(), entries.clone());
+            }
+        }
         on_query();
     }
-    Ok(out)
+    out
 }
 
 /// One query's reranked entries: its top `depth` first-stage `entries` (in trec_eval's
@@ -268,6 +308,16 @@ pub fn rescore(
             stage.reranker.name(),
             scores.len(),
             docs.len()
+        )));
+    }
+    // one check for every reranker, local or remote, computed or read from a cache: a
+    // NaN or an infinity would reach the run (and sort anywhere)
+    if let Some((i, s)) = scores.iter().enumerate().find(|(_, s)| !s.is_finite()) {
+        return Err(Error::Unsupported(format!(
+            "rerank:{}: query {}: candidate {} got the score {s}, not a finite number",
+            stage.reranker.name(),
+            query.id,
+            docs[i].id
         )));
     }
     let floor = scores.iter().copied().fold(f64::INFINITY, f64::min);
@@ -339,6 +389,9 @@ pub struct RerankOptions {
     pub pointwise_prompt: PointwisePrompt,
     /// Where listwise replies and pointwise scores are cached (JSONL).
     pub cache: Option<std::path::PathBuf>,
+    /// Entries the cache holds at most: past it, new replies and scores are not stored
+    /// ([`sift_generate::GenerationCache::with_max_entries`]).
+    pub cache_max_entries: usize,
 }
 
 /// The reranker `spec` names: `listwise:<generator>` (an OpenAI-compatible endpoint's base
@@ -362,7 +415,7 @@ pub fn open_reranker(spec: &str, o: &RerankOptions) -> Result<std::sync::Arc<dyn
         )
         .map_err(gen_err)?;
         let cache = match &o.cache {
-            Some(p) => Some(sift_generate::GenerationCache::open(p).map_err(gen_err)?),
+            Some(p) => Some(open_cache(p, o).map_err(gen_err)?),
             None => None,
         };
         return Ok(Arc::new(ListwiseReranker::new(
@@ -382,7 +435,7 @@ pub fn open_reranker(spec: &str, o: &RerankOptions) -> Result<std::sync::Arc<dyn
                 o.pointwise_prompt.clone(),
             );
             if let Some(p) = &o.cache {
-                r = r.with_cache(sift_generate::GenerationCache::open(p).map_err(gen_err)?);
+                r = r.with_cache(open_cache(p, o).map_err(gen_err)?);
             }
             return Ok(Arc::new(r));
         }
@@ -403,7 +456,7 @@ pub fn open_reranker(spec: &str, o: &RerankOptions) -> Result<std::sync::Arc<dyn
             o.pointwise_prompt.clone(),
         )?;
         if let Some(p) = &o.cache {
-            r = r.with_cache(sift_generate::GenerationCache::open(p).map_err(gen_err)?);
+            r = r.with_cache(open_cache(p, o).map_err(gen_err)?);
         }
         Ok(Arc::new(r))
     };
@@ -429,6 +482,26 @@ pub fn open_reranker(spec: &str, o: &RerankOptions) -> Result<std::sync::Arc<dyn
     } else {
         pointwise(spec)
     }
+}
+
+/// The note on entries a full cache did not store, when there were any.
+fn full_cache_note(name: &str, cache: &sift_generate::GenerationCache) -> Option<String> {
+    let n = cache.not_stored();
+    (n > 0).then(|| {
+        format!(
+            "rerank:{name}: {} full ({} entries): {n} new entries not cached",
+            cache.path().display(),
+            cache.len()
+        )
+    })
+}
+
+/// The reranking cache at `path`, bounded by `o`'s entries.
+fn open_cache(
+    path: &std::path::Path,
+    o: &RerankOptions,
+) -> sift_generate::Result<sift_generate::GenerationCache> {
+    Ok(sift_generate::GenerationCache::open(path)?.with_max_entries(o.cache_max_entries))
 }
 
 /// A model's name for tables: a local directory's last component, a hub id or an
@@ -468,3 +541,125 @@ pub use score_head::{ScoreHeadReranker, has_score_head};
 mod listwise;
 mod pointwise;
 mod score_head;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scores each candidate by its position, except: a query whose text is `fail` is an
+    /// error, `nan` / `inf` give that score to its first candidate.
+    struct Scripted;
+
+    impl Reranker for Scripted {
+        fn name(&self) -> &str {
+            "scripted"
+        }
+
+        fn sees_images(&self) -> bool {
+            false
+        }
+
+        fn scores(&self, query: &RerankQuery<'_>, docs: &[RerankDoc<'_>]) -> Result<Vec<f64>> {
+            let mut s: Vec<f64> = (0..docs.len()).map(|i| i as f64).collect();
+            match query.text {
+                "fail" => return Err(Error::Unsupported("endpoint down".into())),
+                "nan" => s[0] = f64::NAN,
+                "inf" => s[0] = f64::NEG_INFINITY,
+                _ => {}
+            }
+            Ok(s)
+        }
+    }
+
+    fn stage() -> RerankStage {
+        RerankStage {
+            reranker: std::sync::Arc::new(Scripted),
+            depth: 2,
+        }
+    }
+
+    /// Queries `q0`, `q1`, ... with these texts, each with three images ranked `a`, `b`, `c`.
+    fn run_of(texts: &[&str]) -> (Run, Vec<Example>) {
+        let mut run = Run::new();
+        let mut queries = Vec::new();
+        for (i, t) in texts.iter().enumerate() {
+            let id = format!("q{i}");
+            let entries = ["a", "b", "c"]
+                .iter()
+                .enumerate()
+                .map(|(r, d)| RunEntry {
+                    doc: d.to_string(),
+                    score: 10.0 - r as f64,
+                })
+                .collect();
+            run.insert(id.clone(), entries);
+            queries.push(Example {
+                id,
+                query: t.to_string(),
+                gold_ids: Vec::new(),
+                negative_ids: Vec::new(),
+                gold_answers: Vec::new(),
+                image_paths: Vec::new(),
+                images: None,
+            });
+        }
+        (run, queries)
+    }
+
+    #[test]
+    fn scores_that_are_not_finite_are_an_error_naming_the_query_and_candidate() {
+        for text in ["nan", "inf"] {
+            let (run, queries) = run_of(&[text]);
+            let out = rerank_run(
+                &stage(),
+                Task::Images,
+                &run,
+                &queries,
+                &RerankContent::default(),
+                &|| {},
+            );
+            let (q, e) = &out.failed[0];
+            assert_eq!(q, "q0");
+            assert!(
+                e.contains("query q0") && e.contains("candidate a") && e.contains("not a finite"),
+                "{e}"
+            );
+            // the query keeps its first-stage ranking: no NaN reaches the run
+            assert_eq!(out.run, run);
+        }
+    }
+
+    #[test]
+    fn a_failed_query_keeps_its_first_stage_ranking_and_three_in_a_row_stop_the_asking() {
+        let (run, queries) = run_of(&["ok", "fail", "ok", "fail", "fail", "fail", "ok"]);
+        let out = rerank_run(
+            &stage(),
+            Task::Images,
+            &run,
+            &queries,
+            &RerankContent::default(),
+            &|| {},
+        );
+        let failed: Vec<&str> = out.failed.iter().map(|(q, _)| q.as_str()).collect();
+        assert_eq!(failed, ["q1", "q3", "q4", "q5", "q6"]);
+        assert!(out.failed[0].1.contains("endpoint down"));
+        assert!(
+            out.failed[4].1.starts_with("not asked"),
+            "{}",
+            out.failed[4].1
+        );
+        // reranked: the depth's two swapped by the scripted scores, the third below them
+        let docs = |q: &str| -> Vec<&str> { out.run[q].iter().map(|e| e.doc.as_str()).collect() };
+        let mut reranked: Vec<&RunEntry> = out.run["q0"].iter().collect();
+        reranked.sort_by(|a, b| sift_eval::trec_order(a, b));
+        assert_eq!(
+            reranked.iter().map(|e| e.doc.as_str()).collect::<Vec<_>>(),
+            ["b", "a", "c"]
+        );
+        assert_eq!(docs("q2").len(), 3);
+        for q in ["q1", "q3", "q6"] {
+            assert_eq!(out.run[q], run[q], "{q}");
+        }
+        assert_eq!(out.run.len(), run.len());
+    }
+}

@@ -211,6 +211,7 @@ fn score_head_equals_transformers() {
         pointwise_max_chars: 2000,
         pointwise_prompt: PointwisePrompt::default(),
         cache: None,
+        cache_max_entries: usize::MAX,
     };
     for spec in [format!("pointwise:{spec}"), spec.to_string()] {
         let opened = open_reranker(&spec, &options).unwrap();

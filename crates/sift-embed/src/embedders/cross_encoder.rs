@@ -11,8 +11,9 @@
 //! - `max_length`: the caller's, else the tokenizer's `model_max_length`, else the model's
 //!   positions, as `CrossEncoder(model, max_length=None)` does.
 //! - The score: the head's one logit through the activation sentence-transformers applies:
-//!   `sentence_transformers.activation_fn` in `config.json`, else the older
-//!   `sbert_ce_default_activation_function`, else the sigmoid (one label).
+//!   `activation_fn` in `config_sentence_transformers.json` (sentence-transformers 6 saves
+//!   it only there), else `sentence_transformers.activation_fn` in `config.json`, else the
+//!   older `sbert_ce_default_activation_function`, else the sigmoid (one label).
 //!
 //! Long passages are cut at a whitespace after `64 x max_length` bytes before tokenising:
 //! identical tokens unless the kept tokens average more than 64 bytes each.
@@ -157,6 +158,22 @@ impl CrossEncoder {
                 "model_type {model_type:?}: cross-encoders are BERT or (XLM-)RoBERTa sequence classifiers"
             )));
         }
+        let config: BertConfig = serde_json::from_value(value.clone())
+            .map_err(|e| unsupported(format!("not a BERT-family config: {e}")))?;
+        let vb = files.var_builder(options.dtype, device)?;
+        let roberta = config.roberta_padding_idx();
+        let (dense, out) = if roberta.is_some() || vb.contains_tensor("classifier.out_proj.weight")
+        {
+            ("classifier.dense", "classifier.out_proj")
+        } else {
+            let pooler = ["bert.pooler.dense", "pooler.dense"]
+                .into_iter()
+                .find(|p| vb.contains_tensor(&format!("{p}.weight")))
+                .unwrap_or("bert.pooler.dense");
+            (pooler, "classifier")
+        };
+        // the labels: `id2label`, else `num_labels`, else (transformers 5 writes neither for
+        // two labels) the rows of the scoring layer's weight
         let labels = value
             .get("id2label")
             .and_then(Value::as_object)
@@ -167,15 +184,29 @@ impl CrossEncoder {
                     .and_then(Value::as_u64)
                     .map(|n| n as usize)
             })
+            .or_else(|| {
+                vb.get_unchecked(&format!("{out}.weight"))
+                    .ok()
+                    .and_then(|w| w.dims().first().copied())
+            })
             .unwrap_or(1);
         if labels != 1 {
             return Err(unsupported(format!(
                 "{labels} labels: a cross-encoder reranker has one relevance logit"
             )));
         }
-        let config: BertConfig = serde_json::from_value(value.clone())
-            .map_err(|e| unsupported(format!("not a BERT-family config: {e}")))?;
-        let activation = activation_of(&value).map_err(&unsupported)?;
+        let st_config = match &files.st_config {
+            Some(p) => Some(read_json::<Value>(p)?),
+            None => None,
+        };
+        let activation =
+            activation_of(&value, st_config.as_ref()).map_err(|m| match &files.st_config {
+                Some(p) if m.contains("config_sentence_transformers") => Error::Unsupported {
+                    path: p.clone(),
+                    message: m,
+                },
+                _ => unsupported(m),
+            })?;
         let roberta = config.roberta_padding_idx();
         // RoBERTa's positions start after the padding id
         let positions = config.max_position_embeddings
@@ -198,7 +229,6 @@ impl CrossEncoder {
         if max_length < 4 {
             return Err(unsupported(format!("max_length {max_length}")));
         }
-        let vb = files.var_builder(options.dtype, device)?;
         let net = Bert::load(vb.clone(), &config)
             .map_err(|e| unsupported(format!("weights do not match the encoder: {e}")))?;
         let h = config.hidden_size;
@@ -206,16 +236,6 @@ impl CrossEncoder {
             let w = vb.get((out, inp), "weight")?.to_dtype(DType::F32)?;
             let b = vb.get(out, "bias")?.to_dtype(DType::F32)?;
             Ok::<_, candle_core::Error>(Linear::new(w, Some(b)))
-        };
-        let (dense, out) = if roberta.is_some() || vb.contains_tensor("classifier.out_proj.weight")
-        {
-            ("classifier.dense", "classifier.out_proj")
-        } else {
-            let pooler = ["bert.pooler.dense", "pooler.dense"]
-                .into_iter()
-                .find(|p| vb.contains_tensor(&format!("{p}.weight")))
-                .unwrap_or("bert.pooler.dense");
-            (pooler, "classifier")
         };
         let head = Head {
             dense: f32_linear(vb.pp(dense), h, h)
@@ -321,16 +341,28 @@ impl CrossEncoder {
     }
 }
 
-/// The activation sentence-transformers applies to a one-label model's logit.
-fn activation_of(config: &Value) -> std::result::Result<ScoreActivation, String> {
-    let named = config
-        .get("sentence_transformers")
-        .and_then(|s| s.get("activation_fn"))
-        .or_else(|| config.get("sbert_ce_default_activation_function"))
-        .and_then(Value::as_str);
+/// The activation sentence-transformers (6.3) applies to a one-label model's logit:
+/// `config_sentence_transformers.json`'s `activation_fn` (where sentence-transformers 6
+/// saves it), else `config.json`'s `sentence_transformers.activation_fn`, else its legacy
+/// `sbert_ce_default_activation_function`, else the sigmoid.
+fn activation_of(
+    config: &Value,
+    st_config: Option<&Value>,
+) -> std::result::Result<ScoreActivation, String> {
+    let (named, source) = match st_config.and_then(|c| c.get("activation_fn")) {
+        Some(v) => (Some(v), "config_sentence_transformers.json"),
+        None => (
+            config
+                .get("sentence_transformers")
+                .and_then(|s| s.get("activation_fn"))
+                .or_else(|| config.get("sbert_ce_default_activation_function")),
+            "config.json",
+        ),
+    };
     match named {
-        None => Ok(ScoreActivation::Sigmoid),
-        Some(path) => ScoreActivation::parse(path)
-            .ok_or_else(|| format!("activation {path:?} (Identity, Sigmoid and Tanh are known)")),
+        None | Some(Value::Null) => Ok(ScoreActivation::Sigmoid),
+        Some(v) => v.as_str().and_then(ScoreActivation::parse).ok_or_else(|| {
+            format!("{source}: activation {v} (Identity, Sigmoid and Tanh are known)")
+        }),
     }
 }

@@ -313,7 +313,11 @@ impl Reranker for ListwiseReranker {
     }
 
     fn notes(&self) -> Vec<String> {
-        vec![format!(
+        let full = self
+            .cache
+            .as_ref()
+            .and_then(|c| super::full_cache_note(&self.name, c));
+        std::iter::once(format!(
             "rerank:{}: {} prompts, {} replies without a parsable ranking (first-stage order kept), \
              {} ids listed twice, {} invalid ids, {} candidates left out of replies (kept after the listed ones)",
             self.name,
@@ -322,7 +326,9 @@ impl Reranker for ListwiseReranker {
             self.duplicates.get(),
             self.invalid.get(),
             self.left_out.get()
-        )]
+        ))
+        .chain(full)
+        .collect()
     }
 }
 

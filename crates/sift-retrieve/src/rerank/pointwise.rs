@@ -13,7 +13,7 @@ use sift_generate::{
     Part, Request, Sampling,
 };
 
-use super::{RerankDoc, RerankQuery, Reranker};
+use super::{Counter, RerankDoc, RerankQuery, Reranker};
 use crate::{Error, Result};
 
 /// The instruction before the query.
@@ -133,6 +133,7 @@ pub struct PointwiseReranker {
     max_chars: usize,
     prompt: PointwisePrompt,
     cache: Option<GenerationCache>,
+    rejected: Counter,
 }
 
 impl PointwiseReranker {
@@ -172,6 +173,7 @@ impl PointwiseReranker {
             max_chars,
             prompt,
             cache: None,
+            rejected: Counter::default(),
         })
     }
 
@@ -200,10 +202,15 @@ impl PointwiseReranker {
     /// The score of one candidate (from the cache when it holds it).
     pub fn score(&self, query: &RerankQuery<'_>, doc: &RerankDoc<'_>) -> Result<f64> {
         let msgs = self.messages(query, doc);
-        let (cache, name) = (self.cache.as_ref(), &self.name);
-        cached(cache, name, self.model.model_id(), query.id, msgs, |m| {
-            self.compute(m)
-        })
+        let cache = self.cache.as_ref().map(|c| (c, &self.rejected));
+        cached(
+            cache,
+            &self.name,
+            self.model.model_id(),
+            query.id,
+            msgs,
+            |m| self.compute(m),
+        )
     }
 
     /// The score of the candidate the chat `msgs` asks about.
@@ -262,29 +269,42 @@ fn messages(
 }
 
 /// The score `compute` gives the chat `msgs`, read from `cache` when it holds it (keyed by
-/// the model, the prompt's template and the chat) and kept there otherwise.
+/// the model, the prompt's template and the chat) and kept there otherwise. A cached entry
+/// that is not a finite number (`NaN`, `inf`, an edited or foreign line) is not used: it is
+/// counted in the cache's `rejected` counter and the score computed again (and stored,
+/// replacing it). A computed score that is not finite is an error naming the query.
 fn cached(
-    cache: Option<&GenerationCache>,
+    cache: Option<(&GenerationCache, &Counter)>,
     name: &str,
     model: &str,
     query_id: &str,
     msgs: Vec<Message>,
     compute: impl FnOnce(&[Message]) -> Result<f64>,
 ) -> Result<f64> {
-    let Some(c) = cache else {
-        return compute(&msgs);
+    let checked = |s: f64| -> Result<f64> {
+        if s.is_finite() {
+            Ok(s)
+        } else {
+            Err(Error::Unsupported(format!(
+                "rerank:{name}: query {query_id}: the model's score is {s}, not a finite number"
+            )))
+        }
+    };
+    let Some((c, rejected)) = cache else {
+        return checked(compute(&msgs)?);
     };
     let request = Request {
         messages: msgs,
         sampling: Sampling::greedy(1),
     };
     let key = CacheKey::new(model, POINTWISE_TEMPLATE, query_id, &request).digest();
-    if let Some(hit) = c.get(&key)
-        && let Ok(s) = hit.generation.text.parse::<f64>()
-    {
-        return Ok(s);
+    if let Some(hit) = c.get(&key) {
+        match hit.generation.text.parse::<f64>() {
+            Ok(s) if s.is_finite() => return Ok(s),
+            _ => rejected.add(),
+        }
     }
-    let s = compute(&request.messages)?;
+    let s = checked(compute(&request.messages)?)?;
     c.put(CachedGeneration {
         key,
         query_id: query_id.to_string(),
@@ -300,6 +320,25 @@ fn cached(
     })
     .map_err(|e| Error::Unsupported(format!("rerank:{name}: cache: {e}")))?;
     Ok(s)
+}
+
+/// The notes on cached scores rejected (not finite numbers) and on scores a full cache did
+/// not store, when there were any.
+fn rejected_note(name: &str, cache: Option<&GenerationCache>, rejected: &Counter) -> Vec<String> {
+    let Some(c) = cache else {
+        return Vec::new();
+    };
+    let mut notes = Vec::new();
+    if rejected.get() > 0 {
+        notes.push(format!(
+            "warning: rerank:{name}: {} cached score(s) in {} were not finite numbers \
+             (rejected and computed again)",
+            rejected.get(),
+            c.path().display()
+        ));
+    }
+    notes.extend(super::full_cache_note(name, c));
+    notes
 }
 
 /// `log P(yes)` against `no` from an answer's first-token log probabilities `top`: each
@@ -339,6 +378,7 @@ pub struct RemotePointwiseReranker {
     max_chars: usize,
     prompt: PointwisePrompt,
     cache: Option<GenerationCache>,
+    rejected: Counter,
 }
 
 impl RemotePointwiseReranker {
@@ -354,6 +394,7 @@ impl RemotePointwiseReranker {
             max_chars,
             prompt,
             cache: None,
+            rejected: Counter::default(),
         }
     }
 
@@ -366,22 +407,29 @@ impl RemotePointwiseReranker {
     /// The score of one candidate (from the cache when it holds it).
     pub fn score(&self, query: &RerankQuery<'_>, doc: &RerankDoc<'_>) -> Result<f64> {
         let msgs = messages(&self.prompt, self.max_chars, query, doc);
-        let (cache, name) = (self.cache.as_ref(), &self.name);
-        cached(cache, name, self.endpoint.model_id(), query.id, msgs, |m| {
-            let request = Request {
-                messages: m.to_vec(),
-                sampling: Sampling::greedy(1),
-            };
-            let top = self
-                .endpoint
-                .first_token_logprobs(&request, TOP_LOGPROBS)
-                .map_err(|e| Error::Unsupported(format!("rerank:{}: {e}", self.name)))?;
-            Ok(yes_no_from_logprobs(
-                &top,
-                &self.prompt.yes,
-                &self.prompt.no,
-            ))
-        })
+        let cache = self.cache.as_ref().map(|c| (c, &self.rejected));
+        cached(
+            cache,
+            &self.name,
+            self.endpoint.model_id(),
+            query.id,
+            msgs,
+            |m| {
+                let request = Request {
+                    messages: m.to_vec(),
+                    sampling: Sampling::greedy(1),
+                };
+                let top = self
+                    .endpoint
+                    .first_token_logprobs(&request, TOP_LOGPROBS)
+                    .map_err(|e| Error::Unsupported(format!("rerank:{}: {e}", self.name)))?;
+                Ok(yes_no_from_logprobs(
+                    &top,
+                    &self.prompt.yes,
+                    &self.prompt.no,
+                ))
+            },
+        )
     }
 }
 
@@ -397,6 +445,10 @@ impl Reranker for RemotePointwiseReranker {
     fn scores(&self, query: &RerankQuery<'_>, docs: &[RerankDoc<'_>]) -> Result<Vec<f64>> {
         docs.iter().map(|d| self.score(query, d)).collect()
     }
+
+    fn notes(&self) -> Vec<String> {
+        rejected_note(&self.name, self.cache.as_ref(), &self.rejected)
+    }
 }
 
 impl Reranker for PointwiseReranker {
@@ -410,6 +462,10 @@ impl Reranker for PointwiseReranker {
 
     fn scores(&self, query: &RerankQuery<'_>, docs: &[RerankDoc<'_>]) -> Result<Vec<f64>> {
         docs.iter().map(|d| self.score(query, d)).collect()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        rejected_note(&self.name, self.cache.as_ref(), &self.rejected)
     }
 }
 
