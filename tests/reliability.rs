@@ -2238,3 +2238,444 @@ fn odd_judgements_edited_analyzers_and_empty_domain_lists_are_reported() {
         assert!(stderr.contains("give one or more domain names"), "{stderr}");
     }
 }
+
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// Every file argument is read through one guarded reader (sift_core::files): a device
+/// (`/dev/zero`, which grew a process to 23.6 GB) is refused before a byte is read, and a
+/// FIFO without a writer (which blocked forever) is refused without waiting; each error names
+/// the file. The run, qrels and exclusion files, query augmentations, instruction files,
+/// prompt templates, the generation and rerank caches, the report's results.json and the
+/// index's embedding cache.
+#[test]
+fn file_arguments_refuse_devices_and_fifos_without_waiting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = |name: &str| tmp.path().join(name).to_str().unwrap().to_string();
+    let fifo = t("fifo");
+    mkfifo(std::path::Path::new(&fifo));
+    fs::write(t("run"), "q1 Q0 d1 1 1.0 x\n").unwrap();
+    fs::write(t("qrels"), "q1 0 d1 1\n").unwrap();
+    let index = t("idx");
+    let sample = s(&sample()).to_string();
+    ok(&["index", "--corpus", &sample, "--index", &index, "-q"]);
+    // an endpoint nobody listens on: every case fails at its file before any request
+    let url = "http://127.0.0.1:9/v1";
+    let eval = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "eval",
+            "--corpus",
+            &sample,
+            "--index",
+            &index,
+            "--domains",
+            "gis",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        v.extend(extra.iter().map(|x| x.to_string()));
+        v
+    };
+    let aug = format!("captions:{fifo}");
+    let results = t("results");
+    fs::create_dir_all(&results).unwrap();
+    mkfifo(&tmp.path().join("results/results.json"));
+    let gen_args = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "generate",
+            "captions",
+            "--corpus",
+            &sample,
+            "--domains",
+            "gis",
+            "--generator",
+            url,
+            "--model",
+            "m",
+            "--out",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        v.push(t("gen"));
+        v.extend(extra.iter().map(|x| x.to_string()));
+        v
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "eval".into(),
+                "--run".into(),
+                "/dev/zero".into(),
+                "--qrels".into(),
+                t("qrels"),
+            ],
+            "/dev/zero: is a character device",
+        ),
+        (
+            vec![
+                "eval".into(),
+                "--run".into(),
+                t("run"),
+                "--qrels".into(),
+                fifo.clone(),
+            ],
+            "is a FIFO",
+        ),
+        (
+            vec![
+                "eval".into(),
+                "--run".into(),
+                t("run"),
+                "--qrels".into(),
+                t("qrels"),
+                "--exclude".into(),
+                fifo.clone(),
+            ],
+            "is a FIFO",
+        ),
+        (eval(&["--query-augment", &aug]), "is a FIFO"),
+        (
+            eval(&["--instructions-file", "/dev/zero"]),
+            "/dev/zero: is a character device",
+        ),
+        (
+            eval(&[
+                "--rerank",
+                &format!("pointwise:{url}"),
+                "--rerank-model",
+                "m",
+                "--rerank-prompt",
+                "/dev/zero",
+            ]),
+            "/dev/zero: is a character device",
+        ),
+        (
+            eval(&[
+                "--rerank",
+                &format!("pointwise:{url}"),
+                "--rerank-model",
+                "m",
+                "--rerank-cache",
+                &fifo,
+            ]),
+            "is a FIFO",
+        ),
+        (
+            gen_args(&["--prompt", "/dev/zero"]),
+            "/dev/zero: is a character device",
+        ),
+        (gen_args(&["--cache", &fifo]), "is a FIFO"),
+        (
+            vec![
+                "report".into(),
+                results.clone(),
+                "--out".into(),
+                t("r.html"),
+            ],
+            "results.json: is a FIFO",
+        ),
+    ];
+    for (args, want) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = sift_within(&args, 120);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(1 | 2)) && err.contains(want),
+            "{args:?}: {:?} {err}",
+            out.status
+        );
+    }
+    // the embedding cache: a FIFO in its place
+    let cached = t("cached");
+    ok(&[
+        "index",
+        "--corpus",
+        &sample,
+        "--index",
+        &cached,
+        "--domains",
+        "gis",
+        "--dense",
+        s(&tiny_clip()),
+        "-q",
+    ]);
+    let cache_dir = tmp.path().join("cached/embed-cache");
+    let cache_file = fs::read_dir(&cache_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "bin"))
+        .expect("an embedding cache file");
+    fs::remove_file(&cache_file).unwrap();
+    mkfifo(&cache_file);
+    let out = sift_within(
+        &[
+            "index",
+            "--corpus",
+            &sample,
+            "--index",
+            &cached,
+            "--domains",
+            "gis",
+            "--dense",
+            s(&tiny_clip()),
+            "--replace",
+            "-q",
+        ],
+        120,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(1) && err.contains("is a FIFO"),
+        "{err}"
+    );
+}
+
+/// `--out` never replaces what is not a regular file: `sift report --out` renamed a
+/// temporary file over a FIFO or a device (as root it replaced `/dev/full`). A FIFO is
+/// written straight (a reader gets the page), a symbolic link is written through to its
+/// target (the link stays), a directory is refused; a killed run's temporary file is cleaned
+/// up by the next one.
+#[test]
+fn outputs_never_replace_fifos_devices_or_links() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    let results = tmp.path().join("results");
+    ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "-q",
+    ]);
+    ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--out",
+        s(&results),
+        "-q",
+    ]);
+    // a FIFO: read by a thread, still a FIFO afterwards
+    let fifo = tmp.path().join("page.fifo");
+    mkfifo(&fifo);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || fs::read(fifo).unwrap())
+    };
+    let out = sift_within(&["report", s(&results), "--out", s(&fifo)], 120);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = reader.join().unwrap();
+    assert!(
+        page.starts_with(b"<!DOCTYPE html") || page.starts_with(b"<!doctype html"),
+        "{}",
+        page.len()
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    // /dev/null stays a device
+    ok(&["report", s(&results), "--out", "/dev/null"]);
+    assert!(
+        fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
+    // a symbolic link: the target gets the page, the link stays a link
+    let target = tmp.path().join("target.html");
+    fs::write(&target, "old").unwrap();
+    let link = tmp.path().join("link.html");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    ok(&["report", s(&results), "--out", s(&link)]);
+    assert!(
+        fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(fs::read_to_string(&target).unwrap().len() > 1000);
+    // a directory is refused, naming it
+    let err = fails(&["report", s(&results), "--out", s(tmp.path())]);
+    assert!(err.contains("is a directory"), "{err}");
+    // a temporary file a killed run left beside a run file is removed by the next write
+    let stale = results.join("runs/.task1.bm25.trec.tmp-4294967");
+    fs::write(&stale, "half").unwrap();
+    ok(&[
+        "eval",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--out",
+        s(&results),
+        "-q",
+    ]);
+    assert!(!stale.exists());
+}
+
+/// Every numeric flag has a range: values past it are usage errors naming the flag (exit 2),
+/// never a panic (`--resamples 18446744073709551615` was a capacity overflow, `sift generate
+/// --timeout 18446744073709551615` an instant overflow) or work that never ends.
+#[test]
+fn every_numeric_flag_has_a_range() {
+    let max = "18446744073709551615";
+    let cases: &[(&[&str], &str)] = &[
+        (&["report", "d", "--out", "o"], "--resamples"),
+        (&["report", "d", "--out", "o"], "--top"),
+        (&["report", "d", "--out", "o"], "--max-mb"),
+        (&["report", "d", "--out", "o"], "--thumbnail-mb"),
+        (&["eval", "--run", "r", "--qrels", "q"], "--resamples"),
+        (
+            &[
+                "generate",
+                "captions",
+                "--corpus",
+                "c",
+                "--generator",
+                "g",
+                "--out",
+                "o",
+            ],
+            "--timeout",
+        ),
+        (
+            &[
+                "generate",
+                "captions",
+                "--corpus",
+                "c",
+                "--generator",
+                "g",
+                "--out",
+                "o",
+            ],
+            "--concurrency",
+        ),
+        (
+            &[
+                "generate",
+                "captions",
+                "--corpus",
+                "c",
+                "--generator",
+                "g",
+                "--out",
+                "o",
+            ],
+            "--max-new-tokens",
+        ),
+        (&["index", "--corpus", "c", "--index", "i"], "--hnsw-m"),
+        (
+            &["index", "--corpus", "c", "--index", "i"],
+            "--ef-construction",
+        ),
+        (
+            &["index", "--corpus", "c", "--index", "i"],
+            "--max-image-pixels",
+        ),
+        (&["index", "--corpus", "c", "--index", "i"], "--batch-size"),
+        (&["eval", "--corpus", "c", "--index", "i"], "--rerank-depth"),
+        (
+            &["eval", "--corpus", "c", "--index", "i"],
+            "--rerank-window",
+        ),
+    ];
+    for (args, flag) in cases {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend([*flag, max]);
+        let out = sift(&a);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.code() == Some(2) && err.contains(flag) && err.contains("out of range"),
+            "{a:?}: {:?} {err}",
+            out.status
+        );
+    }
+    for (flag, bad) in [
+        ("--k1", "NaN"),
+        ("--b", "inf"),
+        ("--b", "1.5"),
+        ("--top-p", "NaN"),
+    ] {
+        let mut a: Vec<&str> = if flag == "--top-p" {
+            vec![
+                "generate",
+                "captions",
+                "--corpus",
+                "c",
+                "--generator",
+                "g",
+                "--out",
+                "o",
+            ]
+        } else {
+            vec!["eval", "--corpus", "c", "--index", "i"]
+        };
+        a.extend([flag, bad]);
+        let out = sift(&a);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{a:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Corpus images are bounded in pixels at index time, as the service bounds request images:
+/// two 23,000 x 23,000 1-bit PNGs of 125 KB took 3.7-4.0 GB to index. An image over
+/// `--max-image-pixels` (header width x height, nothing decoded) is skipped and counted,
+/// named with its file and row.
+#[test]
+fn index_bounds_corpus_image_pixels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("idx");
+    let built = json(&ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--domains",
+        "gis",
+        "--dense",
+        s(&tiny_clip()),
+        "--max-image-pixels",
+        "100",
+        "--json",
+    ]));
+    let images = &built["manifest"]["dense"]["tiny-clip-quickgelu"]["images"];
+    assert_eq!(images["images"]["gis"].as_u64().unwrap_or(0), 0, "{images}");
+    let examples = images["undecodable_examples"].to_string();
+    assert!(
+        examples.contains("gis") && examples.contains("over the limit of 100 pixels"),
+        "{images}"
+    );
+    // the default limit (Pillow's) indexes them
+    let index = tmp.path().join("idx2");
+    let built = json(&ok(&[
+        "index",
+        "--corpus",
+        s(&sample()),
+        "--index",
+        s(&index),
+        "--domains",
+        "gis",
+        "--dense",
+        s(&tiny_clip()),
+        "--json",
+    ]));
+    let images = &built["manifest"]["dense"]["tiny-clip-quickgelu"]["images"];
+    assert!(images["images"]["gis"].as_u64().unwrap() > 0, "{images}");
+}

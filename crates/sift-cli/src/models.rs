@@ -9,7 +9,7 @@ pub struct ModelFlags {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// Texts per forward pass.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::options::int_in::<usize>(1, 65_536))]
     pub batch_size: usize,
     /// Weights: f32, f16, bf16 or auto. On the CPU, bf16 keeps every model's linear layers
     /// as bfloat16 weights (half the memory) multiplied on the processor's bfloat16 units

@@ -8,10 +8,10 @@ use sift_index::{
 #[derive(Args, Debug, Clone, Default)]
 pub struct Bm25Flags {
     /// BM25 k1 (term-frequency saturation) [default: 0.9, or the index's].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::f32_in(0.0, 1000.0))]
     pub k1: Option<f32>,
     /// BM25 b (length normalisation) [default: 0.4, or the index's].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::f32_in(0.0, 1.0))]
     pub b: Option<f32>,
     /// BM25 formula [default: reference, or the index's]: `reference` is the BRIGHT /
     /// MM-BRIGHT reference code's (gensim LuceneBM25Model on passage and query, exact
@@ -201,6 +201,56 @@ pub fn threads(s: &str) -> Result<usize, String> {
     }
 }
 
+/// A parser for a whole-number flag from `min` to `max` (clap's error names the flag; this
+/// names the range). Every numeric flag has one: unbounded values overflow durations and
+/// capacities, or ask for work that never ends.
+pub fn int_in<T>(
+    min: u64,
+    max: u64,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: TryFrom<u64> + Clone + Send + Sync + 'static,
+{
+    move |s: &str| {
+        let v: u64 = s
+            .trim()
+            .parse()
+            .map_err(|e| format!("{e}: give a whole number from {min} to {max}"))?;
+        if !(min..=max).contains(&v) {
+            return Err(format!("{v} is out of range: give {min} to {max}"));
+        }
+        T::try_from(v).map_err(|_| format!("{v} is out of range on this platform"))
+    }
+}
+
+/// A parser for a number flag from `min` to `max` (finite: `NaN` and `inf` are refused).
+pub fn float_in(
+    min: f64,
+    max: f64,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |s: &str| {
+        let v: f64 = s
+            .trim()
+            .parse()
+            .map_err(|e| format!("{e}: give a number from {min} to {max}"))?;
+        if !(v.is_finite() && (min..=max).contains(&v)) {
+            return Err(format!(
+                "{v} is out of range: give a number from {min} to {max}"
+            ));
+        }
+        Ok(v)
+    }
+}
+
+/// [`float_in`] for an `f32` flag.
+pub fn f32_in(
+    min: f32,
+    max: f32,
+) -> impl Fn(&str) -> Result<f32, String> + Clone + Send + Sync + 'static {
+    let parse = float_in(f64::from(min), f64::from(max));
+    move |s: &str| parse(s).map(|v| v as f32)
+}
+
 /// Parses a count that must be at least 1 (`--top-k`, `--batch-size`, ...).
 pub fn positive(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -210,6 +260,10 @@ pub fn positive(s: &str) -> Result<usize, String> {
     }
 }
 
+/// The most retries `--retries` and `--rerank-retries` take: each can wait up to 30 s
+/// more, and an endpoint failing 20 times in a row is down.
+pub const MAX_RETRIES: u64 = 20;
+
 /// How `sift generate` and `sift rag` ask their generators: the endpoint's key, requests in
 /// flight, timeout, retries, and the generation cache.
 #[derive(Args, Debug, Clone)]
@@ -218,14 +272,15 @@ pub struct GenerationFlags {
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub api_key_env: String,
     /// Requests in flight at once (a local generator takes one at a time).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::options::int_in::<usize>(1, 1024))]
     pub concurrency: usize,
     /// Seconds one request may take.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, value_parser = crate::options::int_in::<u64>(1, 86_400))]
     pub timeout: u64,
     /// Retries of a request that failed with 429, 408 or 5xx, timed out or came back
-    /// malformed (exponential backoff from 0.5 s, honouring Retry-After).
-    #[arg(long, default_value_t = 5)]
+    /// malformed (exponential backoff from 0.5 s, honouring Retry-After up to 30 s; 0 to
+    /// 20).
+    #[arg(long, default_value_t = 5, value_parser = crate::options::int_in::<u32>(0, MAX_RETRIES))]
     pub retries: u32,
     /// The generation cache (JSONL) [default: <out>/cache.jsonl].
     #[arg(long)]
@@ -296,23 +351,23 @@ pub struct RerankFlags {
     #[arg(long, value_name = "MODEL")]
     pub rerank: Vec<String>,
     /// Candidates per query each reranker rescores (the rest stay below, in order).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = crate::options::int_in::<usize>(1, 100_000))]
     pub rerank_depth: usize,
     /// Cross-encoder pairs per forward pass.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::options::int_in::<usize>(1, 65_536))]
     pub rerank_batch: usize,
     /// Cross-encoder tokens per query-passage pair [default: the model's].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::int_in::<usize>(1, 1 << 20))]
     pub rerank_max_length: Option<usize>,
     /// The model a listwise or pointwise endpoint serves.
     #[arg(long)]
     pub rerank_model: Option<String>,
     /// Listwise: candidates per prompt, ranked window by window from the bottom up
     /// (RankGPT) [default: all in one prompt, as BRIGHT].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::int_in::<usize>(1, 10_000))]
     pub rerank_window: Option<usize>,
     /// Listwise: how far each window moves.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = crate::options::int_in::<usize>(1, 10_000))]
     pub rerank_step: usize,
     /// Listwise replies and pointwise scores cached here (JSONL) [default:
     /// <out>/rerank-cache.jsonl with sift eval --out].
@@ -329,6 +384,18 @@ pub struct RerankFlags {
     /// Environment variable holding a listwise endpoint's bearer key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub rerank_api_key_env: String,
+    /// Seconds one request to a listwise or pointwise endpoint may take (0.001 to 86400);
+    /// `sift serve` also stops at its request's --timeout.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0, value_parser = crate::options::float_in(0.001, 86_400.0))]
+    pub rerank_timeout: f64,
+    /// Retries of a listwise or pointwise endpoint's request that failed with 429, 408 or
+    /// 5xx, timed out or came back malformed (0 to 20).
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = crate::options::int_in::<u32>(0, MAX_RETRIES))]
+    pub rerank_retries: u32,
+    /// Entries the rerank cache holds at most (1 to 100000000): past it new listwise
+    /// replies and pointwise scores are not cached, so `sift serve`'s cache stops growing.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::options::int_in::<usize>(1, 100_000_000))]
+    pub rerank_cache_max_entries: usize,
 }
 
 impl RerankFlags {
@@ -352,8 +419,11 @@ impl RerankFlags {
             model: self.rerank_model.clone(),
             remote: sift_generate::RemoteSettings {
                 api_key_env: self.rerank_api_key_env.clone(),
-                timeout: std::time::Duration::from_secs(300),
-                retry: sift_generate::RetryPolicy::default(),
+                timeout: std::time::Duration::from_secs_f64(self.rerank_timeout),
+                retry: sift_generate::RetryPolicy {
+                    max_retries: self.rerank_retries,
+                    ..sift_generate::RetryPolicy::default()
+                },
             },
             listwise: sift_retrieve::rerank::ListwiseSettings {
                 window: self.rerank_window,
@@ -364,7 +434,7 @@ impl RerankFlags {
             pointwise_prompt: {
                 let mut p = sift_retrieve::rerank::PointwisePrompt::default();
                 if let Some(path) = &self.rerank_prompt {
-                    p.template = std::fs::read_to_string(path)
+                    p.template = sift_core::read_regular_text(path, sift_core::TEXT_FILE_LIMIT)
                         .with_context(|| format!("reading --rerank-prompt {}", path.display()))?;
                 }
                 if let Some(a) = &self.rerank_answers {
@@ -380,6 +450,7 @@ impl RerankFlags {
                 .rerank_cache
                 .clone()
                 .or_else(|| out.map(|d| d.join("rerank-cache.jsonl"))),
+            cache_max_entries: self.rerank_cache_max_entries,
         };
         if let Some(p) = options.cache.as_ref().and_then(|p| p.parent())
             && !p.as_os_str().is_empty()

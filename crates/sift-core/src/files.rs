@@ -245,23 +245,23 @@ impl OutputFile {
             });
         }
         let target = resolve_output(path)?;
-        if let Ok(meta) = std::fs::metadata(&target) {
-            if !meta.is_file() {
-                if streams_into(&meta) {
-                    let f = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(&target)
-                        .map_err(|e| Error::io(path, e))?;
-                    return Ok(OutputFile {
-                        path: path.to_path_buf(),
-                        sink: Sink::Direct(Box::new(f)),
-                    });
-                }
+        if let Ok(meta) = std::fs::metadata(&target)
+            && !meta.is_file()
+        {
+            if !streams_into(&meta) {
                 return Err(Error::NotAFile {
                     path: path.to_path_buf(),
                     kind: file_kind(&meta),
                 });
             }
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&target)
+                .map_err(|e| Error::io(path, e))?;
+            return Ok(OutputFile {
+                path: path.to_path_buf(),
+                sink: Sink::Direct(Box::new(f)),
+            });
         }
         remove_stale_temporaries(&target);
         let tmp = temporary_name(&target, std::process::id());
@@ -324,10 +324,10 @@ impl Write for OutputFile {
 
 impl Drop for OutputFile {
     fn drop(&mut self) {
-        if let Sink::Atomic { tmp, .. } = &self.sink {
-            if !tmp.as_os_str().is_empty() {
-                let _ = std::fs::remove_file(tmp);
-            }
+        if let Sink::Atomic { tmp, .. } = &self.sink
+            && !tmp.as_os_str().is_empty()
+        {
+            let _ = std::fs::remove_file(tmp);
         }
     }
 }

@@ -9,10 +9,13 @@ use sift_core::{Qrels, WarningKind, Warnings, parse_grade};
 use crate::metrics::{Exclusions, Run, RunEntry, trec_order};
 use crate::{Error, Result};
 
+/// The longest line of a run, qrels or exclusion file (1 MiB: six fields, two of them ids).
+pub const TREC_LINE_LIMIT: u64 = 1 << 20;
+
 /// Calls `f` with each non-blank line that is not a `#` comment, trimmed, read through
 /// sift-core's guarded line reader (a regular file only, lines of bounded length).
 fn for_each_line(path: &Path, mut f: impl FnMut(u64, &str) -> Result<()>) -> Result<()> {
-    let mut lines = sift_core::Lines::open(path)?;
+    let mut lines = sift_core::Lines::open(path)?.with_line_limit(TREC_LINE_LIMIT);
     while let Some((line, text)) = lines.next_line()? {
         let text = text.trim();
         if text.starts_with('#') {

@@ -163,7 +163,7 @@ fn read_jobs(dir: &Path, d: usize, metric: &str, prefix: Option<&str>) -> Result
 /// The first `top` entries of each query of a TREC run (read line by line; a run is in
 /// rank order per query, as Sift writes them, but any order is sorted here).
 fn read_top(path: &Path, top: usize) -> Result<HashMap<String, Vec<(String, f64)>>> {
-    let mut lines = sift_core::Lines::open(path)?;
+    let mut lines = sift_core::Lines::open(path)?.with_line_limit(sift_eval::TREC_LINE_LIMIT);
     let mut out: HashMap<String, Vec<(String, f64, u64)>> = HashMap::new();
     while let Some((n, line)) = lines.next_line()? {
         let mut f = line.split_whitespace();

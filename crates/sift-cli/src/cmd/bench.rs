@@ -51,10 +51,10 @@ pub struct IndexArgs {
     #[arg(long, requires = "index")]
     dense: Option<String>,
     /// HNSW maximum connections per node (M).
-    #[arg(long, default_value_t = sift_index::HnswParams::default().m)]
+    #[arg(long, default_value_t = sift_index::HnswParams::default().m, value_parser = crate::options::int_in::<usize>(2, 1024))]
     hnsw_m: usize,
     /// HNSW candidate list size while building.
-    #[arg(long, default_value_t = sift_index::HnswParams::default().ef_construction)]
+    #[arg(long, default_value_t = sift_index::HnswParams::default().ef_construction, value_parser = crate::options::int_in::<usize>(1, 100_000))]
     ef_construction: usize,
     /// Print JSON.
     #[arg(long)]
@@ -83,10 +83,10 @@ pub struct EmbedArgs {
     #[arg(long, default_value = "32")]
     batch_size: String,
     /// Items timed per batch size.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = crate::options::int_in::<usize>(1, 100_000_000))]
     items: usize,
     /// Items embedded, untimed, before each measurement.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::options::int_in::<usize>(0, 1_000_000))]
     warmup: usize,
     /// Inputs, read as `sift embed` reads them: for text a file (one text per line, or JSONL
     /// with "text", BEIR corpus.jsonl included); for images a folder or a file listing image
@@ -123,20 +123,20 @@ pub struct RerankArgs {
     #[arg(long)]
     passages: PathBuf,
     /// (query, passage) pairs timed.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = crate::options::int_in::<usize>(1, 100_000_000))]
     items: usize,
     /// Passages per query: the pairs of one score call, as a reranker at this depth makes.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = crate::options::int_in::<usize>(1, 100_000))]
     depth: usize,
     /// Consecutive passages joined into one (1: as read).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::options::int_in::<usize>(1, 1024))]
     concat: usize,
     /// Pairs per forward pass.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::options::int_in::<usize>(1, 65_536))]
     batch_size: usize,
     /// Tokens of a pair, special tokens included [default: the tokenizer's model_max_length,
     /// else the model's positions].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::int_in::<usize>(1, 1 << 20))]
     max_length: Option<usize>,
     /// Weights: f32, f16 or bf16 (bf16 on the CPU: the packed bfloat16 kernels; auto is
     /// not accepted here, the report names the kernel that ran).
@@ -146,7 +146,7 @@ pub struct RerankArgs {
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Pairs scored, untimed, before the measurement (the first pairs).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::options::int_in::<usize>(0, 1_000_000))]
     warmup: usize,
     /// Print JSON.
     #[arg(long)]
@@ -180,7 +180,7 @@ pub struct SearchArgs {
     #[arg(long, default_value = "16,32,64,128,256")]
     ef: String,
     /// Neighbours compared.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = crate::options::int_in::<usize>(1, 1_000_000))]
     k: usize,
     #[command(flatten)]
     model: ModelFlags,

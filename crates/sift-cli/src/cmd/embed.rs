@@ -1,7 +1,6 @@
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use sift_embed::Role;
@@ -117,7 +116,7 @@ pub(crate) fn read_inputs(path: &std::path::Path) -> Result<Vec<(String, String)
 }
 
 /// Writes a little-endian float32 C-order `.npy` (format version 1.0).
-fn write_npy(path: &PathBuf, rows: &[Vec<f32>], dim: usize) -> std::io::Result<()> {
+fn write_npy(path: &Path, rows: &[Vec<f32>], dim: usize) -> std::io::Result<()> {
     let mut header = format!(
         "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {dim}), }}",
         rows.len()
@@ -125,7 +124,8 @@ fn write_npy(path: &PathBuf, rows: &[Vec<f32>], dim: usize) -> std::io::Result<(
     let total = 10 + header.len() + 1;
     header.push_str(&" ".repeat((64 - total % 64) % 64));
     header.push('\n');
-    let mut w = BufWriter::new(File::create(path)?);
+    let mut out = sift_core::OutputFile::create(path).map_err(std::io::Error::other)?;
+    let mut w = BufWriter::new(&mut out);
     w.write_all(b"\x93NUMPY\x01\x00")?;
     w.write_all(&(header.len() as u16).to_le_bytes())?;
     w.write_all(header.as_bytes())?;
@@ -134,7 +134,9 @@ fn write_npy(path: &PathBuf, rows: &[Vec<f32>], dim: usize) -> std::io::Result<(
             w.write_all(&x.to_le_bytes())?;
         }
     }
-    w.flush()
+    w.flush()?;
+    drop(w);
+    out.commit().map_err(std::io::Error::other)
 }
 
 /// Image files to embed: (id, path). A folder's image files (by extension; subfolders and
@@ -310,20 +312,17 @@ fn write_vectors(
         let mut path = a.out.as_os_str().to_owned();
         path.push(".ids.txt");
         let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
-        std::fs::write(&path, text)
-            .with_context(|| format!("{}", PathBuf::from(&path).display()))?;
+        sift_core::write_output(Path::new(&path), text.as_bytes())?;
     } else {
-        let sink: Box<dyn Write> = if a.out.as_os_str() == "-" {
-            Box::new(std::io::stdout().lock())
-        } else {
-            Box::new(File::create(&a.out).with_context(|| format!("{}", a.out.display()))?)
-        };
-        let mut w = BufWriter::new(sink);
+        let mut out = sift_core::OutputFile::create(&a.out)?;
+        let mut w = BufWriter::new(&mut out);
         for (id, v) in ids.iter().zip(vectors) {
             serde_json::to_writer(&mut w, &serde_json::json!({"id": id, "vector": v}))?;
             w.write_all(b"\n")?;
         }
         w.flush()?;
+        drop(w);
+        out.commit()?;
     }
     eprintln!(
         "embedded {} {what} with {model} ({dim} dims) -> {}",

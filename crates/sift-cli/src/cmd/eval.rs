@@ -140,7 +140,7 @@ pub struct Args {
     #[arg(long, default_value = "ndcg@10")]
     compare_metric: String,
     /// Random sign flips of --compare's randomisation test (when not exact).
-    #[arg(long, default_value_t = sift_eval::stats::RESAMPLES)]
+    #[arg(long, default_value_t = sift_eval::stats::RESAMPLES, value_parser = crate::options::int_in::<usize>(1, 10_000_000))]
     resamples: usize,
     /// Seed of --compare's random sign flips.
     #[arg(long, default_value_t = sift_eval::stats::SEED)]
@@ -344,8 +344,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         report.write_to(dir)?;
         if a.format == OutputFormat::Latex {
             let tex = dir.join("results.tex");
-            std::fs::write(&tex, report.to_latex(&a.compare_metric))
-                .with_context(|| tex.display().to_string())?;
+            sift_core::write_output(&tex, report.to_latex(&a.compare_metric).as_bytes())?;
         }
     }
     let comparisons = match &a.compare {
@@ -384,6 +383,15 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         eprint!("{text}");
     } else {
         print!("{text}");
+    }
+    // a reranker that failed on some queries: everything is written (those queries keep
+    // their first-stage ranking), and the exit status says the run is partial
+    if !report.rerank_failures.is_empty() {
+        for f in &report.rerank_failures {
+            eprintln!("warning: {f}");
+        }
+        let n: usize = report.rerank_failures.iter().map(|f| f.failed.len()).sum();
+        bail!("{n} quer(y/ies) were not reranked: the reranked runs written are partial");
     }
     Ok(())
 }

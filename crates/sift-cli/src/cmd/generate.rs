@@ -58,13 +58,13 @@ pub struct Args {
     #[arg(long)]
     with_images: bool,
     /// At most this many new tokens a generation.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = crate::options::int_in::<u32>(1, 1 << 20))]
     max_new_tokens: u32,
-    /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature (0: greedy; 0 to 2).
+    #[arg(long, default_value_t = 0.0, value_parser = crate::options::f32_in(0.0, sift_generate::MAX_TEMPERATURE))]
     temperature: f32,
     /// Nucleus sampling's mass.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::options::f32_in(0.0, 1.0))]
     top_p: f32,
     /// The sampler's seed (sent to endpoints that take one).
     #[arg(long)]

@@ -56,11 +56,16 @@ pub struct Args {
     /// Precision of stored vectors.
     #[arg(long, value_enum, default_value = "f32")]
     vector_dtype: VectorDtype,
+    /// Largest corpus image to embed (pixels, width x height from its header, before
+    /// decoding); larger ones are skipped and counted as undecodable, each named. The
+    /// default is the size at which Pillow refuses an image as a decompression bomb.
+    #[arg(long, default_value_t = sift_embed::image::DEFAULT_MAX_PIXELS, value_parser = crate::options::int_in::<u64>(1, 1_000_000_000_000))]
+    max_image_pixels: u64,
     /// HNSW maximum connections per node (M).
-    #[arg(long, default_value_t = HnswParams::default().m)]
+    #[arg(long, default_value_t = HnswParams::default().m, value_parser = crate::options::int_in::<usize>(2, 1024))]
     hnsw_m: usize,
     /// HNSW candidate list size while building.
-    #[arg(long, default_value_t = HnswParams::default().ef_construction)]
+    #[arg(long, default_value_t = HnswParams::default().ef_construction, value_parser = crate::options::int_in::<usize>(1, 100_000))]
     ef_construction: usize,
     /// Threads for indexing, embedding and the HNSW graphs [default: number of cores]. With
     /// 1, HNSW graphs are reproducible bit for bit; with more, concurrent insertion makes
@@ -96,7 +101,11 @@ pub fn run(a: Args) -> Result<()> {
     let models = a
         .dense
         .iter()
-        .map(|spec| a.model.load(spec))
+        .map(|spec| {
+            let mut model = a.model.load(spec)?;
+            model.set_max_image_pixels(a.max_image_pixels);
+            Ok(model)
+        })
         .collect::<Result<Vec<_>>>()?;
     let indexed = if a.no_images {
         sift_retrieve::Indexed::Passages

@@ -47,10 +47,10 @@ pub struct Args {
     #[arg(long, value_parser = domain_list)]
     domains: Option<String>,
     /// Passages a retriever gives the generator.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = crate::options::int_in::<usize>(1, 10_000))]
     top_k: usize,
     /// Characters of each passage in the prompt.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = crate::options::int_in::<usize>(1, 100_000_000))]
     max_evidence_chars: usize,
     /// The answering generator: an OpenAI-compatible endpoint's base URL
     /// (`http://host:port/v1`), or a local Qwen2-VL- or Qwen2.5-VL-Instruct checkpoint
@@ -67,10 +67,10 @@ pub struct Args {
     #[arg(long)]
     judge_model: Option<String>,
     /// At most this many new tokens an answer.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = crate::options::int_in::<u32>(1, 1 << 20))]
     max_new_tokens: u32,
     /// At most this many new tokens a judgement.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = crate::options::int_in::<u32>(1, 1 << 20))]
     judge_max_new_tokens: u32,
     #[command(flatten)]
     requests: GenerationFlags,
@@ -261,10 +261,10 @@ pub fn run(a: Args) -> Result<()> {
         "mean": labels.iter().map(|l| (l.clone(), mean_of(&table[l]))).collect::<BTreeMap<_, _>>(),
     });
     std::fs::create_dir_all(&a.out).with_context(|| a.out.display().to_string())?;
-    std::fs::write(a.out.join("results.md"), &markdown)?;
-    std::fs::write(
-        a.out.join("results.json"),
-        serde_json::to_string_pretty(&json)?,
+    sift_core::write_output(&a.out.join("results.md"), markdown.as_bytes())?;
+    sift_core::write_output(
+        &a.out.join("results.json"),
+        serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
@@ -406,9 +406,7 @@ fn write_rows(path: &std::path::Path, rows: &[serde_json::Value]) -> Result<()> 
         text.push_str(&serde_json::to_string(r)?);
         text.push('\n');
     }
-    let tmp = dir.join(format!(".rows.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, text).with_context(|| tmp.display().to_string())?;
-    std::fs::rename(&tmp, path).with_context(|| path.display().to_string())
+    Ok(sift_core::write_output(path, text.as_bytes())?)
 }
 
 /// The unweighted mean over domains of the per-domain means.

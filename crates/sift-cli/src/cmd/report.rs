@@ -33,21 +33,21 @@ pub struct Args {
     #[arg(long, default_value = "ndcg@10")]
     metric: String,
     /// Resamples of the bootstrap and of the randomisation test (when not exact).
-    #[arg(long, default_value_t = HtmlOptions::default().resamples)]
+    #[arg(long, default_value_t = HtmlOptions::default().resamples, value_parser = crate::options::int_in::<usize>(1, 10_000_000))]
     resamples: usize,
     /// Seed of the resamples.
     #[arg(long, default_value_t = sift_eval::stats::SEED)]
     seed: u64,
     /// Results per retriever and query in the drill-down.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = crate::options::int_in::<usize>(1, 10_000))]
     top: usize,
     /// Megabytes of thumbnails at most (images past it are named, not shown). Each domain
     /// gets an even share, given to its query images first, then to the candidates' images
     /// by rank.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::options::int_in::<usize>(0, 1 << 20))]
     thumbnail_mb: usize,
     /// Megabytes of the page at most: thumbnails get only what the rest of the page leaves.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::options::int_in::<usize>(1, 1 << 20))]
     max_mb: usize,
     /// Print a JSON summary.
     #[arg(long)]
@@ -71,19 +71,17 @@ pub fn run(a: Args) -> Result<()> {
         ..HtmlOptions::default()
     };
     let report = build_html_report(&a.dirs, corpus.as_ref(), &options)?;
-    // written beside, then moved into place: a reader never sees half a page
-    let tmp = a.out.with_extension("html.tmp");
-    std::fs::write(&tmp, &report.html).with_context(|| tmp.display().to_string())?;
-    std::fs::rename(&tmp, &a.out).with_context(|| a.out.display().to_string())?;
+    // written beside, then moved into place (a reader never sees half a page); never over
+    // a device, FIFO or directory (sift_core::OutputFile)
+    sift_core::write_output(&a.out, report.html.as_bytes())?;
     if let Some(dir) = &a.figures {
         std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
         let png = sift_retrieve::report_html::PngRenderer::new(2.0);
         for (name, svg) in &report.figures {
             let path = dir.join(name);
-            std::fs::write(&path, svg).with_context(|| path.display().to_string())?;
+            sift_core::write_output(&path, svg.as_bytes())?;
             let path = path.with_extension("png");
-            std::fs::write(&path, png.render(name, svg)?)
-                .with_context(|| path.display().to_string())?;
+            sift_core::write_output(&path, &png.render(name, svg)?)?;
         }
     }
     let secs = start.elapsed().as_secs_f64();

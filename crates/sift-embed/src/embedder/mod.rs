@@ -285,6 +285,7 @@ pub struct Embedder {
     reference: ReferenceModel,
     precision: Precision,
     linear_kernel: &'static str,
+    max_image_pixels: u64,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -324,6 +325,7 @@ impl Embedder {
             reference,
             precision: Precision::F32,
             linear_kernel: "fused-f32",
+            max_image_pixels: crate::image::DEFAULT_MAX_PIXELS,
         }
     }
 
@@ -605,7 +607,10 @@ impl Embedder {
     /// orientation, truncated files decoded as far as they go).
     pub fn image_decode(&self) -> Decode {
         if self.profile.is_reference() {
-            return Decode::REFERENCE_LOADER;
+            return Decode {
+                max_pixels: self.max_image_pixels,
+                ..Decode::REFERENCE_LOADER
+            };
         }
         let drop = self.reference == ReferenceModel::BgeVl
             || self.model.images().is_some_and(|i| i.drops_alpha());
@@ -615,8 +620,16 @@ impl Embedder {
             } else {
                 crate::image::Alpha::OverWhite
             },
+            max_pixels: self.max_image_pixels,
             ..Decode::TRANSFORMERS
         }
+    }
+
+    /// Sets the most pixels an image may have (header width x height) before it is decoded;
+    /// larger images are refused with [`PreprocessError::TooManyPixels`] (the index counts
+    /// and names them). Default [`crate::image::DEFAULT_MAX_PIXELS`].
+    pub fn set_max_image_pixels(&mut self, max_pixels: u64) {
+        self.max_image_pixels = max_pixels.max(1);
     }
 
     /// Prepares one image of a query that holds `count` images in one input (GME: each

@@ -261,16 +261,16 @@ pub fn decode_image(bytes: &[u8], how: Decode) -> Result<RgbImage, PreprocessErr
 /// is left to the decoder, which names the problem.
 fn check_pixels(bytes: &[u8], format: ImageFormat, max_pixels: u64) -> Result<(), PreprocessError> {
     let reader = image::ImageReader::with_format(std::io::Cursor::new(bytes), format);
-    if let Ok((width, height)) = reader.into_dimensions() {
-        if u64::from(width) * u64::from(height) > max_pixels {
-            return Err(PreprocessError::TooManyPixels {
+    match reader.into_dimensions() {
+        Ok((width, height)) if u64::from(width) * u64::from(height) > max_pixels => {
+            Err(PreprocessError::TooManyPixels {
                 width,
                 height,
                 limit: max_pixels,
-            });
+            })
         }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// A JPEG whose data stops before its end-of-image marker, as Pillow decodes it with
