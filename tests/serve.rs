@@ -47,13 +47,18 @@ struct Server {
 
 impl Server {
     fn start(extra: &[&str]) -> Server {
+        Server::start_on(index(), &sample(), extra)
+    }
+
+    /// Serving `index` with `corpus`.
+    fn start_on(index: &Path, corpus: &Path, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sift"))
             .args([
                 "serve",
                 "--index",
-                s(index()),
+                s(index),
                 "--corpus",
-                s(&sample()),
+                s(corpus),
                 "--addr",
                 "127.0.0.1:0",
             ])
@@ -578,7 +583,8 @@ fn serve_refuses_bad_input_with_json_errors_naming_the_field() {
         &emb,
         &json!({"model": "tiny-clip-quickgelu", "input": [1, 2]}),
     );
-    error(st, &b, 400, Some("input"));
+    // the element at fault (an untagged enum named only `input`)
+    error(st, &b, 400, Some("input[0]"));
     let (st, b) = post(
         &emb,
         &json!({"model": "tiny-clip-quickgelu", "input": "x", "dimensions": 7}),
@@ -1576,6 +1582,8 @@ fn serve_refuses_numeric_flags_out_of_range() {
         ("--max-image-pixels", "0"),
         ("--max-image-pixels", "18446744073709551615"),
         ("--max-images", "18446744073709551615"),
+        ("--max-request-pixels", "0"),
+        ("--max-request-pixels", "18446744073709551615"),
         ("--max-top-k", "18446744073709551615"),
         ("--text-chars", "18446744073709551615"),
         ("--ef-search", "18446744073709551615"),
@@ -1794,4 +1802,353 @@ fn serve_reranks_every_search_as_sift_search_does() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("give the corpus"), "{err}");
+}
+
+/// A PNG whose header claims `w` x `h` pixels (its data is one byte: it never decodes).
+/// Requests made of such images cost nothing to send and, decoded, the service's workers.
+fn png_claiming(w: u32, h: u32) -> Vec<u8> {
+    let chunk = |kind: &[u8], data: &[u8]| {
+        let mut c = (data.len() as u32).to_be_bytes().to_vec();
+        c.extend_from_slice(kind);
+        c.extend_from_slice(data);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(kind);
+        crc.update(data);
+        c.extend_from_slice(&crc.finalize().to_be_bytes());
+        c
+    };
+    let mut ihdr = w.to_be_bytes().to_vec();
+    ihdr.extend_from_slice(&h.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+    let mut png = vec![137, 80, 78, 71, 13, 10, 26, 10];
+    png.extend(chunk(b"IHDR", &ihdr));
+    png.extend(chunk(b"IDAT", b"x"));
+    png.extend(chunk(b"IEND", b""));
+    png
+}
+
+/// Issue 52, 5: `/v1/embeddings` took 256 images of up to 40 Mpx each (search takes 8): one
+/// small request of cheap images that claim many pixels kept every worker decoding. Now it
+/// takes `--max-images` images of `--max-request-pixels` in all, both refused from the
+/// images' headers before anything is decoded, and `/v1/indexes` says so.
+#[test]
+fn serve_embeddings_take_as_many_images_and_pixels_as_a_search() {
+    let server = Server::start(&["--max-request-pixels", "60000000"]);
+    let (status, info) = get_json(&server.url("/v1/indexes"));
+    assert_eq!(status, 200);
+    assert_eq!(info["max_images"], 8, "{info}");
+    assert_eq!(info["max_request_pixels"], 60_000_000u64, "{info}");
+    assert_eq!(info["max_image_pixels"], 40_000_000u64, "{info}");
+    let url = |w, h| {
+        format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(png_claiming(w, h))
+        )
+    };
+    let embeddings = server.url("/v1/embeddings");
+    // 9 images: refused before one is decoded
+    let nine: Vec<String> = (0..9).map(|_| url(1000, 1000)).collect();
+    let start = Instant::now();
+    let (status, body) = post(
+        &embeddings,
+        &json!({"model": "tiny-clip-quickgelu", "input": nine}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["field"], "input", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 8"),
+        "{body}"
+    );
+    // 2 of 30 Mpx fit the budget, the third is over it: 413 naming it, from its header
+    let three: Vec<String> = (0..3).map(|_| url(6000, 5000)).collect();
+    let (status, body) = post(
+        &embeddings,
+        &json!({"model": "tiny-clip-quickgelu", "input": three}),
+    );
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error"]["field"], "input[2]", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("60000000 pixels per request"),
+        "{body}"
+    );
+    // search's images are held to the same budget
+    let images: Vec<Value> = (0..3).map(|_| json!({"data": url(6000, 5000)})).collect();
+    let (status, body) = post(
+        &server.url("/v1/search"),
+        &json!({"query": "x", "images": images, "retriever": "dense:tiny-clip-quickgelu"}),
+    );
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error"]["field"], "images[2]", "{body}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+}
+
+/// Issue 52, 1: a served image file was re-read by its path: swapped for a link to a
+/// system file it was served, swapped for a FIFO every worker that asked for it blocked
+/// for ever. Now it is served only while it is the regular file vetted at start; anything
+/// else is a prompt 500 whose detail stays in the log.
+#[test]
+fn serve_reads_corpus_files_only_as_they_were_vetted_at_start() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    copy_dir(&sample(), &corpus);
+    let mut ids = Vec::new();
+    for r in sift_core::Corpus::open(sample())
+        .unwrap()
+        .images("physics")
+        .unwrap()
+    {
+        let r = r.unwrap();
+        let p = corpus.join("document_images").join(&r.path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, &r.bytes).unwrap();
+        ids.push((r.path, p, r.bytes));
+    }
+    std::fs::remove_file(corpus.join("document_images/physics.parquet")).unwrap();
+    let server = Server::start_on(
+        index(),
+        &corpus,
+        &[
+            "--domain",
+            "physics",
+            "--retriever",
+            "bm25",
+            "--max-concurrency",
+            "2",
+            "--timeout",
+            "5",
+        ],
+    );
+    let image_url = |id: &str| server.url(&format!("/v1/physics/image/{id}"));
+    let (id, path, bytes) = &ids[0];
+    let (status, _, got) = get(&image_url(id));
+    assert_eq!(status, 200);
+    assert_eq!(&got, bytes);
+
+    // a link to a file outside the corpus (the original kept, so its inode is not reused)
+    let secret = tmp.path().join("passwd");
+    std::fs::write(&secret, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    std::fs::rename(path, tmp.path().join("kept.png")).unwrap();
+    symlink(&secret, path).unwrap();
+    let (status, _, body) = get(&image_url(id));
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, 500, "{text}");
+    assert!(!text.contains("root:x"), "{text}");
+    assert!(
+        !text.contains(s(tmp.path())),
+        "the path stays in the log: {text}"
+    );
+    assert!(text.contains("internal error"), "{text}");
+
+    // a FIFO: every request answered at once, more of them than there are workers
+    std::fs::remove_file(path).unwrap();
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success());
+    let start = Instant::now();
+    for _ in 0..4 {
+        let (status, _, _) = get(&image_url(id));
+        assert_eq!(status, 500);
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    // the other images are still served, and the log has the detail
+    let (other, _, other_bytes) = &ids[1];
+    let (status, _, got) = get(&image_url(other));
+    assert_eq!(status, 200);
+    assert_eq!(&got, other_bytes);
+    let log = server.log();
+    assert!(log.contains("not a regular file"), "{log}");
+}
+
+/// Issue 52, 10 and (b): ids with `.` / `..` segments gave links that browsers and
+/// `requests` normalise to another path; the dots of such segments are escaped and the
+/// routes decode them back. Every answer says `nosniff`; HTML pages carry a strict CSP.
+#[test]
+fn serve_links_keep_dot_segments_and_answers_carry_security_headers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = beir(
+        tmp.path(),
+        concat!(
+            r#"{"_id": "docs/../notes/x", "text": "Laminar boundary layer flow over a flat plate."}"#,
+            "\n",
+            r#"{"_id": "./y", "text": "Heat transfer in supersonic flow."}"#,
+            "\n"
+        ),
+        r#"{"_id": "q1", "text": "boundary layer"}"#,
+        "query-id\tcorpus-id\tscore\nq1\tdocs/../notes/x\t1\n",
+    );
+    let index = tmp.path().join("idx");
+    ok(&["index", "--corpus", s(&corpus), "--index", s(&index), "-q"]);
+    let server = Server::start_on(&index, &corpus, &[]);
+    let (status, res) = post(
+        &server.url("/v1/search"),
+        &json!({"query": "boundary layer flow", "top_k": 2}),
+    );
+    assert_eq!(status, 200, "{res}");
+    let hits = res["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 2, "{res}");
+    for hit in hits {
+        for key in ["page_url", "passage_url"] {
+            let link = hit[key].as_str().unwrap();
+            // what requests / urllib3 / a browser would drop (RFC 3986 remove_dot_segments)
+            assert!(
+                !link.split('/').any(|seg| seg == "." || seg == ".."),
+                "{key} {link}"
+            );
+            let (status, ct, body) = get_with(&server.url(link), &[("accept", "text/html")]);
+            assert_eq!(status, 200, "{link}: {body}");
+            assert!(ct.starts_with("text/html"), "{ct}");
+            assert!(body.contains(hit["text"].as_str().unwrap()), "{body}");
+        }
+    }
+    let page = hits[0]["page_url"].as_str().unwrap();
+    let headers = |path: &str| {
+        let r = agent().get(&server.url(path)).call().unwrap();
+        let h = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        (
+            r.status().as_u16(),
+            h("x-content-type-options"),
+            h("content-security-policy"),
+        )
+    };
+    let (status, nosniff, csp) = headers(page);
+    assert_eq!(status, 200);
+    assert_eq!(nosniff, "nosniff");
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("img-src 'self' data:"),
+        "{csp}"
+    );
+    assert!(!csp.contains("script-src"), "{csp}");
+    for path in ["/v1/indexes", "/no/such/route", "/healthz"] {
+        let (_, nosniff, _) = headers(path);
+        assert_eq!(nosniff, "nosniff", "{path}");
+    }
+}
+
+/// Issue 52, 2: a reader URL with raw UTF-8 where an escaped scheme would be was cut at a
+/// byte offset inside a character: the handler panicked and the client got no answer.
+#[test]
+fn serve_reader_urls_with_raw_utf8_get_answers() {
+    let server = Server::start(&["--retriever", "bm25"]);
+    for path in [
+        "/r/http%3\u{e9}xxx",
+        "/r/123456\u{e9}",
+        "/http%3\u{e9}xxx",
+        "/r/h\u{e9}",
+    ] {
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        let reply = raw(&server, request.as_bytes(), Duration::from_secs(10));
+        let (status, body) = reply.answer();
+        assert!(status == 400 || status == 404, "{path}: {status} {body}");
+    }
+    let (status, _) = get_json(&server.url("/healthz"));
+    assert_eq!(status, 200);
+}
+
+/// Issue 52, 14: a configured key with spaces around it was kept as it was while clients'
+/// keys were trimmed (every request 401, nothing said); an empty key was taken as none.
+/// Now it is trimmed with a warning, an empty one is an error, and `Bearer` is taken in any
+/// case.
+#[test]
+fn serve_api_keys_are_trimmed_refused_when_empty_and_bearer_in_any_case() {
+    let index = s(index()).to_string();
+    // (before, these served with no key at all: a deadline, not a hung test)
+    let refused = |key: Option<&str>, env: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sift"));
+        cmd.args(["serve", "--index", &index, "--addr", "127.0.0.1:0"])
+            .env_remove("SIFT_API_KEY")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(k) = key {
+            cmd.args(["--api-key", k]);
+        }
+        if let Some(v) = env {
+            cmd.env("SIFT_API_KEY", v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("sift serve started with the API key {key:?} / {env:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for (key, env) in [(Some(""), None), (Some("   "), None), (None, Some(" \t "))] {
+        let stderr = refused(key, env);
+        assert!(
+            stderr.contains("--api-key") && stderr.contains("SIFT_API_KEY"),
+            "{key:?} {env:?}: {stderr}"
+        );
+    }
+
+    let server = Server::start(&["--retriever", "bm25", "--api-key", "  s3cret \n"]);
+    assert!(server.log().contains("trimmed"), "{}", server.log());
+    let search = server.url("/v1/indexes");
+    for (name, value) in [
+        ("x-api-key", "s3cret"),
+        ("authorization", "Bearer s3cret"),
+        ("authorization", "bearer s3cret"),
+        ("authorization", "BEARER s3cret"),
+    ] {
+        let (status, _, body) = get_with(&search, &[(name, value)]);
+        assert_eq!(status, 200, "{name}: {value}: {body}");
+    }
+    for (name, value) in [
+        ("x-api-key", "s3cre"),
+        ("x-api-key", "s3crett"),
+        ("authorization", "Basic s3cret"),
+    ] {
+        let (status, _, _) = get_with(&search, &[(name, value)]);
+        assert_eq!(status, 401, "{name}: {value}");
+    }
+    let (status, _, _) = get_with(&server.url("/v1/indexes?api_key=s3cret"), &[]);
+    assert_eq!(status, 200);
+}
+
+/// Issue 52 (c): MCP over HTTP refused bodies over rmcp's own 4 MiB while every other
+/// endpoint took `--max-body-bytes` (32 MiB): one limit now.
+#[test]
+fn serve_mcp_takes_bodies_up_to_max_body_bytes() {
+    let server = Server::start(&["--retriever", "bm25", "--max-body-bytes", "8000000"]);
+    let body = |name_bytes: usize| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "n".repeat(name_bytes), "version": "1"}}})
+        .to_string()
+    };
+    let send = |text: String| {
+        let mut r = agent()
+            .post(&server.url("/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .send(text.as_bytes())
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.body_mut().read_to_string().unwrap_or_default())
+    };
+    let (status, text) = send(body(5 << 20));
+    assert_eq!(status, 200, "{}", &text[..text.len().min(500)]);
+    let (status, text) = send(body(9_000_000));
+    assert_eq!(status, 413, "{}", &text[..text.len().min(500)]);
 }

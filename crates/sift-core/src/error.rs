@@ -145,6 +145,12 @@ pub enum Error {
         /// What it is (a FIFO, a character device, a directory, ...).
         kind: &'static str,
     },
+    /// A file vetted earlier ([`crate::VettedFile`]) is not the same file any more.
+    #[error("{path}: replaced since it was vetted (another file is there now)")]
+    Replaced {
+        /// The file.
+        path: PathBuf,
+    },
     /// A file is larger than the limit for its kind.
     #[error("{path}: {size} bytes, over the limit of {limit} bytes")]
     FileTooLarge {

@@ -26,13 +26,27 @@ pub const LINE_LIMIT: u64 = 256 << 20;
 /// Opens `path` for reading without blocking (a FIFO would wait for a writer) and checks,
 /// through the open handle, that it is a regular file.
 pub fn open_regular_file(path: &Path) -> Result<std::fs::File> {
+    open_regular(path, true)
+}
+
+/// [`open_regular_file`], without following a symbolic link at the end of `path` (one there
+/// is an error, `ELOOP`), for files whose path was resolved and vetted earlier
+/// ([`VettedFile`]).
+pub fn open_regular_file_no_follow(path: &Path) -> Result<std::fs::File> {
+    open_regular(path, false)
+}
+
+fn open_regular(path: &Path, follow: bool) -> Result<std::fs::File> {
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
+        let no_follow = if follow { 0 } else { libc::O_NOFOLLOW };
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | no_follow);
     }
+    #[cfg(not(unix))]
+    let _ = follow;
     let file = options.open(path).map_err(|e| Error::io(path, e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;
     if !meta.is_file() {
@@ -107,6 +121,63 @@ fn read_open_file(path: &Path, file: File, max_bytes: u64) -> Result<Vec<u8>> {
         return Err(too_large(bytes.len() as u64));
     }
     Ok(bytes)
+}
+
+/// A file read again and again (a served corpus image), vetted once: its path with every
+/// symbolic link resolved then, and the identity (device, inode) of the regular file it was.
+/// [`VettedFile::read`] reads it only while the same regular file is there: a path swapped
+/// for a link (to `/etc/passwd`), a FIFO, a device or another file after vetting is refused,
+/// never followed or waited on, and every read is bounded. (A deleted file whose inode
+/// number is given to a new file in its place cannot be told from the original.)
+#[derive(Debug, Clone)]
+pub struct VettedFile {
+    path: PathBuf,
+    id: (u64, u64),
+}
+
+impl VettedFile {
+    /// Vets `path`: links in it (set up with the corpus) are resolved here, once, and it must
+    /// be a regular file now.
+    pub fn vet(path: &Path) -> Result<VettedFile> {
+        let resolved = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
+        let file = open_regular_file_no_follow(&resolved)?;
+        Ok(VettedFile {
+            id: file_id(&resolved, &file)?,
+            path: resolved,
+        })
+    }
+
+    /// The file's bytes, at most `max_bytes` ([`Error::FileTooLarge`]), when it is still the
+    /// regular file vetted ([`Error::Replaced`] otherwise; a link in its place is an I/O
+    /// error, a FIFO or device [`Error::NotAFile`]).
+    pub fn read(&self, max_bytes: u64) -> Result<Vec<u8>> {
+        let file = open_regular_file_no_follow(&self.path)?;
+        if file_id(&self.path, &file)? != self.id {
+            return Err(Error::Replaced {
+                path: self.path.clone(),
+            });
+        }
+        read_open_file(&self.path, file, max_bytes)
+    }
+
+    /// The resolved path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn file_id(path: &Path, file: &File) -> Result<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        Ok((meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, file);
+        Ok((0, 0))
+    }
 }
 
 /// [`read_regular_file`] as UTF-8 text (a leading byte-order mark dropped); invalid UTF-8 is
@@ -577,5 +648,68 @@ mod tests {
         std::fs::write(&stale, "stale").unwrap();
         write_output(&out, b"again").unwrap();
         assert!(!stale.exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_vetted_file_swapped_for_a_link_a_fifo_or_another_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.png");
+        std::fs::write(&path, b"first").unwrap();
+        let vetted = VettedFile::vet(&path).unwrap();
+        assert_eq!(vetted.read(100).unwrap(), b"first");
+        // rewritten in place: the same file, its new bytes
+        std::fs::write(&path, b"second").unwrap();
+        assert_eq!(vetted.read(100).unwrap(), b"second");
+        assert!(matches!(
+            vetted.read(3),
+            Err(Error::FileTooLarge { limit: 3, .. })
+        ));
+        // a link to a file outside the corpus (the vetted file kept elsewhere, so that its
+        // inode number is not reused)
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"root:x:0:0").unwrap();
+        std::fs::rename(&path, dir.path().join("kept")).unwrap();
+        std::os::unix::fs::symlink(&secret, &path).unwrap();
+        let e = vetted.read(100).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+        // another regular file put in its place, or a directory above it swapped for a link
+        std::fs::remove_file(&path).unwrap();
+        std::fs::copy(&secret, &path).unwrap();
+        let e = vetted.read(100).unwrap_err();
+        assert!(matches!(e, Error::Replaced { .. }), "{e}");
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("b.png"), b"img").unwrap();
+        let in_sub = VettedFile::vet(&sub.join("b.png")).unwrap();
+        let other = dir.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::copy(&secret, other.join("b.png")).unwrap();
+        std::fs::rename(&sub, dir.path().join("sub.kept")).unwrap();
+        std::os::unix::fs::symlink(&other, &sub).unwrap();
+        let e = in_sub.read(100).unwrap_err();
+        assert!(matches!(e, Error::Replaced { .. }), "{e}");
+        // a FIFO: refused at once, not waited on
+        std::fs::remove_file(&path).unwrap();
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let start = std::time::Instant::now();
+        let e = vetted.read(100).unwrap_err();
+        assert!(matches!(e, Error::NotAFile { kind: "a FIFO", .. }), "{e}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_set_up_before_vetting_are_resolved_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::fs::write(dir.path().join("real/a.png"), b"img").unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("linked")).unwrap();
+        std::os::unix::fs::symlink("a.png", dir.path().join("real/b.png")).unwrap();
+        let vetted = VettedFile::vet(&dir.path().join("linked/b.png")).unwrap();
+        assert_eq!(vetted.read(100).unwrap(), b"img");
+        assert!(vetted.path().ends_with("real/a.png"));
     }
 }

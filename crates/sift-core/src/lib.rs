@@ -49,8 +49,9 @@ mod warnings;
 pub use corpus::{Corpus, ImageRecord, Images, Layout, Passages};
 pub use error::{Error, Result};
 pub use files::{
-    LINE_LIMIT, Lines, OutputFile, TEXT_FILE_LIMIT, open_regular_file, open_regular_file_if_exists,
-    read_regular_file, read_regular_file_if_exists, read_regular_text, write_output,
+    LINE_LIMIT, Lines, OutputFile, TEXT_FILE_LIMIT, VettedFile, open_regular_file,
+    open_regular_file_if_exists, open_regular_file_no_follow, read_regular_file,
+    read_regular_file_if_exists, read_regular_text, write_output,
 };
 pub use guard::catch_panics;
 pub use paths::{

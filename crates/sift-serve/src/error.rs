@@ -182,6 +182,35 @@ impl ApiError {
         }
     }
 
+    /// The error as a client is told it. A 500's message (a file path, a remote endpoint's
+    /// URL and answer, a panic) is the service's business: it is written to the log on
+    /// standard error under a short id, and the client gets that id alone. Other kinds are
+    /// the client's own request and are answered as they are. Every way out (HTTP, MCP,
+    /// SerpAPI's shape) goes through here.
+    pub fn for_client(self) -> ApiError {
+        if self.kind != ErrorKind::Internal {
+            return self;
+        }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        // unique within the log: the process and a count
+        let id = format!(
+            "e{:x}-{n}",
+            (started ^ u64::from(std::process::id())) & 0x00ff_ffff
+        );
+        eprintln!("sift serve: internal error {id}: {self}");
+        ApiError {
+            kind: ErrorKind::Internal,
+            field: None,
+            message: format!(
+                "internal error {id}: the service could not answer; its log has the details"
+            ),
+        }
+    }
+
     /// The JSON body.
     pub fn body(&self) -> ErrorBody {
         ErrorBody {
@@ -205,5 +234,30 @@ impl From<sift_retrieve::Error> for ApiError {
 impl From<sift_embed::Error> for ApiError {
     fn from(e: sift_embed::Error) -> ApiError {
         ApiError::new(ErrorKind::Internal, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 500 echoed its detail (an internal endpoint's URL and its answer) to the client.
+    #[test]
+    fn internal_errors_reach_clients_as_an_id_alone() {
+        let e = ApiError::new(
+            ErrorKind::Internal,
+            "rerank: http://10.0.0.7:9000/v1/rerank answered 500: secret body",
+        )
+        .for_client();
+        assert_eq!(e.kind, ErrorKind::Internal);
+        assert!(!e.message.contains("10.0.0.7"), "{e}");
+        assert!(!e.message.contains("secret"), "{e}");
+        assert!(e.message.starts_with("internal error e"), "{e}");
+        let a = ApiError::new(ErrorKind::Internal, "x").for_client().message;
+        let b = ApiError::new(ErrorKind::Internal, "x").for_client().message;
+        assert_ne!(a, b, "each 500 has its own id");
+        let bad = ApiError::invalid("top_k", "0: give 1 to 1000").for_client();
+        assert_eq!(bad.message, "0: give 1 to 1000");
+        assert_eq!(bad.field.as_deref(), Some("top_k"));
     }
 }

@@ -109,6 +109,47 @@ pub fn check(field: &str, bytes: &[u8], limits: &ImageLimits) -> Result<(u32, u3
     Ok((w, h))
 }
 
+/// The pixels one request's images may have together, charged image by image from their
+/// headers before any is decoded: past it, a 413 naming the image.
+#[derive(Debug, Clone)]
+pub struct PixelBudget {
+    max: u64,
+    used: u64,
+}
+
+impl PixelBudget {
+    /// `max` pixels in all.
+    pub fn new(max: u64) -> PixelBudget {
+        PixelBudget { max, used: 0 }
+    }
+
+    /// Charges the image `bytes` of request field `field` (checked as [`check`] does).
+    pub fn charge(
+        &mut self,
+        field: &str,
+        bytes: &[u8],
+        limits: &ImageLimits,
+    ) -> Result<(), ApiError> {
+        let (w, h) = check(field, bytes, limits)?;
+        let used = self
+            .used
+            .saturating_add(u64::from(w).saturating_mul(u64::from(h)));
+        if used > self.max {
+            return Err(ApiError {
+                kind: ErrorKind::PayloadTooLarge,
+                field: Some(field.to_string()),
+                message: format!(
+                    "the request's images have {used} pixels with this one: the limit is {} \
+                     pixels per request",
+                    self.max
+                ),
+            });
+        }
+        self.used = used;
+        Ok(())
+    }
+}
+
 /// The region `bbox` (`[x1, y1, x2, y2]` on a 0-1000 scale) of the image `bytes`, as PNG.
 pub fn crop(
     field: &str,
@@ -204,6 +245,22 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::PayloadTooLarge, "{e}");
+    }
+
+    #[test]
+    fn a_request_budget_bounds_the_pixels_of_all_its_images() {
+        let limits = ImageLimits::default();
+        let mut budget = PixelBudget::new(250);
+        budget.charge("input[0]", &png(10, 10), &limits).unwrap();
+        budget.charge("input[1]", &png(10, 10), &limits).unwrap();
+        let e = budget
+            .charge("input[2]", &png(10, 10), &limits)
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::PayloadTooLarge);
+        assert_eq!(e.field.as_deref(), Some("input[2]"));
+        assert!(e.message.contains("250 pixels per request"), "{e}");
+        // a refused image is not counted
+        budget.charge("input[3]", &png(5, 10), &limits).unwrap();
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub struct SiftMcp {
 }
 
 fn text(e: ApiError) -> String {
-    e.to_string()
+    e.for_client().to_string()
 }
 
 #[tool_router(router = tool_router)]
@@ -338,7 +338,10 @@ pub fn http_service<S: Clone + Send + Sync + 'static>(
     let service: StreamableHttpService<SiftMcp, LocalSessionManager> = StreamableHttpService::new(
         move || Ok(SiftMcp::new(shared.clone())),
         sessions,
-        StreamableHttpServerConfig::default().with_cancellation_token(cancel),
+        StreamableHttpServerConfig::default()
+            .with_cancellation_token(cancel)
+            // one body limit for every endpoint: --max-body-bytes (rmcp's own is 4 MiB)
+            .with_max_request_body_bytes(gate.max_body_bytes),
     );
     axum::Router::new()
         .nest_service("/mcp", service)

@@ -145,11 +145,31 @@ fn alt_text(s: &str) -> String {
     s.replace('[', "\\[").replace(']', "\\]")
 }
 
-/// The page as Markdown.
+/// The page as Markdown. A passage's text is Markdown as it stands, except that links to
+/// `javascript:`, `vbscript:`, `data:` and `file:` URLs ([`defuse_links`]) lose their scheme,
+/// so a client that renders the Markdown gets no script link from the corpus.
 pub fn markdown(page: &Page, base: &str) -> String {
-    plain(page, base, format!("# {}", page.id), |alt, url| {
+    let defused = Page {
+        text: defuse_links(&page.text).into_owned(),
+        ..page.clone()
+    };
+    plain(&defused, base, format!("# {}", defused.id), |alt, url| {
         format!("![{}]({url})\n\n", alt_text(alt))
     })
+}
+
+/// Link targets in Markdown (inline `](x:`, autolinks `<x:`, reference definitions
+/// `[label]: x:`) and in raw HTML attributes (`href=`, `src=`, `action=`, `formaction=`) whose
+/// scheme is `javascript`, `vbscript`, `data` or `file` get their colon percent-encoded
+/// (`javascript%3A...`): a relative URL that runs nothing. Everything else is left as it is.
+pub fn defuse_links(text: &str) -> std::borrow::Cow<'_, str> {
+    static LINK: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r#"(?im)((?:\]\s*\(\s*<?)|<|(?:^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*<?)|(?:\b(?:href|src|action|formaction)\s*=\s*["']?))(\s*)(javascript|vbscript|data|file)(\s*):"#,
+        )
+        .expect("a valid pattern")
+    });
+    LINK.replace_all(text, "${1}${2}${3}${4}%3A")
 }
 
 /// The page as plain text: title, text, then the image URLs.
@@ -255,9 +275,16 @@ pub fn own_link(url: &str) -> Option<Link> {
 
 /// Whether a string is an absolute http(s) URL.
 pub fn is_web_url(s: &str) -> bool {
-    let s = s.trim_start().as_bytes();
-    let starts = |p: &[u8]| s.len() >= p.len() && s[..p.len()].eq_ignore_ascii_case(p);
-    starts(b"http://") || starts(b"https://")
+    let s = s.trim_start();
+    starts_with_ignore_case(s, "http://") || starts_with_ignore_case(s, "https://")
+}
+
+/// Whether `s` starts with `prefix`, ASCII case ignored. Compared as bytes, so that a
+/// request's text is never cut inside a character (what `&s[..n]` would panic on).
+pub fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
+    s.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
 }
 
 /// Decodes `%XX` escapes (invalid ones are kept as written; bytes that are not UTF-8 become
@@ -359,10 +386,58 @@ mod tests {
     }
 
     #[test]
+    fn prefixes_are_compared_without_cutting_characters() {
+        assert!(starts_with_ignore_case("HTTP%3a//x", "http%3A"));
+        assert!(!starts_with_ignore_case("http%3éxxx", "http%3A"));
+        assert!(!starts_with_ignore_case("123456é", "http%3A"));
+        assert!(!starts_with_ignore_case("é", "http://"));
+        assert!(!is_web_url("httpé://x") && !is_web_url("ht"));
+    }
+
+    #[test]
     fn percent_escapes_decode() {
         assert_eq!(percent_decode("a%20b%2Fc"), "a b/c");
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
         assert_eq!(percent_decode("%41"), "A");
+    }
+
+    #[test]
+    fn markdown_defuses_script_links_from_the_corpus() {
+        let text = "[click](javascript:alert(1)) and [x]( JavaScript :alert(2)) \
+                    <vbscript:msgbox> ![i](data:text/html,<script>) <a href=\"javascript:y\">a</a>\n\
+                    [ref]: javascript:z\n\
+                    [fine](https://example.org/javascript:ok) and javascript: as a word";
+        let d = defuse_links(text);
+        for bad in [
+            "(javascript:",
+            "( JavaScript :",
+            "<vbscript:",
+            "(data:",
+            "href=\"javascript:",
+            "]: javascript:",
+        ] {
+            assert!(!d.contains(bad), "{bad} in {d}");
+        }
+        for kept in [
+            "(javascript%3Aalert(1))",
+            "( JavaScript %3Aalert(2))",
+            "<vbscript%3Amsgbox>",
+            "href=\"javascript%3Ay\"",
+            "[ref]: javascript%3Az",
+            "[fine](https://example.org/javascript:ok)",
+            "javascript: as a word",
+        ] {
+            assert!(d.contains(kept), "{kept} not in {d}");
+        }
+        let mut p = page();
+        p.text = "[click](javascript:alert(1))".into();
+        assert!(markdown(&p, "http://h:1").contains("(javascript%3Aalert(1))"));
+        // other forms are the text as it is
+        assert!(text_page_is_untouched(&p));
+    }
+
+    fn text_page_is_untouched(p: &Page) -> bool {
+        text(p, "http://h:1").contains("[click](javascript:alert(1))")
     }
 }

@@ -403,6 +403,7 @@ pub struct SerpApiError {
 
 impl From<ApiError> for SerpApiError {
     fn from(e: ApiError) -> SerpApiError {
+        let e = e.for_client();
         SerpApiError {
             status: e.kind.status(),
             message: match &e.field {

@@ -157,3 +157,53 @@ fn huge_durations_and_concurrency_neither_panic_nor_overflow() {
         drop(answer);
     });
 }
+
+/// Issue 52, 5: heavy work (embeddings, chat completions) took every worker and searches
+/// got 503. It now holds at most its share of the workers (half): a second heavy request
+/// waits for the share (503 at its deadline) while a search gets the worker kept for it.
+#[test]
+fn heavy_work_keeps_workers_free_for_searches() {
+    let (_dir, service) = service();
+    let options = HttpOptions {
+        max_concurrency: 2,
+        timeout: Duration::from_millis(500),
+        ..HttpOptions::default()
+    };
+    let shared = Shared::new(service, &options);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let busy = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                shared
+                    .run_heavy(move |_| {
+                        let _ = wait.recv_timeout(Duration::from_secs(10));
+                        Ok(())
+                    })
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let second = shared
+            .run_heavy(|svc| Ok(svc.info().domains.len()))
+            .await
+            .unwrap_err();
+        assert_eq!(second.kind, ErrorKind::Overloaded, "{second}");
+        assert!(second.message.contains("embeddings"), "{second}");
+        // the other worker is still free for a search
+        assert_eq!(
+            shared
+                .run(|svc| Ok(svc.info().domains.len()))
+                .await
+                .unwrap(),
+            1
+        );
+        release.send(()).unwrap();
+        let _ = busy.await.unwrap();
+    });
+}

@@ -81,8 +81,8 @@ pub struct Args {
     #[arg(long, default_value_t = 256)]
     max_mcp_sessions: usize,
     /// An API key every request but /healthz must carry (X-API-KEY, Authorization: Bearer,
-    /// or ?api_key=), as Serper and SerpAPI check theirs. Default: keys are accepted and
-    /// ignored.
+    /// or ?api_key=), as Serper and SerpAPI check theirs; whitespace around it is trimmed
+    /// (with a warning), an empty key is an error. Default: keys are accepted and ignored.
     #[arg(long, env = "SIFT_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Largest request body (bytes, 1 to 4 GiB).
@@ -95,9 +95,14 @@ pub struct Args {
     /// 10^12).
     #[arg(long, default_value_t = 40_000_000)]
     max_image_pixels: u64,
-    /// Images in one request (1 to 1024).
+    /// Images in one request: a search's query images, an embeddings request's image
+    /// inputs (1 to 1024).
     #[arg(long, default_value_t = 8, value_parser = crate::options::positive)]
     max_images: usize,
+    /// Pixels of all the images of one request together (read from their headers before
+    /// any is decoded; 1 to 10^13).
+    #[arg(long, default_value_t = 100_000_000)]
+    max_request_pixels: u64,
     /// Largest top_k (1 to 1000000).
     #[arg(long, default_value_t = 1000, value_parser = crate::options::positive)]
     max_top_k: usize,
@@ -157,6 +162,12 @@ fn http_options(a: &Args) -> Result<HttpOptions> {
         1_000_000_000_000,
     )?;
     within("--max-images", a.max_images, 1, 1024)?;
+    within(
+        "--max-request-pixels",
+        a.max_request_pixels,
+        1,
+        10_000_000_000_000,
+    )?;
     within("--max-top-k", a.max_top_k, 1, 1_000_000)?;
     within("--text-chars", a.text_chars, 0, 100_000_000)?;
     within("--ef-search", a.search.ef_search, 1, 100_000)?;
@@ -175,7 +186,19 @@ fn http_options(a: &Args) -> Result<HttpOptions> {
             AccessLog::Text
         },
         mcp: !a.no_mcp,
-        api_key: a.api_key.clone(),
+        api_key: match a.api_key.as_deref() {
+            None => None,
+            Some(raw) => {
+                let (key, trimmed) = sift_serve::http::check_api_key(raw)?;
+                if trimmed {
+                    eprintln!(
+                        "sift serve: warning: the API key (--api-key or SIFT_API_KEY) had \
+                         whitespace around it; it was trimmed, as clients' keys are"
+                    );
+                }
+                Some(key)
+            }
+        },
         ..HttpOptions::default()
     };
     if let Some(n) = a.max_concurrency {
@@ -204,6 +227,7 @@ pub fn run(a: Args) -> Result<()> {
             max_top_k: a.max_top_k,
             text_chars: a.text_chars,
             max_images: a.max_images,
+            max_request_pixels: a.max_request_pixels,
             max_inputs: Limits::default().max_inputs,
             max_new_tokens: Limits::default().max_new_tokens,
             image: sift_serve::images::ImageLimits {

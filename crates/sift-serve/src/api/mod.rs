@@ -7,8 +7,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 pub use sift_eval::CandidateKind;
 
+pub(crate) mod bounded;
 mod compat;
 
+pub use bounded::{MAX_PARSED_IMAGES, MAX_PARSED_INPUTS};
 pub use compat::*;
 
 /// Results per search when a request names none.
@@ -86,7 +88,7 @@ pub struct SearchRequest {
     #[serde(default)]
     pub query: String,
     /// Query images (for retrievers whose models embed images).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded::images")]
     pub images: Vec<ImageInput>,
     /// Retriever, one the service serves (`GET /v1/indexes`); default: the first served
     /// that can rank the candidates asked for.
@@ -159,7 +161,7 @@ pub struct McpSearchRequest {
     #[serde(default)]
     pub query: PyseriniQuery,
     /// Query images.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded::images")]
     pub images: Vec<ImageInput>,
     /// Retriever (default: the first served that fits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -309,6 +311,14 @@ pub struct IndexInfo {
     pub has_corpus: bool,
     /// Largest `top_k`.
     pub max_top_k: usize,
+    /// Images in one request (search, embeddings).
+    pub max_images: usize,
+    /// Pixels of one image (from its header).
+    pub max_image_pixels: u64,
+    /// Pixels of all the images of one request together.
+    pub max_request_pixels: u64,
+    /// Inputs of one embeddings request.
+    pub max_inputs: usize,
 }
 
 /// One scored id in a list to fuse.
@@ -453,8 +463,8 @@ pub struct EmbeddingsRequest {
     pub user: Option<String>,
 }
 
-/// Texts to embed.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+/// Texts to embed (an array is read up to [`MAX_PARSED_INPUTS`] elements, then refused).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum EmbeddingInput {
     /// One text.

@@ -21,10 +21,11 @@ use super::*;
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let this = self.for_client();
         let status =
-            StatusCode::from_u16(self.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, Json(self.body())).into_response();
-        if self.kind == ErrorKind::RequestTimeout {
+            StatusCode::from_u16(this.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, Json(this.body())).into_response();
+        if this.kind == ErrorKind::RequestTimeout {
             // the rest of the body may never come: the connection cannot be reused
             response.headers_mut().insert(
                 header::CONNECTION,
@@ -222,7 +223,7 @@ pub(super) async fn json_errors(req: Request, next: Next) -> Response {
     } else {
         text
     };
-    let error = ApiError::new(ErrorKind::from_status(status.as_u16()), message);
+    let error = ApiError::new(ErrorKind::from_status(status.as_u16()), message).for_client();
     let mut out = (status, Json(error.body())).into_response();
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE
@@ -267,15 +268,26 @@ pub(super) fn bad_query(e: QueryRejection) -> ApiError {
 
 /// Parses a JSON body, naming the field at fault.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    parse_json_seed(bytes, std::marker::PhantomData::<T>)
+}
+
+/// Parses a JSON body with `seed`, naming the field at fault.
+pub(super) fn parse_json_seed<'de, S: serde::de::DeserializeSeed<'de>>(
+    bytes: &'de [u8],
+    seed: S,
+) -> Result<S::Value, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        ApiError {
-            kind: ErrorKind::InvalidRequest,
-            field: (path != ".").then_some(path),
-            message: e.inner().to_string(),
-        }
-    })?;
+    let mut track = serde_path_to_error::Track::new();
+    let value = seed
+        .deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track))
+        .map_err(|e| {
+            let path = track.path().to_string();
+            ApiError {
+                kind: ErrorKind::InvalidRequest,
+                field: (path != ".").then_some(path),
+                message: e.to_string(),
+            }
+        })?;
     de.end()
         .map_err(|e| ApiError::new(ErrorKind::InvalidRequest, format!("after the JSON: {e}")))?;
     Ok(value)

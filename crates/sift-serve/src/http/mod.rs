@@ -88,6 +88,10 @@ impl Default for HttpOptions {
 pub struct Shared {
     service: Arc<Service>,
     permits: Arc<Semaphore>,
+    /// Heavy work (embeddings, chat completions) takes one of these before a worker
+    /// permit: it never holds more than its share of the workers, the rest stay free for
+    /// searches.
+    heavy: Arc<Semaphore>,
     timeout: Duration,
     body_timeout: Duration,
     max_body_bytes: usize,
@@ -100,17 +104,24 @@ impl Shared {
     /// Wraps `service` with `options`' concurrency limit and time limits (a concurrency
     /// above [`Semaphore::MAX_PERMITS`] is cut to it; durations above a year to a year).
     pub fn new(service: Service, options: &HttpOptions) -> Arc<Shared> {
+        let workers = options.max_concurrency.clamp(1, Semaphore::MAX_PERMITS);
         Arc::new(Shared {
             service: Arc::new(service),
-            permits: Arc::new(Semaphore::new(
-                options.max_concurrency.clamp(1, Semaphore::MAX_PERMITS),
-            )),
+            permits: Arc::new(Semaphore::new(workers)),
+            heavy: Arc::new(Semaphore::new(heavy_share(workers))),
             timeout: options.timeout.min(LONGEST),
             body_timeout: options.body_timeout.min(LONGEST),
             max_body_bytes: options.max_body_bytes,
             in_flight: AtomicUsize::new(0),
             access_log: options.access_log,
-            api_key: options.api_key.clone().filter(|k| !k.is_empty()),
+            // trimmed as clients' keys are (`sift serve` refuses an empty one and warns
+            // about a trimmed one: [`check_api_key`])
+            api_key: options
+                .api_key
+                .as_deref()
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_string),
         })
     }
 
@@ -131,24 +142,56 @@ impl Shared {
         &self,
         f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
+        self.run_as(false, f).await
+    }
+
+    /// [`Shared::run`] for heavy work (embeddings, chat completions): it waits for one of
+    /// the heavy share's permits too (half the workers, at least one), so that heavy
+    /// requests never take every worker and searches keep the rest.
+    pub async fn run_heavy<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.run_as(true, f).await
+    }
+
+    async fn run_as<T: Send + 'static>(
+        &self,
+        heavy: bool,
+        f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
         let now = tokio::time::Instant::now();
         let deadline = now.checked_add(self.timeout).unwrap_or(now + LONGEST);
+        let busy = |what: &str| {
+            ApiError::new(
+                ErrorKind::Overloaded,
+                format!("{what} busy for {:?}: try again later", self.timeout),
+            )
+        };
+        let closed = |_| ApiError::new(ErrorKind::Overloaded, "the service is shutting down");
+        let heavy_permit = if heavy {
+            Some(
+                tokio::time::timeout_at(deadline, self.heavy.clone().acquire_owned())
+                    .await
+                    .map_err(|_| {
+                        busy("every worker that takes embeddings and chat completions was")
+                    })?
+                    .map_err(closed)?,
+            )
+        } else {
+            None
+        };
         let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
             .await
-            .map_err(|_| {
-                ApiError::new(
-                    ErrorKind::Overloaded,
-                    format!(
-                        "every worker was busy for {:?}: try again later",
-                        self.timeout
-                    ),
-                )
-            })?
-            .map_err(|_| ApiError::new(ErrorKind::Overloaded, "the service is shutting down"))?;
+            .map_err(|_| busy("every worker was"))?
+            .map_err(closed)?;
         let service = self.service.clone();
+        let std_deadline = deadline.into_std();
         let task = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            f(&service)
+            let _permits = (permit, heavy_permit);
+            // endpoints the work calls (a remote reranker) give up at the request's deadline,
+            // so a hung one cannot keep this worker, and its permit, past it
+            sift_generate::with_deadline(std_deadline, || f(&service))
         });
         match tokio::time::timeout_at(deadline, task).await {
             Err(_) => Err(ApiError::new(
@@ -162,6 +205,11 @@ impl Shared {
             Ok(Ok(r)) => r,
         }
     }
+}
+
+/// Workers heavy work may hold at once, of `workers`: half, at least one.
+fn heavy_share(workers: usize) -> usize {
+    (workers / 2).max(1)
 }
 
 /// The router of every endpoint; `mcp`: the MCP service to mount at `/mcp`.
@@ -191,8 +239,8 @@ pub fn router(
             json_post(|svc, r| shapes::local(svc, r, LocalTool::Image)),
         )
         .route("/v1/models", get(models))
-        .route("/v1/embeddings", json_post(Service::embed))
-        .route("/v1/chat/completions", json_post(Service::chat))
+        .route("/v1/embeddings", heavy_json_post(Service::embed))
+        .route("/v1/chat/completions", heavy_json_post(Service::chat))
         .route("/v1/{domain}/search", get(rest_search))
         .route("/v1/{domain}/doc/{*id}", get(document))
         .route("/v1/{domain}/page/{*id}", get(page))
@@ -221,7 +269,37 @@ pub fn router(
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(shared.clone(), check_key))
         .layer(middleware::from_fn_with_state(shared.clone(), access_log))
+        .layer(middleware::from_fn(security_headers))
         .with_state(shared)
+}
+
+/// The policy of the service's HTML pages: no script, style, frame, form or plugin; images
+/// from the service itself or `data:` URLs only.
+pub const PAGE_CSP: &str = "default-src 'none'; img-src 'self' data:; base-uri 'none'; \
+                            form-action 'none'; frame-ancestors 'none'";
+
+/// Every answer says `X-Content-Type-Options: nosniff` (a browser takes the content type
+/// it is given: a corpus image or a passage is never run as HTML or script), and every
+/// HTML answer carries [`PAGE_CSP`].
+async fn security_headers(req: Request, next: Next) -> Response {
+    let mut response = next.run(req).await;
+    let is_html = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| pages::starts_with_ignore_case(ct.trim_start(), "text/html"));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    if is_html {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            header::HeaderValue::from_static(PAGE_CSP),
+        );
+    }
+    response
 }
 
 /// Unknown paths: a page URL written after the host (`GET /https://...`, Jina Reader's own
@@ -229,8 +307,9 @@ pub fn router(
 /// else is a 404.
 async fn fallback(State(s): State<Arc<Shared>>, req: Request) -> Response {
     let path = req.uri().path();
-    if req.method() == axum::http::Method::GET && pages::is_web_url(&path[1..]) {
-        let url = reader_url(&path[1..], req.uri().query());
+    let rest = path.strip_prefix('/').unwrap_or(path);
+    if req.method() == axum::http::Method::GET && pages::is_web_url(rest) {
+        let url = reader_url(rest, req.uri().query());
         let headers = req.headers().clone();
         return read_page(s, headers, url).await;
     }
@@ -252,19 +331,17 @@ async fn check_key(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Re
     }
     let headers = req.headers();
     let given = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let bearer = given("authorization").and_then(|v| {
-        v.strip_prefix("Bearer ")
-            .or_else(|| v.strip_prefix("bearer "))
-    });
+    let bearer = given("authorization").and_then(bearer_token);
     let query = query_pairs(req.uri().query());
     let param = query
         .iter()
         .find(|(k, _)| k == "api_key")
         .map(|(_, v)| v.as_str());
+    // every way is compared (no early exit), each in constant time
     let ok = [given("x-api-key"), bearer, param]
         .into_iter()
         .flatten()
-        .any(|k| k.trim() == key);
+        .fold(false, |ok, k| ok | same_key(k.trim(), key));
     if ok {
         return next.run(req).await;
     }
@@ -284,6 +361,41 @@ async fn check_key(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Re
         "this service wants an API key: send it as X-API-KEY, Authorization: Bearer, or api_key",
     )
     .into_response()
+}
+
+/// The token of an `Authorization: Bearer <token>` header, the scheme in any case
+/// (RFC 9110: auth schemes are case-insensitive).
+fn bearer_token(value: &str) -> Option<&str> {
+    let value = value.trim_start();
+    let (scheme, token) = value.split_once([' ', '\t'])?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Whether `given` equals `key`, in time that depends on `key`'s length only (not on
+/// where, or whether, `given` differs): a client cannot find the key byte by byte by
+/// timing its answers.
+fn same_key(given: &str, key: &str) -> bool {
+    let (given, key) = (given.as_bytes(), key.as_bytes());
+    let mut diff = given.len() ^ key.len();
+    for (i, &k) in key.iter().enumerate() {
+        diff |= usize::from(given.get(i).copied().unwrap_or(!k) ^ k);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// A configured API key (`--api-key`, `SIFT_API_KEY`) as the service compares it: trimmed,
+/// as clients' keys are (`true` when that changed it); an empty or all-whitespace key is an
+/// error, not "no key".
+pub fn check_api_key(key: &str) -> Result<(String, bool), crate::Error> {
+    let trimmed = key.trim();
+    if trimmed.is_empty() {
+        return Err(crate::Error::Config(
+            "the API key (--api-key or SIFT_API_KEY) is empty: give a key, or set neither to \
+             accept requests without one"
+                .into(),
+        ));
+    }
+    Ok((trimmed.to_string(), trimmed.len() != key.len()))
 }
 
 /// A query string's parameters, decoded (`+` as space), in order.
@@ -353,6 +465,21 @@ where
     post(
         move |State(s): State<Arc<Shared>>, JsonBody(req): JsonBody<Req>| async move {
             s.run(move |svc| call(svc, &req)).await.map(Json)
+        },
+    )
+}
+
+/// [`json_post`] for heavy work ([`Shared::run_heavy`]).
+fn heavy_json_post<Req, Res>(
+    call: fn(&Service, &Req) -> Result<Res, ApiError>,
+) -> MethodRouter<Arc<Shared>>
+where
+    Req: DeserializeOwned + Send + 'static,
+    Res: Serialize + Send + 'static,
+{
+    post(
+        move |State(s): State<Arc<Shared>>, JsonBody(req): JsonBody<Req>| async move {
+            s.run_heavy(move |svc| call(svc, &req)).await.map(Json)
         },
     )
 }
@@ -457,5 +584,37 @@ mod serper;
 
 use body::*;
 pub use body::{JsonBody, parse_json};
+
 use reading::*;
 use serper::*;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_keys_compare_whole_and_bearer_in_any_case() {
+        assert!(same_key("k3y", "k3y"));
+        assert!(!same_key("k3", "k3y") && !same_key("k3yy", "k3y") && !same_key("", "k3y"));
+        assert!(!same_key("k3x", "k3y"));
+        // a byte of !k where the given key is short must not match a key of that byte
+        assert!(!same_key("a", "a\u{0}"));
+        for v in [
+            "Bearer k",
+            "bearer k",
+            "BEARER k",
+            "bEaReR   k ",
+            " Bearer\tk",
+        ] {
+            assert_eq!(bearer_token(v), Some("k"), "{v:?}");
+        }
+        assert_eq!(bearer_token("Basic k"), None);
+        assert_eq!(bearer_token("Bearerk"), None);
+        assert_eq!(check_api_key(" k ").unwrap(), ("k".to_string(), true));
+        assert_eq!(check_api_key("k").unwrap(), ("k".to_string(), false));
+        for empty in ["", "  ", "\t\n"] {
+            let e = check_api_key(empty).unwrap_err().to_string();
+            assert!(e.contains("--api-key") && e.contains("SIFT_API_KEY"), "{e}");
+        }
+    }
+}

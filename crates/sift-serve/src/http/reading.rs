@@ -99,7 +99,7 @@ pub(super) async fn render_page(
 /// The URL a reader request names: the path's rest, its query string appended (a URL's own
 /// `?` arrives as the request's), an escaped URL (`http%3A%2F%2F...`) decoded.
 pub(super) fn reader_url(path: &str, query: Option<&str>) -> String {
-    let mut url = if path.len() > 7 && path[..7].eq_ignore_ascii_case("http%3A") {
+    let mut url = if pages::starts_with_ignore_case(path, "http%3A") {
         pages::percent_decode(path)
     } else {
         path.to_string()
@@ -194,4 +194,21 @@ pub(super) fn base_url(headers: &HeaderMap) -> String {
         })
         .unwrap_or("localhost");
     format!("http://{host}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Raw UTF-8 where an escaped scheme would be (`/r/http%3éxxx`, `/r/123456é`) was cut at
+    /// byte 7, inside a character: the handler panicked and the client got no answer.
+    #[test]
+    fn reader_urls_with_raw_utf8_do_not_panic() {
+        assert_eq!(reader_url("http%3éxxx", None), "http%3éxxx");
+        assert_eq!(reader_url("123456é", Some("a=1")), "123456é?a=1");
+        assert_eq!(
+            reader_url("HTTP%3A%2F%2Fh%2Fv1%2Fd%2Fpage%2Fé", None),
+            "HTTP://h/v1/d/page/é"
+        );
+    }
 }

@@ -7,6 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
+use crate::api::bounded::AtMost;
 use crate::api::{SerperNewsResponse, SerperQuery, SerperVideosResponse};
 use crate::error::ApiError;
 use crate::shapes::{self};
@@ -20,6 +21,9 @@ pub(super) enum Batch<T> {
     Many(Vec<T>),
 }
 
+/// Queries in one Serper batch.
+pub(super) const MAX_BATCH: usize = 100;
+
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Batch<T> {
     type Rejection = ApiError;
 
@@ -27,11 +31,31 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Batch<T> {
         let bytes = json_bytes(req, state).await?;
         // parsed once: as a list when the JSON starts with `[`
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-            parse_json::<Vec<T>>(&bytes).map(Batch::Many)
+            parse_batch(&bytes, MAX_BATCH).map(Batch::Many)
         } else {
             parse_json::<T>(&bytes).map(Batch::One)
         }
     }
+}
+
+/// Parses a JSON array of at most `max` queries ([`AtMost`]): past it the parse stops at
+/// the next element (nothing more of the body is turned into values) and the answer is a
+/// 400 naming the limit.
+pub(super) fn parse_batch<T: DeserializeOwned>(
+    bytes: &[u8],
+    max: usize,
+) -> Result<Vec<T>, ApiError> {
+    let over = std::cell::Cell::new(false);
+    parse_json_seed(bytes, AtMost::new(max, "queries").flagging(&over)).map_err(|e| {
+        if over.get() {
+            ApiError::invalid(
+                "body",
+                format!("more than {max} queries in one batch: at most {max}"),
+            )
+        } else {
+            e
+        }
+    })
 }
 
 /// A GET's query string as the JSON object of a Serper body (every value a string).
@@ -61,12 +85,7 @@ where
             .await
             .map(|r| Json(r).into_response()),
         Batch::Many(qs) => {
-            if qs.len() > 100 {
-                return Err(ApiError::invalid(
-                    "body",
-                    format!("{} queries in one batch: at most 100", qs.len()),
-                ));
-            }
+            // (at most MAX_BATCH: parse_batch stops at the next)
             s.run(move |svc| {
                 qs.iter()
                     .enumerate()
@@ -192,4 +211,41 @@ pub(super) fn news(
         search_parameters: shapes::serper_nothing(q, "news")?,
         news: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch past the limit is refused at its first element over it: the rest of the body
+    /// is never parsed (here it is not even JSON), so no memory is spent on it.
+    #[test]
+    fn batches_stop_at_the_element_past_the_limit() {
+        let ok: Vec<SerperQuery> =
+            parse_batch(br#"[{"q": "a"}, {"q": "b", "num": "3"}]"#, MAX_BATCH).unwrap();
+        assert_eq!(ok.len(), 2);
+        assert_eq!(ok[1].num, 3);
+        let mut body = b"[".to_vec();
+        for _ in 0..=MAX_BATCH {
+            body.extend_from_slice(br#"{"q": "x"},"#);
+        }
+        body.extend_from_slice(b"this is never read");
+        let e = parse_batch::<SerperQuery>(&body, MAX_BATCH).unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::InvalidRequest);
+        assert_eq!(e.field.as_deref(), Some("body"));
+        assert!(e.message.contains("at most 100"), "{e}");
+        // exactly the limit is a batch; a bad element is named by its index
+        let mut body = b"[".to_vec();
+        for i in 0..MAX_BATCH {
+            body.extend_from_slice(if i == 0 { b"" } else { b"," });
+            body.extend_from_slice(br#"{"q": "x"}"#);
+        }
+        body.push(b']');
+        assert_eq!(
+            parse_batch::<SerperQuery>(&body, MAX_BATCH).unwrap().len(),
+            MAX_BATCH
+        );
+        let e = parse_batch::<SerperQuery>(br#"[{"q": "x"}, {"num": 2}]"#, MAX_BATCH).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("[1]"), "{e}");
+    }
 }

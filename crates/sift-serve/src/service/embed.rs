@@ -90,6 +90,15 @@ impl Service {
                 ));
             }
         };
+        // images: as many and as large in all as a search's (counted before any is
+        // decoded)
+        let mut budget = self.image_budget(
+            "input",
+            inputs
+                .iter()
+                .filter(|s| s.starts_with("data:image/"))
+                .count(),
+        )?;
         // texts and images (data URLs), each embedded in one batch
         let mut text_at = Vec::new();
         let mut texts = Vec::new();
@@ -103,11 +112,10 @@ impl Service {
                         format!("{} is a text model: it embeds no images", req.model),
                     ));
                 }
-                image_bytes.push(images::decode_data(
-                    &format!("input[{i}]"),
-                    s,
-                    &self.limits.image,
-                )?);
+                let field = format!("input[{i}]");
+                let bytes = images::decode_data(&field, s, &self.limits.image)?;
+                budget.charge(&field, &bytes, &self.limits.image)?;
+                image_bytes.push(bytes);
                 image_at.push(i);
             } else {
                 texts.push(*s);

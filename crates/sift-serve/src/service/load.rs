@@ -225,7 +225,11 @@ pub(super) fn read_domain(
         images.push(if from_parquet {
             ImageSource::Bytes(Arc::from(r.bytes))
         } else {
-            ImageSource::File(r.file)
+            ImageSource::File(
+                VettedFile::vet(&r.file).map_err(|e| {
+                    Error::Config(format!("domain {domain}: image {:?}: {e}", r.path))
+                })?,
+            )
         });
         image_ids.push(r.path);
     }

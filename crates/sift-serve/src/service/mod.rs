@@ -28,8 +28,12 @@ pub struct Limits {
     pub max_top_k: usize,
     /// Text of each hit, characters, when a request does not say.
     pub text_chars: usize,
-    /// Images in one request.
+    /// Images in one request (a search's query images, an embeddings request's image
+    /// inputs).
     pub max_images: usize,
+    /// Pixels of all the images of one request together (each read from its header before
+    /// anything is decoded).
+    pub max_request_pixels: u64,
     /// Inputs of one embeddings request.
     pub max_inputs: usize,
     /// New tokens of one chat completion.
@@ -44,6 +48,7 @@ impl Default for Limits {
             max_top_k: 1000,
             text_chars: 1200,
             max_images: 8,
+            max_request_pixels: 100_000_000,
             max_inputs: 256,
             max_new_tokens: 4096,
             image: ImageLimits::default(),
@@ -109,9 +114,10 @@ struct Served {
 enum ImageSource {
     /// Held in memory (images read from parquet).
     Bytes(Arc<[u8]>),
-    /// An image file of the corpus folder (its path found by listing the corpus, never
-    /// made from a request).
-    File(PathBuf),
+    /// An image file of the corpus folder or knowledge base (its path found by listing the
+    /// corpus, never made from a request), vetted at load: re-read on request only while it
+    /// is still that regular file ([`VettedFile`]).
+    File(VettedFile),
 }
 
 /// What the corpus gives one domain: passage texts, images, and which go together.
@@ -240,6 +246,10 @@ impl Service {
             models: self.model_ids.clone(),
             has_corpus: self.has_corpus,
             max_top_k: self.limits.max_top_k,
+            max_images: self.limits.max_images,
+            max_image_pixels: self.limits.image.max_pixels,
+            max_request_pixels: self.limits.max_request_pixels,
+            max_inputs: self.limits.max_inputs,
         }
     }
 
@@ -359,6 +369,7 @@ impl Service {
         targets: &[&Domain],
         field: &str,
         input: &ImageInput,
+        budget: &mut images::PixelBudget,
     ) -> Result<Vec<u8>, ApiError> {
         let bytes = match (&input.image_id, &input.data) {
             _ if input.bytes.is_some() => {
@@ -391,6 +402,7 @@ impl Service {
                 ));
             }
         };
+        budget.charge(field, &bytes, &self.limits.image)?;
         match input.bbox {
             Some(bbox) => images::crop(field, &bytes, bbox, &self.limits.image),
             None => Ok(bytes),
@@ -406,13 +418,34 @@ impl Service {
         })?;
         match &corpus.images[*ord as usize] {
             ImageSource::Bytes(b) => Ok(b.clone()),
-            ImageSource::File(path) => std::fs::read(path).map(Arc::from).map_err(|e| {
-                ApiError::new(
-                    ErrorKind::Internal,
-                    format!("reading image {id:?} ({}): {e}", path.display()),
-                )
-            }),
+            ImageSource::File(file) => {
+                file.read(MAX_CORPUS_FILE_BYTES)
+                    .map(Arc::from)
+                    .map_err(|e| {
+                        ApiError::new(ErrorKind::Internal, format!("reading image {id:?}: {e}"))
+                    })
+            }
         }
+    }
+
+    /// The images a request may still decode, when it has `count` of them (field `field`):
+    /// at most [`Limits::max_images`], of [`Limits::max_request_pixels`] together. Every
+    /// request that takes images (search, embeddings) goes through here.
+    pub(crate) fn image_budget(
+        &self,
+        field: &str,
+        count: usize,
+    ) -> Result<images::PixelBudget, ApiError> {
+        if count > self.limits.max_images {
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "{count} images: at most {} per request",
+                    self.limits.max_images
+                ),
+            ));
+        }
+        Ok(images::PixelBudget::new(self.limits.max_request_pixels))
     }
 
     fn check_top_k(&self, top_k: usize) -> Result<(), ApiError> {
@@ -432,16 +465,7 @@ impl Service {
     pub fn search(&self, req: &SearchRequest) -> Result<SearchResponse, ApiError> {
         let targets = self.targets("domain", req.domain.as_deref())?;
         self.check_top_k(req.top_k)?;
-        if req.images.len() > self.limits.max_images {
-            return Err(ApiError::invalid(
-                "images",
-                format!(
-                    "{} images: at most {} per request",
-                    req.images.len(),
-                    self.limits.max_images
-                ),
-            ));
-        }
+        let mut budget = self.image_budget("images", req.images.len())?;
         if req.query.trim().is_empty() && req.images.is_empty() {
             return Err(ApiError::invalid(
                 "query",
@@ -458,7 +482,9 @@ impl Service {
             .images
             .iter()
             .enumerate()
-            .map(|(i, input)| self.image_bytes(&targets, &format!("images[{i}]"), input))
+            .map(|(i, input)| {
+                self.image_bytes(&targets, &format!("images[{i}]"), input, &mut budget)
+            })
             .collect::<Result<_, _>>()?;
         let task = match req.candidates {
             CandidateKind::Passages if images.is_empty() => Task::Passages,
@@ -825,5 +851,10 @@ mod load;
 mod score;
 mod urls;
 
+use sift_core::VettedFile;
+
+/// Largest corpus file read on request, bytes (the corpus reader's own limit for image
+/// files).
+const MAX_CORPUS_FILE_BYTES: u64 = 256 << 20;
 use urls::cut;
 pub use urls::{document_path, encode_path, image_path, page_path};
