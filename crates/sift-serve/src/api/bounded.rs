@@ -85,7 +85,7 @@ pub(crate) fn images<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<super::Image
 }
 
 /// An embeddings request's `input`: a string, or an array of strings (read as
-/// [`AtMost`] reads arrays; an untagged enum would buffer the whole array first).
+/// `AtMost` reads arrays; an untagged enum would buffer the whole array first).
 impl<'de> serde::Deserialize<'de> for super::EmbeddingInput {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Input;

@@ -462,11 +462,7 @@ where
     Req: DeserializeOwned + Send + 'static,
     Res: Serialize + Send + 'static,
 {
-    post(
-        move |State(s): State<Arc<Shared>>, JsonBody(req): JsonBody<Req>| async move {
-            s.run(move |svc| call(svc, &req)).await.map(Json)
-        },
-    )
+    json_post_on(call, false)
 }
 
 /// [`json_post`] for heavy work ([`Shared::run_heavy`]).
@@ -477,9 +473,20 @@ where
     Req: DeserializeOwned + Send + 'static,
     Res: Serialize + Send + 'static,
 {
+    json_post_on(call, true)
+}
+
+fn json_post_on<Req, Res>(
+    call: fn(&Service, &Req) -> Result<Res, ApiError>,
+    heavy: bool,
+) -> MethodRouter<Arc<Shared>>
+where
+    Req: DeserializeOwned + Send + 'static,
+    Res: Serialize + Send + 'static,
+{
     post(
         move |State(s): State<Arc<Shared>>, JsonBody(req): JsonBody<Req>| async move {
-            s.run_heavy(move |svc| call(svc, &req)).await.map(Json)
+            s.run_as(heavy, move |svc| call(svc, &req)).await.map(Json)
         },
     )
 }
