@@ -403,7 +403,6 @@ def flag_attacks(c, sift):
         ("`generate --temperature NaN`", ["generate", "captions", "--corpus", "c", "--generator", "g",
                                           "--out", "o", "--temperature", "NaN"]),
         ("`index --hnsw-m 2^64-1`", ["index", "--corpus", "c", "--index", "i", "--hnsw-m", big]),
-        ("`eval --k1 NaN`", ["eval", "--corpus", "c", "--index", "i", "--k1", "NaN"]),
         ("`eval --rerank-depth 2^64-1`", ["eval", "--corpus", "c", "--index", "i", "--rerank-depth", big]),
         ("`rag --top-k 0`", ["rag", "--corpus", "c", "--index", "i", "--generator", "g", "--out", "o",
                              "--top-k", "0"]),
@@ -411,6 +410,9 @@ def flag_attacks(c, sift):
     ]
     for name, args in cases:
         c.attack("numeric flags", name, lambda a=args: refused(run([sift, *a], 30), "out of range"))
+    c.attack("numeric flags", "`eval --k1 NaN` on an index",
+             lambda: refused(run([sift, "eval", "--corpus", str(SAMPLE), "--index", str(c.t("idx")), "--k1", "NaN"],
+                                 60), "k1 must be"))
 
 
 def image_attacks(c, sift):

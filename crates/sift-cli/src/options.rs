@@ -7,11 +7,14 @@ use sift_index::{
 /// BM25 scoring flags; unset ones come from the index manifest.
 #[derive(Args, Debug, Clone, Default)]
 pub struct Bm25Flags {
-    /// BM25 k1 (term-frequency saturation) [default: 0.9, or the index's].
-    #[arg(long, value_parser = crate::options::f32_in(0.0, 1000.0))]
+    /// BM25 k1 (term-frequency saturation; finite, at least 0) [default: 0.9, or the
+    /// index's]. Checked where the parameters are applied (`Bm25Params::validate`, which
+    /// every door calls).
+    #[arg(long)]
     pub k1: Option<f32>,
-    /// BM25 b (length normalisation) [default: 0.4, or the index's].
-    #[arg(long, value_parser = crate::options::f32_in(0.0, 1.0))]
+    /// BM25 b (length normalisation; 0 to 1) [default: 0.4, or the index's]. Checked as k1
+    /// is.
+    #[arg(long)]
     pub b: Option<f32>,
     /// BM25 formula [default: reference, or the index's]: `reference` is the BRIGHT /
     /// MM-BRIGHT reference code's (gensim LuceneBM25Model on passage and query, exact
