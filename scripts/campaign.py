@@ -17,6 +17,7 @@ import base64
 import http.server as httpserver
 import json
 import os
+import resource
 import re
 import shutil
 import signal
@@ -46,11 +47,21 @@ class Result:
         return self.rc == 101 or "panicked" in self.err
 
 
+# The address-space limit put on every process started (--memory-limit-mb): a build that
+# reads /dev/zero forever stops at it instead of taking the machine's memory.
+MEMORY_LIMIT = None
+
+
+def limit_memory():
+    if MEMORY_LIMIT:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
 def run(args, timeout=60, stdin=subprocess.DEVNULL, env=None):
     """Runs the binary with a deadline; returns its status, time, output and peak RSS."""
     start = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(args, stdin=stdin, stdout=out, stderr=err, env=env)
+        p = subprocess.Popen(args, stdin=stdin, stdout=out, stderr=err, env=env, preexec_fn=limit_memory)
         timed_out = False
         while True:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
@@ -180,7 +191,7 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile()
         self.p = subprocess.Popen([sift, "serve", "--addr", f"127.0.0.1:{self.port}", "--quiet", *args],
-                                  stdout=self.log, stderr=self.log, env=env)
+                                  stdout=self.log, stderr=self.log, env=env, preexec_fn=limit_memory)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.p.poll() is not None:
@@ -236,10 +247,18 @@ class Campaign:
             os.mkfifo(p)
         return p
 
-    def table(self):
-        lines = ["| # | area | attack | outcome | |", "|---|---|---|---|---|"]
+    def table(self, before=None, before_label="before"):
+        """The Markdown table; with `before` (rows of another build's --json), a column of
+        whether that build handled each attack."""
+        prior = {(r["area"], r["attack"]): r for r in before or []}
+        head = f" {before_label} |" if before is not None else ""
+        lines = [f"| # | area | attack | outcome | |{head}", "|---|---|---|---|---|" + ("---|" if head else "")]
         for i, (area, name, outcome, handled) in enumerate(self.rows, 1):
-            lines.append(f"| {i} | {area} | {name} | {outcome} | {'ok' if handled else '**not handled**'} |")
+            extra = ""
+            if before is not None:
+                b = prior.get((area, name))
+                extra = " - |" if b is None else f" {'ok' if b['handled'] else 'not handled: ' + b['outcome']} |"
+            lines.append(f"| {i} | {area} | {name} | {outcome} | {'ok' if handled else '**not handled**'} |{extra}")
         n_ok = sum(r[3] for r in self.rows)
         lines.append("")
         lines.append(f"{n_ok} of {len(self.rows)} attacks handled.")
@@ -536,7 +555,13 @@ def main():
     p.add_argument("--out", help="write the Markdown table here too")
     p.add_argument("--only", help="run the attacks whose area or name contains this")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument("--json", help="write the rows as JSON here")
+    p.add_argument("--before", help="another build's --json rows: the table gains a column of its outcomes")
+    p.add_argument("--before-label", default="before", help="that column's heading")
+    p.add_argument("--memory-limit-mb", type=int, help="address-space limit of every process started")
     a = p.parse_args()
+    global MEMORY_LIMIT
+    MEMORY_LIMIT = a.memory_limit_mb << 20 if a.memory_limit_mb else None
     c = Campaign(a.sift, a.only)
     try:
         idx = file_attacks(c, a.sift)
@@ -549,8 +574,12 @@ def main():
     finally:
         if not a.keep:
             shutil.rmtree(c.tmp, ignore_errors=True)
-    table = c.table()
+    before = json.loads(Path(a.before).read_text()) if a.before else None
+    table = c.table(before, a.before_label)
     print(table)
+    if a.json:
+        rows = [{"area": r[0], "attack": r[1], "outcome": r[2], "handled": r[3]} for r in c.rows]
+        Path(a.json).write_text(json.dumps(rows, indent=1) + "\n")
     if a.out:
         Path(a.out).write_text(table + "\n")
     sys.exit(0 if all(r[3] for r in c.rows) else 1)

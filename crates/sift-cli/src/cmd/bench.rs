@@ -474,7 +474,7 @@ fn embed(a: EmbedArgs) -> Result<()> {
         (Modality::Image, Some(p)) => BenchInputs::Images(
             super::embed::image_inputs(p)?
                 .iter()
-                .map(|(_, f)| std::fs::read(f).with_context(|| format!("reading {}", f.display())))
+                .map(|(_, f)| Ok(sift_core::read_regular_file(f, 1 << 30)?))
                 .collect::<Result<_>>()?,
         ),
         (Modality::Image, None) => BenchInputs::Images(sift_embed::bench::generated_images(need)),
