@@ -22,6 +22,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -377,11 +378,17 @@ def output_attacks(c, sift, idx):
     c.attack("outputs", "`report --out` a FIFO", fifo_out)
 
     def dev_full():
-        r = run([sift, "report", str(results), "--out", "/dev/full"], 60)
-        still = Path("/dev/full").is_char_device()
-        return r.rc == 1 and still and "No space" in r.err, f"exit {r.rc}; /dev/full still a device: {still}"
+        # a device node of /dev/full's numbers made here (as root), so that a build that
+        # replaces devices replaces this one, not the system's
+        full = c.t("full")
+        if os.geteuid() != 0:
+            return False, "skipped: making a device node needs root"
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        r = run([sift, "report", str(results), "--out", str(full)], 60)
+        still = full.is_char_device()
+        return r.rc == 1 and still and "No space" in r.err, f"exit {r.rc}; still a device: {still}"
 
-    c.attack("outputs", "`report --out /dev/full`", dev_full)
+    c.attack("outputs", "`report --out` a device (a node of /dev/full's numbers)", dev_full)
 
     def link_out():
         target, link = c.t("target.html"), c.t("link.html")
@@ -654,7 +661,7 @@ def serve_attacks(c, sift, idx):
 
         def serper_batch():
             before = srv.rss_mb()
-            batch = json.dumps([{"q": "red square " + "x" * 80}] * 300_000).encode()
+            batch = json.dumps([{"q": "a"}] * 2_500_000, separators=(",", ":")).encode()
             t0 = time.monotonic()
             status, _, body = http("POST", srv.base + "/search", batch, {"content-type": "application/json"})
             secs = time.monotonic() - t0
@@ -662,7 +669,7 @@ def serve_attacks(c, sift, idx):
             return (status == 400 and grew < 200 and b"100" in body,
                     f"{len(batch) / 1e6:.0f} MB array: {status} in {secs:.1f} s, resident memory +{grew:.0f} MB")
 
-        c.attack("service", "a Serper batch of 300,000 queries (30 MB)", serper_batch)
+        c.attack("service", "a Serper batch of 2,500,000 queries (27 MB)", serper_batch)
 
         def key_spaces():
             out = run([sift, "serve", "--index", str(kb_idx), "--api-key", "", "--addr", f"127.0.0.1:{free_port()}"],
@@ -687,7 +694,8 @@ def serve_attacks(c, sift, idx):
     dense = Server(sift, ["--index", str(idx), "--corpus", str(SAMPLE)])
     try:
         def embeddings_flood():
-            bomb = base64.b64encode(png(6325, 6325)).decode()
+            # just under the per-image limit (40,000,000 pixels by default)
+            bomb = base64.b64encode(png(6320, 6320)).decode()
             body = {"model": TINY_CLIP.name, "input": [f"data:image/png;base64,{bomb}"] * 256}
             t0 = time.monotonic()
             status, _, text = post_json(dense.base, "/v1/embeddings", body)
@@ -811,7 +819,7 @@ def endpoint_attacks(c, sift, idx):
         e = Endpoint("nan-logprobs")
         args = [sift, "eval", "--corpus", str(SAMPLE), "--index", str(idx), "--domains", "gis", "--rerank",
                 f"pointwise:{e.url}", "--rerank-model", "m", "--rerank-cache", str(cache), "--rerank-depth", "3",
-                "--rerank-retries", "0", "--out", str(c.t("eval-nan"))]
+                "--out", str(c.t("eval-nan"))]
         try:
             r = run(args, 300)
         finally:
@@ -825,7 +833,14 @@ def endpoint_attacks(c, sift, idx):
     c.attack("endpoints", "a pointwise endpoint whose log probabilities are +5 and -3.4e38", nan_cache)
 
     def nan_in_cache():
-        cache = c.t("rerank-cache.jsonl")
+        cache = c.t("rerank-cache-poisoned.jsonl")
+        e = Endpoint("nan-logprobs")
+        try:
+            # a cache written by a run with scores, as the endpoint gives them
+            run([sift, "eval", "--corpus", str(SAMPLE), "--index", str(idx), "--domains", "gis", "--rerank",
+                 f"pointwise:{e.url}", "--rerank-model", "m", "--rerank-cache", str(cache), "--rerank-depth", "3"], 300)
+        finally:
+            e.close()
         text = cache.read_text() if cache.exists() else ""
         # the score is the cached generation's text: NaN, inf and -inf in turn
         values = iter(["NaN", "inf", "-inf"] * len(text))
