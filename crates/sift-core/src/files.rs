@@ -340,7 +340,8 @@ impl OutputFile {
             .write(true)
             .create_new(true)
             .open(&tmp)
-            .map_err(|e| Error::io(&tmp, e))?;
+            // named by the file asked for (its folder missing, not writable, ...)
+            .map_err(|e| Error::io(path, e))?;
         Ok(OutputFile {
             path: target,
             sink: Sink::Atomic {
@@ -643,6 +644,9 @@ mod tests {
         assert!(!std::fs::metadata("/dev/null").unwrap().is_file());
         let err = write_output(dir.path(), b"x").unwrap_err().to_string();
         assert!(err.contains("a directory"), "{err}");
+        let missing = dir.path().join("no/such/folder/out.html");
+        let err = write_output(&missing, b"x").unwrap_err().to_string();
+        assert!(err.starts_with(missing.to_str().unwrap()), "{err}");
         // a temporary file of a killed run (its process gone) is removed by the next write
         let stale = dir.path().join(".report.html.tmp-4294967");
         std::fs::write(&stale, "stale").unwrap();
