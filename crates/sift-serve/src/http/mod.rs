@@ -114,14 +114,13 @@ impl Shared {
             max_body_bytes: options.max_body_bytes,
             in_flight: AtomicUsize::new(0),
             access_log: options.access_log,
-            // trimmed as clients' keys are (`sift serve` refuses an empty one and warns
-            // about a trimmed one: [`check_api_key`])
+            // as [`check_api_key`] reads it (`sift serve` refuses an empty key there and warns
+            // about a trimmed one; here an empty one is no key)
             api_key: options
                 .api_key
                 .as_deref()
-                .map(str::trim)
-                .filter(|k| !k.is_empty())
-                .map(str::to_string),
+                .and_then(|k| check_api_key(k).ok())
+                .map(|(k, _)| k),
         })
     }
 
