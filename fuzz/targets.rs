@@ -318,9 +318,9 @@ fn shared() -> &'static std::sync::Arc<sift_serve::Shared> {
                 &sift_index::NoProgress,
             )
             .unwrap();
-            let mut config = sift_serve::ServeConfig::new(&index);
+            let mut config = sift_service::ServeConfig::new(&index);
             config.corpus = Some(sample);
-            let service = sift_serve::Service::load(&config).unwrap();
+            let service = sift_service::Service::load(&config).unwrap();
             let options = sift_serve::HttpOptions {
                 access_log: sift_serve::AccessLog::Off,
                 max_concurrency: 2,
@@ -332,7 +332,7 @@ fn shared() -> &'static std::sync::Arc<sift_serve::Shared> {
 }
 
 /// A request's answer: an error must be the request's fault (4xx), never the service's.
-fn answered<T>(what: &str, r: Result<T, sift_serve::ApiError>) {
+fn answered<T>(what: &str, r: Result<T, sift_service::ApiError>) {
     if let Err(e) = r {
         assert!(
             e.kind.status() < 500,
@@ -346,10 +346,10 @@ fn answered<T>(what: &str, r: Result<T, sift_serve::ApiError>) {
 /// texts), parsed as the service parses it and searched.
 pub fn serve_search(data: &[u8]) {
     let svc = shared().service();
-    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::SearchRequest>(data) {
+    if let Ok(req) = sift_service::api::parse_json::<sift_service::api::SearchRequest>(data) {
         answered("search", svc.search(&req));
     }
-    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::SerperQuery>(data) {
+    if let Ok(req) = sift_service::api::parse_json::<sift_service::api::SerperQuery>(data) {
         answered(
             "serper",
             sift_serve::shapes::serper_search(svc, &req, "http://x"),
@@ -359,7 +359,7 @@ pub fn serve_search(data: &[u8]) {
             sift_serve::shapes::serper_images(svc, &req, "http://x"),
         );
     }
-    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::SerperLens>(data) {
+    if let Ok(req) = sift_service::api::parse_json::<sift_service::api::SerperLens>(data) {
         answered(
             "serper lens",
             sift_serve::shapes::serper_lens(svc, &req, "http://x"),
@@ -381,14 +381,14 @@ pub fn serve_search(data: &[u8]) {
             );
         }
         if let Some(
-            sift_serve::pages::Link::Page { domain, id }
-            | sift_serve::pages::Link::Image { domain, id },
-        ) = sift_serve::pages::own_link(text)
+            sift_service::pages::Link::Page { domain, id }
+            | sift_service::pages::Link::Image { domain, id },
+        ) = sift_service::pages::own_link(text)
         {
             answered("page", svc.page(&domain, &id));
         }
     }
-    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::LocalSearchRequest>(data) {
+    if let Ok(req) = sift_service::api::parse_json::<sift_service::api::LocalSearchRequest>(data) {
         for tool in [
             sift_serve::shapes::LocalTool::Text,
             sift_serve::shapes::LocalTool::TextToImage,
@@ -401,14 +401,14 @@ pub fn serve_search(data: &[u8]) {
 
 /// The body of `POST /v1/eval`, parsed and scored.
 pub fn serve_eval(data: &[u8]) {
-    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::EvalRequest>(data) {
+    if let Ok(req) = sift_service::api::parse_json::<sift_service::api::EvalRequest>(data) {
         answered("eval", shared().service().eval(&req));
     }
 }
 
 /// The body of `POST /v1/fuse`, parsed and fused.
 pub fn serve_fuse(data: &[u8]) {
-    if let Ok(req) = sift_serve::http::parse_json::<sift_serve::api::FuseRequest>(data) {
+    if let Ok(req) = sift_service::api::parse_json::<sift_service::api::FuseRequest>(data) {
         answered("fuse", shared().service().fuse(&req));
     }
 }

@@ -108,8 +108,8 @@ fn every_fuzz_target_survives_mutated_inputs() {
 /// The service targets' seeds reach the service's work, not only its parser: the search
 /// seeds parse, and the MCP seeds' tool calls are answered with results and errors.
 fn serve_target_seeds_reach_the_service() {
-    use sift_serve::api::SearchRequest;
-    use sift_serve::http::parse_json;
+    use sift_service::api::SearchRequest;
+    use sift_service::api::parse_json;
     let seeds = targets::seeds("serve_search");
     let searches: Vec<SearchRequest> = seeds
         .iter()

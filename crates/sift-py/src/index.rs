@@ -1,5 +1,5 @@
 //! `sift_ir.Index`: build or open an index and search it one query at a time, through the
-//! same one-query API the service answers (`sift_serve::Service`), with hits equal to
+//! same one-query API the service answers (`sift_service::Service`), with hits equal to
 //! `sift search`'s.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -9,8 +9,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sift_index::{BuildOptions, HnswParams, IndexDir, Precomputed, VectorDtype};
 use sift_retrieve::{Indexed, Sides};
-use sift_serve::api::{CandidateKind, Fusion, ImageInput, SearchRequest};
-use sift_serve::{ServeConfig, Service};
+use sift_service::api::{CandidateKind, Fusion, ImageInput, SearchRequest};
+use sift_service::{ServeConfig, Service};
 
 use crate::embedder::{image_bytes, options};
 use crate::errors::{invalid, sift_err};

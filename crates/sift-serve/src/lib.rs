@@ -1,6 +1,6 @@
 //! Sift as an offline search service for agents and benchmarks, over any index Sift builds:
 //!
-//! - a versioned JSON API ([`api`]) with an OpenAPI document at `/openapi.json`: search
+//! - a versioned JSON API ([`sift_service::api`]) with an OpenAPI document at `/openapi.json`: search
 //!   passages, corpus images or Task 4 passage+image pairs by text and/or images (reverse
 //!   image search, crop-and-search on InterLV's 0-1000 box scale), fetch passages and image
 //!   bytes by id, list what is served, fuse result lists, score hits against qrels;
@@ -9,57 +9,24 @@
 //!   tools, and OpenAI's `GET /v1/models` and `POST /v1/embeddings`;
 //! - an MCP server ([`mcp`], rmcp) over stdio or streamable HTTP at `/mcp`.
 //!
-//! [`Service`] holds the index, its models and the corpus, loaded once; its methods are
-//! synchronous and CPU-bound, and [`http`] runs them on blocking threads under a
-//! concurrency limit and a per-request time limit. The service only reads: ids are looked
-//! up in what the index and corpus hold, never joined to paths.
-//!
-//! Search the bundled sample corpus's index through the service, without HTTP:
-//!
-//! ```
-//! use sift_core::Corpus;
-//! use sift_index::{BuildOptions, IndexDir, NoProgress};
-//! use sift_serve::{ServeConfig, Service, api::SearchRequest};
-//!
-//! let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../../corpora/sample");
-//! let corpus = Corpus::open(sample)?;
-//! let dir = tempfile::tempdir()?;
-//! let root = dir.path().join("index");
-//! IndexDir::build(&root, &corpus, &["biology".to_string()], &BuildOptions::default(), &[], &NoProgress)?;
-//! let mut config = ServeConfig::new(&root);
-//! config.corpus = Some(sample.into());
-//! let service = Service::load(&config)?;
-//! let res = service.search(&SearchRequest {
-//!     query: "how do plants make sugar".into(),
-//!     top_k: 3,
-//!     ..SearchRequest::default()
-//! })?;
-//! assert_eq!(res.hits.len(), 3);
-//! assert!(res.hits[0].text.is_some());
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! Every request is answered by [`sift_service::Service`], the one-query core that the
+//! command line and the Python package call too: this crate holds only the transports, each
+//! a thin adapter. [`http`] runs the service's synchronous, CPU-bound methods on blocking
+//! threads under a concurrency limit and a per-request time limit; [`mcp`] offers the same
+//! as tools; [`shapes`] turns its answers into the shapes the harnesses read.
 #![warn(missing_docs)]
 
-pub mod api;
-mod error;
 pub mod http;
-pub mod images;
 pub mod mcp;
 pub mod openapi;
-pub mod pages;
 mod server;
-mod service;
 pub mod shapes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use error::{ApiError, Error, ErrorKind};
 pub use http::{AccessLog, HttpOptions, Shared};
 pub use server::Stopped;
-pub use service::{
-    Limits, Page, ServeConfig, Service, document_path, encode_path, image_path, page_path,
-};
 use tokio_util::sync::CancellationToken;
 
 /// Serves HTTP (and MCP at `/mcp` when `options.mcp`) on `listener` until `shutdown`

@@ -16,15 +16,15 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::Service;
-use crate::api::{
+use crate::http::{ApiErrorResponse, Shared};
+use crate::shapes::{self, LocalTool};
+use sift_service::ApiError;
+use sift_service::Service;
+use sift_service::api::{
     CandidateKind, Document, EvalRequest, EvalResponse, FuseRequest, FuseResponse, IndexInfo,
     LocalResponse, LocalSearchRequest, McpSearchRequest, PyseriniQuery, SearchRequest,
     SearchResponse,
 };
-use crate::error::ApiError;
-use crate::http::Shared;
-use crate::shapes::{self, LocalTool};
 
 /// `get_document`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -375,7 +375,7 @@ async fn gate_mcp(
         Ok(b) => b,
         Err(e) => {
             return ApiError::new(
-                crate::ErrorKind::InvalidRequest,
+                sift_service::ErrorKind::InvalidRequest,
                 format!("reading the body: {e}"),
             )
             .into_response();
@@ -399,7 +399,7 @@ async fn gate_mcp(
     let open = gate.sessions.sessions.read().await.len();
     if open >= gate.max_sessions {
         return ApiError::new(
-            crate::ErrorKind::Overloaded,
+            sift_service::ErrorKind::Overloaded,
             format!(
                 "{open} MCP sessions are open, the most this service keeps \
                  (--max-mcp-sessions {}): close one (DELETE /mcp with its Mcp-Session-Id) or \

@@ -1,11 +1,11 @@
 //! The OpenAPI 3.1 document of the HTTP API (`GET /openapi.json`), its schemas generated
-//! from the request and response types ([`crate::api`]), so the two cannot drift apart.
+//! from the request and response types ([`sift_service::api`]), so the two cannot drift apart.
 use std::sync::LazyLock;
 
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Value, json};
 
-use crate::api::*;
+use sift_service::api::*;
 
 static DOCUMENT: LazyLock<Value> = LazyLock::new(build);
 

@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::error::{ApiError, ErrorKind};
+use sift_service::{ApiError, ErrorKind};
 
 /// The longest any of the service's durations is taken to be: larger ones are cut to it,
 /// so that no `Instant + Duration` can overflow.

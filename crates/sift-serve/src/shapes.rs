@@ -4,15 +4,15 @@
 //! tools. Without a domain, each searches every domain the service serves, merged.
 use std::collections::BTreeMap;
 
-use crate::api::{
+use sift_service::ApiError;
+use sift_service::Service;
+use sift_service::api::{
     CandidateKind, Hit, ImageInput, LocalResponse, LocalResult, LocalSearchRequest, SearchRequest,
     SerpApiImage, SerpApiInformation, SerpApiMetadata, SerpApiOrganic, SerpApiResponse,
     SerpApiVisualMatch, SerperEcho, SerperImage, SerperImagesResponse, SerperLens,
     SerperLensResponse, SerperOrganic, SerperParameters, SerperQuery, SerperSearchResponse,
 };
-use crate::error::ApiError;
-use crate::pages::{self, Link};
-use crate::service::Service;
+use sift_service::pages::{self, Link};
 
 /// Characters of a Serper snippet.
 const SNIPPET_CHARS: usize = 300;

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use sift_core::Corpus;
 use sift_index::{BuildOptions, IndexDir, NoProgress};
-use sift_serve::{ErrorKind, HttpOptions, ServeConfig, Service, Shared};
+use sift_serve::{HttpOptions, Shared};
+use sift_service::{ErrorKind, ServeConfig, Service};
 
 fn service() -> (tempfile::TempDir, Service) {
     let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../../corpora/sample");
@@ -70,7 +71,7 @@ fn slow_work_times_out_and_a_full_house_is_overloaded() {
         );
         // a panic inside the work is a 500, not a dead service
         let panicked = shared
-            .run(|_| -> Result<(), sift_serve::ApiError> { panic!("boom") })
+            .run(|_| -> Result<(), sift_service::ApiError> { panic!("boom") })
             .await;
         assert_eq!(panicked.unwrap_err().kind, ErrorKind::Internal);
         assert_eq!(

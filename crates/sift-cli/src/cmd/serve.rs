@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use sift_retrieve::SearchSettings;
-use sift_serve::{AccessLog, HttpOptions, Limits, ServeConfig, Service, Shared};
+use sift_serve::{AccessLog, HttpOptions, Shared};
+use sift_service::{Limits, ServeConfig, Service};
 
 use crate::models::ModelFlags;
 use crate::options::Bm25Flags;
@@ -230,7 +231,7 @@ pub fn run(a: Args) -> Result<()> {
             max_request_pixels: a.max_request_pixels,
             max_inputs: Limits::default().max_inputs,
             max_new_tokens: Limits::default().max_new_tokens,
-            image: sift_serve::images::ImageLimits {
+            image: sift_service::images::ImageLimits {
                 max_bytes: a.max_image_bytes,
                 max_pixels: a.max_image_pixels,
             },

@@ -14,14 +14,38 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
+use sift_service::api::parse_json;
 
-use crate::error::{ApiError, ErrorKind};
+use sift_service::{ApiError, ErrorKind};
 
 use super::*;
 
-impl IntoResponse for ApiError {
+/// An [`ApiError`] as an HTTP answer: its status and JSON body (a 500 names an error id,
+/// not the internal message). Handlers return it; `?` turns an `ApiError` into one.
+#[derive(Debug)]
+pub struct HttpError(pub ApiError);
+
+impl From<ApiError> for HttpError {
+    fn from(e: ApiError) -> HttpError {
+        HttpError(e)
+    }
+}
+
+/// `.into_response()` on an [`ApiError`] itself, where a handler answers one directly.
+pub trait ApiErrorResponse {
+    /// The error as an HTTP answer ([`HttpError`]).
+    fn into_response(self) -> Response;
+}
+
+impl ApiErrorResponse for ApiError {
     fn into_response(self) -> Response {
-        let this = self.for_client();
+        IntoResponse::into_response(HttpError(self))
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let this = self.0.for_client();
         let status =
             StatusCode::from_u16(this.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (status, Json(this.body())).into_response();
@@ -40,10 +64,12 @@ impl IntoResponse for ApiError {
 pub struct JsonBody<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        parse_json(&json_bytes(req, state).await?).map(JsonBody)
+    async fn from_request(req: Request, state: &S) -> Result<Self, HttpError> {
+        parse_json(&json_bytes(req, state).await?)
+            .map(JsonBody)
+            .map_err(HttpError)
     }
 }
 
@@ -264,31 +290,4 @@ pub(super) fn bad_query(e: QueryRejection) -> ApiError {
         ErrorKind::InvalidRequest,
         format!("the query string: {}", e.body_text()),
     )
-}
-
-/// Parses a JSON body, naming the field at fault.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    parse_json_seed(bytes, std::marker::PhantomData::<T>)
-}
-
-/// Parses a JSON body with `seed`, naming the field at fault.
-pub(super) fn parse_json_seed<'de, S: serde::de::DeserializeSeed<'de>>(
-    bytes: &'de [u8],
-    seed: S,
-) -> Result<S::Value, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let mut track = serde_path_to_error::Track::new();
-    let value = seed
-        .deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track))
-        .map_err(|e| {
-            let path = track.path().to_string();
-            ApiError {
-                kind: ErrorKind::InvalidRequest,
-                field: (path != ".").then_some(path),
-                message: e.to_string(),
-            }
-        })?;
-    de.end()
-        .map_err(|e| ApiError::new(ErrorKind::InvalidRequest, format!("after the JSON: {e}")))?;
-    Ok(value)
 }

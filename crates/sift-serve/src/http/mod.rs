@@ -17,12 +17,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
-use crate::api::{Health, SearchRequest};
-use crate::error::{ApiError, ErrorKind};
-use crate::pages::{self};
 use crate::server::LONGEST;
-use crate::service::Service;
 use crate::shapes::{self, LocalTool};
+use sift_service::Service;
+use sift_service::api::{Health, SearchRequest};
+use sift_service::pages::{self};
+use sift_service::{ApiError, ErrorKind};
 
 /// How requests are logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -385,10 +385,10 @@ fn same_key(given: &str, key: &str) -> bool {
 /// A configured API key (`--api-key`, `SIFT_API_KEY`) as the service compares it: trimmed,
 /// as clients' keys are (`true` when that changed it); an empty or all-whitespace key is an
 /// error, not "no key".
-pub fn check_api_key(key: &str) -> Result<(String, bool), crate::Error> {
+pub fn check_api_key(key: &str) -> Result<(String, bool), sift_service::Error> {
     let trimmed = key.trim();
     if trimmed.is_empty() {
-        return Err(crate::Error::Config(
+        return Err(sift_service::Error::Config(
             "the API key (--api-key or SIFT_API_KEY) is empty: give a key, or set neither to \
              accept requests without one"
                 .into(),
@@ -404,11 +404,11 @@ fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-async fn method_not_allowed(req: Request) -> ApiError {
-    ApiError::new(
+async fn method_not_allowed(req: Request) -> HttpError {
+    HttpError(ApiError::new(
         ErrorKind::MethodNotAllowed,
         format!("{} does not take {}", req.uri().path(), req.method()),
-    )
+    ))
 }
 
 /// Counts requests in flight and writes one access-log line per request.
@@ -485,28 +485,28 @@ where
 {
     post(
         move |State(s): State<Arc<Shared>>, JsonBody(req): JsonBody<Req>| async move {
-            s.run_as(heavy, move |svc| call(svc, &req)).await.map(Json)
+            s.run_as(heavy, move |svc| call(svc, &req))
+                .await
+                .map(Json)
+                .map_err(HttpError)
         },
     )
 }
 
-async fn indexes(State(s): State<Arc<Shared>>) -> Json<crate::api::IndexInfo> {
+async fn indexes(State(s): State<Arc<Shared>>) -> Json<sift_service::api::IndexInfo> {
     Json(s.service().info())
 }
 
 /// An image file as the body (any image content type), the rest in the query string.
 async fn upload_search(
     State(s): State<Arc<Shared>>,
-    query: Result<Query<crate::api::UploadQuery>, QueryRejection>,
+    query: Result<Query<sift_service::api::UploadQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<crate::api::SearchResponse>, ApiError> {
+) -> Result<Json<sift_service::api::SearchResponse>, HttpError> {
     let Query(q) = query.map_err(bad_query)?;
     let body = body.map_err(bad_body)?;
     if body.is_empty() {
-        return Err(ApiError::invalid(
-            "body",
-            "send the image file as the request body",
-        ));
+        return Err(ApiError::invalid("body", "send the image file as the request body").into());
     }
     let bbox = match q.bbox.as_deref() {
         None => None,
@@ -524,22 +524,27 @@ async fn upload_search(
     };
     let req = SearchRequest {
         query: q.query.unwrap_or_default(),
-        images: vec![crate::api::ImageInput {
+        images: vec![sift_service::api::ImageInput {
             bytes: Some(body.to_vec()),
             bbox,
             ..Default::default()
         }],
         retriever: q.retriever,
         domain: q.domain,
-        top_k: q.top_k.unwrap_or(crate::api::DEFAULT_TOP_K),
-        candidates: q.candidates.unwrap_or(crate::api::CandidateKind::Images),
+        top_k: q.top_k.unwrap_or(sift_service::api::DEFAULT_TOP_K),
+        candidates: q
+            .candidates
+            .unwrap_or(sift_service::api::CandidateKind::Images),
         max_text_chars: q.max_text_chars,
         ..SearchRequest::default()
     };
-    s.run(move |svc| svc.search(&req)).await.map(Json)
+    s.run(move |svc| svc.search(&req))
+        .await
+        .map(Json)
+        .map_err(HttpError)
 }
 
-async fn models(State(s): State<Arc<Shared>>) -> Json<crate::api::ModelList> {
+async fn models(State(s): State<Arc<Shared>>) -> Json<sift_service::api::ModelList> {
     Json(s.service().models())
 }
 
@@ -563,11 +568,11 @@ async fn rest_search(
     State(s): State<Arc<Shared>>,
     domain: Result<Path<String>, PathRejection>,
     query: Result<Query<RestQuery>, QueryRejection>,
-) -> Result<Json<crate::api::SearchResponse>, ApiError> {
+) -> Result<Json<sift_service::api::SearchResponse>, HttpError> {
     let Path(domain) = domain.map_err(bad_path)?;
     let Query(q) = query.map_err(bad_query)?;
     let hits = match q.hits.as_deref() {
-        None => crate::api::DEFAULT_TOP_K,
+        None => sift_service::api::DEFAULT_TOP_K,
         Some(h) => h
             .parse()
             .map_err(|_| ApiError::invalid("hits", format!("{h:?} is not a whole number")))?,
@@ -581,7 +586,10 @@ async fn rest_search(
         retriever: q.retriever,
         ..SearchRequest::default()
     };
-    s.run(move |svc| svc.search(&req)).await.map(Json)
+    s.run(move |svc| svc.search(&req))
+        .await
+        .map(Json)
+        .map_err(HttpError)
 }
 
 mod body;
@@ -589,7 +597,7 @@ mod reading;
 mod serper;
 
 use body::*;
-pub use body::{JsonBody, parse_json};
+pub use body::{ApiErrorResponse, HttpError, JsonBody};
 
 use reading::*;
 use serper::*;

@@ -10,8 +10,8 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use crate::error::ApiError;
-use crate::pages::{self, Format, Link};
+use sift_service::ApiError;
+use sift_service::pages::{self, Format, Link};
 
 use super::*;
 
@@ -21,14 +21,15 @@ pub(super) async fn document(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let Path((domain, id)) = path.map_err(bad_path)?;
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     match pages::negotiate(accept, Format::Json) {
         Format::Json => s
             .run(move |svc| svc.document(&domain, &id))
             .await
-            .map(|d| Json(d).into_response()),
+            .map(|d| Json(d).into_response())
+            .map_err(HttpError),
         format => render_page(&s, &headers, domain, id, format).await,
     }
 }
@@ -46,7 +47,7 @@ pub(super) async fn page(
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
     query: Result<Query<PageQuery>, QueryRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let Path((domain, id)) = path.map_err(bad_path)?;
     let Query(q) = query.map_err(bad_query)?;
     let format = match q.format.as_deref() {
@@ -70,7 +71,7 @@ pub(super) async fn render_page(
     domain: String,
     id: String,
     format: Format,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let base = base_url(headers);
     let page = s.run(move |svc| svc.page(&domain, &id)).await?;
     let body = match format {
@@ -126,7 +127,7 @@ pub(super) async fn reader(
 }
 
 pub(super) async fn read_page(s: Arc<Shared>, headers: HeaderMap, url: String) -> Response {
-    let result: Result<Response, ApiError> = async {
+    let result: Result<Response, HttpError> = async {
         let (domain, id) = match pages::own_link(&url) {
             Some(Link::Page { domain, id } | Link::Image { domain, id }) => (domain, id),
             None => {
@@ -136,7 +137,8 @@ pub(super) async fn read_page(s: Arc<Shared>, headers: HeaderMap, url: String) -
                         "{url:?} is not a link of this service: it reads only its own pages \
                          (links in its results) and fetches nothing from outside"
                     ),
-                ));
+                )
+                .into());
             }
         };
         let format = headers
@@ -173,7 +175,7 @@ pub(super) async fn read_page(s: Arc<Shared>, headers: HeaderMap, url: String) -
 pub(super) async fn image(
     State(s): State<Arc<Shared>>,
     path: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let Path((domain, id)) = path.map_err(bad_path)?;
     let (ct, bytes) = s.run(move |svc| svc.image(&domain, &id)).await?;
     Ok(Response::builder()

@@ -7,10 +7,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
-use crate::api::bounded::AtMost;
-use crate::api::{SerperNewsResponse, SerperQuery, SerperVideosResponse};
-use crate::error::ApiError;
 use crate::shapes::{self};
+use sift_service::ApiError;
+use sift_service::api::{AtMost, parse_json, parse_json_seed};
+use sift_service::api::{SerperNewsResponse, SerperQuery, SerperVideosResponse};
 
 use super::*;
 
@@ -25,15 +25,17 @@ pub(super) enum Batch<T> {
 pub(super) const MAX_BATCH: usize = 100;
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Batch<T> {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, state: &S) -> Result<Self, HttpError> {
         let bytes = json_bytes(req, state).await?;
         // parsed once: as a list when the JSON starts with `[`
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-            parse_batch(&bytes, MAX_BATCH).map(Batch::Many)
+            parse_batch(&bytes, MAX_BATCH)
+                .map(Batch::Many)
+                .map_err(HttpError)
         } else {
-            parse_json::<T>(&bytes).map(Batch::One)
+            parse_json::<T>(&bytes).map(Batch::One).map_err(HttpError)
         }
     }
 }
@@ -72,8 +74,8 @@ pub(super) async fn batch<T, R>(
     s: Arc<Shared>,
     headers: &HeaderMap,
     body: Batch<T>,
-    f: fn(&crate::service::Service, &T, &str) -> Result<R, ApiError>,
-) -> Result<Response, ApiError>
+    f: fn(&sift_service::Service, &T, &str) -> Result<R, ApiError>,
+) -> Result<Response, HttpError>
 where
     T: Send + 'static,
     R: serde::Serialize + Send + 'static,
@@ -83,7 +85,8 @@ where
         Batch::One(q) => s
             .run(move |svc| f(svc, &q, &base))
             .await
-            .map(|r| Json(r).into_response()),
+            .map(|r| Json(r).into_response())
+            .map_err(HttpError),
         Batch::Many(qs) => {
             // (at most MAX_BATCH: parse_batch stops at the next)
             s.run(move |svc| {
@@ -102,6 +105,7 @@ where
             })
             .await
             .map(|r| Json(r).into_response())
+            .map_err(HttpError)
         }
     }
 }
@@ -109,7 +113,7 @@ where
 /// A Serper endpoint: POST of a query (or a batch of them) as JSON, and GET of one in the
 /// query string, each answered by `answer`.
 pub(super) fn endpoint<Q, R>(
-    answer: fn(&crate::service::Service, &Q, &str) -> Result<R, ApiError>,
+    answer: fn(&sift_service::Service, &Q, &str) -> Result<R, ApiError>,
 ) -> MethodRouter<Arc<Shared>>
 where
     Q: DeserializeOwned + Send + 'static,
@@ -132,7 +136,7 @@ pub(super) async fn serper_search(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Batch<SerperQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     batch(s, &headers, body, shapes::serper_search).await
 }
 
@@ -150,7 +154,7 @@ pub(super) async fn search_get(
     {
         return serpapi_answer(s, &headers, query).await;
     }
-    let result: Result<Response, ApiError> = async {
+    let result: Result<Response, HttpError> = async {
         let q: SerperQuery = serper_params(query.as_deref())?;
         batch(s, &headers, Batch::One(q), shapes::serper_search).await
     }
@@ -192,7 +196,7 @@ pub(super) async fn serpapi_answer(
 }
 
 pub(super) fn videos(
-    _: &crate::service::Service,
+    _: &sift_service::Service,
     q: &SerperQuery,
     _: &str,
 ) -> Result<SerperVideosResponse, ApiError> {
@@ -203,7 +207,7 @@ pub(super) fn videos(
 }
 
 pub(super) fn news(
-    _: &crate::service::Service,
+    _: &sift_service::Service,
     q: &SerperQuery,
     _: &str,
 ) -> Result<SerperNewsResponse, ApiError> {
@@ -231,7 +235,7 @@ mod tests {
         }
         body.extend_from_slice(b"this is never read");
         let e = parse_batch::<SerperQuery>(&body, MAX_BATCH).unwrap_err();
-        assert_eq!(e.kind, crate::ErrorKind::InvalidRequest);
+        assert_eq!(e.kind, sift_service::ErrorKind::InvalidRequest);
         assert_eq!(e.field.as_deref(), Some("body"));
         assert!(e.message.contains("at most 100"), "{e}");
         // exactly the limit is a batch; a bad element is named by its index

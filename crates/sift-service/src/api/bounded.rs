@@ -15,7 +15,7 @@ pub const MAX_PARSED_IMAGES: usize = 1024;
 pub const MAX_PARSED_INPUTS: usize = 4096;
 
 /// A JSON array of at most `max` elements; past it, an error saying so (and `over` set).
-pub(crate) struct AtMost<'a, T> {
+pub struct AtMost<'a, T> {
     max: usize,
     what: &'static str,
     over: Option<&'a Cell<bool>>,
@@ -24,7 +24,7 @@ pub(crate) struct AtMost<'a, T> {
 
 impl<'a, T> AtMost<'a, T> {
     /// At most `max` elements, called `what` in the error.
-    pub(crate) fn new(max: usize, what: &'static str) -> AtMost<'a, T> {
+    pub fn new(max: usize, what: &'static str) -> AtMost<'a, T> {
         AtMost {
             max,
             what,
@@ -34,7 +34,7 @@ impl<'a, T> AtMost<'a, T> {
     }
 
     /// Sets `over` when the array is too long.
-    pub(crate) fn flagging(self, over: &'a Cell<bool>) -> AtMost<'a, T> {
+    pub fn flagging(self, over: &'a Cell<bool>) -> AtMost<'a, T> {
         AtMost {
             over: Some(over),
             ..self
@@ -119,8 +119,8 @@ impl<'de> serde::Deserialize<'de> for super::EmbeddingInput {
 
 #[cfg(test)]
 mod tests {
+    use crate::api::parse_json;
     use crate::api::{EmbeddingInput, SearchRequest};
-    use crate::http::parse_json;
 
     /// `[{},{},...]` and `["","",...]` are refused at the element past the bound: what
     /// follows is never parsed (here it is not JSON).

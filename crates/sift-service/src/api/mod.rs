@@ -7,11 +7,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 pub use sift_eval::CandidateKind;
 
-pub(crate) mod bounded;
+mod bounded;
 mod compat;
+mod json;
 
-pub use bounded::{MAX_PARSED_IMAGES, MAX_PARSED_INPUTS};
+pub use bounded::{AtMost, MAX_PARSED_IMAGES, MAX_PARSED_INPUTS};
 pub use compat::*;
+pub use json::{parse_json, parse_json_seed};
 
 /// Results per search when a request names none.
 pub const DEFAULT_TOP_K: usize = 10;

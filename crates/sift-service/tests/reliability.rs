@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 use sift_core::Corpus;
 use sift_index::{BuildOptions, IndexDir, NoProgress};
-use sift_serve::api::{EvalRequest, FuseRequest, SearchRequest};
-use sift_serve::{ErrorKind, ServeConfig, Service};
+use sift_service::api::{EvalRequest, FuseRequest, SearchRequest};
+use sift_service::{ErrorKind, ServeConfig, Service};
 
 fn sample() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../corpora/sample"))
@@ -106,12 +106,12 @@ fn rebuilds_do_not_remove_the_generation_being_served() {
 }
 
 fn eval_request(body: serde_json::Value) -> EvalRequest {
-    sift_serve::http::parse_json(body.to_string().as_bytes()).unwrap()
+    sift_service::api::parse_json(body.to_string().as_bytes()).unwrap()
 }
 
 fn eval_error(service: &Service, body: serde_json::Value) -> (ErrorKind, String, String) {
     let raw = body.to_string();
-    let err = match sift_serve::http::parse_json::<EvalRequest>(raw.as_bytes()) {
+    let err = match sift_service::api::parse_json::<EvalRequest>(raw.as_bytes()) {
         Ok(req) => service.eval(&req).expect_err("refused"),
         Err(e) => e,
     };
@@ -151,13 +151,13 @@ fn eval_scores_runs_by_the_cli_rules() {
 
     let raw = r#"{"run": {"q1": [{"id": "a", "score": 1.0}], "q1": [{"id": "b", "score": 1.0}]},
                   "qrels": {"q1": {"a": 1}}}"#;
-    let req: EvalRequest = sift_serve::http::parse_json(raw.as_bytes()).unwrap();
+    let req: EvalRequest = sift_service::api::parse_json(raw.as_bytes()).unwrap();
     let err = service.eval(&req).err().unwrap();
     assert_eq!(err.field.as_deref(), Some("run.q1"));
 
     let raw = r#"{"run": {"q1": [{"id": "a", "score": 1.0}], "q2": [{"id": "a", "score": 1.0}]},
                   "qrels": {"q1": {"a": 0, "a": 2}}}"#;
-    let req: EvalRequest = sift_serve::http::parse_json(raw.as_bytes()).unwrap();
+    let req: EvalRequest = sift_service::api::parse_json(raw.as_bytes()).unwrap();
     let res = service.eval(&req).unwrap();
     assert_eq!(res.mean["ndcg@10"], 1.0, "the last grade counts");
     assert_eq!(res.warnings["duplicate_qrel"], 1);
@@ -186,7 +186,7 @@ fn eval_scores_runs_by_the_cli_rules() {
 fn weighted_fusion_of_extreme_scores_stays_finite() {
     let dir = tempfile::tempdir().unwrap();
     let service = bm25_service(dir.path());
-    let req: FuseRequest = sift_serve::http::parse_json(
+    let req: FuseRequest = sift_service::api::parse_json(
         json!({
             "lists": [
                 [{"id": "a", "score": 1e308}, {"id": "b", "score": -1e308}],

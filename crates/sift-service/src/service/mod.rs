@@ -431,11 +431,7 @@ impl Service {
     /// The images a request may still decode, when it has `count` of them (field `field`):
     /// at most [`Limits::max_images`], of [`Limits::max_request_pixels`] together. Every
     /// request that takes images (search, embeddings) goes through here.
-    pub(crate) fn image_budget(
-        &self,
-        field: &str,
-        count: usize,
-    ) -> Result<images::PixelBudget, ApiError> {
+    pub fn image_budget(&self, field: &str, count: usize) -> Result<images::PixelBudget, ApiError> {
         if count > self.limits.max_images {
             return Err(ApiError::invalid(
                 field,
@@ -756,7 +752,7 @@ impl Service {
     }
 
     /// Whether `domain` (or any served domain) has a corpus image `id`.
-    pub(crate) fn knows_image(&self, domain: Option<&str>, id: &str) -> bool {
+    pub fn knows_image(&self, domain: Option<&str>, id: &str) -> bool {
         self.domains
             .iter()
             .filter(|d| domain.is_none_or(|n| n == d.name))
@@ -765,7 +761,7 @@ impl Service {
     }
 
     /// Corpus images of a passage's page.
-    pub(crate) fn page_image_count(&self, domain: &str, passage: &str) -> usize {
+    pub fn page_image_count(&self, domain: &str, passage: &str) -> usize {
         let Ok(d) = self.domain("domain", domain) else {
             return 0;
         };
