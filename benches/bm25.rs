@@ -9,7 +9,7 @@
 //! - batch search: analyse + score + top-k of every query on a pool of `--threads` threads;
 //! - latency: each query alone on one thread (analyse + score + top-k), p50 / p99.
 //!
-//! Usage: cargo bench --bench bm25 -- --corpus $PWD/../shared/data/cranfield --threads 2 --json
+//! Usage: cargo bench --bench bm25 -- --corpus "$SIFT_CRANFIELD" --threads 2 --json
 //! With `--index DIR` a built index (`sift index`) is searched instead of building one (no
 //! index timing); `--repeat N` reports the median of N timed batches
 //! (`benches/bm25_search_338k.py` runs it that way).
@@ -26,8 +26,8 @@ use sift_index::{BuildOptions, IndexDir, NoProgress};
 #[derive(Parser)]
 struct Args {
     /// BEIR corpus directory (cargo runs benches from the crate directory: pass an absolute
-    /// path; the default is the shared Cranfield copy beside the repository).
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/cranfield"))]
+    /// path) [default: $SIFT_CRANFIELD, the Cranfield collection].
+    #[arg(long, env = "SIFT_CRANFIELD")]
     corpus: PathBuf,
     /// Qrels split.
     #[arg(long, default_value = "test")]

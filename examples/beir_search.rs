@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo run -p sift-retrieve --example beir_search                      # a tiny corpus it writes
-//! cargo run -p sift-retrieve --example beir_search -- ../shared/data/cranfield "shock waves"
+//! cargo run -p sift-retrieve --example beir_search -- "$SIFT_CRANFIELD" "shock waves"
 //! ```
 use std::error::Error;
 use std::path::PathBuf;

@@ -101,6 +101,8 @@ class Index:
         device: str = "cpu",
         dtype: str = "f32",
         batch_size: Optional[int] = None,
+        reference_fusion: bool = False,
+        pair_link: str = "regex",
     ) -> Index: ...
     @property
     def path(self) -> str: ...

@@ -33,7 +33,7 @@ pub struct ModelFlags {
     /// including the white and blank images its code falls back to by accident, and scores
     /// Task 4 with --protocol legacy) or reference-intended (the same with real images
     /// where the code evidently meant them: Task 3 for Nomic and Jina-CLIP, Task 4 pairs for
-    /// BGE-VL and GME). docs/reference-profile.md lists every rule. An index records the
+    /// BGE-VL and GME). docs/src/reference-profile.md lists every rule. An index records the
     /// profile it was built with (both reference profiles build the same vectors), and
     /// searches of it use that one.
     #[arg(long, value_enum, default_value = "default")]

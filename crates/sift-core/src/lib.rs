@@ -1,7 +1,7 @@
 //! Core types and corpus readers for Sift.
 //!
 //! A corpus is read one *domain* at a time: each domain is its own retrieval problem
-//! (MM-BRIGHT protocol, `shared/docs/mm-bright-protocol.md`: "a domain's queries are run
+//! (MM-BRIGHT protocol, `docs/src/mm-bright-protocol.md`: "a domain's queries are run
 //! against that domain's passages and images only"). A BEIR collection is a corpus with a
 //! single domain named after its directory.
 //!

@@ -1,7 +1,7 @@
 //! MM-BRIGHT hub layout: `{config}/{domain}.parquet` (or sharded
 //! `{domain}-00000-of-00002.parquet`) for the configs `documents`, `examples`,
 //! `examples_multimodal`, `document_images` and `examples_images`
-//! (`shared/docs/mm-bright-protocol.md`, "Dataset on the hub").
+//! (`docs/src/mm-bright-protocol.md`, "Dataset on the hub").
 //!
 //! Columns are looked up by name so unknown extra columns are ignored; list columns of image
 //! annotations may hold plain strings or structs with an `image_path` field.

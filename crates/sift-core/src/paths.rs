@@ -1,4 +1,4 @@
-//! Id and path conventions of MM-BRIGHT (`shared/docs/mm-bright-protocol.md`).
+//! Id and path conventions of MM-BRIGHT (`docs/src/mm-bright-protocol.md`).
 use std::sync::LazyLock;
 
 use regex::Regex;

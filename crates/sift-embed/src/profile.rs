@@ -1,7 +1,7 @@
 //! Embedding profiles: Sift's own handling of each model, or MM-BRIGHT's reference code's
 //! (`--profile reference`), which treats every model differently. The rules and where each
 //! comes from (file and line of `mm-bright/MM-BRIGHT`, commit 2d37a4d) are in
-//! `docs/reference-profile.md`; the text rules live here, the query-fusion rules in
+//! `docs/src/reference-profile.md`; the text rules live here, the query-fusion rules in
 //! `sift-retrieve`.
 use std::borrow::Cow;
 

@@ -1,5 +1,5 @@
 //! The reference profile's text and image rules (MM-BRIGHT's reference code, model by
-//! model; docs/reference-profile.md): what each model embeds for a document or query in
+//! model; docs/src/reference-profile.md): what each model embeds for a document or query in
 //! `Profile::Reference`, against the default profile's vector of the text the reference
 //! code would have fed it.
 use sift_embed::{Embedder, EmbedderOptions, Input, Profile, ReferenceModel, Role};

@@ -1,7 +1,7 @@
 //! Which corpus images belong to which passages (Task 4's pairs, grades and exclusions).
 //!
 //! Two rules, as the two public implementations of MM-BRIGHT link them
-//! (`shared/docs/mm-bright-protocol.md`, "Linking passages and images"):
+//! (`docs/src/mm-bright-protocol.md`, "Linking passages and images"):
 //! - [`PairLink::Regex`], the reference code's: a passage and an image are linked when their
 //!   8-hex base keys are equal (`/([0-9a-f]+)_\d+\.txt$` on the passage id,
 //!   `{domain}_([0-9a-f]+)_\d+` on the image path). Chunked passage ids such as

@@ -1,4 +1,4 @@
-//! Assembly of evaluation tasks from a corpus (`shared/docs/mm-bright-protocol.md`,
+//! Assembly of evaluation tasks from a corpus (`docs/src/mm-bright-protocol.md`,
 //! "Qrels per task").
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;

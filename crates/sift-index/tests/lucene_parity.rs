@@ -9,7 +9,7 @@
 //!   same top 100, scores within 1e-4 (relative, the reference's scores reach ~100).
 //!
 //! Both on the generated collection committed with the fixtures and on Cranfield (ignored
-//! when `SIFT_CRANFIELD` / `../shared/data/cranfield` is absent; scripts/test says so).
+//! when `SIFT_CRANFIELD` is unset; scripts/test says so).
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -116,11 +116,9 @@ fn generated() -> Collection {
 }
 
 fn cranfield() -> Collection {
-    let dir = std::env::var_os("SIFT_CRANFIELD")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/cranfield")
-        });
+    let dir = PathBuf::from(
+        std::env::var_os("SIFT_CRANFIELD").expect("set SIFT_CRANFIELD to the Cranfield collection"),
+    );
     let read = |name: &str| {
         std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| {
             panic!(
@@ -247,7 +245,7 @@ fn bm25_reference_equals_gensim_on_a_generated_collection() {
 }
 
 #[test]
-#[ignore = "needs the Cranfield collection (SIFT_CRANFIELD or ../shared/data/cranfield); scripts/test runs it"]
+#[ignore = "needs the Cranfield collection (SIFT_CRANFIELD); scripts/test runs it"]
 fn cranfield_bm25_lucene_equals_anserini() {
     let (q, n, worst) = compare(
         &cranfield(),
@@ -260,7 +258,7 @@ fn cranfield_bm25_lucene_equals_anserini() {
 }
 
 #[test]
-#[ignore = "needs the Cranfield collection (SIFT_CRANFIELD or ../shared/data/cranfield); scripts/test runs it"]
+#[ignore = "needs the Cranfield collection (SIFT_CRANFIELD); scripts/test runs it"]
 fn cranfield_bm25_reference_equals_gensim() {
     let (q, n, worst) = compare(
         &cranfield(),

@@ -265,9 +265,12 @@ impl Index {
     /// Opens the index at `path`. With `corpus` (the one it was built from), hits carry
     /// passage texts and pairs link as `sift search --corpus` links them. `retrievers`:
     /// the ones to load (default: bm25 and every dense index); models load on `device`
-    /// in `dtype` at the first search.
+    /// in `dtype` at the first search. `reference_fusion`: prepare MM-BRIGHT's reference
+    /// code's query rule for images and pairs (`fusion="reference"`), as `sift serve
+    /// --reference-fusion`; `pair_link`: "regex" (the reference code) or "source-id".
     #[staticmethod]
-    #[pyo3(signature = (path, corpus=None, *, retrievers=None, device="cpu", dtype="f32", batch_size=None))]
+    #[pyo3(signature = (path, corpus=None, *, retrievers=None, device="cpu", dtype="f32", batch_size=None, reference_fusion=false, pair_link="regex"))]
+    #[allow(clippy::too_many_arguments)]
     fn open(
         path: PathBuf,
         corpus: Option<PathBuf>,
@@ -275,9 +278,22 @@ impl Index {
         device: &str,
         dtype: &str,
         batch_size: Option<usize>,
+        reference_fusion: bool,
+        pair_link: &str,
     ) -> PyResult<Index> {
         let model_options = options(device, dtype, batch_size, None, "default")?;
-        Index::opened(path, corpus, model_options, retrievers.unwrap_or_default())
+        let mut index = Index::opened(path, corpus, model_options, retrievers.unwrap_or_default())?;
+        index.config.reference_fusion = reference_fusion;
+        index.config.pair_link = match pair_link {
+            "regex" => sift_eval::PairLink::Regex,
+            "source-id" => sift_eval::PairLink::SourceId,
+            other => {
+                return Err(invalid(format!(
+                    "pair_link {other:?}: give \"regex\" or \"source-id\""
+                )));
+            }
+        };
+        Ok(index)
     }
 
     /// The index directory.
@@ -320,7 +336,8 @@ impl Index {
     /// bm25, dense:<name> or hybrid:<a>+<b>[:<wa>,<wb>] (default: the first the index
     /// serves that can rank the candidates; a hybrid loads on its first search); `candidates`: "passages", "images" or "pairs"; `fusion`: how a
     /// model with separate towers combines text and images ("all": text plus the mean of
-    /// the images; "first"). Returns `top_k` hits, best first.
+    /// the images; "first"; "reference": MM-BRIGHT's reference code's rule, see
+    /// `sift_service::query_task`). Returns `top_k` hits, best first.
     #[pyo3(signature = (query="", images=None, *, retriever=None, domain=None, top_k=10, candidates="passages", fusion="all", k1=None, b=None, ef_search=None))]
     #[allow(clippy::too_many_arguments)]
     fn search(
@@ -340,9 +357,10 @@ impl Index {
         let fusion = match fusion {
             "all" => Fusion::All,
             "first" => Fusion::First,
+            "reference" => Fusion::Reference,
             other => {
                 return Err(invalid(format!(
-                    "fusion {other:?}: give \"all\" or \"first\""
+                    "fusion {other:?}: give \"all\", \"first\" or \"reference\""
                 )));
             }
         };

@@ -1,5 +1,5 @@
 //! [`evaluate`]: every (task, retriever, query-image mode) over the domains of an index, as
-//! MM-BRIGHT scores them (`shared/docs/mm-bright-protocol.md`), with trec_eval semantics.
+//! MM-BRIGHT scores them (`docs/src/mm-bright-protocol.md`), with trec_eval semantics.
 use crate::augment::QueryAugment;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -1041,7 +1041,7 @@ impl EvalReport {
     /// The reference code's rules in force, per task and dense model.
     pub fn reference_rules_table(&self) -> String {
         let mut s = String::from(
-            "\nReference code's rules in force (docs/reference-profile.md)\n\n\
+            "\nReference code's rules in force (docs/src/reference-profile.md)\n\n\
              | task | retriever | profile | rules |\n|---|---|---|---|\n",
         );
         for r in &self.reference_rules {

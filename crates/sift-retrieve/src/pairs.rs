@@ -1,5 +1,5 @@
 //! Task 4 candidate pairs embedded as MM-BRIGHT's reference code embeds them, for the models
-//! whose pair vectors do not follow from the index's unit vectors (docs/reference-profile.md):
+//! whose pair vectors do not follow from the index's unit vectors (docs/src/reference-profile.md):
 //! CLIP and SigLIP sum the towers' raw features, a white image standing in for a text-only
 //! pair (task4_pair.py:268-285, 405-433); BGE-VL (`encode(images, text)`, task4_pair.py:708-741)
 //! and GME (one joint input, task4_pair.py:930-957) embed each pair with an image as one input

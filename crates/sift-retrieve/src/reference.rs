@@ -1,5 +1,5 @@
 //! MM-BRIGHT's released code's rules, model by model and task by task
-//! (docs/reference-profile.md): how it fuses a query's text and first image
+//! (docs/src/reference-profile.md): how it fuses a query's text and first image
 //! ([`reference_rule`]), where it embeds white or blank images in place of real ones
 //! ([`reference_white_corpus`], [`reference_pairs`]), and every rule a report lists as in
 //! force ([`reference_rules_in_force`]). The encoding that applies them is in `query.rs`.
@@ -56,7 +56,7 @@ pub struct ReferenceRule {
 }
 
 /// The reference code's query rule for `model` in `task` under `profile` (one of the
-/// reference profiles; docs/reference-profile.md); `None` for Task 1 and for models it has
+/// reference profiles; docs/src/reference-profile.md); `None` for Task 1 and for models it has
 /// no multimodal rule for (their text alone).
 pub fn reference_rule(
     model: ReferenceModel,
@@ -267,7 +267,7 @@ pub enum ReferencePairs {
 }
 
 /// The reference code's Task 4 pair embedding for `model` under `profile`
-/// (docs/reference-profile.md); `None` for models it has no multimodal rule for.
+/// (docs/src/reference-profile.md); `None` for models it has no multimodal rule for.
 pub fn reference_pairs(model: ReferenceModel, profile: Profile) -> Option<ReferencePairs> {
     use ReferencePairs::*;
     let blank = profile == Profile::Reference;
@@ -315,7 +315,7 @@ pub fn reference_pair_stand_ins(
 }
 
 /// The reference code's rules in force for `embedder` in `task` under its profile, each
-/// with its source (docs/reference-profile.md): what a report says the run reproduced.
+/// with its source (docs/src/reference-profile.md): what a report says the run reproduced.
 /// Empty in the default profile.
 pub fn reference_rules_in_force(embedder: &Embedder, task: Task) -> Vec<String> {
     let profile = embedder.profile();

@@ -53,4 +53,5 @@ mod service;
 pub use error::{ApiError, Error, ErrorKind};
 pub use service::{
     Limits, Page, ServeConfig, Service, document_path, encode_path, image_path, page_path,
+    query_task,
 };

@@ -33,7 +33,7 @@ pub enum Cmd {
 
 #[derive(clap::Args)]
 #[command(after_help = "Example:\n  \
-sift bench index --corpus ../shared/data/cranfield --index target/cranfield --dense minilm --json")]
+sift bench index --corpus $SIFT_CRANFIELD --index target/cranfield --dense minilm --json")]
 pub struct IndexArgs {
     /// Corpus to index with BM25.
     #[arg(long)]
@@ -107,7 +107,7 @@ passages that overflow --max-length). Timed: the calls over the first --items pa
 + forward + head); before them, one untimed call on the first --warmup pairs. Tokenising alone \
 is timed in a separate pass afterwards (prep_seconds).\n\nExample:\n  \
 RAYON_NUM_THREADS=2 sift bench rerank --model target/bench-models/ms-marco-minilm-l6-random \
---queries ../shared/data/cranfield/queries.jsonl --passages ../shared/data/cranfield/corpus.jsonl \
+--queries $SIFT_CRANFIELD/queries.jsonl --passages $SIFT_CRANFIELD/corpus.jsonl \
 --items 2000 --depth 100 --max-length 512 --json"
 )]
 pub struct RerankArgs {

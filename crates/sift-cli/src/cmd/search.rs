@@ -1,22 +1,21 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use sift_core::Warnings;
 use sift_eval::CandidateKind;
 use sift_index::IndexDir;
-use sift_retrieve::{
-    Candidates, DomainSearcher, ModelSet, PairCandidates, PairLinking, Query, QueryImages,
-    RetrieverSpec, SearchSettings,
-};
+use sift_retrieve::{QueryImages, RetrieverSpec, SearchSettings};
+use sift_service::api::{Fusion, ImageInput, SearchRequest, SearchResponse};
+use sift_service::{ApiError, Limits, ServeConfig, Service};
 
-use crate::cmd::report_warnings;
 use crate::models::ModelFlags;
 use crate::options::{AnalyzerFlags, Bm25Flags, CorpusFlags};
 
-/// Search one domain of an index with one query: text, images, or both.
+/// Search an index with one query: text, images, or both.
 ///
 /// Any retriever the index serves (BM25, a dense model, a hybrid); passages, corpus images
-/// (models that embed images) or Task 4 passage+image pairs as results.
+/// (models that embed images) or Task 4 passage+image pairs as results; one domain, or
+/// every domain merged into one ranking. The query goes through the same core as `sift
+/// serve`'s `/v1/search` and Python's `Index.search`, with the same answer.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
 sift search --index target/sample-index --domain biology --query \"how do plants make sugar\"\n  \
@@ -39,7 +38,7 @@ pub struct Args {
     /// What to rank: passages, corpus images, or passage+image pairs (Task 4).
     #[arg(long, value_enum, default_value = "passages")]
     candidates: CandidateKind,
-    /// Domain to search (required when the index has several).
+    /// Domain to search [default: every domain of the index, merged into one ranking].
     #[arg(long)]
     domain: Option<String>,
     /// Number of results.
@@ -88,302 +87,170 @@ pub fn run(a: Args) -> Result<()> {
     if a.analyzer.any() {
         index.check_analyzer(&a.analyzer.apply(&m.analyzer))?;
     }
-    let domain = match (&a.domain, m.domains.len()) {
-        (Some(d), _) => d.clone(),
-        (None, 1) => m.domains.keys().next().expect("one domain").clone(),
-        (None, _) => bail!(
-            "the index has {} domains: choose one with --domain ({})",
-            m.domains.len(),
-            m.domains.keys().cloned().collect::<Vec<_>>().join(", ")
-        ),
-    };
-    let params = a.bm25.apply(m.bm25);
-    params.validate()?;
     let retriever: RetrieverSpec = a.retriever.parse()?;
-    let mut models = ModelSet::new();
-    models.load_for(
-        &index,
-        &retriever,
-        &a.model_flags.options()?,
-        a.model.as_deref(),
-    )?;
-    if !a.image.is_empty() && !models.sees_images(&retriever) {
-        bail!("--image needs a retriever with a model that embeds images ({retriever} has none)");
-    }
-    if a.candidates == CandidateKind::Images && !models.ranks_images(&retriever) {
-        bail!("{retriever} cannot rank images: every part must be a model that embeds images");
-    }
-    let needs_images = a.candidates != CandidateKind::Passages;
-    let searcher = DomainSearcher::open(&index, &domain, &retriever, &models, needs_images)
-        .with_context(|| format!("opening domain {domain}"))?;
-
-    let (text, vectors) = encode(&a, &models, &retriever, &domain)?;
-
     let kb_index = m.layout == Some(sift_core::Layout::Kb);
-    let reference_fusion = a.query_fusion == QueryImages::Reference;
-    let pairs = if a.candidates == CandidateKind::Pairs {
-        pair_candidates(&a, kb_index, &searcher, &models, &retriever)?
-    } else {
-        PairCandidates::default()
-    };
-    // the reference's white image for every corpus image (Nomic, Jina-CLIP in Task 3)
-    let uniform = if a.candidates == CandidateKind::Images && reference_fusion {
-        sift_retrieve::reference_image_stand_ins(&models, &retriever)?
-    } else {
-        sift_retrieve::PairStandIns::new()
-    };
-    let candidates = match a.candidates {
-        CandidateKind::Passages => Candidates::Passages,
-        CandidateKind::Images if uniform.is_empty() => Candidates::Images,
-        CandidateKind::Images => Candidates::UniformImages { vectors: &uniform },
-        CandidateKind::Pairs => pairs.candidates(reference_fusion),
-    };
-    let stages = a.rerank.stages(&a.model_flags, None)?;
+    if a.candidates == CandidateKind::Pairs && kb_index && a.corpus.is_none() {
+        bail!(
+            "the pairs of a knowledge base link each row's passage to its image: give --corpus \
+             (the knowledge-base file)"
+        );
+    }
+    let params = a.bm25.apply(m.bm25);
+    drop(index);
+    if let Some(dir) = &a.corpus {
+        // says which shard sets are incomplete (--allow-partial)
+        a.corpus_flags.open(dir)?;
+    }
+    let mut stages = a.rerank.stages(&a.model_flags, None)?;
     if stages.len() > 1 {
         bail!("sift search takes one --rerank");
     }
-    let settings = SearchSettings {
-        bm25: params,
-        // a reranker reads its depth of first-stage results
-        top_k: stages.first().map_or(a.top_k, |s| s.depth.max(a.top_k)),
-        ann: a.search.ann,
-        ef_search: a.search.ef_search,
-    };
-    let hits = searcher.search(
-        &retriever,
-        &candidates,
-        &Query {
-            index: 0,
-            text: &text,
-            vectors: &vectors,
-            bm25: None,
-        },
-        &[],
-        &settings,
-        &mut searcher.scratch(),
-    )?;
-    let hits = match stages.first() {
-        Some(stage) => {
-            let mut hits = rerank(&a, &domain, &text, stage, &hits)?;
-            hits.truncate(a.top_k);
-            hits
-        }
-        None => hits,
-    };
-    print_hits(&a, &domain, &retriever, &hits)
-}
-
-/// The hits reranked by `stage`, their texts and images read from --corpus.
-fn rerank(
-    a: &Args,
-    domain: &str,
-    text: &str,
-    stage: &sift_retrieve::RerankStage,
-    hits: &[sift_eval::RunEntry],
-) -> Result<Vec<sift_eval::RunEntry>> {
-    let Some(dir) = &a.corpus else {
+    if !stages.is_empty() && a.corpus.is_none() {
         bail!("--rerank reads the candidates' texts and images: give --corpus");
-    };
-    let corpus = a.corpus_flags.open(dir)?;
-    let task = match a.candidates {
-        CandidateKind::Passages if a.image.is_empty() => sift_eval::Task::Passages,
-        CandidateKind::Passages => sift_eval::Task::MultimodalPassages,
-        CandidateKind::Images => sift_eval::Task::Images,
-        CandidateKind::Pairs => sift_eval::Task::Pairs,
-    };
-    if !stage.reranker.ranks(task) {
-        bail!("rerank:{} cannot rank images", stage.reranker.name());
     }
-    let sees = stage.reranker.sees_images();
-    let run: sift_eval::Run = [("query".to_string(), hits.to_vec())].into();
-    let mut content = sift_retrieve::rerank::RerankContent::default();
-    content.load(&corpus, domain, task, &run, stage.depth, &[], sees)?;
-    let mut images = Vec::new();
-    if sees {
-        for path in &a.image {
-            images.push(a.image_limits.read(path)?);
-        }
-    }
-    let refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-    let query = sift_retrieve::rerank::RerankQuery {
-        id: "query",
-        text,
-        images: &refs,
+    let stage = stages.pop();
+    let config = ServeConfig {
+        corpus: a.corpus.clone(),
+        retrievers: vec![retriever.to_string()],
+        domains: a.domain.iter().cloned().collect(),
+        model_options: a.model_flags.options()?,
+        bm25: Some(params),
+        settings: SearchSettings {
+            bm25: params,
+            top_k: a.top_k,
+            ann: a.search.ann,
+            ef_search: a.search.ef_search,
+        },
+        // one query from the command line: its own flags bound it
+        limits: Limits {
+            max_top_k: usize::MAX,
+            max_images: usize::MAX,
+            max_request_pixels: u64::MAX,
+            image: sift_service::images::ImageLimits {
+                max_bytes: usize::try_from(a.image_limits.max_image_bytes).unwrap_or(usize::MAX),
+                max_pixels: a.image_limits.max_image_pixels,
+            },
+            ..Limits::default()
+        },
+        rerank: stage.clone(),
+        pair_link: a.pair_link,
+        reference_fusion: a.query_fusion == QueryImages::Reference
+            && a.candidates != CandidateKind::Passages,
+        model_dir: a.model.clone(),
+        allow_partial_shards: a.corpus_flags.allow_partial,
+        ..ServeConfig::new(&a.index)
     };
-    let mut out = sift_retrieve::rerank::rerank_entries(stage, task, &query, hits, &content)?;
-    out.sort_by(sift_eval::trec_order);
-    for note in stage.reranker.notes() {
-        eprintln!("{note}");
-    }
-    Ok(out)
-}
-
-/// The query's vectors: its text and images, encoded as the evaluator encodes a task's.
-fn encode(
-    a: &Args,
-    models: &ModelSet,
-    retriever: &RetrieverSpec,
-    domain: &str,
-) -> Result<(String, sift_retrieve::QueryVectors)> {
+    let service = Service::load(&config)
+        .with_context(|| format!("loading {} to search it", a.index.display()))?;
     let mut images = Vec::new();
     for path in &a.image {
-        images.push(
-            a.image_limits
-                .read(path)
-                .with_context(|| format!("reading the query image {}", path.display()))?,
-        );
+        images.push(ImageInput {
+            bytes: Some(
+                a.image_limits
+                    .read(path)
+                    .with_context(|| format!("reading the query image {}", path.display()))?,
+            ),
+            ..ImageInput::default()
+        });
     }
-    let image_refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-    let text = a.query.clone().unwrap_or_default();
-    let mut warnings = Warnings::new();
-    let task = match a.candidates {
-        CandidateKind::Passages => sift_eval::Task::MultimodalPassages,
-        CandidateKind::Images => sift_eval::Task::Images,
-        CandidateKind::Pairs => sift_eval::Task::Pairs,
+    let req = SearchRequest {
+        query: a.query.clone().unwrap_or_default(),
+        images,
+        retriever: Some(retriever.to_string()),
+        domain: a.domain.clone(),
+        top_k: a.top_k,
+        candidates: a.candidates,
+        fusion: match a.query_fusion {
+            QueryImages::All => Fusion::All,
+            QueryImages::First => Fusion::First,
+            QueryImages::Reference => Fusion::Reference,
+        },
+        ..SearchRequest::default()
     };
-    // the reference's rule applies to queries without images too (a white image for CLIP)
-    let fuse = !a.image.is_empty() || a.query_fusion == QueryImages::Reference;
-    let vectors = sift_retrieve::encode_query(
-        models,
-        retriever,
-        task,
-        &text,
-        &image_refs,
-        fuse.then_some(a.query_fusion),
-        // --query-instruction went into the model when it loaded
-        &sift_retrieve::Instructions::Reference,
-        domain,
-        &mut warnings,
-    )
-    .map_err(|e| anyhow::anyhow!("{e} (the --image files in order)"))?;
-    report_warnings("query images", &warnings);
-
-    Ok((text, vectors))
+    let res = service.search(&req).map_err(|e| flag_error(&a, e))?;
+    if let Some(stage) = &stage {
+        for note in stage.reranker.notes() {
+            eprintln!("{note}");
+        }
+    }
+    print_hits(&a, &res)
 }
 
-/// Task 4's pairs of the searched domain, linked as `--corpus` and `--pair-link` say, with
-/// the reference code's stand-ins and pair vectors for `--query-fusion reference`.
-fn pair_candidates(
-    a: &Args,
-    kb_index: bool,
-    searcher: &DomainSearcher,
-    models: &ModelSet,
-    retriever: &RetrieverSpec,
-) -> Result<PairCandidates> {
-    // only pairs read the corpus
-    let corpus = a
-        .corpus
-        .as_deref()
-        .map(|dir| a.corpus_flags.open(dir))
-        .transpose()?;
-    let is_kb_corpus = corpus
-        .as_ref()
-        .is_some_and(|c| c.layout() == sift_core::Layout::Kb);
-    match (&corpus, a.pair_link) {
-        (None, _) if kb_index => bail!(
-            "the pairs of a knowledge base link each row's passage to its image: give --corpus \
-             (the knowledge-base file)"
-        ),
-        (Some(_), sift_eval::PairLink::SourceId) if is_kb_corpus => bail!(
-            "--pair-link source-id reads image annotations, which a knowledge base has none \
-             of: its rows link each passage to its image"
-        ),
-        (None, sift_eval::PairLink::SourceId) => {
-            bail!("--pair-link source-id reads the image annotations: give --corpus")
-        }
-        (None, _)
-            if !retriever
-                .dense_names()
-                .iter()
-                .any(|n| searcher.image_ids(n).is_some()) =>
-        {
-            bail!(
-                "pairs need the corpus images: give --corpus, or a retriever with a model that \
-                 indexed images"
-            )
-        }
-        _ => {}
-    }
-    // a reference profile asked for, or the one the index's models were built with
-    let reference = a.model_flags.profile.is_reference()
-        || retriever
-            .dense_names()
-            .iter()
-            .any(|n| models.get(n).is_some_and(|m| m.profile().is_reference()));
-    let mut w = Warnings::new();
-    let linking = PairLinking {
-        link: a.pair_link,
-        loadable_only: reference,
-        knowledge_base: kb_index,
+/// A request error in the words of the command's flags (`--image FILE`, `--top-k`).
+fn flag_error(a: &Args, e: ApiError) -> anyhow::Error {
+    let Some(field) = e.field.as_deref() else {
+        return anyhow::anyhow!("{}", e.message);
     };
-    let mut pairs = PairCandidates::link(searcher, retriever, corpus.as_ref(), linking, &mut w)?;
-    // the reference's stand-in images and pair vectors of models whose pairs do not follow
-    // from unit vectors
-    if a.query_fusion == QueryImages::Reference {
-        pairs.add_reference(
-            searcher,
-            models,
-            retriever,
-            corpus.as_ref(),
-            &mut w,
-            &sift_index::NoProgress,
-        )?;
-    }
-    report_warnings("pairs", &w);
-    Ok(pairs)
+    let image = field
+        .strip_prefix("images[")
+        .and_then(|r| r.split(']').next())
+        .and_then(|i| i.parse::<usize>().ok())
+        .and_then(|i| a.image.get(i));
+    let flag = match (field, image) {
+        (_, Some(path)) => format!("--image {}", path.display()),
+        ("images", _) => "--image".to_string(),
+        ("query", _) => "--query".to_string(),
+        ("fusion", _) => "--query-fusion".to_string(),
+        (f, _) => format!("--{}", f.replace('_', "-")),
+    };
+    anyhow::anyhow!("{flag}: {}", e.message)
 }
 
 /// Prints the hits: a table, or with `--json` one object.
-fn print_hits(
-    a: &Args,
-    domain: &str,
-    retriever: &RetrieverSpec,
-    hits: &[sift_eval::RunEntry],
-) -> Result<()> {
-    let split = sift_eval::split_pair_id;
+fn print_hits(a: &Args, res: &SearchResponse) -> Result<()> {
+    let merged = res.domain.is_none();
     if a.json {
-        let hits: Vec<_> = hits
+        let hits: Vec<_> = res
+            .hits
             .iter()
-            .enumerate()
-            .map(|(i, h)| {
-                let mut hit = serde_json::json!({"rank": i + 1, "id": h.doc, "score": h.score});
+            .map(|h| {
+                let mut hit = serde_json::json!({"rank": h.rank, "id": h.id, "score": h.score});
+                if merged {
+                    hit["domain"] = h.domain.clone().into();
+                }
                 if a.candidates == CandidateKind::Pairs {
-                    let (p, img) = split(&h.doc);
-                    hit["passage"] = p.into();
-                    hit["image"] = img.into();
+                    hit["passage"] = h.passage_id.clone().into();
+                    hit["image"] = h.image_id.clone().into();
                 }
                 hit
             })
             .collect();
         let candidates = format!("{:?}", a.candidates).to_lowercase();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "domain": domain,
-                "query": a.query,
-                "images": a.image,
-                "retriever": retriever.to_string(),
-                "candidates": candidates,
-                "hits": hits,
-            }))?
-        );
-    } else {
-        if hits.is_empty() {
-            println!("no result (BM25 returns only passages sharing a term with the query)");
+        let mut out = serde_json::json!({
+            "domain": res.domain,
+            "query": a.query,
+            "images": a.image,
+            "retriever": res.retriever,
+            "candidates": candidates,
+            "hits": hits,
+        });
+        if merged {
+            out["domains"] = res.domains.clone().into();
         }
-        for (i, h) in hits.iter().enumerate() {
-            match a.candidates {
-                CandidateKind::Pairs => {
-                    let (p, img) = split(&h.doc);
-                    println!(
-                        "{:>4}  {:>9.4}  {p}  {}",
-                        i + 1,
-                        h.score,
-                        img.unwrap_or("(no image)")
-                    );
-                }
-                _ => println!("{:>4}  {:>9.4}  {}", i + 1, h.score, h.doc),
-            }
+        if let Some(r) = &res.reranker {
+            out["reranker"] = r.clone().into();
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    if res.hits.is_empty() {
+        println!("no result (BM25 returns only passages sharing a term with the query)");
+    }
+    for h in &res.hits {
+        let domain = if merged {
+            format!("{}  ", h.domain)
+        } else {
+            String::new()
+        };
+        match a.candidates {
+            CandidateKind::Pairs => println!(
+                "{:>4}  {:>9.4}  {domain}{}  {}",
+                h.rank,
+                h.score,
+                h.passage_id.as_deref().unwrap_or_default(),
+                h.image_id.as_deref().unwrap_or("(no image)")
+            ),
+            _ => println!("{:>4}  {:>9.4}  {domain}{}", h.rank, h.score, h.id),
         }
     }
     Ok(())

@@ -29,6 +29,16 @@ pub struct Args {
     /// .parquet file): passage texts, images, page links.
     #[arg(long)]
     corpus: Option<PathBuf>,
+    /// How Task 4's pairs link passages and images: regex (equal 8-hex base keys, the
+    /// reference code) or source-id (the annotations' source_passage_id; needs --corpus).
+    #[arg(long, value_enum, default_value = "regex")]
+    pair_link: sift_eval::PairLink,
+    /// Prepare MM-BRIGHT's reference code's query rule for images and pairs at start (its
+    /// white stand-in images and, for a reference-profile index, the pair vectors it
+    /// embeds), so that searches may ask for `"fusion": "reference"` on every candidate
+    /// kind (passages take it without this).
+    #[arg(long)]
+    reference_fusion: bool,
     /// A local generator for OpenAI's `POST /v1/chat/completions`: a Qwen2-VL- or
     /// Qwen2.5-VL-Instruct checkpoint (directory or hub id), loaded on --device; the `model` requests name is
     /// this value.
@@ -244,6 +254,10 @@ pub fn run(a: Args) -> Result<()> {
             }
             stages.pop()
         },
+        pair_link: a.pair_link,
+        reference_fusion: a.reference_fusion,
+        model_dir: None,
+        allow_partial_shards: false,
     };
     let started = std::time::Instant::now();
     let service = Service::load(&config)

@@ -1,5 +1,5 @@
 //! The shapes of the search APIs the agent harnesses' own clients speak: InterLV-Search's
-//! local tools, Serper, SerpAPI and Jina Reader (shared/docs/agent-tools.md).
+//! local tools, Serper, SerpAPI and Jina Reader (docs/src/serving.md).
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;

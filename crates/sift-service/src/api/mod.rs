@@ -32,6 +32,11 @@ pub enum Fusion {
     All,
     /// normalise(text + first image); a blank white image when the query has none.
     First,
+    /// MM-BRIGHT's reference code's rule for the model and the task the candidates make
+    /// (passages Task 2, images Task 3, pairs Task 4; see `query_task`): for images and
+    /// pairs the service must have prepared the reference's stand-in images at start
+    /// (`sift serve --query-fusion reference`).
+    Reference,
 }
 
 /// An image in a request: a corpus image by id, or the encoded bytes (PNG, JPEG, WebP, GIF,

@@ -40,7 +40,12 @@ impl Service {
         };
         let mut models = ModelSet::new();
         for spec in &specs {
-            models.load_for(&index, spec, &config.model_options, None)?;
+            models.load_for(
+                &index,
+                spec,
+                &config.model_options,
+                config.model_dir.as_deref(),
+            )?;
         }
         let mut model_ids: Vec<String> = specs
             .iter()
@@ -51,20 +56,29 @@ impl Service {
         model_ids.dedup();
         let retrievers: Vec<Served> = specs
             .into_iter()
-            .map(|spec| Served {
-                name: spec.to_string(),
-                ranks_images: models.ranks_images(&spec),
-                takes_images: models.sees_images(&spec),
-                spec,
+            .map(|spec| {
+                let ranks_images = models.ranks_images(&spec);
+                let uniform = if config.reference_fusion && ranks_images {
+                    sift_retrieve::reference_image_stand_ins(&models, &spec)?
+                } else {
+                    sift_retrieve::PairStandIns::new()
+                };
+                Ok(Served {
+                    name: spec.to_string(),
+                    ranks_images,
+                    takes_images: models.sees_images(&spec),
+                    uniform,
+                    spec,
+                })
             })
-            .collect();
+            .collect::<Result<_, Error>>()?;
         let names: Vec<String> = if config.domains.is_empty() {
             manifest.domains.keys().cloned().collect()
         } else {
             for d in &config.domains {
                 if !manifest.domains.contains_key(d) {
                     return Err(Error::Config(format!(
-                        "domain {d:?} is not in the index (it has {})",
+                        "no domain {d:?} in the index (it has {})",
                         manifest
                             .domains
                             .keys()
@@ -77,11 +91,20 @@ impl Service {
             config.domains.clone()
         };
         let corpus = match &config.corpus {
-            Some(dir) => Some(Corpus::open(dir)?),
+            Some(dir) => Some(Corpus::open(dir)?.allow_partial_shards(config.allow_partial_shards)),
             None => None,
         };
-        let any_images = retrievers.iter().any(|r| r.ranks_images);
+        // pairs are ranked by any retriever (BM25 by the passage's text); their images come
+        // from the corpus, else from a model that indexed them
+        let pairs_possible = corpus.is_some() || retrievers.iter().any(|r| r.takes_images);
         let kb = manifest.layout == Some(sift_core::Layout::Kb);
+        check_pair_link(config, corpus.as_ref())?;
+        // a reference profile asked for, or the one the index's models were built with:
+        // pairs then leave out the images the reference's loader drops
+        let reference_profile = config.model_options.profile.is_reference()
+            || model_ids
+                .iter()
+                .any(|n| models.get(n).is_some_and(|m| m.profile().is_reference()));
         let mut domains = Vec::new();
         for name in names {
             // the corpus must be the one indexed: its texts are what the hits return
@@ -91,44 +114,41 @@ impl Service {
             let searchers = retrievers
                 .iter()
                 .map(|r| {
-                    DomainSearcher::open(&index, &name, &r.spec, &models, r.ranks_images)
+                    DomainSearcher::open(&index, &name, &r.spec, &models, r.takes_images)
                         .map_err(Error::from)
                 })
                 .collect::<Result<Vec<_>, Error>>()?;
             let passage_ids = searchers[0].passage_ids().to_vec();
-            let corpus = match &corpus {
+            let texts = match &corpus {
                 Some(c) => Some(read_domain(c, &name, &passage_ids)?),
                 None => None,
             };
-            // Task 4's pairs: the corpus's own links (MM-BRIGHT's base keys, a knowledge
-            // base's rows), else base keys over the images the first retriever that ranks
-            // images indexed (a knowledge base without its file: text-only pairs)
-            let pairs = match (&corpus, any_images) {
-                (_, false) => None,
-                (Some(c), true) => Some(PairCandidates::from_links(
-                    &name,
-                    c.image_ids.clone(),
-                    &c.links,
-                )),
-                (None, true) => {
-                    let (r, s) = retrievers
-                        .iter()
-                        .zip(&searchers)
-                        .find(|(r, _)| r.ranks_images)
-                        .expect("a retriever ranks images");
+            // Task 4's pairs: the corpus's own links (MM-BRIGHT's base keys or the
+            // annotations', a knowledge base's rows), else base keys over the images the
+            // first retriever that ranks images indexed (a knowledge base without its file:
+            // text-only pairs)
+            let pairs = match pairs_possible {
+                false => None,
+                true => {
                     let linking = PairLinking {
-                        link: PairLink::Regex,
-                        loadable_only: false,
+                        link: config.pair_link,
+                        loadable_only: reference_profile,
                         knowledge_base: kb,
                     };
-                    let mut w = sift_core::Warnings::new();
-                    Some(PairCandidates::link(s, &r.spec, None, linking, &mut w)?)
+                    Some(domain_pairs(
+                        &retrievers,
+                        &searchers,
+                        &models,
+                        corpus.as_ref(),
+                        linking,
+                        config.reference_fusion,
+                    )?)
                 }
             };
             let tables = retrievers
                 .iter()
                 .zip(&searchers)
-                .map(|(r, s)| match (&pairs, r.ranks_images) {
+                .map(|(r, s)| match (&pairs, r.takes_images) {
                     (Some(p), true) => p.table(s).map(Some).map_err(Error::from),
                     _ => Ok(None),
                 })
@@ -139,7 +159,7 @@ impl Service {
                 searchers,
                 pairs,
                 tables,
-                corpus,
+                corpus: texts,
             });
         }
         let index_name = config
@@ -165,6 +185,7 @@ impl Service {
         }
         Ok(Service {
             rerank: config.rerank.clone(),
+            reference_ready: config.reference_fusion,
             generator,
             index_name,
             created: manifest.created_unix,
@@ -181,6 +202,55 @@ impl Service {
             _index: index,
         })
     }
+}
+
+/// `--pair-link source-id` reads image annotations: the corpus must be given, and be no
+/// knowledge base (whose rows link each passage to its image).
+fn check_pair_link(config: &ServeConfig, corpus: Option<&Corpus>) -> Result<(), Error> {
+    if config.pair_link != PairLink::SourceId {
+        return Ok(());
+    }
+    match corpus {
+        None => Err(Error::Config(
+            "pairs linked by source id read the image annotations: give the corpus".into(),
+        )),
+        Some(c) if c.layout() == sift_core::Layout::Kb => Err(Error::Config(
+            "pairs linked by source id read image annotations, which a knowledge base has \
+             none of: its rows link each passage to its image"
+                .into(),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// One domain's Task 4 pairs, linked as `linking` says over the corpus's images (else over
+/// the images the first retriever with a model that embeds images indexed), with the
+/// reference code's stand-ins and pair vectors for every such retriever when `reference`.
+fn domain_pairs(
+    retrievers: &[Served],
+    searchers: &[DomainSearcher],
+    models: &ModelSet,
+    corpus: Option<&Corpus>,
+    linking: PairLinking,
+    reference: bool,
+) -> Result<PairCandidates, Error> {
+    let seeing: Vec<(&Served, &DomainSearcher)> = retrievers
+        .iter()
+        .zip(searchers)
+        .filter(|(r, _)| r.takes_images)
+        .collect();
+    let (r, s) = seeing
+        .first()
+        .copied()
+        .unwrap_or((&retrievers[0], &searchers[0]));
+    let mut w = sift_core::Warnings::new();
+    let mut pairs = PairCandidates::link(s, &r.spec, corpus, linking, &mut w)?;
+    if reference {
+        for (r, s) in seeing {
+            pairs.add_reference(s, models, &r.spec, corpus, &mut w, &sift_index::NoProgress)?;
+        }
+    }
+    Ok(pairs)
 }
 
 /// Reads one domain of the corpus: the texts of the index's passages (a passage the

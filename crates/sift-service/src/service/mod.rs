@@ -7,17 +7,14 @@ use std::sync::{Arc, Mutex};
 
 use sift_core::Warnings;
 use sift_embed::EmbedderOptions;
-use sift_eval::{Links, RunEntry, Task};
+use sift_eval::Links;
 use sift_index::{IndexDir, Scratch};
 use sift_retrieve::{
-    Candidates, DomainPart, DomainSearcher, Instructions, ModelSet, PairCandidates, PairTable,
-    QueryImages, QueryVectors, RetrieverSpec, SearchSettings, search_domains,
+    DomainSearcher, Instructions, ModelSet, PairCandidates, PairTable, RetrieverSpec,
+    SearchSettings,
 };
 
-use crate::api::{
-    CandidateKind, Document, DomainInfo, Fusion, Hit, ImageInput, IndexInfo, RetrieverInfo,
-    SearchRequest, SearchResponse,
-};
+use crate::api::{CandidateKind, Document, DomainInfo, ImageInput, IndexInfo, RetrieverInfo};
 use crate::error::{ApiError, ErrorKind};
 use crate::images::{self, ImageLimits};
 
@@ -82,6 +79,18 @@ pub struct ServeConfig {
     /// A reranker applied to every search: the top `depth` merged hits rescored (it needs
     /// the corpus's texts and images, [`ServeConfig::corpus`]).
     pub rerank: Option<sift_retrieve::RerankStage>,
+    /// How Task 4's pairs link passages and images: equal base keys (the reference code),
+    /// or the annotations' `source_passage_id` (needs the corpus).
+    pub pair_link: sift_eval::PairLink,
+    /// Prepare the reference code's query rule for images and pairs
+    /// ([`Fusion::Reference`](crate::api::Fusion::Reference)) at load: its white stand-in
+    /// images and, for a reference-profile index, the pair vectors it embeds (which read
+    /// the corpus's passages and images once).
+    pub reference_fusion: bool,
+    /// Load the dense models from here instead of the location the index recorded.
+    pub model_dir: Option<String>,
+    /// Read corpus domains whose parquet shard sets are incomplete as they are.
+    pub allow_partial_shards: bool,
 }
 
 impl ServeConfig {
@@ -98,6 +107,10 @@ impl ServeConfig {
             limits: Limits::default(),
             generator: None,
             rerank: None,
+            pair_link: sift_eval::PairLink::Regex,
+            reference_fusion: false,
+            model_dir: None,
+            allow_partial_shards: false,
         }
     }
 }
@@ -108,6 +121,9 @@ struct Served {
     name: String,
     ranks_images: bool,
     takes_images: bool,
+    /// The reference's white image, standing in for every corpus image of the models
+    /// whose reference code ranks images so ([`ServeConfig::reference_fusion`]).
+    uniform: sift_retrieve::PairStandIns,
 }
 
 /// Where a corpus image's bytes are.
@@ -208,6 +224,8 @@ pub struct Service {
     generator: Option<(String, Box<dyn sift_generate::Generator>)>,
     /// The reranker every search goes through.
     rerank: Option<sift_retrieve::RerankStage>,
+    /// Whether [`ServeConfig::reference_fusion`] prepared the reference's stand-ins.
+    reference_ready: bool,
 }
 
 /// A domain's pairs where there are none (no served retriever ranks images).
@@ -318,34 +336,43 @@ impl Service {
                         )
                     })?
             }
-            None => self
-                .retrievers
-                .iter()
-                .position(|r| {
-                    (candidates == CandidateKind::Passages || r.ranks_images)
-                        && (!with_images || r.takes_images)
-                })
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "retriever",
-                        format!(
-                            "no served retriever {} (served: {})",
-                            if candidates == CandidateKind::Passages {
-                                "takes query images"
-                            } else {
-                                "ranks images"
-                            },
-                            served()
-                        ),
-                    )
-                })?,
+            // the first that fits; for pairs, one that ranks images before one that ranks
+            // them by their passages alone
+            None => {
+                let fits = |r: &Served, images: bool| {
+                    (!images || r.ranks_images) && (!with_images || r.takes_images)
+                };
+                let ranked = candidates != CandidateKind::Passages;
+                let first = self.retrievers.iter().position(|r| fits(r, ranked));
+                first
+                    .or_else(|| {
+                        let pairs = candidates == CandidateKind::Pairs;
+                        pairs
+                            .then(|| self.retrievers.iter().position(|r| fits(r, false)))
+                            .flatten()
+                    })
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "retriever",
+                            format!(
+                                "no served retriever {} (served: {})",
+                                if candidates == CandidateKind::Passages {
+                                    "takes query images"
+                                } else {
+                                    "ranks images"
+                                },
+                                served()
+                            ),
+                        )
+                    })?
+            }
         };
         let r = &self.retrievers[i];
-        if candidates != CandidateKind::Passages && !r.ranks_images {
+        if candidates == CandidateKind::Images && !r.ranks_images {
             return Err(ApiError::invalid(
                 "candidates",
                 format!(
-                    "{} cannot rank images or pairs: every part must be a model that embeds images",
+                    "{} cannot rank images: every part must be a model that embeds images",
                     r.name
                 ),
             ));
@@ -454,303 +481,6 @@ impl Service {
         Ok(())
     }
 
-    /// Searches the domain the request names, or every domain served, merged into one
-    /// ranking ([`sift_retrieve::search_domains`]: BM25 scored with the statistics of all
-    /// the searched domains summed, dense scores as the cosines they are), so that scores
-    /// compare across domains as within one.
-    pub fn search(&self, req: &SearchRequest) -> Result<SearchResponse, ApiError> {
-        let targets = self.targets("domain", req.domain.as_deref())?;
-        self.check_top_k(req.top_k)?;
-        let mut budget = self.image_budget("images", req.images.len())?;
-        if req.query.trim().is_empty() && req.images.is_empty() {
-            return Err(ApiError::invalid(
-                "query",
-                "give a query text, images, or both",
-            ));
-        }
-        let ri = self.retriever(
-            req.retriever.as_deref(),
-            req.candidates,
-            !req.images.is_empty(),
-        )?;
-        let served = &self.retrievers[ri];
-        let images: Vec<Vec<u8>> = req
-            .images
-            .iter()
-            .enumerate()
-            .map(|(i, input)| {
-                self.image_bytes(&targets, &format!("images[{i}]"), input, &mut budget)
-            })
-            .collect::<Result<_, _>>()?;
-        let task = match req.candidates {
-            CandidateKind::Passages if images.is_empty() => Task::Passages,
-            CandidateKind::Passages => Task::MultimodalPassages,
-            CandidateKind::Images => Task::Images,
-            CandidateKind::Pairs => Task::Pairs,
-        };
-        // the service's queries carry no per-domain instruction: one set of vectors serves
-        // every domain
-        let vectors = self.query_vectors(
-            served,
-            &targets[0].name,
-            task,
-            &req.query,
-            &images,
-            req.fusion,
-        )?;
-        let parts: Vec<DomainPart> = targets
-            .iter()
-            .map(|d| DomainPart {
-                searcher: &d.searchers[ri],
-                candidates: match req.candidates {
-                    CandidateKind::Passages => Candidates::Passages,
-                    CandidateKind::Images => Candidates::Images,
-                    CandidateKind::Pairs => d.pairs.as_ref().unwrap_or(&NO_PAIRS).candidates(false),
-                },
-                table: match req.candidates {
-                    CandidateKind::Pairs => d.tables[ri].as_ref(),
-                    _ => None,
-                },
-                exclude: &[],
-            })
-            .collect();
-        let mut settings = SearchSettings {
-            // a reranker reads its depth of first-stage hits
-            top_k: self
-                .rerank
-                .as_ref()
-                .map_or(req.top_k, |r| r.depth.max(req.top_k)),
-            ..self.settings.clone()
-        };
-        if let Some(k1) = req.k1 {
-            settings.bm25.k1 = k1;
-        }
-        if let Some(b) = req.b {
-            settings.bm25.b = b;
-        }
-        if let Err(e) = settings.bm25.validate() {
-            let field = if req.b.is_some() && !(0.0..=1.0).contains(&settings.bm25.b) {
-                "b"
-            } else {
-                "k1"
-            };
-            return Err(ApiError::invalid(field, e.to_string()));
-        }
-        if let Some(ef) = req.ef_search {
-            if !(1..=100_000).contains(&ef) {
-                return Err(ApiError::invalid(
-                    "ef_search",
-                    format!("{ef}: give 1 to 100000"),
-                ));
-            }
-            settings.ef_search = ef;
-        }
-        let mut scratches: Vec<Option<Scratch>> =
-            targets.iter().map(|d| d.take_scratch(ri)).collect();
-        let ranked = search_domains(
-            &parts,
-            &served.spec,
-            &req.query,
-            &vectors,
-            &settings,
-            &mut scratches,
-        );
-        for (d, s) in targets.iter().zip(scratches) {
-            d.keep_scratch(ri, s);
-        }
-        let mut ranked = ranked?;
-        if let Some(stage) = &self.rerank {
-            ranked = self.rerank(stage, &targets, task, &req.query, &images, ranked)?;
-            ranked.truncate(req.top_k);
-        }
-        let chars = req.max_text_chars.unwrap_or(self.limits.text_chars);
-        let hits = ranked
-            .iter()
-            .enumerate()
-            .map(|(i, (d, h))| self.hit(targets[*d], req.candidates, i + 1, h, chars))
-            .collect();
-        Ok(SearchResponse {
-            domain: (targets.len() == 1).then(|| targets[0].name.clone()),
-            domains: targets.iter().map(|d| d.name.clone()).collect(),
-            retriever: served.name.clone(),
-            reranker: self.rerank.as_ref().map(|r| r.reranker.name().to_string()),
-            candidates: req.candidates,
-            hits,
-        })
-    }
-
-    /// The merged hits `ranked` (domain, entry) reranked by `stage`: the top `depth`
-    /// rescored with their texts and images from the corpus, the rest below in order.
-    fn rerank(
-        &self,
-        stage: &sift_retrieve::RerankStage,
-        targets: &[&Domain],
-        task: Task,
-        query: &str,
-        images: &[Vec<u8>],
-        ranked: Vec<(usize, RunEntry)>,
-    ) -> Result<Vec<(usize, RunEntry)>, ApiError> {
-        use sift_retrieve::rerank::{RerankDoc, RerankQuery};
-        if !stage.reranker.ranks(task) {
-            return Err(ApiError::invalid(
-                "candidates",
-                format!("the reranker {} cannot rank images", stage.reranker.name()),
-            ));
-        }
-        let sees = stage.reranker.sees_images();
-        let depth = stage.depth.min(ranked.len());
-        // texts and image bytes of the top hits (an image read from a file lives here)
-        let mut texts: Vec<Option<&str>> = Vec::with_capacity(depth);
-        let mut bytes: Vec<Option<Arc<[u8]>>> = Vec::with_capacity(depth);
-        for (d, h) in &ranked[..depth] {
-            let domain = targets[*d];
-            let corpus = domain.corpus.as_ref().ok_or_else(|| {
-                ApiError::new(
-                    ErrorKind::Internal,
-                    "the reranker needs the corpus (start the service with --corpus)",
-                )
-            })?;
-            let (passage, image) = task.doc_parts(&h.doc);
-            texts.push(match passage {
-                Some(p) => {
-                    let ord = domain.searchers[0].passage_ord(p).ok_or_else(|| {
-                        ApiError::new(ErrorKind::Internal, format!("passage {p:?} not indexed"))
-                    })?;
-                    Some(corpus.texts[ord as usize].as_str())
-                }
-                None => None,
-            });
-            bytes.push(match image {
-                Some(i) if sees => Some(self.corpus_image(domain, "hits", i)?),
-                _ => None,
-            });
-        }
-        let docs: Vec<RerankDoc> = ranked[..depth]
-            .iter()
-            .zip(texts.iter().zip(&bytes))
-            .map(|((_, h), (t, b))| RerankDoc {
-                id: &h.doc,
-                text: *t,
-                image: b.as_deref(),
-            })
-            .collect();
-        let refs: Vec<&[u8]> = if sees {
-            images.iter().map(Vec::as_slice).collect()
-        } else {
-            Vec::new()
-        };
-        let q = RerankQuery {
-            id: "query",
-            text: query,
-            images: &refs,
-        };
-        let mut out: Vec<(usize, RunEntry)> =
-            sift_retrieve::rerank::rescore(stage, &q, &docs, ranked.len())
-                .map_err(|e| ApiError::new(ErrorKind::Internal, format!("rerank: {e}")))?
-                .into_iter()
-                .map(|(i, score)| {
-                    let (d, h) = &ranked[i];
-                    (
-                        *d,
-                        RunEntry {
-                            doc: h.doc.clone(),
-                            score,
-                        },
-                    )
-                })
-                .collect();
-        out.sort_by(|a, b| sift_eval::trec_order(&a.1, &b.1));
-        Ok(out)
-    }
-
-    fn hit(
-        &self,
-        domain: &Domain,
-        candidates: CandidateKind,
-        rank: usize,
-        h: &RunEntry,
-        chars: usize,
-    ) -> Hit {
-        let (passage, image) = match candidates {
-            CandidateKind::Passages => (Some(h.doc.clone()), None),
-            CandidateKind::Images => (None, Some(h.doc.clone())),
-            CandidateKind::Pairs => {
-                let (p, i) = sift_eval::split_pair_id(&h.doc);
-                (Some(p.to_string()), i.map(str::to_string))
-            }
-        };
-        let corpus = domain.corpus.as_ref();
-        // an image's text: its page's first passage
-        let text_of = passage
-            .clone()
-            .or_else(|| page_of(domain, image.as_deref()?));
-        let text = match (corpus, &text_of) {
-            (Some(c), Some(pid)) => domain.searchers[0]
-                .passage_ord(pid)
-                .and_then(|o| c.texts.get(o as usize))
-                .map(|t| cut(t, chars)),
-            _ => None,
-        };
-        // the page a hit opens as: its passage's, else its image's page (or the image's own)
-        let page = text_of
-            .as_deref()
-            .or(image.as_deref())
-            .map(|id| page_path(&domain.name, id));
-        Hit {
-            rank,
-            id: h.doc.clone(),
-            domain: domain.name.clone(),
-            score: h.score,
-            has_image: image.is_some(),
-            text,
-            page_url: page,
-            passage_url: passage.as_ref().map(|p| document_path(&domain.name, p)),
-            image_url: image.as_ref().map(|i| image_path(&domain.name, i)),
-            passage_id: passage,
-            image_id: image,
-        }
-    }
-
-    /// Query vectors of every dense index `served` uses.
-    fn query_vectors(
-        &self,
-        served: &Served,
-        domain: &str,
-        task: Task,
-        text: &str,
-        images: &[Vec<u8>],
-        fusion: Fusion,
-    ) -> Result<QueryVectors, ApiError> {
-        let mode = match fusion {
-            Fusion::All => QueryImages::All,
-            Fusion::First => QueryImages::First,
-        };
-        let refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-        let mut warnings = Warnings::new();
-        // text and images as the evaluator encodes a query; images alone: their mean
-        let vectors = sift_retrieve::encode_query(
-            &self.models,
-            &served.spec,
-            task,
-            text,
-            &refs,
-            (!images.is_empty()).then_some(mode),
-            &Instructions::Reference,
-            domain,
-            &mut warnings,
-        )
-        .map_err(|e| match e {
-            sift_retrieve::Error::QueryImage { index, message } => {
-                ApiError::invalid(format!("images[{index}]"), message)
-            }
-            e => ApiError::from(e),
-        })?;
-        if let Some(w) = warnings.examples().first() {
-            return Err(ApiError::invalid("images", w.message.clone()));
-        }
-        Ok(vectors)
-    }
-
     /// Whether `domain` (or any served domain) has a corpus image `id`.
     pub fn knows_image(&self, domain: Option<&str>, id: &str) -> bool {
         self.domains
@@ -845,6 +575,7 @@ mod chat;
 mod embed;
 mod load;
 mod score;
+mod search;
 mod urls;
 
 use sift_core::VettedFile;
@@ -852,5 +583,6 @@ use sift_core::VettedFile;
 /// Largest corpus file read on request, bytes (the corpus reader's own limit for image
 /// files).
 const MAX_CORPUS_FILE_BYTES: u64 = 256 << 20;
+pub use search::query_task;
 use urls::cut;
 pub use urls::{document_path, encode_path, image_path, page_path};
