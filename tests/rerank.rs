@@ -346,3 +346,67 @@ fn every_task_reranks_with_a_models_own_relevance_head() {
     assert!(checked >= 4, "{checked} reranked runs");
     assert!(changed > 0, "the head changed no order");
 }
+
+/// `sift rerank --pairs`: the raw scores of given pairs equal sentence-transformers'
+/// `CrossEncoder.predict` (`models/fixtures/cross_encoder/expected.json`, at each model's own
+/// length: a BERT checkpoint with the legacy Identity activation and an XLM-RoBERTa one
+/// saved by sentence-transformers 6.3, sigmoid), in the file's order, queries interleaved.
+#[test]
+fn sift_rerank_scores_pairs_as_cross_encoder_predict() {
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("models/fixtures/cross_encoder/expected.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, m) in expected["models"].as_object().unwrap() {
+        let pairs = m["pairs"].as_array().unwrap();
+        // interleave the queries: scores must come back in the file's order
+        let mut order: Vec<usize> = (0..pairs.len()).collect();
+        order.sort_by_key(|&i| (i % 2, i));
+        let path = dir.path().join(format!("{name}.jsonl"));
+        let lines: String = order
+            .iter()
+            .map(|&i| {
+                let p = &pairs[i];
+                format!(
+                    "{}\n",
+                    serde_json::json!({"query": p["query"], "passage": p["passage"]})
+                )
+            })
+            .collect();
+        std::fs::write(&path, lines).unwrap();
+        let model = repo().join(m["dir"].as_str().unwrap());
+        let out = common::json(&ok(&[
+            "rerank",
+            "--model",
+            s(&model),
+            "--pairs",
+            s(&path),
+            "--json",
+        ]));
+        assert_eq!(out["model"], name.as_str());
+        let got = out["scores"].as_array().unwrap();
+        assert_eq!(got.len(), pairs.len());
+        for (g, &i) in got.iter().zip(&order) {
+            let want = pairs[i]["default_max_length"]["score"].as_f64().unwrap();
+            let g = g.as_f64().unwrap();
+            assert!((g - want).abs() < 1e-5, "{name} pair {i}: {g} vs {want}");
+        }
+    }
+    // a line that is not a pair is named
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"query\": \"q\", \"passage\": \"p\"}\n{\"query\": \"q\"}\n",
+    )
+    .unwrap();
+    let err = common::fails(&[
+        "rerank",
+        "--model",
+        s(&repo().join("models/fixtures/cross_encoder/tiny-bert-ce")),
+        "--pairs",
+        s(&bad),
+    ]);
+    assert!(err.contains("bad.jsonl: line 2"), "{err}");
+}

@@ -30,6 +30,8 @@ enum Command {
     Index(cmd::index::Args),
     /// Search an index with one query.
     Search(cmd::search::Args),
+    /// Score given (query, passage[, image]) pairs with a reranker: its raw scores.
+    Rerank(cmd::rerank::Args),
     /// Evaluate a retriever on a task, or score an existing TREC run against qrels.
     Eval(Box<cmd::eval::Args>),
     /// Benchmarks: HNSW against exact search, embedding throughput, index build rates.
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Index(a) => cmd::index::run(a),
         Command::Search(a) => cmd::search::run(a),
+        Command::Rerank(a) => cmd::rerank::run(a),
         Command::Eval(a) => cmd::eval::run(*a),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Rag(a) => cmd::rag::run(a),

@@ -8,6 +8,7 @@
 //!   reranker; the task a query is encoded as follows one rule, [`query_task`];
 //! - pages, passages and image bytes by id ([`Service::page`], [`Service::document`],
 //!   [`Service::image`]), with the links an agent follows ([`pages`]);
+//! - raw reranker scores of given (query, passage[, image]) pairs ([`score_pairs`]);
 //! - embeddings, scoring hits against qrels, fusing result lists, and chat completions with
 //!   a local generator;
 //! - the request and response types ([`api`], serde and JSON Schema), parsed with the field
@@ -48,9 +49,11 @@ pub mod api;
 mod error;
 pub mod images;
 pub mod pages;
+mod rerank;
 mod service;
 
 pub use error::{ApiError, Error, ErrorKind};
+pub use rerank::{ScorePair, score_pairs};
 pub use service::{
     Limits, Page, ServeConfig, Service, document_path, encode_path, image_path, page_path,
     query_task,

@@ -7,6 +7,7 @@ pub mod index;
 pub mod models;
 pub mod rag;
 pub mod report;
+pub mod rerank;
 pub mod search;
 pub mod serve;
 
