@@ -1,9 +1,10 @@
 """What every benchmark driver shares: where the repository is, running a command from it
-and reading its JSON result, the machine a run was on, the report files and the number format;
-`use_peers()` makes the peers of eval/peers importable.
+and reading its JSON result, how the driver itself was run, the machine a run was on, the report
+files and the number format.
 
-The drivers run as scripts (`python3 benches/<driver>.py`), so this folder is on their import
-path already.
+The drivers are modules of the `benches` package, run from the repository root
+(`python3 -m benches.<driver>`); they import this one as `benches.benchlib` and the peers as
+`eval.peers.<peer>`.
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER_DIR = os.path.join(REPO, "eval", "peers")
 
 
-def use_peers() -> None:
-    """Puts eval/peers on the import path (the peers' own modules: measure, gme_peer, ...)."""
-    if PEER_DIR not in sys.path:
-        sys.path.insert(0, PEER_DIR)
+def script_argv() -> list:
+    """How this driver was run, for the report: `-m benches.<driver> ARGS...` (under `-m`,
+    sys.argv[0] is the module's file, which does not run on its own)."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return ["-m", spec.name, *sys.argv[1:]] if spec is not None else list(sys.argv)
 
 
 def last_json_object(stdout: str) -> dict:

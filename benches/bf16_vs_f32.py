@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """Embedding throughput in f32 and bf16 on the CPU: Sift and its peer, each at both precisions.
 
-    python3 benches/bf16_vs_f32.py --modality image --model target/bench-models/clip-vit-base-patch32 \
+    python3 -m benches.bf16_vs_f32 --modality image --model target/bench-models/clip-vit-base-patch32 \
         --inputs target/bench-images --items 128 --batch-size 32 --threads 2 --warmup 32 \
         --rounds 3 --out eval/results/bf16_clip_b32_cpu
-    python3 benches/bf16_vs_f32.py --modality text --model models/local/all-MiniLM-L6-v2 \
+    python3 -m benches.bf16_vs_f32 --modality text --model models/local/all-MiniLM-L6-v2 \
         --inputs ../shared/data/cranfield/corpus.jsonl --items 256 --batch-size 32 --threads 2 \
         --warmup 32 --rounds 3 --out eval/results/bf16_minilm_cpu
 
 Four engines, each round in fresh processes, the order rotated every round:
   sift f32          `sift bench embed --dtype f32` (the fused f32 gemm)
   sift bf16         `sift bench embed --dtype bf16` (linear layers on the packed bfloat16 kernel)
-  <peer> f32        transformers (images: eval/peers/hf_vision_peer.py) or sentence-transformers
-                    (texts: eval/peers/st_embed_peer.py), torch.set_num_threads(threads)
+  <peer> f32        transformers (images: eval.peers.hf_vision_peer) or sentence-transformers
+                    (texts: eval.peers.st_embed_peer), torch.set_num_threads(threads)
   <peer> bf16       the same under torch.autocast("cpu", dtype=torch.bfloat16) (--autocast-bf16):
                     PyTorch's fastest CPU setting for these models (oneDNN's bf16 kernels)
 Timed: the whole path (images: decode + preprocess + forward + normalise; texts: tokenise +
@@ -37,25 +37,27 @@ import sys
 import tempfile
 
 import numpy as np
-from benchlib import REPO, fmt, machine, run_cmd, write_report
-from embed_vs_st import SIFT, bench_embed_cmd, bench_embed_result, peer_env, repo_path
 
-PEERS = {"image": ("transformers", os.path.join(REPO, "eval", "peers", "hf_vision_peer.py")),
-         "text": ("sentence-transformers", os.path.join(REPO, "eval", "peers", "st_embed_peer.py"))}
+from benches.benchlib import REPO, fmt, machine, run_cmd, script_argv, write_report
+from benches.embed_vs_st import SIFT, bench_embed_cmd, bench_embed_result, peer_env, repo_path
+
+# the peers' modules, run from the repository root (python3 -m)
+PEERS = {"image": ("transformers", "eval.peers.hf_vision_peer"),
+         "text": ("sentence-transformers", "eval.peers.st_embed_peer")}
 COSINE_IMAGES = [os.path.join(REPO, "models", "fixtures", "vision", "images"),
                  os.path.join(REPO, "models", "fixtures", "gme", "images")]
 
 
 def engines(args) -> list:
     """(label, command, shell) of each engine."""
-    peer, script = PEERS[args.modality]
+    peer, module = PEERS[args.modality]
     out = []
     for dtype in ("f32", "bf16"):
         cmd = bench_embed_cmd(args.sift, args.model, args.inputs, args.items, args.batch_size,
                               args.threads, args.warmup, modality=args.modality)
         out.append((f"sift {dtype}", f"{cmd} --dtype {dtype}", True))
     for autocast in (False, True):
-        cmd = [sys.executable, script, "--model", repo_path(args.model),
+        cmd = [sys.executable, "-m", module, "--model", repo_path(args.model),
                "--images" if args.modality == "image" else "--texts", repo_path(args.inputs),
                "--items", str(args.items), "--batch-size", str(args.batch_size),
                "--threads", str(args.threads), "--warmup", str(args.warmup), "--json"]
@@ -126,7 +128,7 @@ def main() -> int:
     if min(args.rounds, args.threads, args.batch_size, args.items) < 1 or args.warmup < 0:
         ap.error("--rounds, --threads, --batch-size and --items must be >= 1, --warmup >= 0")
 
-    command_line = shlex.join(["python3"] + sys.argv)
+    command_line = shlex.join(["python3"] + script_argv())
     started = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     mach = machine()
     peer, _ = PEERS[args.modality]

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """How much exact top-k pruning (MaxScore / WAND) could save for long queries on one domain.
 
-Usage (after benches/bm25_search_338k.py, which saves the bm25s index it reads):
-    python3 benches/bm25_pruning_bound.py --corpus target/physics-sized \
+Usage, from the repository root (after benches/bm25_search_338k.py, which saves the bm25s index
+it reads):
+    python3 -m benches.bm25_pruning_bound --corpus target/physics-sized \
         --index target/bm25-search-338k/bm25s-index --queries 30 \
         --out eval/results/bm25_pruning_338k
 
@@ -25,10 +26,9 @@ import argparse
 import datetime as _dt
 import os
 import statistics
-import sys
 from collections import Counter
 
-from benchlib import machine, write_report
+from benches.benchlib import machine, script_argv, write_report
 
 
 def main() -> int:
@@ -86,7 +86,7 @@ def main() -> int:
     report = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "machine": machine(),
-        "command": " ".join(sys.argv),
+        "command": " ".join(["python3", *script_argv()]),
         "bm25s": bm25s.__version__,
         "passages": int(n_docs),
         "queries": len(tokens),

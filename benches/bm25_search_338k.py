@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """BM25 search time per query on a physics-sized domain: Sift vs bm25s (numpy and numba).
 
-Usage:
+Usage (from the repository root):
     python3 benches/make_synthetic_corpus.py --out target/physics-sized --passages 338000 \
         --queries 100 --images 11 --query-words 245
     cargo bench --bench bm25 --no-run
-    python3 benches/bm25_search_338k.py --corpus target/physics-sized --rounds 3 \
+    python3 -m benches.bm25_search_338k --corpus target/physics-sized --rounds 3 \
         --out eval/results/bm25_search_338k
 
 Sift's index is built once with `sift index` (--sift, default target/release/sift) under
@@ -32,7 +32,7 @@ import statistics
 import subprocess
 import sys
 
-from benchlib import PEER_DIR, REPO, fmt, machine, run_cmd, write_report
+from benches.benchlib import PEER_DIR, REPO, fmt, machine, run_cmd, script_argv, write_report
 
 
 def sift_bench_binary() -> str:
@@ -113,7 +113,7 @@ def main() -> int:
     report = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "machine": machine(),
-        "command": " ".join(sys.argv),
+        "command": " ".join(["python3", *script_argv()]),
         "bm25s": bm25s.__version__,
         "corpus": corpus,
         "commands": {str(k): v for k, v in cmds.items()},

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """Side-by-side BM25 benchmark: Sift vs bm25s.
 
-Usage:
-    python3 benches/bm25_vs_bm25s.py --corpus /work/shared/data/cranfield \
+Usage (from the repository root):
+    python3 -m benches.bm25_vs_bm25s --corpus /work/shared/data/cranfield \
         --sift-bench 'cargo bench -q --bench bm25 -- --corpus /work/shared/data/cranfield --threads 2 --json' \
         --rounds 5 --threads 2 --out eval/results/bm25_cranfield
 
 Each round runs, in a fresh process each, the Sift command (a shell string, run as given;
 its corpus/threads are the caller's job) and the bm25s peer (eval/peers/bm25s_peer.py:run,
-imported inside a `python3 -c` subprocess), alternating which goes first. Each prints one
-JSON object (the last stdout line that parses as a JSON object is taken). The per-metric
-median over rounds is computed for each engine, and ratios are oriented so that > 1 means
-Sift is better: Sift/bm25s for docs_per_s and qps, bm25s/Sift for p50/p99 latency.
+imported as eval.peers.bm25s_peer in a `python3 -c` subprocess run from the repository root),
+alternating which goes first. Each prints one JSON object (the last stdout line that parses
+as a JSON object is taken). The per-metric median over rounds is computed for each engine, and
+ratios are oriented so that > 1 means Sift is better: Sift/bm25s for docs_per_s and qps,
+bm25s/Sift for p50/p99 latency.
 
 Writes <out>.json (machine, date, command line, raw rounds, medians, ratios) and <out>.md
 (Markdown table), and prints the table.
@@ -29,7 +30,7 @@ import statistics
 import subprocess
 import sys
 
-from benchlib import PEER_DIR, fmt, machine, run_cmd, write_report
+from benches.benchlib import fmt, machine, run_cmd, script_argv, write_report
 
 KEYS = ["engine", "version", "docs", "index_seconds", "docs_per_s", "queries",
         "search_threads", "batch_seconds", "qps", "latency_ms", "ndcg@10"]
@@ -64,9 +65,9 @@ def get(res: dict, path: tuple):
 
 def peer_cmd(args) -> list:
     code = (
-        "import json, sys; sys.path.insert(0, {d!r}); import bm25s_peer; "
+        "import json; from eval.peers import bm25s_peer; "
         "print(json.dumps(bm25s_peer.run({c!r}, split={s!r}, threads={t}, top_k={k}, k1={k1!r}, b={b!r})), flush=True)"
-    ).format(d=PEER_DIR, c=args.corpus, s=args.split, t=args.threads, k=args.top_k, k1=args.k1, b=args.b)
+    ).format(c=args.corpus, s=args.split, t=args.threads, k=args.top_k, k1=args.k1, b=args.b)
     return [sys.executable, "-c", code]
 
 
@@ -121,7 +122,7 @@ def main() -> int:
     if args.rounds < 1 or args.threads < 1:
         ap.error("--rounds and --threads must be >= 1")
 
-    command_line = shlex.join(["python3"] + sys.argv)
+    command_line = shlex.join(["python3"] + script_argv())
     started = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     mach = machine()
     env = peer_env()
@@ -180,7 +181,7 @@ def main() -> int:
         "benchmark": "bm25_vs_bm25s",
         "date": started,
         "command": command_line,
-        "argv": sys.argv,
+        "argv": script_argv(),
         "cwd": os.getcwd(),
         "machine": mach,
         "peer_env": env,

@@ -8,7 +8,7 @@ load time excluded. Medians over the rounds.
 
     python3 benches/make_random_qwen2vl.py --out target/random-qwen2-vl-2b
     cargo build --release -p sift-generate --example decode_bench
-    python3 benches/decode_vs_transformers.py --model target/random-qwen2-vl-2b --rounds 3 \\
+    python3 -m benches.decode_vs_transformers --model target/random-qwen2-vl-2b --rounds 3 \\
         --out eval/results/decode_qwen2vl_2b_cpu
 """
 import argparse
@@ -16,8 +16,7 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import REPO, machine, run_cmd, write_report  # noqa: E402
+from benches.benchlib import REPO, machine, run_cmd, write_report
 
 
 def main():
@@ -53,7 +52,7 @@ def main():
     med = {n: statistics.median(x["tokens_per_s"] for x in raw[n]) for n in names}
     load = {n: statistics.median(x["load_seconds"] for x in raw[n]) for n in names}
     ratio = med["sift bf16"] / med["transformers bf16"]
-    cmdline = (f"python3 benches/decode_vs_transformers.py --model {a.model} --prompts {a.prompts} "
+    cmdline = (f"python3 -m benches.decode_vs_transformers --model {a.model} --prompts {a.prompts} "
                f"--prompt-tokens {a.prompt_tokens} --new-tokens {a.new_tokens} --threads {a.threads} "
                f"--rounds {a.rounds} --out {a.out}")
     m = machine()

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Side-by-side text embedding throughput benchmark: Sift vs sentence-transformers (CPU).
 
-Usage:
-    python3 benches/embed_vs_st.py --model models/local/all-MiniLM-L6-v2 \
+Usage (from the repository root):
+    python3 -m benches.embed_vs_st --model models/local/all-MiniLM-L6-v2 \
         --texts /work/shared/data/cranfield/corpus.jsonl \
         --items 512 --batch-size 32 --threads 2 --warmup 64 --rounds 3 \
         --out eval/results/embed_minilm_cpu        # after cargo build --release -p sift-cli
-    python3 benches/embed_vs_st.py --peer jina-clip --model target/bench-models/jina-clip-v1 \
+    python3 -m benches.embed_vs_st --peer jina-clip --model target/bench-models/jina-clip-v1 \
         --texts /work/shared/data/cranfield/corpus.jsonl --items 64 ... \
         --out eval/results/embed_jina_clip_v1_text_cpu   # benches/make_random_vision.py's checkpoint
 
@@ -17,7 +17,8 @@ checkpoint (torchvision and einops importable: models/fixtures/jina_clip/require
 Each round runs, in a fresh process each, `sift bench embed` with this driver's settings
 (threads through RAYON_NUM_THREADS; `--sift-bench CMD` runs another command as given instead)
 and the sentence-transformers peer (eval/peers/st_embed_peer.py --json, with this driver's
---model/--texts/--items/--batch-size/--threads/--warmup), alternating which goes first.
+--model/--texts/--items/--batch-size/--threads/--warmup), alternating which goes first. The
+peers run from the repository root as modules (`python3 -m eval.peers.st_embed_peer ...`).
 Each prints one JSON object with the keys
     engine, version, model, items, batch_size, threads, seconds, items_per_s, peak_rss_mb
 (the last stdout line that parses as a JSON object is taken). The per-metric median over
@@ -40,13 +41,13 @@ import statistics
 import subprocess
 import sys
 
-from benchlib import REPO, fmt, machine, run_cmd, write_report
+from benches.benchlib import REPO, fmt, machine, run_cmd, script_argv, write_report
 
-PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "st_embed_peer.py")
+PEER_MODULE = "eval.peers.st_embed_peer"  # run from the repository root: python3 -m
 PEER = "sentence-transformers"
 # --peer jina-clip: a Jina-CLIP v1 checkpoint's text tower through the published
 # jina-clip-implementation encode_text (eval/peers/jina_clip_peer.py), which runs on transformers
-JINA_PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "jina_clip_peer.py")
+JINA_PEER_MODULE = "eval.peers.jina_clip_peer"
 JINA_PEER = "transformers"
 
 KEYS = ["engine", "version", "model", "items", "batch_size", "threads", "seconds",
@@ -114,9 +115,9 @@ def repo_path(path: str) -> str:
 
 
 def peer_cmd(args) -> list:
-    script = JINA_PEER_SCRIPT if getattr(args, "peer", None) == "jina-clip" else PEER_SCRIPT
-    cmd = [sys.executable, script, "--model", repo_path(args.model),
-           *(["--modality", "text"] if script == JINA_PEER_SCRIPT else []),
+    module = JINA_PEER_MODULE if getattr(args, "peer", None) == "jina-clip" else PEER_MODULE
+    cmd = [sys.executable, "-m", module, "--model", repo_path(args.model),
+           *(["--modality", "text"] if module == JINA_PEER_MODULE else []),
            "--texts", repo_path(args.texts), "--batch-size", str(args.batch_size),
            "--threads", str(args.threads), "--warmup", str(args.warmup), "--json"]
     if args.items is not None:
@@ -254,7 +255,7 @@ def main() -> int:
         if not os.path.exists(path):
             ap.error(f"{what} {path}: no such file or directory")
 
-    command_line = shlex.join(["python3"] + sys.argv)
+    command_line = shlex.join(["python3"] + script_argv())
     started = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     mach = machine()
     env = peer_env()
@@ -280,7 +281,7 @@ def main() -> int:
         "benchmark": "embed_vs_st",
         "date": started,
         "command": command_line,
-        "argv": sys.argv,
+        "argv": script_argv(),
         "cwd": os.getcwd(),
         "machine": mach,
         "peer_env": env,

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Side-by-side GME (gme-Qwen2-VL) image embedding throughput benchmark: Sift vs transformers (CPU).
 
-Usage (a full-size run takes minutes per image on 2 cores; dry-run on the tiny fixture first):
-    python3 benches/gme_vs_transformers.py --model models/fixtures/gme/tiny-gme \
+Usage, from the repository root (a full-size run takes minutes per image on 2 cores; dry-run on
+the tiny fixture first):
+    python3 -m benches.gme_vs_transformers --model models/fixtures/gme/tiny-gme \
         --images models/fixtures/gme/images --items 6 --batch-size 2 --threads 2 --warmup 2 \
         --rounds 1 --out /tmp/gme-dry
 
@@ -16,7 +17,7 @@ Each round runs, in a fresh process each, alternating which goes first (Sift fir
       Its pretty-printed JSON is mapped to the common keys: "best" (the one batch size) gives
       items, batch_size, seconds, items_per_s, prepare_seconds -> prep_seconds, model_seconds;
       the top level engine, version, model, threads, peak_rss_mb (VmHWM), load_seconds.
-  (b) the transformers peer, eval/peers/gme_peer.py --json (GME's own embedding path).
+  (b) the transformers peer, `python3 -m eval.peers.gme_peer --json` (GME's own embedding path).
 Both embed images W..W+N-1 of the sorted input (index i = file i mod files) after an untimed
 warm-up on images 0..W-1, in batches of B; the files are read into memory before timing.
 Timed, per batch: decode + GME preprocessing (prep_seconds, summed), then forward + last-token
@@ -43,14 +44,12 @@ import os
 import shlex
 import sys
 
-from benchlib import REPO, machine, use_peers, write_report
-from embed_vs_st import check_keys, markdown, peer_env, repo_path, run_rounds, summarise
-from vision_vs_transformers import sift_source
+from benches.benchlib import REPO, machine, script_argv, write_report
+from benches.embed_vs_st import check_keys, markdown, peer_env, repo_path, run_rounds, summarise
+from benches.vision_vs_transformers import sift_source
+from eval.peers import gme_peer  # its helpers need neither torch nor transformers
 
-use_peers()
-import gme_peer  # noqa: E402  (its helpers need neither torch nor transformers)
-
-PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "gme_peer.py")
+PEER_MODULE = "eval.peers.gme_peer"  # run from the repository root: python3 -m
 PEER = "transformers"
 
 KEYS = ["engine", "version", "model", "items", "batch_size", "threads", "seconds", "items_per_s",
@@ -88,7 +87,7 @@ def sift_cmd(args) -> str:
 
 
 def peer_cmd(args) -> list:
-    return [sys.executable, PEER_SCRIPT, "--model", repo_path(args.model),
+    return [sys.executable, "-m", PEER_MODULE, "--model", repo_path(args.model),
             "--images", repo_path(args.images), "--items", str(args.items),
             "--batch-size", str(args.batch_size), "--threads", str(args.threads),
             "--warmup", str(args.warmup), "--json"]
@@ -161,7 +160,7 @@ def main() -> int:
     if not os.access(args.sift, os.X_OK):
         ap.error(f"--sift {args.sift}: not an executable (cargo build --release -p sift-cli first)")
 
-    command_line = shlex.join(["python3"] + sys.argv)
+    command_line = shlex.join(["python3"] + script_argv())
     started = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     mach = machine()
     env = peer_env(PEER_PKGS)
@@ -200,7 +199,7 @@ def main() -> int:
         "benchmark": "gme_vs_transformers",
         "date": started,
         "command": command_line,
-        "argv": sys.argv,
+        "argv": script_argv(),
         "cwd": os.getcwd(),
         "machine": mach,
         "peer_env": env,

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Side-by-side HNSW benchmark: Sift's vector index vs hnswlib (CPU), same vectors and settings.
 
-Usage:
-    python3 benches/hnsw_vs_hnswlib.py [--vectors 20000] [--dim 384] [--queries 1000] \
+Usage (from the repository root):
+    python3 -m benches.hnsw_vs_hnswlib [--vectors 20000] [--dim 384] [--queries 1000] \
         [--m 24] [--ef-construction 200] [--ef 16,32,64,128,256] [--k 10] [--threads 2] \
         [--rounds 3] [--out eval/results/hnsw_vs_hnswlib]
 
@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from benchlib import fmt, machine, run_cmd, write_report
+from benches.benchlib import fmt, machine, run_cmd, write_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -121,7 +121,7 @@ def main() -> int:
         "hnswlib's is in-memory insertion.",
         f"- Machine: {json.dumps(m)}",
         f"- Date (UTC): {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
-        f"- Reproduce: `cargo bench --bench hnsw --no-run && pip install hnswlib && python3 benches/hnsw_vs_hnswlib.py "
+        f"- Reproduce: `cargo bench --bench hnsw --no-run && pip install hnswlib && python3 -m benches.hnsw_vs_hnswlib "
         f"--vectors {a.vectors} --dim {a.dim} --queries {a.queries} --rounds {a.rounds} --out {a.out}`",
     ]
     md = "\n".join(lines) + "\n"

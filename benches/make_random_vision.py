@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Full-size random-weight CLIP / SigLIP (and GME / Qwen2-VL, Nomic Embed Vision) checkpoints and
 synthetic images for the image embedding benchmarks (benches/vision_vs_transformers.py). Nothing
-is downloaded.
+is downloaded. From the repository root:
 
-    python3 benches/make_random_vision.py [--models clip-vit-base-patch32,siglip-base-patch16-224]
+    python3 -m benches.make_random_vision [--models clip-vit-base-patch32,siglip-base-patch16-224]
         [--out target/bench-models] [--images target/bench-images] [--n-images 128] [--force]
-    python3 benches/make_random_vision.py --models gme-qwen2-vl-2b --n-images 0
-    python3 benches/make_random_vision.py --models nomic-embed-vision-v1.5 --n-images 0
+    python3 -m benches.make_random_vision --models gme-qwen2-vl-2b --n-images 0
+    python3 -m benches.make_random_vision --models nomic-embed-vision-v1.5 --n-images 0
 
 Checkpoints (--models, comma-separated, or "all"; default the two base ones), each a complete
 Hugging Face layout under <out>/<name>/: config.json, model.safetensors (float32, via
@@ -61,7 +61,7 @@ Qwen2VLForConditionalGeneration built on the meta device.
 
 The Nomic checkpoints are built with the published modelling code vendored under
 models/fixtures/nomic/vendor/ (NomicVisionModel / NomicBertModel of hub_nomic_bert_2048/, the
-file both real configs' auto_map names; imported with eval/peers/hf_vision_peer.py's loader,
+file both real configs' auto_map names; imported with eval.peers.hf_vision_peer's loader,
 the one the benchmark peer uses, which applies make_tiny_nomic.py's transformers-5 shim and
 float-n_inner cast). <out>/nomic-embed-vision-v1.5/ gets the published config.json and
 preprocessor_config.json (224 x 224) copied byte for byte from
@@ -173,13 +173,8 @@ GME_MAX_SHARD_BYTES = 2 * 10**9   # "2GB" as transformers' max_shard_size counts
 
 def _gme_helpers():
     """models/fixtures/gme/make_gme_fixtures.py, for its config / name-mapping / init helpers."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("make_gme_fixtures", GME_FIXTURES / "make_gme_fixtures.py")
-    mod = importlib.util.module_from_spec(spec)
-    # registered before it runs: its dataclasses look their module up in sys.modules
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    from models.fixtures.gme import make_gme_fixtures
+    return make_gme_fixtures
 
 
 def make_gme_model(name: str, out: Path, seed: int, force: bool, spec=None,
@@ -271,13 +266,8 @@ def make_gme_model(name: str, out: Path, seed: int, force: bool, spec=None,
 
 def _peer():
     """eval/peers/hf_vision_peer.py: its loader of the vendored Nomic code (the benchmark's)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("hf_vision_peer", REPO / "eval" / "peers" / "hf_vision_peer.py")
-    mod = importlib.util.module_from_spec(spec)
-    # registered before it runs: its dataclasses look their module up in sys.modules
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    from eval.peers import hf_vision_peer
+    return hf_vision_peer
 
 
 def _layer_pattern(names):
@@ -402,7 +392,7 @@ def make_jina_model(name: str, out: Path, seed: int, force: bool) -> None:
     config_dict / build_model, the real flags with these sizes) with the model's own
     initialisers after torch.manual_seed(seed); tokenizer files from the tiny fixture (its ids
     fit the 30528-row table)."""
-    import importlib.util
+    import importlib
     import torch
     from safetensors.torch import save_file
 
@@ -411,12 +401,9 @@ def make_jina_model(name: str, out: Path, seed: int, force: bool) -> None:
         print(f"{d}: exists, kept (--force to rebuild)", file=sys.stderr)
         return
     t0 = time.time()
-    fx_path = (REPO / "models" / "fixtures" / "jina_clip" / "make_tiny_jina_clip.py"
-               if name == "jina-clip-v1" else
-               REPO / "models" / "fixtures" / "jina_clip_v2" / "make_tiny_jina_clip_v2.py")
-    spec = importlib.util.spec_from_file_location(fx_path.stem, fx_path)
-    fx = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fx)
+    fx = importlib.import_module("models.fixtures.jina_clip.make_tiny_jina_clip"
+                                 if name == "jina-clip-v1" else
+                                 "models.fixtures.jina_clip_v2.make_tiny_jina_clip_v2")
     _, _, size, ov = MODELS[name]
     tiny = fx.CKPT
     tok = json.loads((tiny / "tokenizer.json").read_text())

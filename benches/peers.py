@@ -5,17 +5,17 @@ Usage (from the repository root; the peers from eval/peers/requirements.txt, Min
 models/install_minilm.py, the random-weight vision checkpoints from
 benches/make_random_vision.py):
 
-    python3 benches/peers.py --out eval/results/peers
+    python3 -m benches.peers --out eval/results/peers
 
 Runs, one after the other in this one invocation, the five drivers with the settings the
 README's "Performance" section gives (each alternates Sift and its peer over rounds in
 fresh processes and takes medians):
 
-    bm25         benches/bm25_vs_bm25s.py          Cranfield, bm25s
-    minilm       benches/embed_vs_st.py            all-MiniLM-L6-v2, sentence-transformers
-    clip-b32     benches/vision_vs_transformers.py CLIP ViT-B/32, transformers
-    siglip-b16   benches/vision_vs_transformers.py SigLIP base-patch16-224, transformers
-    hnsw         benches/hnsw_vs_hnswlib.py        20k x 384 vectors, hnswlib
+    bm25         benches.bm25_vs_bm25s           Cranfield, bm25s
+    minilm       benches.embed_vs_st             all-MiniLM-L6-v2, sentence-transformers
+    clip-b32     benches.vision_vs_transformers  CLIP ViT-B/32, transformers
+    siglip-b16   benches.vision_vs_transformers  SigLIP base-patch16-224, transformers
+    hnsw         benches.hnsw_vs_hnswlib         20k x 384 vectors, hnswlib
 
 Each driver writes its own report, eval/results/<name>.{json,md} (`--results` DIR); this script then reads them and
 writes <out>.json and <out>.md: the headline metric of each comparison, Sift's and the
@@ -34,7 +34,7 @@ import shlex
 import subprocess
 import sys
 
-from benchlib import REPO, fmt, machine, write_report
+from benches.benchlib import REPO, fmt, machine, script_argv, write_report
 
 
 def comparisons(cranfield: str, rounds: int | None) -> list[dict]:
@@ -47,7 +47,7 @@ def comparisons(cranfield: str, rounds: int | None) -> list[dict]:
     return [
         {
             "name": "bm25", "result": "eval/results/bm25_cranfield",
-            "cmd": ["benches/bm25_vs_bm25s.py", "--corpus", cranfield, "--sift-bench",
+            "cmd": ["-m", "benches.bm25_vs_bm25s", "--corpus", cranfield, "--sift-bench",
                     f"cargo bench -q --bench bm25 -- --corpus {cranfield} --threads 2 --json",
                     "--rounds", r(5), "--threads", "2"],
             "what": "BM25 index build, Cranfield (docs/s)", "peer": "bm25s",
@@ -55,14 +55,14 @@ def comparisons(cranfield: str, rounds: int | None) -> list[dict]:
         },
         {
             "name": "minilm", "result": "eval/results/embed_minilm_cpu",
-            "cmd": ["benches/embed_vs_st.py", "--model", minilm, "--texts", corpus, "--items", "256",
+            "cmd": ["-m", "benches.embed_vs_st", "--model", minilm, "--texts", corpus, "--items", "256",
                     "--batch-size", "32", "--threads", "2", "--warmup", "32", "--rounds", r(3)],
             "what": "all-MiniLM-L6-v2 text embedding, CPU (texts/s)", "peer": "sentence-transformers",
             "metric": ("medians", "items_per_s"),
         },
         {
             "name": "clip-b32", "result": "eval/results/embed_clip_b32_cpu",
-            "cmd": ["benches/vision_vs_transformers.py", "--model", "target/bench-models/clip-vit-base-patch32",
+            "cmd": ["-m", "benches.vision_vs_transformers", "--model", "target/bench-models/clip-vit-base-patch32",
                     "--images", "target/bench-images", "--items", "128", "--batch-size", "32",
                     "--threads", "2", "--warmup", "32", "--rounds", r(3)],
             "what": "CLIP ViT-B/32 image embedding, CPU (images/s)", "peer": "transformers",
@@ -70,7 +70,7 @@ def comparisons(cranfield: str, rounds: int | None) -> list[dict]:
         },
         {
             "name": "siglip-b16", "result": "eval/results/embed_siglip_b16_cpu",
-            "cmd": ["benches/vision_vs_transformers.py", "--model", "target/bench-models/siglip-base-patch16-224",
+            "cmd": ["-m", "benches.vision_vs_transformers", "--model", "target/bench-models/siglip-base-patch16-224",
                     "--images", "target/bench-images", "--items", "128", "--batch-size", "32",
                     "--threads", "2", "--warmup", "32", "--rounds", r(3)],
             "what": "SigLIP B/16 image embedding, CPU (images/s)", "peer": "transformers",
@@ -78,7 +78,7 @@ def comparisons(cranfield: str, rounds: int | None) -> list[dict]:
         },
         {
             "name": "hnsw", "result": "eval/results/hnsw_vs_hnswlib",
-            "cmd": ["benches/hnsw_vs_hnswlib.py", "--vectors", "20000", "--dim", "384", "--queries", "1000",
+            "cmd": ["-m", "benches.hnsw_vs_hnswlib", "--vectors", "20000", "--dim", "384", "--queries", "1000",
                     "--rounds", r(3)],
             "what": "HNSW queries/s at recall@10 >= 0.95 (20k x 384)", "peer": "hnswlib",
             "metric": ("hnsw", "qps"),
@@ -153,7 +153,7 @@ def main() -> int:
     finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     m = machine()
     lines = [
-        f"Sift against its peers, measured in one run of `python3 benches/{os.path.basename(__file__)}`"
+        "Sift against its peers, measured in one run of `python3 -m benches.peers`"
         f" ({started} to {finished}; {m['cpu']}, {m['nproc']} cores). Ratio > 1: Sift ahead.",
         "",
         "| comparison | peer | Sift | peer | ratio |",
@@ -166,7 +166,7 @@ def main() -> int:
               ", ".join(sorted({"`" + r["details"] + "`" for r in rows})), ""]
     md = "\n".join(lines)
     write_report(args.out, {"benchmark": "peers", "started": started, "finished": finished,
-                            "command": shlex.join([sys.executable] + sys.argv), "machine": m,
+                            "command": shlex.join([sys.executable] + script_argv()), "machine": m,
                             "rows": rows}, md)
     print(md)
     return 0

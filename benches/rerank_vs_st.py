@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Side-by-side cross-encoder reranking throughput benchmark: Sift vs sentence-transformers (CPU).
 
-Usage (after cargo build --release -p sift-cli and python3 benches/make_random_cross_encoder.py):
-    python3 benches/rerank_vs_st.py --model target/bench-models/ms-marco-minilm-l6-random \
+Usage, from the repository root (after cargo build --release -p sift-cli and
+python3 benches/make_random_cross_encoder.py):
+    python3 -m benches.rerank_vs_st --model target/bench-models/ms-marco-minilm-l6-random \
         --queries /work/shared/data/cranfield/queries.jsonl \
         --passages /work/shared/data/cranfield/corpus.jsonl \
         --items 600 --depth 100 --batch-size 32 --max-length 512 --threads 2 --warmup 32 \
@@ -11,7 +12,7 @@ Usage (after cargo build --release -p sift-cli and python3 benches/make_random_c
 
 Each round runs, in a fresh process each, `sift bench rerank --json` with this driver's
 settings (threads through RAYON_NUM_THREADS; --sift-dtype) and the sentence-transformers peer
-(eval/peers/st_rerank_peer.py --json with the same --model/--queries/--passages/--items/
+(`python3 -m eval.peers.st_rerank_peer --json` with the same --model/--queries/--passages/--items/
 --depth/--concat/--batch-size/--max-length/--threads/--warmup, and --peer-dtype),
 alternating which goes first. Both build the same (query, passage) pairs (pair k is
 (queries[(k // depth) % Q], passages[k % P]), a passage being --concat consecutive passages
@@ -39,10 +40,10 @@ import os
 import shlex
 import sys
 
-from benchlib import REPO, fmt, machine, write_report
-from embed_vs_st import check_keys, peer_env, repo_path, run_rounds, summarise
+from benches.benchlib import REPO, fmt, machine, script_argv, write_report
+from benches.embed_vs_st import check_keys, peer_env, repo_path, run_rounds, summarise
 
-PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "st_rerank_peer.py")
+PEER_MODULE = "eval.peers.st_rerank_peer"  # run from the repository root: python3 -m
 PEER = "sentence-transformers"
 SIFT = os.path.join(REPO, "target", "release", "sift")
 KEYS = ["engine", "version", "model", "items", "batch_size", "threads", "seconds",
@@ -75,7 +76,7 @@ def sift_cmd(args) -> str:
 
 
 def peer_cmd(args) -> list:
-    cmd = [sys.executable, PEER_SCRIPT, "--model", repo_path(args.model),
+    cmd = [sys.executable, "-m", PEER_MODULE, "--model", repo_path(args.model),
            "--queries", repo_path(args.queries), "--passages", repo_path(args.passages),
            "--items", str(args.items), "--depth", str(args.depth), "--concat", str(args.concat),
            "--batch-size", str(args.batch_size), "--threads", str(args.threads),
@@ -139,7 +140,7 @@ def main() -> int:
         if not os.path.exists(path):
             ap.error(f"{what} {path}: no such file or directory")
 
-    command_line = shlex.join(["python3"] + sys.argv)
+    command_line = shlex.join(["python3"] + script_argv())
     started = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     mach = machine()
     env = peer_env()
@@ -158,7 +159,7 @@ def main() -> int:
         "benchmark": "rerank_vs_st",
         "date": started,
         "command": command_line,
-        "argv": sys.argv,
+        "argv": script_argv(),
         "cwd": os.getcwd(),
         "machine": mach,
         "peer_env": env,

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """BM25 at MM-BRIGHT's real scale for one physics-sized domain: Sift vs Anserini vs bm25s.
 
-Usage:
-    python3 benches/scale_bm25.py --out eval/results/scale_physics
-    python3 benches/scale_bm25.py --passages 20000 --out target/scale/quick   # a quick check
+Usage (from the repository root):
+    python3 -m benches.scale_bm25 --out eval/results/scale_physics
+    python3 -m benches.scale_bm25 --passages 20000 --out target/scale/quick   # a quick check
 
 Data (not timed): a synthetic MM-BRIGHT-layout domain from benches/make_synthetic_corpus.py,
 generated under --data (default target/scale/<domain>-<passages>) when absent: 338,000
@@ -65,7 +65,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import machine
+from benches.benchlib import machine, script_argv
 
 REPO = Path(__file__).resolve().parent.parent
 GEN = REPO / "benches" / "make_synthetic_corpus.py"
@@ -77,8 +77,8 @@ K1, B = 0.9, 0.4
 
 
 # --------------------------------------------------------------------------- bm25s peer
-# Run in a fresh process: `scale_bm25.py _bm25s-index ...` / `_bm25s-search ...`; prints one
-# JSON object of in-process timings.
+# Run in a fresh process: `python3 -m benches.scale_bm25 _bm25s-index ...` / `_bm25s-search ...`
+# (from the repository root); prints one JSON object of in-process timings.
 
 
 def _read_collection(coll: Path) -> tuple[list[str], list[str]]:
@@ -103,7 +103,7 @@ def _read_topics(path: Path) -> tuple[list[str], list[str]]:
 
 
 def bm25s_index(argv: list[str]) -> None:
-    ap = argparse.ArgumentParser(prog="scale_bm25.py _bm25s-index")
+    ap = argparse.ArgumentParser(prog="python3 -m benches.scale_bm25 _bm25s-index")
     ap.add_argument("--collection", type=Path, required=True)
     ap.add_argument("--index", type=Path, required=True)
     a = ap.parse_args(argv)
@@ -134,7 +134,7 @@ def bm25s_index(argv: list[str]) -> None:
 
 
 def bm25s_search(argv: list[str]) -> None:
-    ap = argparse.ArgumentParser(prog="scale_bm25.py _bm25s-search")
+    ap = argparse.ArgumentParser(prog="python3 -m benches.scale_bm25 _bm25s-search")
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--topics", type=Path, required=True)
     ap.add_argument("--run", type=Path, required=True)
@@ -456,7 +456,7 @@ def main() -> None:
     started = _dt.datetime.now(_dt.timezone.utc)
     report: dict = {
         "date_utc": started.isoformat(timespec="seconds"),
-        "command": shlex.join([sys.executable] + sys.argv),
+        "command": shlex.join([sys.executable] + script_argv()),
         "machine": machine(),
         "versions": versions(sift, a.java, a.jar),
         "settings": {"threads": a.threads, "top_k": a.top_k, "rounds": a.rounds, "k1": K1, "b": B,
@@ -496,7 +496,7 @@ def main() -> None:
             return java + ["io.anserini.index.IndexCollection", "-collection", "JsonCollection", "-input", str(coll),
                            "-index", str(idx["anserini"]), "-generator", "DefaultLuceneDocumentGenerator",
                            "-threads", T]
-        return [sys.executable, str(Path(__file__).resolve()), "_bm25s-index", "--collection", str(coll),
+        return [sys.executable, "-m", "benches.scale_bm25", "_bm25s-index", "--collection", str(coll),
                 "--index", str(idx["bm25s"])]
 
     def record(entry: dict) -> dict:
@@ -545,7 +545,7 @@ def main() -> None:
             return java + ["io.anserini.search.SearchCollection", "-index", str(idx["anserini"]), "-topics",
                            str(topics), "-topicReader", "TsvString", "-output", str(run), "-bm25", "-bm25.k1",
                            str(K1), "-bm25.b", str(B), "-hits", str(a.top_k), "-threads", T]
-        return [sys.executable, str(Path(__file__).resolve()), "_bm25s-search", "--index", str(idx["bm25s"]),
+        return [sys.executable, "-m", "benches.scale_bm25", "_bm25s-search", "--index", str(idx["bm25s"]),
                 "--topics", str(topics), "--run", str(run), "--k", str(a.top_k), "--threads", T]
 
     # ---- search rounds

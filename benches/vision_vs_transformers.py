@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Side-by-side image embedding throughput benchmark: Sift vs transformers (CPU).
 
-Usage (checkpoints and images from benches/make_random_vision.py):
-    python3 benches/make_random_vision.py
-    python3 benches/vision_vs_transformers.py --model target/bench-models/clip-vit-base-patch32 \
+Usage, from the repository root (checkpoints and images from benches/make_random_vision.py):
+    python3 -m benches.make_random_vision
+    python3 -m benches.vision_vs_transformers --model target/bench-models/clip-vit-base-patch32 \
         --images target/bench-images --items 128 --batch-size 32 --threads 2 --warmup 32 \
         --rounds 3 --out eval/results/embed_clip_b32_cpu
 
 Each round runs, in a fresh process each, the Sift command and the transformers peer
-(eval/peers/hf_vision_peer.py --json), alternating which goes first. The Sift command is
+(`python3 -m eval.peers.hf_vision_peer --json`), alternating which goes first. The Sift command is
 --sift-bench if given (a shell string run as given from the repository root), else
     RAYON_NUM_THREADS=T target/release/sift bench embed --model ABS --modality image
         --input ABS --items N --batch-size B --warmup W --json
@@ -34,11 +34,11 @@ import shlex
 import subprocess
 import sys
 
-from benchlib import REPO, machine, write_report
-from embed_vs_st import (SIFT, bench_embed_cmd, bench_embed_result, check_keys, markdown, peer_env,
-                         repo_path, run_rounds, summarise)
+from benches.benchlib import REPO, machine, script_argv, write_report
+from benches.embed_vs_st import (SIFT, bench_embed_cmd, bench_embed_result, check_keys, markdown,
+                                 peer_env, repo_path, run_rounds, summarise)
 
-PEER_SCRIPT = os.path.join(REPO, "eval", "peers", "hf_vision_peer.py")
+PEER_MODULE = "eval.peers.hf_vision_peer"  # run from the repository root: python3 -m
 PEER = "transformers"
 
 KEYS = ["engine", "version", "model", "items", "batch_size", "threads", "seconds",
@@ -79,7 +79,7 @@ def sift_image_result(label: str, obj: dict, warmup: int) -> dict:
 
 
 def peer_cmd(args) -> list:
-    return [sys.executable, PEER_SCRIPT, "--model", repo_path(args.model),
+    return [sys.executable, "-m", PEER_MODULE, "--model", repo_path(args.model),
             "--images", repo_path(args.images), "--items", str(args.items),
             "--batch-size", str(args.batch_size), "--threads", str(args.threads),
             "--warmup", str(args.warmup), "--json"]
@@ -133,7 +133,7 @@ def main() -> int:
         if not os.path.isdir(path):
             ap.error(f"{what} {path}: no such directory")
 
-    command_line = shlex.join(["python3"] + sys.argv)
+    command_line = shlex.join(["python3"] + script_argv())
     started = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     mach = machine()
     env = peer_env(PEER_PKGS)
@@ -163,7 +163,7 @@ def main() -> int:
         "benchmark": "vision_vs_transformers",
         "date": started,
         "command": command_line,
-        "argv": sys.argv,
+        "argv": script_argv(),
         "cwd": os.getcwd(),
         "machine": mach,
         "peer_env": env,
@@ -191,7 +191,7 @@ def main() -> int:
         "Commands (from the repository root):",
         "",
         "```sh",
-        "python3 benches/make_random_vision.py   # random-weight checkpoints + images, once",
+        "python3 -m benches.make_random_vision   # random-weight checkpoints + images, once",
         f"{cargo_env}{command_line}",
         "# each round runs, in fresh processes, alternating order:",
         f"#   {scmd}",

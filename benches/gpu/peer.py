@@ -2,7 +2,7 @@
 """transformers on a GPU (or, for the dry run, the CPU): embedding throughput of the inputs
 `sift bench embed` measures, in the same precision, for benches/gpu/run.sh.
 
-    python3 benches/gpu/peer.py --family clip --model DIR --input IMAGES_DIR \
+    python3 -m benches.gpu.peer --family clip --model DIR --input IMAGES_DIR \
         --device cuda:0 --dtype bf16 --items 1024 --batch-size 64 --warmup 64 --json
 
 Families and what is timed (the whole path: inputs as bytes or strings in memory -> unit
@@ -34,9 +34,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "eval" / "peers"))
 
 
 class Sampler:
@@ -92,7 +89,7 @@ def build(family: str, model: str, device, dtype, max_length: int | None = None)
     if family in ("clip", "siglip"):
         import io
         from PIL import Image
-        from hf_vision_peer import image_features
+        from eval.peers.hf_vision_peer import image_features
         from transformers import AutoImageProcessor, AutoModel
         proc = AutoImageProcessor.from_pretrained(model)
         m = AutoModel.from_pretrained(model, dtype=dtype, attn_implementation="sdpa").to(device).eval()
@@ -105,7 +102,7 @@ def build(family: str, model: str, device, dtype, max_length: int | None = None)
             return image_features(m, batch["pixel_values"].to(dtype))
         return prepare, forward
     if family == "gme":
-        from gme_peer import GmeImageEmbedder, embed_gme
+        from eval.peers.gme_peer import GmeImageEmbedder, embed_gme
         gme = GmeImageEmbedder(model)
         gme.model = gme.model.to(device=device, dtype=dtype).eval()
 
@@ -116,7 +113,7 @@ def build(family: str, model: str, device, dtype, max_length: int | None = None)
             return embed_gme(gme.model, batch, gme.image_token_id, dtype)[0].float()
         return prepare, forward
     if family == "decoder":
-        from decoder_peer import default_max_length, token_ids
+        from eval.peers.decoder_peer import default_max_length, token_ids
         from transformers import AutoModel, AutoTokenizer
         max_length = max_length or default_max_length(model)
         tok = AutoTokenizer.from_pretrained(model)

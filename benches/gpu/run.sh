@@ -10,7 +10,7 @@
 # Mistral-7B) and synthetic StackExchange-like images, then for each model runs, alternating
 # (Sift, transformers, transformers, Sift):
 #   sift bench embed --device cuda:0 --dtype bf16 --batch-size B --items N --warmup W --json
-#   python3 benches/gpu/peer.py  (the same inputs, the same precision)
+#   python3 -m benches.gpu.peer  (the same inputs, the same precision)
 # and writes under $OUT: raw/<model>.<engine>.<round>.json, results.json and results.md
 # (items/s, GPU memory, GPU utilisation, Sift's model-busy share, the Sift/transformers ratio).
 #
@@ -96,7 +96,7 @@ cat "$out/versions.txt" >&2
 
 # inputs: images, texts
 log "images"
-python3 benches/make_random_vision.py --models none --images "$work/images" \
+python3 -m benches.make_random_vision --models none --images "$work/images" \
     --n-images "$([ "$dry" = 1 ] && echo 12 || echo 256)" >>"$out/log.txt" 2>&1
 python3 - "$work/texts.txt" <<'EOF'
 import random, sys
@@ -131,7 +131,7 @@ make_model() { # name -> checkpoint directory on stdout
     fi
     case "$name" in
         mistral-7b) [ -f "$dir/config.json" ] || python3 benches/make_random_decoder.py --out "$dir" >>"$out/log.txt" 2>&1 ;;
-        *) python3 benches/make_random_vision.py --models "$name" --n-images 0 --out "$work/models" >>"$out/log.txt" 2>&1 ;;
+        *) python3 -m benches.make_random_vision --models "$name" --n-images 0 --out "$work/models" >>"$out/log.txt" 2>&1 ;;
     esac
     echo "$dir"
 }
@@ -184,7 +184,7 @@ for name in "${names[@]}"; do
                     --device "$device" --dtype bf16 --batch-size "$b" --items "$n"
                     --warmup "$w" --json)
             else
-                cmd=(python3 benches/gpu/peer.py --family "$fam" --model "$dir" --input "$input"
+                cmd=(python3 -m benches.gpu.peer --family "$fam" --model "$dir" --input "$input"
                     --device "$device" --dtype bf16 --batch-size "$b" --items "$n"
                     --warmup "$w" --workers "$workers" --json)
             fi

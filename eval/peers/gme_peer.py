@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """transformers peer runner: CPU image embedding throughput of a local GME (gme-Qwen2-VL) model.
 
-Usage:
-    python3 eval/peers/gme_peer.py --model target/bench-models/gme-qwen2-vl-2b \
+Usage (from the repository root):
+    python3 -m eval.peers.gme_peer --model target/bench-models/gme-qwen2-vl-2b \
         --images target/bench-images-gme [--items 8] [--batch-size 2] [--threads 2] [--warmup 2] [--json]
 
 Input: --images is a folder (its .png/.jpg/.jpeg/.webp/.gif/.bmp files, sorted by name) or a
@@ -58,8 +58,7 @@ import sys
 import time
 from typing import List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import result, set_threads  # noqa: E402
+from eval.peers.measure import result, set_threads
 
 IMAGE_EXT = ("png", "jpg", "jpeg", "webp", "gif", "bmp")  # what `sift embed` takes from a folder
 DEFAULT_INSTRUCTION = "You are a helpful assistant."

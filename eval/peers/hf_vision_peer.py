@@ -3,8 +3,8 @@
 (or Nomic Embed Vision v1.5, through its vendored published code; or Jina-CLIP v1, through
 eval/peers/jina_clip_peer.py).
 
-Usage:
-    python3 eval/peers/hf_vision_peer.py --model target/bench-models/clip-vit-base-patch32 \
+Usage (from the repository root):
+    python3 -m eval.peers.hf_vision_peer --model target/bench-models/clip-vit-base-patch32 \
         --images target/bench-images [--items 128] [--batch-size 32] [--threads 2] [--warmup 32] [--json]
 
 Input: the files of --images (sorted by name, cycled if fewer than --items), read into memory
@@ -30,7 +30,7 @@ each model's path is an ImageEmbedder (prep, embed_all), which Jina-CLIP v1's pe
 Nomic Embed Vision v1.5 (config.json "architectures" has "NomicVisionModel"): transformers
 has no class for it, so it runs the published remote code, vendored under
 models/fixtures/nomic/vendor/ and imported as models/fixtures/nomic/make_tiny_nomic.py does
-(namespace packages; the same transformers-5 shim, get_extended_attention_mask re-added only
+(models.fixtures.nomic.vendor.<copy>, namespace packages; the same transformers-5 shim, get_extended_attention_mask re-added only
 where missing; a float n_inner cast to int for GPT2Config). The vendored copy is the one the
 checkpoint's auto_map names: "nomic-ai/nomic-bert-2048--..." (the published config's) ->
 vendor/hub_nomic_bert_2048 (attention through F.scaled_dot_product_attention); an auto_map
@@ -62,11 +62,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import autocast_bf16, result, set_threads, timed_run  # noqa: E402
+from eval.peers.measure import autocast_bf16, result, set_threads, timed_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOMIC_VENDOR = os.path.join(REPO, "models", "fixtures", "nomic", "vendor")
+NOMIC_VENDOR_PACKAGE = "models.fixtures.nomic.vendor"  # NOMIC_VENDOR, imported from the repository root
 # hub repo of an auto_map entry ("<repo>--<module>.<class>") -> its vendored copy
 NOMIC_AUTO_MAP_VENDOR = {"nomic-ai/nomic-bert-2048": "hub_nomic_bert_2048"}
 NOMIC_LOCAL_VENDOR = "hub_nomic_embed_vision_v1_5"  # auto_map naming files in the repo itself
@@ -112,10 +112,8 @@ def _extended_attention_mask_v4(self, attention_mask, input_shape, device=None, 
 
 def nomic_vendored(pkg: str):
     """(modeling, configuration) modules of the vendored copy vendor/<pkg>/ (namespace package)."""
-    if NOMIC_VENDOR not in sys.path:
-        sys.path.insert(0, NOMIC_VENDOR)
-    modeling = importlib.import_module(f"{pkg}.modeling_hf_nomic_bert")
-    configuration = importlib.import_module(f"{pkg}.configuration_hf_nomic_bert")
+    modeling = importlib.import_module(f"{NOMIC_VENDOR_PACKAGE}.{pkg}.modeling_hf_nomic_bert")
+    configuration = importlib.import_module(f"{NOMIC_VENDOR_PACKAGE}.{pkg}.configuration_hf_nomic_bert")
     if not hasattr(modeling.NomicBertModel, "get_extended_attention_mask"):
         modeling.NomicBertModel.get_extended_attention_mask = _extended_attention_mask_v4
     return modeling, configuration
@@ -282,7 +280,7 @@ def run(model: str, images: str, items: int = 128, batch_size: int = 32, threads
     cfg = read_config(model)
     if "JinaCLIPModel" in (cfg.get("architectures") or []):
         # Jina-CLIP v1: the published encode_image (eval/peers/jina_clip_peer.py)
-        from jina_clip_peer import image_embedder
+        from eval.peers.jina_clip_peer import image_embedder
         e = image_embedder(model, batch_size)
     else:
         e = transformers_embedder(model, cfg, batch_size)

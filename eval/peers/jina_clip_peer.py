@@ -2,10 +2,10 @@
 """Jina-CLIP v1 peer runner: CPU embedding throughput of a local Jina-CLIP v1 checkpoint through
 the published jina-clip-implementation code, images or texts.
 
-Usage:
-    python3 eval/peers/jina_clip_peer.py --model target/bench-models/jina-clip-v1 \
+Usage (from the repository root):
+    python3 -m eval.peers.jina_clip_peer --model target/bench-models/jina-clip-v1 \
         --modality image --images DIR [--items 128] [--batch-size 32] [--threads 2] [--warmup 32] [--json]
-    python3 eval/peers/jina_clip_peer.py --model target/bench-models/jina-clip-v1 \
+    python3 -m eval.peers.jina_clip_peer --model target/bench-models/jina-clip-v1 \
         --modality text --texts FILE [--items N] [--batch-size 32] [--threads 2] [--warmup 64] [--json]
 
 The model is built as models/fixtures/jina_clip/make_tiny_jina_clip.py builds its fixture (that
@@ -37,16 +37,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
+import importlib
 import io
 import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-FIXTURE = os.path.join(REPO, "models", "fixtures", "jina_clip", "make_tiny_jina_clip.py")
-sys.path.insert(0, HERE)
+FIXTURE = "models.fixtures.jina_clip.make_tiny_jina_clip"  # models/fixtures/jina_clip/make_tiny_jina_clip.py
 
 
 def is_jina_clip(cfg: dict) -> bool:
@@ -57,16 +54,14 @@ def load(model: str):
     """(JinaCLIPModel with the checkpoint's weights and processors, the fixture module)."""
     import torch
     from transformers import BertTokenizerFast
-    from hf_vision_peer import read_safetensors_into
+    from eval.peers.hf_vision_peer import read_safetensors_into
 
     with open(os.path.join(model, "config.json")) as f:
         cfg = json.load(f)
     if not is_jina_clip(cfg):
         raise ValueError(f"{model}/config.json: not a JinaCLIPModel checkpoint")
     with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON line
-        spec = importlib.util.spec_from_file_location("make_tiny_jina_clip", FIXTURE)
-        fx = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fx)
+        fx = importlib.import_module(FIXTURE)
         m = fx.build_model(cfg).to(torch.float32).eval()
     read_safetensors_into(os.path.join(model, "model.safetensors"), m.state_dict())
     m.tokenizer = BertTokenizerFast.from_pretrained(model)
@@ -84,7 +79,7 @@ def load(model: str):
 def image_embedder(model: str, batch_size: int):
     """hf_vision_peer.ImageEmbedder of the published encode_image (hf_vision_peer.run times it)."""
     from PIL import Image
-    from hf_vision_peer import ImageEmbedder
+    from eval.peers.hf_vision_peer import ImageEmbedder
 
     m = load(model)
 
@@ -104,7 +99,7 @@ def image_embedder(model: str, batch_size: int):
 def run_texts(model: str, texts: str, batch_size: int = 32, threads: int = 1,
               items: int | None = None, warmup: int = 64) -> dict:
     import transformers
-    from measure import result, set_threads, text_inputs, timed_run
+    from eval.peers.measure import result, set_threads, text_inputs, timed_run
 
     set_threads(threads)
     all_texts, n = text_inputs(texts, items)
@@ -135,7 +130,7 @@ def main(argv=None) -> int:
     if args.modality == "image":
         if not args.images:
             ap.error("--modality image needs --images")
-        from hf_vision_peer import run
+        from eval.peers.hf_vision_peer import run
         res = run(args.model, args.images, args.items or 128, args.batch_size, args.threads,
                   32 if args.warmup is None else args.warmup)
     else:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """sentence-transformers peer runner: CPU embedding throughput of a local model.
 
-Usage:
-    python3 eval/peers/st_embed_peer.py --model models/local/all-MiniLM-L6-v2 \
+Usage (from the repository root):
+    python3 -m eval.peers.st_embed_peer --model models/local/all-MiniLM-L6-v2 \
         --texts FILE [--batch-size 32] [--threads 2] [--items N] [--warmup 64] [--json]
 
 --texts is JSONL. A line with "_id" or "title" is a BEIR corpus.jsonl record and its text
@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import autocast_bf16, result, set_threads, text_inputs, timed_run  # noqa: E402
+from eval.peers.measure import autocast_bf16, result, set_threads, text_inputs, timed_run
 
 
 def run(model: str, texts: str, batch_size: int = 32, threads: int = 1,

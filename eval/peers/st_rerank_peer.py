@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """sentence-transformers peer runner: CPU cross-encoder reranking throughput of a local model.
 
-Usage:
-    python3 eval/peers/st_rerank_peer.py --model target/bench-models/ms-marco-minilm-l6-random \
+Usage (from the repository root):
+    python3 -m eval.peers.st_rerank_peer --model target/bench-models/ms-marco-minilm-l6-random \
         --queries FILE --passages FILE [--items 2000] [--depth 100] [--concat 1] \
         [--batch-size 32] [--max-length 512] [--threads 2] [--warmup 32] \
         [--dtype float32|bf16-autocast|bfloat16] [--json]
@@ -39,12 +39,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import result, set_threads  # noqa: E402
+from eval.peers.measure import result, set_threads
 
 
 def read_texts(path: str) -> list[str]:

@@ -1,6 +1,6 @@
 //! GME against transformers: a tiny random-initialised Qwen2-VL checkpoint and the vectors
 //! transformers computes for it (models/fixtures/gme/, made by
-//! `python3 models/fixtures/gme/make_gme_fixtures.py`).
+//! `python3 -m models.fixtures.gme.make_gme_fixtures`, from the repository root).
 //!
 //! - Every case (text-only queries and candidates, image-only candidates, text + image,
 //!   two images + text) gives the same token ids and patch grids, and vectors with a cosine

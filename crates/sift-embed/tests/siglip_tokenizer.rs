@@ -4,7 +4,7 @@
 //! with SigLIP's/T5's settings, a hub-style `tokenizer_config.json`, the `tokenizer.json`
 //! written by `models/siglip_tokenizer_json.py`, and `reference.json` with
 //! `SiglipTokenizer(texts, padding="max_length", max_length=64, truncation=True)` ids), made by
-//! `python3 models/fixtures/vision/siglip-spm/make_siglip_spm_fixture.py`.
+//! `python3 -m models.fixtures.vision.make_siglip_spm_fixture` (from the repository root).
 //!
 //! The ids are made the way `VisionEmbedder::load`/`tokenize` make them: `tokenizer.json`, the
 //! pad token from `tokenizer_config.json`, right truncation and fixed right padding to the

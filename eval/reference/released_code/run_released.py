@@ -29,12 +29,15 @@ runs when `--torchvision DIR` points at one installed with
 
     pip install -r eval/reference/released_code/requirements.txt
     git clone https://github.com/mm-bright/MM-BRIGHT /tmp/MM-BRIGHT && git -C /tmp/MM-BRIGHT checkout 2d37a4d
-    python3 eval/reference/released_code/run_released.py --mmbright /tmp/MM-BRIGHT
+    python3 -m eval.reference.released_code.run_released --mmbright /tmp/MM-BRIGHT   # from the repository root
+
+The repository's code it uses (the fixtures' scripts, the vendored published code) is imported
+as modules of the repository root's packages (models.fixtures.*). The released code's package
+`src` is the one of the --mmbright checkout (its `__path__`, as for src.retrievers below).
 """
 import argparse
 import importlib
 import importlib.machinery
-import importlib.util
 import json
 import sys
 import tempfile
@@ -128,7 +131,10 @@ def stub_unused_imports(mmbright):
     for name in ["sklearn", "sklearn.metrics"]:
         sys.modules[name] = stub(name)
     sys.modules["sklearn.metrics.pairwise"] = pairwise
-    sys.path.insert(0, str(mmbright))
+    # the released code's package `src`, from the checkout (its __init__.py is empty)
+    src = stub("src")
+    src.__path__ = [str(mmbright / "src")]
+    sys.modules["src"] = src
     # the retrievers package without its __init__ (which imports every text retriever)
     pkg = stub("src.retrievers")
     pkg.__path__ = [str(mmbright / "src" / "retrievers")]
@@ -136,14 +142,6 @@ def stub_unused_imports(mmbright):
     t1 = stub("src.retrievers.task1_text")
     t1.calculate_retrieval_metrics = lambda results, qrels, **k: {}
     sys.modules["src.retrievers.task1_text"] = t1
-
-
-def load_module(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def era_copy(src, tmp):
@@ -181,18 +179,20 @@ def redirect_models(torchvision, tmp):
         "nomic-ai/nomic-embed-vision-v1.5": nomic_vision,
     }
     # the published modelling code, loaded as the fixtures' scripts load it
-    sys.path.insert(0, str(FIX / "nomic"))
     sys.argv = [sys.argv[0]]
-    nomic = importlib.import_module("make_tiny_nomic")
+    nomic = importlib.import_module("models.fixtures.nomic.make_tiny_nomic")
     try:  # its imports need transformers 4 (models/fixtures/bge_vl/README.md)
-        mmret = load_module("modeling_MMRet_CLIP", FIX / "bge_vl" / "vendor" / "modeling_MMRet_CLIP.py")
+        mmret = importlib.import_module("models.fixtures.bge_vl.vendor.modeling_MMRet_CLIP")
     except ImportError:
         mmret = None
     jina = None
     if torchvision:
+        # the --target install of torchvision named on the command line (not in the
+        # repository), importable from here on and not from the start (PYTHONPATH): transformers,
+        # imported above, has taken torchvision to be absent, so CLIP's and SigLIP's image
+        # processors keep their PIL backend, as in the run that wrote scores.json
         sys.path.insert(0, str(torchvision))
-        sys.path.insert(0, str(FIX / "jina_clip"))
-        jina = importlib.import_module("make_tiny_jina_clip")
+        jina = importlib.import_module("models.fixtures.jina_clip.make_tiny_jina_clip")
 
     def model(name, **kw):
         if name == "BAAI/BGE-VL-large":

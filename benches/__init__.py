@@ -1,0 +1,1 @@
+"""The benchmark drivers: modules run from the repository root, `python3 -m benches.<driver>`."""
