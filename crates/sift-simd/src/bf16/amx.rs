@@ -15,8 +15,9 @@
 //! tensor's memory) is written where it lies.
 //!
 //! The instructions are written in `asm!` (the AMX intrinsics and target features are not
-//! stable Rust); [`available`] checks CPUID and asks Linux for the tile state
-//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`) once, before any tile is used.
+//! stable Rust); [`available`] reads [`crate::cpu`], which checked CPUID and asked Linux for the
+//! tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`) once, before any tile is
+//! used.
 use super::{Line, Out, line_at};
 
 /// Input pairs of one tile step (a `B` tile's rows; an `A` tile's 32 inputs).
@@ -24,37 +25,10 @@ pub(super) const STEP_PAIRS: usize = 16;
 /// Rows of the output one block covers (two `A` tiles).
 pub(super) const BLOCK_ROWS: usize = 32;
 
-/// Whether the processor has AMX-BF16 and Linux lets this process use the tiles (asked once).
+/// Whether the processor has AMX-BF16 and Linux lets this process use the tiles
+/// ([`crate::Cpu::amx`]).
 pub fn available() -> bool {
-    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OK.get_or_init(|| {
-        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        {
-            // CPUID.(EAX=7, ECX=0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE
-            let r = std::arch::x86_64::__cpuid_count(7, 0);
-            if (r.edx >> 22) & 1 == 0 || (r.edx >> 24) & 1 == 0 {
-                return false;
-            }
-            let ret: i64;
-            // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18) only
-            // changes which register state the kernel saves for this process; it reads and
-            // writes no memory of ours. rcx and r11 are clobbered by `syscall`.
-            unsafe {
-                std::arch::asm!(
-                    "syscall",
-                    inlateout("rax") 158i64 => ret,
-                    in("rdi") 0x1023i64,
-                    in("rsi") 18i64,
-                    lateout("rcx") _,
-                    lateout("r11") _,
-                    options(nostack),
-                );
-            }
-            ret == 0
-        }
-        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-        false
-    })
+    crate::cpu().amx
 }
 
 /// The tile configuration: palette 1, every tile 16 rows × 64 bytes.

@@ -81,18 +81,9 @@ impl Kernel {
 }
 
 /// Whether the processor has AVX512-BF16 (with the AVX-512 foundation and byte/word
-/// instructions the kernel also uses).
+/// instructions the kernel also uses): [`crate::Cpu::dot_bf16`].
 pub fn has_dot_bf16() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            has!("avx512f") && has!("avx512bw") && has!("avx512bf16")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    })
+    crate::cpu().dot_bf16()
 }
 
 /// Rounds an f32 to bfloat16 bits: to nearest, ties to even; NaN stays NaN.
