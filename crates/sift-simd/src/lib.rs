@@ -1,6 +1,7 @@
 //! Sift's hand-written kernels, and the one check of what the processor offers them
-//! ([`cpu`], detected once at run time): the vector dot product every dense search runs on
-//! and the bfloat16 matrix products ([`bf16`]).
+//! ([`cpu`], detected once at run time): the vector dot product every dense search runs on,
+//! the bfloat16 matrix products ([`bf16`]) and the element-wise kernels of the networks'
+//! layers ([`elementwise`]).
 //!
 //! The crates are built for baseline x86-64; the hot loops are also compiled for AVX2/FMA
 //! and AVX-512 (AVX512-BF16, AMX) and the best version the processor has is chosen from
@@ -15,6 +16,7 @@
 
 pub mod bf16;
 mod cpu;
+pub mod elementwise;
 pub mod mem;
 
 pub use cpu::{Cpu, Level, cpu, level};

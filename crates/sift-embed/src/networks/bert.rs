@@ -11,7 +11,7 @@ use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::ops::{self, Act, Norm, Packing, Proj, Segment, load_norm as layer_norm};
+use crate::nn::ops::{self, Act, Norm, Packing, Proj, Segment, load_norm as layer_norm, parse_act};
 
 /// A BERT `config.json`: transformers' `BertConfig`, with its defaults for omitted keys.
 #[derive(Debug, Clone, Deserialize)]
@@ -130,7 +130,7 @@ impl Bert {
                 cfg.position_embedding_type
             );
         }
-        let act = Act::parse(&cfg.hidden_act)
+        let act = parse_act(&cfg.hidden_act)
             .ok_or_else(|| candle_core::Error::Msg(format!("hidden_act {:?}", cfg.hidden_act)))?;
         let h = cfg.hidden_size;
         let e = vb.pp("embeddings");

@@ -8,7 +8,7 @@ use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
 use crate::nn::encoder::{Encoder, TextStack, VisionEmbeddings, VisionStem, hf_sizes};
-use crate::nn::ops::{self, Act, Packing, Proj};
+use crate::nn::ops::{self, Act, Packing, Proj, parse_act};
 
 /// An image or patch size: one number, or `[height, width]`.
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -138,7 +138,7 @@ pub(crate) fn vision_embeddings(
 }
 
 pub(crate) fn act(name: &str) -> Result<Act> {
-    Act::parse(name).ok_or_else(|| candle_core::Error::Msg(format!("hidden_act {name:?}")))
+    parse_act(name).ok_or_else(|| candle_core::Error::Msg(format!("hidden_act {name:?}")))
 }
 
 /// CLIP's text tower with its projection.

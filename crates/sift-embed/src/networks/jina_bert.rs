@@ -10,7 +10,7 @@ use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use crate::networks::nomic::word_and_type0;
-use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm, parse_act};
 
 /// JinaBERT's configuration: the text tower's `hf_model_config_kwargs` over the values of
 /// `jinaai/jina-bert-flash-implementation`'s `config.json` (the defaults here), as the
@@ -75,7 +75,7 @@ impl JinaBertConfig {
         if self.mlp_type != "glu" {
             return Err(format!("mlp_type {:?} (only glu)", self.mlp_type));
         }
-        if Act::parse(&self.hidden_act).is_none() {
+        if parse_act(&self.hidden_act).is_none() {
             return Err(format!("hidden_act {:?}", self.hidden_act));
         }
         if self.num_attention_heads == 0
@@ -178,7 +178,7 @@ impl JinaBert {
             layers,
             heads,
             head_dim: d,
-            act: Act::parse(&cfg.hidden_act).expect("checked"),
+            act: parse_act(&cfg.hidden_act).expect("checked"),
             slopes: alibi_slopes(heads).into_iter().map(|s| s as f32).collect(),
             pad: cfg.pad_token_id,
             device: vb.device().clone(),

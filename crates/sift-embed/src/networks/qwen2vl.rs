@@ -28,7 +28,7 @@ use serde::Deserialize;
 use crate::networks::decoder_config::DecoderConfig;
 use serde_json::Value;
 
-use crate::nn::ops::{self, Act, Packing, Proj, Segment};
+use crate::nn::ops::{self, Act, Packing, Proj, Segment, parse_act};
 
 /// `vision_config` of a Qwen2-VL checkpoint (transformers' `Qwen2VLVisionConfig` defaults).
 #[derive(Debug, Clone, Deserialize)]
@@ -379,7 +379,7 @@ impl Qwen2VlConfig {
                 v.hidden_size, t.hidden_size
             ));
         }
-        if Act::parse(&v.hidden_act).is_none() || Act::parse(&t.hidden_act).is_none() {
+        if parse_act(&v.hidden_act).is_none() || parse_act(&t.hidden_act).is_none() {
             return Err(format!(
                 "unsupported activation ({} / {})",
                 v.hidden_act, t.hidden_act
@@ -584,7 +584,7 @@ impl VisionTower {
             merger_norm: norm(&m.pp("ln_q"))?,
             merger_fc1: pk.load(&m.pp("mlp.0"), merged, merged, true)?,
             merger_fc2: pk.load(&m.pp("mlp.2"), merged, cfg.hidden_size, true)?,
-            act: Act::parse(&cfg.hidden_act).unwrap_or(Act::QuickGelu),
+            act: parse_act(&cfg.hidden_act).unwrap_or(Act::QuickGelu),
             // axial rope: a quarter of the head dimension per axis, base 10000
             inv_freq: inv_freq(10_000.0, d / 2),
             cfg: cfg.clone(),
@@ -1079,7 +1079,7 @@ impl TextModel {
             embed: Embedding::new(vb.pp("embed_tokens").get((cfg.vocab_size, h), "weight")?, h),
             layers,
             norm: rms(vb.pp("norm"))?,
-            act: Act::parse(&cfg.hidden_act).unwrap_or(Act::Silu),
+            act: parse_act(&cfg.hidden_act).unwrap_or(Act::Silu),
             inv_freq: {
                 let mut f = inv_freq(cfg.rope_theta, d);
                 if let Some(r) = cfg.llama3_rope {

@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm};
+use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm, parse_act};
 
 /// `XLMRobertaFlashConfig` (the keys the tower reads), with the published class's defaults
 /// (jina-clip-v2 builds it from `text_config.hf_model_config_kwargs` alone).
@@ -268,7 +268,7 @@ impl XlmRoberta {
             layers,
             heads,
             head_dim: d,
-            act: Act::parse(&cfg.hidden_act).expect("checked"),
+            act: parse_act(&cfg.hidden_act).expect("checked"),
             inv_freq,
             pad: cfg.pad_token_id,
             device: vb.device().clone(),

@@ -38,7 +38,7 @@ macro_rules! hf_sizes {
             layers: $c.num_hidden_layers,
             heads: $c.num_attention_heads,
             eps: $c.layer_norm_eps,
-            act: $crate::nn::act::Act::parse(&$c.hidden_act).ok_or_else(|| {
+            act: $crate::nn::act::parse_act(&$c.hidden_act).ok_or_else(|| {
                 candle_core::Error::Msg(format!("hidden_act {:?}", $c.hidden_act))
             })?,
         }

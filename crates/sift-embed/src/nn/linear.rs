@@ -1,7 +1,7 @@
 //! Linear layers: the fused CPU layer (bias and residual pre-filled, gemm accumulates,
 //! activation in place), its bfloat16-weight twin [`PackedLinear`], [`Proj`] holding either,
 //! [`Packing`] (which of the two a model loads), and the loaders.
-use crate::nn::act::*;
+use crate::nn::act::{Act, apply_act};
 use crate::nn::kernels::*;
 use crate::nn::norm::{Norm, NormRows};
 use candle_core::{
@@ -10,6 +10,10 @@ use candle_core::{
 };
 use candle_nn::{Linear, VarBuilder};
 use sift_simd::bf16::Epilogue;
+use sift_simd::elementwise::{
+    act_slice, add_to_rows, add_values, bias_act_fuses, bias_act_round, bias_act_round_rows,
+    scale_rows,
+};
 
 /// A linear layer the models run through [`linear_act`]: candle's [`Linear`] or a [`Proj`].
 pub trait LinearLayer {
@@ -73,7 +77,7 @@ pub fn dense_act(
     }
     let mut y = l.forward(x)?;
     if let Some(a) = act {
-        y = a.apply(&y)?;
+        y = apply_act(a, &y)?;
     }
     match residual {
         Some(r) => y + r,

@@ -3,8 +3,6 @@
 //! ([`norm`]), packed attention ([`attention`]), and the pre-norm transformer encoder of
 //! CLIP and SigLIP ([`encoder`]). [`ops`] gathers what the models import.
 pub(crate) mod act;
-#[cfg(target_arch = "x86_64")]
-mod act_avx512;
 pub(crate) mod attention;
 pub(crate) mod encoder;
 pub(crate) mod kernels;

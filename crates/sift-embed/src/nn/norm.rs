@@ -1,8 +1,8 @@
 //! Normalisation: layer norms as the checkpoints store them, and L2 rows.
-use crate::nn::act::add_layer_norm_rows;
 use crate::nn::kernels::fused_cpu;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Result, Shape, Tensor};
 use candle_nn::{LayerNorm, VarBuilder};
+use sift_simd::elementwise::add_layer_norm_rows;
 
 /// Loads a layer norm (`weight`, `bias`).
 pub fn load_layer_norm(vb: &VarBuilder, size: usize, eps: f64) -> Result<LayerNorm> {

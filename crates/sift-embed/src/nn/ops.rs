@@ -1,6 +1,6 @@
 //! What the models build with, in one import: the activations, linear layers, norms and
 //! attention of the modules beside this one.
-pub use super::act::Act;
+pub use super::act::{Act, parse_act};
 pub(crate) use super::attention::{Attention, ScoreBias, Segment, padding_key_bias};
 pub use super::kernels::Kernels;
 pub(crate) use super::linear::{

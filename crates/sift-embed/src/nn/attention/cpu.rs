@@ -1,9 +1,9 @@
 //! Attention on the CPU in one op over every (sequence, head) pair.
-use crate::nn::act::*;
 use crate::nn::attention::*;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape};
 use sift_simd::bf16::Rows;
 use sift_simd::bf16::attention::HeadProducts;
+use sift_simd::elementwise::{softmax_row, softmax_row_bf16};
 
 /// Attention on the CPU in one op: every (sequence, head) pair in parallel, reading Q, K and
 /// V in place from the packed `qkv` matrix through strides and writing its context straight

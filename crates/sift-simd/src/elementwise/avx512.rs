@@ -1,4 +1,4 @@
-//! Hand-written AVX-512 versions of the hottest element-wise kernels of [`super::act`], for
+//! Hand-written AVX-512 versions of the hottest element-wise kernels of [`super`], for
 //! what the compiler does not find from the portable loops: exact GELU by a rational erf
 //! whose division is `vrcp14ps` and one Newton step, `2^n` by `vscalefps`, and the
 //! bfloat16 softmax in three passes (maximum; exponential, stored and summed; normalised and
@@ -32,7 +32,7 @@ fn exp16_bf16(x: __m512) -> __m512 {
 /// function of Eigen's and XLA's f32 `erf` (inputs clamped to [-4, 4], where erf is ±1 in
 /// f32), the division by `vrcp14ps` and one Newton step. Absolute error of erf below 5e-7
 /// in f32 (the test `gelu_lanes_match_erf_in_double_precision`): 21 instructions where
-/// Abramowitz & Stegun 7.1.26 with an exponential (as [`super::act::erf`], the portable
+/// Abramowitz & Stegun 7.1.26 with an exponential (as `erf`, the portable
 /// loops) takes about 35, the only part of a bfloat16 GELU layer's epilogue that is not
 /// moving memory.
 #[inline]
@@ -97,7 +97,7 @@ pub(super) unsafe fn gelu(xs: &mut [f32]) {
     }
 }
 
-/// [`super::act::softmax_row_bf16`]: `row[..visible]` left holding the unnormalised
+/// [`super::softmax_row_bf16`]: `row[..visible]` left holding the unnormalised
 /// exponentials, `out[..visible]` the probabilities rounded to bfloat16 (to nearest, ties
 /// to even), `out[visible..]` zero.
 ///
