@@ -23,7 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The families ([`embedders`] over [`networks`], [`Family`]): BERT-family sentence encoders ([`TextEmbedder`]:
+//! The families ([`embedders`] over sift-nn's networks, [`Family`]): BERT-family sentence encoders ([`TextEmbedder`]:
 //! pooling from sentence-transformers' `1_Pooling/config.json` or the [`registry`], prefixes,
 //! truncation), CLIP and SigLIP ([`VisionEmbedder`]; BGE-VL is a CLIP checkpoint), GME
 //! ([`GmeEmbedder`], over Qwen2-VL), decoder LLM embedders ([`DecoderEmbedder`]: Mistral,
@@ -40,8 +40,6 @@ pub mod embedders;
 mod error;
 mod files;
 pub mod image;
-pub mod networks;
-mod nn;
 pub mod profile;
 pub mod registry;
 
@@ -69,11 +67,11 @@ pub use embedders::vision::{
 pub use error::{Error, Result};
 pub use files::{ModelFiles, read_json};
 pub use image::PreprocessError;
-pub use networks::nomic_vision::{NomicVision, NomicVisionConfig};
-pub use nn::linear::activation_dtype;
-pub use nn::ops::Kernels;
 pub use profile::{Profile, ReferenceModel};
 pub use registry::{ModelInfo, Pooling};
+pub use sift_nn::layers::kernels::Kernels;
+pub use sift_nn::layers::linear::activation_dtype;
+pub use sift_nn::models::nomic_vision::{NomicVision, NomicVisionConfig};
 
 /// Makes glibc's allocator keep large buffers for reuse instead of returning each one to the
 /// kernel: model inference allocates and frees activation tensors of many megabytes per

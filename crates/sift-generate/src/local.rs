@@ -10,17 +10,17 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
-use sift_embed::networks::qwen2vl::{
+use sift_embed::{GmeImage, GmeProcessor, ModelFiles};
+use sift_nn::models::qwen2vl::{
     KvCache, LmHead, Qwen2VlConfig, TextModel, VisionTower, mrope_positions, place_image_tokens,
 };
-use sift_embed::{GmeImage, GmeProcessor, ModelFiles};
 
 use crate::request::{Generation, Message, Part, Request, Sampling, Usage};
 use crate::{Error, Generator, Result};
 
 /// A Qwen2-VL or Qwen2.5-VL checkpoint loaded for generation (the two share the language
 /// model, processor and multimodal positions; their vision towers differ: see
-/// `sift_embed::networks::qwen2vl`).
+/// `sift_nn::models::qwen2vl`).
 pub struct LocalQwen2Vl {
     name: String,
     text: TextModel,

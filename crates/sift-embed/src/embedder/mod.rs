@@ -172,7 +172,7 @@ impl Precision {
     pub fn resolve(self, family: Family, device: &candle_core::Device) -> Precision {
         match self {
             Precision::Auto => {
-                let packs = crate::nn::kernels::fused_cpu(device)
+                let packs = sift_nn::layers::kernels::fused_cpu(device)
                     && sift_simd::bf16::has_dot_bf16()
                     && family != Family::JinaClip;
                 if packs {
@@ -192,7 +192,7 @@ impl Precision {
     /// fused f32 gemm), or `candle-<dtype>` (candle's generic operations: GPUs, and the
     /// CPU under `SIFT_KERNELS=generic` or in f16).
     pub fn linear_kernel(self, device: &candle_core::Device) -> &'static str {
-        let fused = crate::nn::kernels::fused_cpu(device);
+        let fused = sift_nn::layers::kernels::fused_cpu(device);
         match self {
             Precision::Bf16 if fused => match sift_simd::bf16::Kernel::best() {
                 sift_simd::bf16::Kernel::Amx => "packed-bf16-amx",

@@ -21,8 +21,8 @@ use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::Linear;
 use serde_json::Value;
 
-use crate::networks::bert::{Bert, BertConfig};
 use crate::{Error, ModelFiles, Result, read_json};
+use sift_nn::models::bert::{Bert, BertConfig};
 
 /// What turns the head's logit into the score.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

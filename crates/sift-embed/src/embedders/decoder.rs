@@ -19,11 +19,11 @@ use tokenizers::Tokenizer;
 use crate::embedders::text::Role;
 use crate::embedders::truncate::truncate_right;
 use crate::files::{ModelFiles, read_json};
-use crate::networks::decoder_config::DecoderConfig;
-use crate::networks::qwen2vl::{Position, TextModel};
-use crate::nn::ops::{Segment, l2_normalize};
 use crate::registry;
 use crate::{Error, Result};
+use sift_nn::layers::ops::{Segment, l2_normalize};
+use sift_nn::models::decoder_config::DecoderConfig;
+use sift_nn::models::qwen2vl::{Position, TextModel};
 
 /// Families this module runs (`model_type` in config.json).
 pub const DECODER_MODEL_TYPES: [&str; 4] = ["mistral", "qwen2", "qwen3", "llama"];

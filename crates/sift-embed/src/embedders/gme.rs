@@ -35,11 +35,11 @@ use crate::image::{
     Alpha, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, PreprocessError, Resample, decode_rgb_with,
     resize_rgb8,
 };
-use crate::networks::qwen2vl::{
+use crate::{Error, Result};
+use sift_nn::layers::ops::{self, Segment, l2_normalize};
+use sift_nn::models::qwen2vl::{
     Position, Qwen2VlConfig, TextModel, VisionTower, mrope_positions, place_image_tokens,
 };
-use crate::nn::ops::{self, Segment, l2_normalize};
-use crate::{Error, Result};
 
 /// GME's instruction for candidates, and for queries without one of their own.
 pub const DEFAULT_INSTRUCTION: &str = "You are a helpful assistant.";

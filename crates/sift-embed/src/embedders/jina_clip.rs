@@ -29,11 +29,11 @@ use tokenizers::Tokenizer;
 use crate::embedders::truncate::truncate_right;
 use crate::files::{ModelFiles, read_json};
 use crate::image::{ImageProcessor, PreprocessError, Resample, Resize};
-use crate::networks::eva::{EvaConfig, EvaVision};
-use crate::networks::jina_bert::{JinaBert, JinaBertConfig};
-use crate::networks::xlm_roberta::{XlmRoberta, XlmRobertaConfig};
-use crate::nn::ops::{self, l2_normalize};
 use crate::{Error, Result, Role};
+use sift_nn::layers::ops::{self, l2_normalize};
+use sift_nn::models::eva::{EvaConfig, EvaVision};
+use sift_nn::models::jina_bert::{JinaBert, JinaBertConfig};
+use sift_nn::models::xlm_roberta::{XlmRoberta, XlmRobertaConfig};
 
 /// `encode_text`'s default `max_length`.
 pub const JINA_CLIP_MAX_TOKENS: usize = 512;

@@ -1,5 +1,5 @@
 //! The embedders: a model's files, tokenizer, prompts, pooling and image processing around
-//! its network ([`crate::networks`]): BERT-family sentence encoders ([`text`]), CLIP and
+//! its network (sift-nn's `models`): BERT-family sentence encoders ([`text`]), CLIP and
 //! SigLIP ([`vision`]), GME ([`gme`]), decoder LLMs ([`decoder`]), Nomic Embed ([`nomic_pair`])
 //! and Jina-CLIP v1 and v2 ([`jina_clip`]); cross-encoder rerankers ([`cross_encoder`]);
 //! early truncation of long texts for every tokenizer ([`truncate`]).

@@ -9,13 +9,13 @@ use candle_core::Device;
 
 use crate::files::{ModelFiles, read_json};
 use crate::image::{ImageProcessor, PreprocessError};
-use crate::networks::nomic_vision::{NomicVision, NomicVisionConfig};
+use sift_nn::models::nomic_vision::{NomicVision, NomicVisionConfig};
 
 /// The text model Nomic's vision checkpoints share their space with.
 const NOMIC_TEXT: &str = "nomic-ai/nomic-embed-text-v1.5";
 use crate::embedders::text::{TextEmbedder, TextEmbedderOptions};
-use crate::nn::ops::{self, l2_normalize};
 use crate::{Error, Result};
+use sift_nn::layers::ops::{self, l2_normalize};
 
 /// Settings of a [`NomicEmbedder`].
 #[derive(Debug, Clone)]

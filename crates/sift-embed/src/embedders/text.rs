@@ -4,9 +4,9 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::embedders::truncate::truncate_right;
-use crate::networks::bert::{Bert, BertConfig};
-use crate::networks::nomic::{NomicBert, NomicConfig, card_head};
 use serde::Deserialize;
+use sift_nn::models::bert::{Bert, BertConfig};
+use sift_nn::models::nomic::{NomicBert, NomicConfig, card_head};
 use tokenizers::Tokenizer;
 
 use crate::files::ModelFiles;

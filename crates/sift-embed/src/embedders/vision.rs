@@ -14,10 +14,10 @@ use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer};
 use crate::embedders::truncate::truncate_right;
 use crate::files::ModelFiles;
 use crate::image::{ImageProcessor, PreprocessError};
-use crate::networks::clip::{Clip, ClipConfig};
-use crate::networks::siglip::{Siglip, SiglipConfig};
-use crate::nn::ops::{self, l2_normalize};
 use crate::{Error, Result};
+use sift_nn::layers::ops::{self, l2_normalize};
+use sift_nn::models::clip::{Clip, ClipConfig};
+use sift_nn::models::siglip::{Siglip, SiglipConfig};
 
 /// Model family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,8 +10,8 @@ use candle_core::{D, DType, Device, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::encoder::{rotate_qk, vit_tokens};
-use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm};
+use crate::layers::encoder::{rotate_qk, vit_tokens};
+use crate::layers::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm};
 
 /// A Nomic vision `config.json` (GPT-2 key names; `n_inner` may be a float).
 #[derive(Debug, Clone, Deserialize)]

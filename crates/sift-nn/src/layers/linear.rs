@@ -1,9 +1,9 @@
 //! Linear layers: the fused CPU layer (bias and residual pre-filled, gemm accumulates,
 //! activation in place), its bfloat16-weight twin [`PackedLinear`], [`Proj`] holding either,
 //! [`Packing`] (which of the two a model loads), and the loaders.
-use crate::nn::act::{Act, apply_act};
-use crate::nn::kernels::*;
-use crate::nn::norm::{Norm, NormRows};
+use crate::layers::act::{Act, apply_act};
+use crate::layers::kernels::*;
+use crate::layers::norm::{Norm, NormRows};
 use candle_core::{
     CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, Layout, Module, Result, Shape,
     Storage, Tensor,
@@ -312,7 +312,7 @@ impl Proj {
     }
 
     /// Whether the weights are packed bfloat16 (the model's activations are f32 and its
-    /// attention may run in bfloat16 too: [`Attention::bf16`](crate::nn::ops::Attention::bf16)).
+    /// attention may run in bfloat16 too: [`Attention::bf16`](crate::layers::ops::Attention::bf16)).
     pub fn is_packed(&self) -> bool {
         matches!(self, Proj::Packed(_))
     }
@@ -342,7 +342,7 @@ impl Proj {
     /// one rounding, the value the consumer would have made: half the memory traffic of
     /// f32 and no rounding pass), else as [`Proj::forward`]. The consumers read either
     /// dtype: packed layers ([`PackedLinear::forward`]) and attention with
-    /// [`Attention::bf16`](crate::nn::ops::Attention::bf16).
+    /// [`Attention::bf16`](crate::layers::ops::Attention::bf16).
     pub fn forward_rounded(&self, x: &Tensor, act: Option<Act>) -> Result<Tensor> {
         match self {
             Proj::Packed(p) if self.rounds_output() => p.forward_bf16(x, act),

@@ -11,8 +11,8 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::encoder::{rotate_qk, vit_tokens};
-use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm};
+use crate::layers::encoder::{rotate_qk, vit_tokens};
+use crate::layers::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm};
 
 /// Jina-CLIP's `vision_config` (`JinaCLIPVisionConfig`), with the published class's defaults
 /// for omitted keys.
@@ -160,7 +160,7 @@ const EPS: f64 = 1e-6;
 impl EvaVision {
     /// Loads the weights under `vb` (`patch_embed.*`, `cls_token`, `pos_embed`, `blocks.{i}.*`,
     /// `norm.*`, `head.*`).
-    /// bfloat16 on the CPU: see `Packing` in `nn::linear`.
+    /// bfloat16 on the CPU: see `Packing` in `layers::linear`.
     pub fn load(vb: VarBuilder, cfg: &EvaConfig) -> Result<EvaVision> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let (vb, pk) = Packing::split(vb);

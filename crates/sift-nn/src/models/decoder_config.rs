@@ -3,7 +3,7 @@
 //! and resolved into the [`TextConfig`] the model runs with, each family's defaults applied.
 use serde::Deserialize;
 
-use crate::networks::qwen2vl::{Llama3Rope, TextConfig};
+use crate::models::qwen2vl::{Llama3Rope, TextConfig};
 
 /// The rotary settings: transformers 4's `rope_scaling`, 5's `rope_parameters`.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -1,5 +1,5 @@
 //! Attention on the CPU in one op over every (sequence, head) pair.
-use crate::nn::attention::*;
+use crate::layers::attention::*;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape};
 use sift_simd::bf16::Rows;
 use sift_simd::bf16::attention::HeadProducts;

@@ -4,7 +4,7 @@
 //! SigLIP's towers ([`clip`], [`siglip`]), EVA02 ([`eva`]), Nomic's vision tower
 //! ([`nomic_vision`]), Qwen2-VL's vision tower and decoder language model ([`qwen2vl`], its
 //! config read by [`decoder_config`]). They know no files, tokenizers or prompts: the
-//! embedders do ([`crate::embedders`]).
+//! embedders do (sift-embed's).
 pub mod bert;
 pub mod clip;
 pub mod decoder_config;

@@ -11,7 +11,9 @@ use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::ops::{self, Act, Norm, Packing, Proj, Segment, load_norm as layer_norm, parse_act};
+use crate::layers::ops::{
+    self, Act, Norm, Packing, Proj, Segment, load_norm as layer_norm, parse_act,
+};
 
 /// A BERT `config.json`: transformers' `BertConfig`, with its defaults for omitted keys.
 #[derive(Debug, Clone, Deserialize)]
@@ -106,7 +108,7 @@ impl Bert {
     }
 
     /// Loads the weights (with or without a `bert.` / `<model_type>.` prefix; bfloat16 on
-    /// the CPU: see `Packing` in `nn::linear`).
+    /// the CPU: see `Packing` in `layers::linear`).
     pub fn load(vb: VarBuilder, cfg: &BertConfig) -> Result<Bert> {
         let (vb, pk) = Packing::split(vb);
         let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") {

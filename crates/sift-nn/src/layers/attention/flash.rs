@@ -2,7 +2,7 @@
 //! from (made on the host, checked on the CPU against the padded path).
 
 #[cfg(any(test, feature = "flash-attn"))]
-use crate::nn::attention::{ScoreBias, Segment};
+use crate::layers::attention::{ScoreBias, Segment};
 
 /// How variable-length flash attention runs a batch of segments, worked out on the host from
 /// the segments alone: the cumulative query and key offsets of the packed sequences, the rows
@@ -93,7 +93,7 @@ impl FlashLayout {
 #[cfg(feature = "flash-attn")]
 pub(crate) mod varlen {
     use super::FlashLayout;
-    use crate::nn::attention::{ScoreBias, Segment};
+    use crate::layers::attention::{ScoreBias, Segment};
     use candle_core::{DType, Result, Tensor};
 
     /// A [`FlashLayout`] with its small inputs (offsets, key rows, ALiBi slopes) on the

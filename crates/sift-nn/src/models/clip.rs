@@ -7,8 +7,8 @@ use candle_core::{Module, Result, Tensor};
 use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::encoder::{Encoder, TextStack, VisionEmbeddings, VisionStem, hf_sizes};
-use crate::nn::ops::{self, Act, Packing, Proj, parse_act};
+use crate::layers::encoder::{Encoder, TextStack, VisionEmbeddings, VisionStem, hf_sizes};
+use crate::layers::ops::{self, Act, Packing, Proj, parse_act};
 
 /// An image or patch size: one number, or `[height, width]`.
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -256,7 +256,7 @@ pub struct Clip {
 }
 
 impl Clip {
-    /// Loads a `CLIPModel` checkpoint (bfloat16 on the CPU: see `Packing` in `nn::linear`).
+    /// Loads a `CLIPModel` checkpoint (bfloat16 on the CPU: see `Packing` in `layers::linear`).
     pub fn load(vb: VarBuilder, config: &ClipConfig) -> Result<Clip> {
         let (vb, pk) = Packing::split(vb);
         Ok(Clip {

@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm, parse_act};
+use crate::layers::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm, parse_act};
 
 /// `XLMRobertaFlashConfig` (the keys the tower reads), with the published class's defaults
 /// (jina-clip-v2 builds it from `text_config.hf_model_config_kwargs` alone).
@@ -211,7 +211,7 @@ impl XlmRoberta {
     /// Loads the weights under `vb` (`embeddings.*`, `emb_ln`, `encoder.layers.{i}.*`; `vb` is
     /// `XLMRobertaLoRA.roberta`) with the adapter of LoRA task index `task` merged in (`None`:
     /// the original weights, as `HFTextEncoder` runs without a default LoRA task).
-    /// bfloat16 on the CPU: see `Packing` in `nn::linear`.
+    /// bfloat16 on the CPU: see `Packing` in `layers::linear`.
     pub fn load(vb: VarBuilder, cfg: &XlmRobertaConfig, task: Option<usize>) -> Result<XlmRoberta> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let (vb, pk) = Packing::split(vb);

@@ -1,5 +1,5 @@
 //! Normalisation: layer norms as the checkpoints store them, and L2 rows.
-use crate::nn::kernels::fused_cpu;
+use crate::layers::kernels::fused_cpu;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Result, Shape, Tensor};
 use candle_nn::{LayerNorm, VarBuilder};
 use sift_simd::elementwise::add_layer_norm_rows;
@@ -27,7 +27,7 @@ pub struct Norm {
 
 /// A layer norm's weight, bias and epsilon as f32 values, for the CPU kernels that
 /// normalise rows in place (after a packed linear layer's product, on rows still in the
-/// cache: [`PackedLinear::forward_norm`](crate::nn::linear::PackedLinear::forward_norm)).
+/// cache: [`PackedLinear::forward_norm`](crate::layers::linear::PackedLinear::forward_norm)).
 #[derive(Debug, Clone)]
 pub struct NormRows {
     weight: Vec<f32>,

@@ -4,13 +4,13 @@
 //! (`-slope_h * |i - j|`), a fused `Wqkv` with biases, and a GEGLU MLP
 //! (`wo(gelu(x W_g^T) * (x W_u^T))`, the gate being the first half of `gated_layers`).
 //! Sequences run packed and unpadded, the linear layers and attention over all tokens at once
-//! (`nn::ops::Attention::biased` with the ALiBi slopes).
+//! (`layers::ops::Attention::biased` with the ALiBi slopes).
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::networks::nomic::word_and_type0;
-use crate::nn::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm, parse_act};
+use crate::layers::ops::{self, Act, Packing, Proj, load_layer_norm as layer_norm, parse_act};
+use crate::models::nomic::word_and_type0;
 
 /// JinaBERT's configuration: the text tower's `hf_model_config_kwargs` over the values of
 /// `jinaai/jina-bert-flash-implementation`'s `config.json` (the defaults here), as the
@@ -139,7 +139,7 @@ pub struct JinaBert {
 
 impl JinaBert {
     /// Loads the weights under `vb` (`embeddings.*`, `emb_ln.*`, `encoder.layers.{i}.*`).
-    /// (bfloat16 on the CPU: see `Packing` in `nn::linear`).
+    /// (bfloat16 on the CPU: see `Packing` in `layers::linear`).
     pub fn load(vb: VarBuilder, cfg: &JinaBertConfig) -> Result<JinaBert> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let (vb, pk) = Packing::split(vb);

@@ -9,11 +9,11 @@ use candle_core::{D, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::networks::clip::{Side, act, vision_embeddings};
-use crate::nn::encoder::{
+use crate::layers::encoder::{
     Encoder, EncoderSizes, TextStack, VisionEmbeddings, VisionStem, hf_sizes,
 };
-use crate::nn::ops::{self, Packing, Proj};
+use crate::layers::ops::{self, Packing, Proj};
+use crate::models::clip::{Side, act, vision_embeddings};
 
 /// `text_config` of a SigLIP `config.json`.
 #[derive(Debug, Clone, Deserialize)]
@@ -267,7 +267,7 @@ pub struct Siglip {
 }
 
 impl Siglip {
-    /// Loads a `SiglipModel` checkpoint (bfloat16 on the CPU: see `Packing` in `nn::linear`).
+    /// Loads a `SiglipModel` checkpoint (bfloat16 on the CPU: see `Packing` in `layers::linear`).
     pub fn load(vb: VarBuilder, config: &SiglipConfig) -> Result<Siglip> {
         let (vb, pk) = Packing::split(vb);
         Ok(Siglip {

@@ -25,10 +25,10 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, RmsNorm, VarBuilder};
 use serde::Deserialize;
 
-use crate::networks::decoder_config::DecoderConfig;
+use crate::models::decoder_config::DecoderConfig;
 use serde_json::Value;
 
-use crate::nn::ops::{self, Act, Packing, Proj, Segment, parse_act};
+use crate::layers::ops::{self, Act, Packing, Proj, Segment, parse_act};
 
 /// `vision_config` of a Qwen2-VL checkpoint (transformers' `Qwen2VLVisionConfig` defaults).
 #[derive(Debug, Clone, Deserialize)]
@@ -160,7 +160,7 @@ impl VisionConfig {
 }
 
 /// The language model's settings, resolved from a `config.json` by
-/// [`DecoderConfig::resolve`](crate::networks::decoder_config::DecoderConfig::resolve).
+/// [`DecoderConfig::resolve`](crate::models::decoder_config::DecoderConfig::resolve).
 #[derive(Debug, Clone)]
 pub struct TextConfig {
     /// Vocabulary size.
@@ -511,7 +511,7 @@ pub struct VisionTower {
 
 impl VisionTower {
     /// Loads `visual.*` (or `model.visual.*`) from the checkpoint root `vb` (bfloat16 on
-    /// the CPU: see `Packing` in `nn::linear`).
+    /// the CPU: see `Packing` in `layers::linear`).
     pub fn load(vb: &VarBuilder, cfg: &VisionConfig) -> Result<Self> {
         let vb = pick(vb, &["visual", "model.visual"], "patch_embed.proj.weight");
         let (vb, pk) = Packing::split(vb);
@@ -876,7 +876,7 @@ struct DecoderLayer {
 /// the LM head.
 ///
 /// Loaded in bfloat16 on the CPU, its linear layers are packed for the CPU's bfloat16
-/// kernels (`PackedLinear` in `nn::ops`) and everything else (embeddings after the lookup, norms,
+/// kernels (`PackedLinear` in `layers::ops`) and everything else (embeddings after the lookup, norms,
 /// rotary positions, attention, residuals) runs in f32; elsewhere it runs in the weights'
 /// dtype on candle's ops.
 pub struct TextModel {

@@ -5,7 +5,7 @@
 pub(crate) mod cpu;
 pub(crate) mod flash;
 pub(crate) mod padded;
-use crate::nn::kernels::*;
+use crate::layers::kernels::*;
 use candle_core::{DType, Result, Tensor};
 use cpu::*;
 use padded::*;
@@ -93,7 +93,7 @@ pub struct Attention<'a> {
     heads: usize,
     head_dim: usize,
     causal: bool,
-    pub(in crate::nn) window: Option<usize>,
+    pub(in crate::layers) window: Option<usize>,
     bias: ScoreBias<'a>,
     bf16: bool,
     /// Where the tiles run ([`Attention::bf16`]), the context comes back in bfloat16.
@@ -156,7 +156,7 @@ impl<'a> Attention<'a> {
     /// bfloat16 for its two products and runs them on the AMX tiles, accumulating in f32
     /// (as PyTorch's bfloat16 attention does; the softmax stays f32), where the processor
     /// has the tiles; elsewhere, and on other devices, nothing changes. For models whose
-    /// linear layers are packed bfloat16 ([`Packing`](crate::nn::ops::Packing)).
+    /// linear layers are packed bfloat16 ([`Packing`](crate::layers::ops::Packing)).
     pub fn bf16(mut self, on: bool) -> Self {
         self.bf16 = on;
         self

@@ -3,11 +3,11 @@
 //! `mlp.fc2`, `layer_norm2`.
 //!
 //! Like the BERT encoder it runs on packed batches: all tokens in one `(tokens, hidden)`
-//! matrix, attention per sequence (see [`crate::nn::ops::Attention`]).
+//! matrix, attention per sequence (see [`crate::layers::ops::Attention`]).
 use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 
-use crate::nn::ops::{self, Act, Packing, Proj, Segment};
+use crate::layers::ops::{self, Act, Packing, Proj, Segment};
 
 /// Sizes of an encoder (one tower's `text_config` / `vision_config`).
 #[derive(Debug, Clone, Copy)]
@@ -32,13 +32,13 @@ pub struct EncoderSizes {
 /// unknown one is an error).
 macro_rules! hf_sizes {
     ($c:expr) => {
-        $crate::nn::encoder::EncoderSizes {
+        $crate::layers::encoder::EncoderSizes {
             hidden: $c.hidden_size,
             intermediate: $c.intermediate_size,
             layers: $c.num_hidden_layers,
             heads: $c.num_attention_heads,
             eps: $c.layer_norm_eps,
-            act: $crate::nn::act::parse_act(&$c.hidden_act).ok_or_else(|| {
+            act: $crate::layers::act::parse_act(&$c.hidden_act).ok_or_else(|| {
                 candle_core::Error::Msg(format!("hidden_act {:?}", $c.hidden_act))
             })?,
         }

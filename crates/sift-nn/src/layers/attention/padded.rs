@@ -1,6 +1,6 @@
 //! The generic attention path: segments grouped into padded batches with masks, candle's
 //! operations (any device and dtype).
-use crate::nn::attention::*;
+use crate::layers::attention::*;
 use candle_core::{DType, Result, Tensor};
 
 /// Scores (batch x heads x queries x keys) one padded batch may hold: 2^27 values (256 MiB in

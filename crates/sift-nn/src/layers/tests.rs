@@ -1,9 +1,9 @@
 //! Tests of the layers and kernels across their paths.
-use crate::nn::act::*;
-use crate::nn::attention::flash::*;
-use crate::nn::attention::padded::*;
-use crate::nn::attention::*;
-use crate::nn::linear::*;
+use crate::layers::act::*;
+use crate::layers::attention::flash::*;
+use crate::layers::attention::padded::*;
+use crate::layers::attention::*;
+use crate::layers::linear::*;
 use candle_core::{DType, Tensor};
 use candle_nn::Linear;
 use sift_simd::elementwise::act_slice;
@@ -782,7 +782,7 @@ fn blocked_attention_matches_the_generic_path() {
 
 #[test]
 fn layer_norm_rows_match_candle() {
-    use crate::nn::norm::Norm;
+    use crate::layers::norm::Norm;
     use candle_core::Module;
     // 37 features: a tail shorter than a vector; values far from zero (a mean to remove)
     for width in [37usize, 384] {
@@ -800,7 +800,7 @@ fn layer_norm_rows_match_candle() {
 
 #[test]
 fn normalised_packed_outputs_equal_the_product_then_the_norm() {
-    use crate::nn::norm::Norm;
+    use crate::layers::norm::Norm;
     // few rows (the product written whole, then normalised) and many (normalised in the
     // tasks' scratch blocks); 96 outputs: a panel and a half
     for rows in [150, 1000] {
@@ -846,7 +846,7 @@ fn normalised_packed_outputs_equal_the_product_then_the_norm() {
 
 #[test]
 fn a_feed_forward_block_run_as_one_equals_its_two_layers() {
-    use crate::nn::norm::Norm;
+    use crate::layers::norm::Norm;
     // few rows (the layers one after the other) and many (the middle rows kept in the
     // tasks' scratch); 96 middle features (a panel and a half), 64 outputs; exact GELU and
     // no activation (fused between the products) and the tanh GELU (never fused)

@@ -39,6 +39,6 @@ impl Kernels {
 
 /// Whether the CPU's fused kernels run for tensors on `device`: on the CPU, unless
 /// `SIFT_KERNELS=generic`.
-pub(crate) fn fused_cpu(device: &Device) -> bool {
+pub fn fused_cpu(device: &Device) -> bool {
     device.is_cpu() && Kernels::current() == Kernels::Auto
 }

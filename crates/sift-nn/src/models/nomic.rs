@@ -9,8 +9,8 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use crate::networks::qwen2vl::{inv_freq, rotate_qkv, tables};
-use crate::nn::ops::{self, Act, Packing, Proj, Segment, load_layer_norm as layer_norm};
+use crate::layers::ops::{self, Act, Packing, Proj, Segment, load_layer_norm as layer_norm};
+use crate::models::qwen2vl::{inv_freq, rotate_qkv, tables};
 
 /// A NomicBERT `config.json` (`model_type` nomic_bert, GPT-2 key names), with the published
 /// configuration's values for omitted keys.
@@ -147,7 +147,7 @@ impl NomicBert {
     }
 
     /// Loads the weights (at the root, or under `bert.`; bfloat16 on the CPU: see
-    /// `Packing` in `nn::linear`).
+    /// `Packing` in `layers::linear`).
     pub fn load(vb: VarBuilder, cfg: &NomicConfig) -> Result<NomicBert> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") {
