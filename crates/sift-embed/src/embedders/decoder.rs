@@ -22,8 +22,7 @@ use crate::files::{ModelFiles, read_json};
 use crate::registry;
 use crate::{Error, Result};
 use sift_nn::layers::ops::{Segment, l2_normalize};
-use sift_nn::models::decoder_config::DecoderConfig;
-use sift_nn::models::qwen2vl::{Position, TextModel};
+use sift_nn::models::qwen2vl::{DecoderConfig, Position, TextModel};
 
 /// Families this module runs (`model_type` in config.json).
 pub const DECODER_MODEL_TYPES: [&str; 4] = ["mistral", "qwen2", "qwen3", "llama"];

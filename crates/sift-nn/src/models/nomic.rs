@@ -10,7 +10,7 @@ use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
 use crate::layers::ops::{self, Act, Packing, Proj, Segment, load_layer_norm as layer_norm};
-use crate::models::qwen2vl::{inv_freq, rotate_qkv, tables};
+use crate::layers::rotary::{inv_freq, rotate_qkv, tables};
 
 /// A NomicBERT `config.json` (`model_type` nomic_bert, GPT-2 key names), with the published
 /// configuration's values for omitted keys.

@@ -1,9 +1,118 @@
-//! [`DecoderConfig`]: a decoder language model's `config.json` (Mistral, Qwen2, Qwen3, Llama,
-//! and Qwen2-VL's language model, GME's), as transformers 4 and 5 write it, read by serde
-//! and resolved into the [`TextConfig`] the model runs with, each family's defaults applied.
+//! A decoder language model's settings: [`DecoderConfig`], its `config.json` (Mistral, Qwen2,
+//! Qwen3, Llama, and Qwen2-VL's language model, GME's) as transformers 4 and 5 write it, read
+//! by serde and resolved into the [`TextConfig`] the model runs with, each family's defaults
+//! applied.
 use serde::Deserialize;
 
-use crate::models::qwen2vl::{Llama3Rope, TextConfig};
+/// The language model's settings, resolved from a `config.json` by
+/// [`DecoderConfig::resolve`].
+#[derive(Debug, Clone)]
+pub struct TextConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Hidden size.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention).
+    pub num_key_value_heads: usize,
+    /// MLP activation.
+    pub hidden_act: String,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// Rotary base (`rope_theta`, or `rope_parameters.rope_theta`).
+    pub rope_theta: f64,
+    /// Frequency bands of the temporal, height and width positions (halves of the head
+    /// dimension; `rope_scaling.mrope_section` or `rope_parameters.mrope_section`).
+    pub mrope_section: Vec<usize>,
+    /// Whether the query / key / value projections have biases (Qwen2: yes; Mistral,
+    /// Llama, Qwen3: no).
+    pub qkv_bias: bool,
+    /// RMSNorm of each query and key head before the rotation (Qwen3's `q_norm`, `k_norm`).
+    pub qk_norm: bool,
+    /// Head dimension when the config gives one that is not hidden / heads (Qwen3).
+    pub head_dim_override: Option<usize>,
+    /// Llama 3's rotary frequency scaling (`rope_type` llama3).
+    pub llama3_rope: Option<Llama3Rope>,
+    /// Mistral's sliding window: each token attends to this many latest positions (causal
+    /// attention only; every layer).
+    pub attention_window: Option<usize>,
+}
+
+/// Llama 3's rotary scaling (transformers' `_compute_llama3_parameters`): long wavelengths
+/// divided by `factor`, short ones kept, a smooth blend between.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3Rope {
+    /// `factor`.
+    pub factor: f64,
+    /// `low_freq_factor`.
+    pub low_freq_factor: f64,
+    /// `high_freq_factor`.
+    pub high_freq_factor: f64,
+    /// `original_max_position_embeddings`.
+    pub original_max_position_embeddings: f64,
+}
+
+impl Llama3Rope {
+    /// Scales rotary inverse frequencies.
+    pub fn apply(&self, inv_freq: &mut [f32]) {
+        let old = self.original_max_position_embeddings;
+        let low_wavelen = old / self.low_freq_factor;
+        let high_wavelen = old / self.high_freq_factor;
+        for f in inv_freq.iter_mut() {
+            let freq = *f as f64;
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let scaled = if wavelen > low_wavelen {
+                freq / self.factor
+            } else if wavelen < high_wavelen {
+                freq
+            } else {
+                let smooth = (old / wavelen - self.low_freq_factor)
+                    / (self.high_freq_factor - self.low_freq_factor);
+                (1.0 - smooth) * freq / self.factor + smooth * freq
+            };
+            *f = scaled as f32;
+        }
+    }
+}
+
+impl TextConfig {
+    /// Dimension of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim_override
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+}
+
+#[cfg(test)]
+mod llama3_tests {
+    use super::*;
+
+    #[test]
+    fn llama3_scaling_keeps_short_and_divides_long_wavelengths() {
+        let r = Llama3Rope {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        };
+        // wavelengths 2 pi / f: 6.3 (kept), 1e6 (divided by 8), 4000 (blended)
+        let mut f = [
+            1.0f32,
+            (2.0 * std::f64::consts::PI / 1e6) as f32,
+            (2.0 * std::f64::consts::PI / 4000.0) as f32,
+        ];
+        let before = f;
+        r.apply(&mut f);
+        assert_eq!(f[0], before[0]);
+        assert!((f[1] - before[1] / 8.0).abs() < 1e-12);
+        assert!(f[2] < before[2] && f[2] > before[2] / 8.0);
+    }
+}
 
 /// The rotary settings: transformers 4's `rope_scaling`, 5's `rope_parameters`.
 #[derive(Debug, Clone, Default, Deserialize)]
