@@ -72,8 +72,8 @@ impl LocalQwen2Vl {
         let config: Value = sift_embed::read_json(&files.config).map_err(|e| err(&e))?;
         let cfg = Qwen2VlConfig::from_json(&config).map_err(|e| err(&e))?;
         let vb = files.var_builder(dtype, device).map_err(|e| err(&e))?;
-        let text = TextModel::load(&vb, &cfg.text).map_err(|e| err(&e))?;
-        let vision = VisionTower::load(&vb, &cfg.vision).map_err(|e| err(&e))?;
+        let text = TextModel::new(&vb, &cfg.text).map_err(|e| err(&e))?;
+        let vision = VisionTower::new(&vb, &cfg.vision).map_err(|e| err(&e))?;
         // the processor's pixel bounds: preprocessor_config.json (min_pixels / max_pixels,
         // or size.shortest_edge / longest_edge), else Qwen2-VL's defaults
         let pre: Option<Value> = sift_embed::read_json(&dir.join("preprocessor_config.json")).ok();

@@ -229,7 +229,7 @@ impl CrossEncoder {
         if max_length < 4 {
             return Err(unsupported(format!("max_length {max_length}")));
         }
-        let net = Bert::load(vb.clone(), &config)
+        let net = Bert::new(vb.clone(), &config)
             .map_err(|e| unsupported(format!("weights do not match the encoder: {e}")))?;
         let h = config.hidden_size;
         let f32_linear = |vb: candle_nn::VarBuilder, inp: usize, out: usize| {

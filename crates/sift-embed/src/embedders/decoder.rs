@@ -212,7 +212,7 @@ impl DecoderEmbedder {
             prefix_len(&tokenizer, &passage_prefix)?,
         ];
         let vb = files.var_builder(options.dtype, device)?;
-        let model = TextModel::load(&vb, &cfg)
+        let model = TextModel::new(&vb, &cfg)
             .map_err(|e| unsupported(format!("weights do not match a {model_type} model: {e}")))?;
         Ok(DecoderEmbedder {
             name: files.name.clone(),

@@ -416,8 +416,8 @@ impl GmeEmbedder {
         let bad = |e: candle_core::Error| {
             unsupported(format!("weights do not match a Qwen2-VL model: {e}"))
         };
-        let vision = VisionTower::load(&vb, &cfg.vision).map_err(bad)?;
-        let text = TextModel::load(&vb, &cfg.text).map_err(bad)?;
+        let vision = VisionTower::new(&vb, &cfg.vision).map_err(bad)?;
+        let text = TextModel::new(&vb, &cfg.text).map_err(bad)?;
         let tokenizer = files.load_tokenizer()?;
         for t in [
             "<|im_start|>",

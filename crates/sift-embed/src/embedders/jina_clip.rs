@@ -378,7 +378,7 @@ impl JinaClipEmbedder {
                 )));
             }
         };
-        let vision = EvaVision::load(vb.pp("vision_model"), &cfg.vision_config)
+        let vision = EvaVision::new(vb.pp("vision_model"), &cfg.vision_config)
             .map_err(|e| unsupported(format!("weights do not match an EVA vision tower: {e}")))?;
         let (tdim, vdim) = (tc.embed_dim, vision.dim());
         let projections = if cfg.add_projections {
@@ -621,7 +621,7 @@ fn load_jina_bert(
         .map_err(|e| unsupported(format!("text_config.hf_model_config_kwargs: {e}")))?;
     bert.check()
         .map_err(|m| unsupported(format!("text_config.hf_model_config_kwargs: {m}")))?;
-    let model = JinaBert::load(tvb.pp("transformer"), &bert)
+    let model = JinaBert::new(tvb.pp("transformer"), &bert)
         .map_err(|e| unsupported(format!("weights do not match a JinaBERT text tower: {e}")))?;
     let width = bert.hidden_size;
     Ok(LoadedText {
@@ -674,7 +674,7 @@ fn load_xlm_roberta(
             ))
         })?),
     };
-    let model = XlmRoberta::load(tvb.pp("transformer.roberta"), &xc, lora).map_err(|e| {
+    let model = XlmRoberta::new(tvb.pp("transformer.roberta"), &xc, lora).map_err(|e| {
         unsupported(format!(
             "weights do not match an XLM-RoBERTa (LoRA) text tower: {e}"
         ))

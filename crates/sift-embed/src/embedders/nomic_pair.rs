@@ -92,7 +92,7 @@ impl NomicEmbedder {
             )));
         }
         let vb = files.var_builder(options.dtype, device)?;
-        let vision = NomicVision::load(vb, &cfg)
+        let vision = NomicVision::new(vb, &cfg)
             .map_err(|e| unsupported(format!("weights do not match a Nomic vision model: {e}")))?;
         let text_files = Self::text_partner(files, options.text_model.as_deref())?;
         // whatever its directory is called, the partner is Nomic Embed Text v1.5: its task

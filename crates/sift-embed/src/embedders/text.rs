@@ -196,7 +196,7 @@ impl TextEmbedder {
         }
         let max_seq_len = max_seq_len(files, &options, 512, config.max_position_embeddings)?;
         let vb = files.var_builder(options.dtype, device)?;
-        let model = Encoder::Bert(Bert::load(vb, &config).map_err(|e| Error::Unsupported {
+        let model = Encoder::Bert(Bert::new(vb, &config).map_err(|e| Error::Unsupported {
             path: files.config.clone(),
             message: format!("weights do not match a BERT model: {e}"),
         })?);
@@ -220,7 +220,7 @@ impl TextEmbedder {
         let max_seq_len = max_seq_len(files, &options, 8192, config.n_positions)?;
         let vb = files.var_builder(options.dtype, device)?;
         let model =
-            Encoder::Nomic(NomicBert::load(vb, &config).map_err(|e| {
+            Encoder::Nomic(NomicBert::new(vb, &config).map_err(|e| {
                 unsupported(format!("weights do not match a NomicBERT model: {e}"))
             })?);
         // the model card pools by the mean (sentence-transformers' 1_Pooling says so too)

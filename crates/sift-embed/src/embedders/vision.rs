@@ -138,7 +138,7 @@ impl VisionEmbedder {
         let (towers, dim, max_text_len, image_size, pad) = match kind {
             VisionArch::Clip => {
                 let c: ClipConfig = read_json(&files.config)?;
-                let m = Clip::load(vb, &c).map_err(bad_weights)?;
+                let m = Clip::new(vb, &c).map_err(bad_weights)?;
                 let size = m.vision.image_size();
                 let max = c.text_config.max_position_embeddings;
                 let dim = arch.projection_dim.unwrap_or(c.projection_dim);
@@ -146,7 +146,7 @@ impl VisionEmbedder {
             }
             VisionArch::Siglip => {
                 let c: SiglipConfig = read_json(&files.config)?;
-                let m = Siglip::load(vb, &c).map_err(bad_weights)?;
+                let m = Siglip::new(vb, &c).map_err(bad_weights)?;
                 let size = m.vision.image_size();
                 let max = c.text_config.max_position_embeddings;
                 let dim = m.text.dim();

@@ -109,7 +109,7 @@ impl Bert {
 
     /// Loads the weights (with or without a `bert.` / `<model_type>.` prefix; bfloat16 on
     /// the CPU: see `Packing` in `layers::linear`).
-    pub fn load(vb: VarBuilder, cfg: &BertConfig) -> Result<Bert> {
+    pub fn new(vb: VarBuilder, cfg: &BertConfig) -> Result<Bert> {
         let (vb, pk) = Packing::split(vb);
         let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") {
             vb

@@ -257,7 +257,7 @@ pub struct Clip {
 
 impl Clip {
     /// Loads a `CLIPModel` checkpoint (bfloat16 on the CPU: see `Packing` in `layers::linear`).
-    pub fn load(vb: VarBuilder, config: &ClipConfig) -> Result<Clip> {
+    pub fn new(vb: VarBuilder, config: &ClipConfig) -> Result<Clip> {
         let (vb, pk) = Packing::split(vb);
         Ok(Clip {
             text: ClipText::load(&vb, config, pk)?,

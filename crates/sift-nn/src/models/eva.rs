@@ -161,7 +161,7 @@ impl EvaVision {
     /// Loads the weights under `vb` (`patch_embed.*`, `cls_token`, `pos_embed`, `blocks.{i}.*`,
     /// `norm.*`, `head.*`).
     /// bfloat16 on the CPU: see `Packing` in `layers::linear`.
-    pub fn load(vb: VarBuilder, cfg: &EvaConfig) -> Result<EvaVision> {
+    pub fn new(vb: VarBuilder, cfg: &EvaConfig) -> Result<EvaVision> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let (vb, pk) = Packing::split(vb);
         let h = cfg.width;

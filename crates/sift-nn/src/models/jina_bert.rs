@@ -140,7 +140,7 @@ pub struct JinaBert {
 impl JinaBert {
     /// Loads the weights under `vb` (`embeddings.*`, `emb_ln.*`, `encoder.layers.{i}.*`).
     /// (bfloat16 on the CPU: see `Packing` in `layers::linear`).
-    pub fn load(vb: VarBuilder, cfg: &JinaBertConfig) -> Result<JinaBert> {
+    pub fn new(vb: VarBuilder, cfg: &JinaBertConfig) -> Result<JinaBert> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let (vb, pk) = Packing::split(vb);
         let h = cfg.hidden_size;

@@ -148,7 +148,7 @@ impl NomicBert {
 
     /// Loads the weights (at the root, or under `bert.`; bfloat16 on the CPU: see
     /// `Packing` in `layers::linear`).
-    pub fn load(vb: VarBuilder, cfg: &NomicConfig) -> Result<NomicBert> {
+    pub fn new(vb: VarBuilder, cfg: &NomicConfig) -> Result<NomicBert> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") {
             vb

@@ -159,7 +159,7 @@ pub struct NomicVision {
 
 impl NomicVision {
     /// Loads the weights (at the root, or under `vision.`).
-    pub fn load(vb: VarBuilder, cfg: &NomicVisionConfig) -> Result<NomicVision> {
+    pub fn new(vb: VarBuilder, cfg: &NomicVisionConfig) -> Result<NomicVision> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let vb = if vb.contains_tensor("embeddings.cls_token") {
             vb

@@ -268,7 +268,7 @@ pub struct Siglip {
 
 impl Siglip {
     /// Loads a `SiglipModel` checkpoint (bfloat16 on the CPU: see `Packing` in `layers::linear`).
-    pub fn load(vb: VarBuilder, config: &SiglipConfig) -> Result<Siglip> {
+    pub fn new(vb: VarBuilder, config: &SiglipConfig) -> Result<Siglip> {
         let (vb, pk) = Packing::split(vb);
         Ok(Siglip {
             text: SiglipText::load(&vb, config, pk)?,

@@ -212,7 +212,7 @@ impl XlmRoberta {
     /// `XLMRobertaLoRA.roberta`) with the adapter of LoRA task index `task` merged in (`None`:
     /// the original weights, as `HFTextEncoder` runs without a default LoRA task).
     /// bfloat16 on the CPU: see `Packing` in `layers::linear`.
-    pub fn load(vb: VarBuilder, cfg: &XlmRobertaConfig, task: Option<usize>) -> Result<XlmRoberta> {
+    pub fn new(vb: VarBuilder, cfg: &XlmRobertaConfig, task: Option<usize>) -> Result<XlmRoberta> {
         cfg.check().map_err(candle_core::Error::Msg)?;
         let (vb, pk) = Packing::split(vb);
         let n = cfg.lora_adaptations.as_ref().map_or(0, Vec::len);

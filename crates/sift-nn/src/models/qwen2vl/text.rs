@@ -157,7 +157,7 @@ impl KvCache {
 
 impl TextModel {
     /// Loads the language model from the checkpoint root `vb`.
-    pub fn load(vb: &VarBuilder, cfg: &TextConfig) -> Result<Self> {
+    pub fn new(vb: &VarBuilder, cfg: &TextConfig) -> Result<Self> {
         // a bare decoder's weights sit at the root (`embed_tokens.weight`, as embedding
         // checkpoints saved from the base model have them)
         let vb = if vb.contains_tensor("embed_tokens.weight") {

@@ -39,7 +39,7 @@ pub struct VisionTower {
 impl VisionTower {
     /// Loads `visual.*` (or `model.visual.*`) from the checkpoint root `vb` (bfloat16 on
     /// the CPU: see `Packing` in `layers::linear`).
-    pub fn load(vb: &VarBuilder, cfg: &VisionConfig) -> Result<Self> {
+    pub fn new(vb: &VarBuilder, cfg: &VisionConfig) -> Result<Self> {
         let vb = pick(vb, &["visual", "model.visual"], "patch_embed.proj.weight");
         let (vb, pk) = Packing::split(vb);
         let e = cfg.embed_dim;
