@@ -55,10 +55,7 @@ pub struct NomicEmbedder {
 impl NomicEmbedder {
     /// Whether `config.json` at `config` is a Nomic vision checkpoint.
     pub fn is_vision_config(value: &serde_json::Value) -> bool {
-        value
-            .get("architectures")
-            .and_then(|a| a.as_array())
-            .is_some_and(|a| a.iter().any(|x| x.as_str() == Some("NomicVisionModel")))
+        crate::files::is_nomic_vision_config(value)
     }
 
     /// Loads the vision checkpoint `files` and its text partner.
