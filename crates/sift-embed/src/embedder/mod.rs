@@ -6,12 +6,12 @@ use std::borrow::Cow;
 
 use candle_core::DType;
 
-use crate::embedders::decoder::DecoderEmbedder;
-use crate::embedders::gme::{GmeEmbedder, GmeImage, GmeInput};
-use crate::embedders::jina_clip::JinaClipEmbedder;
-use crate::embedders::nomic_pair::NomicEmbedder;
-use crate::embedders::text::{Role, TextEmbedder};
-use crate::embedders::vision::VisionEmbedder;
+use crate::families::decoder::DecoderEmbedder;
+use crate::families::gme::{GmeEmbedder, GmeImage, GmeInput};
+use crate::families::jina_clip::JinaClipEmbedder;
+use crate::families::nomic_pair::NomicEmbedder;
+use crate::families::text::{Role, TextEmbedder};
+use crate::families::vision::VisionEmbedder;
 use crate::image::{Decode, PreprocessError};
 use crate::profile::{Profile, ReferenceModel};
 use crate::{DevicePref, Error, ModelFiles, Result};
@@ -715,7 +715,7 @@ impl Embedder {
             .collect::<Result<_>>()?;
         let instruction = match role {
             Role::Query => instruction.unwrap_or(m.query_instruction()),
-            Role::Passage => crate::embedders::gme::DEFAULT_INSTRUCTION,
+            Role::Passage => crate::families::gme::DEFAULT_INSTRUCTION,
         };
         let texts: Vec<&str> = inputs.iter().map(|i| i.text.unwrap_or("")).collect();
         let profiled = self.profiled(&texts, role)?;

@@ -13,7 +13,7 @@ use sift_nn::models::nomic_vision::{NomicVision, NomicVisionConfig};
 
 /// The text model Nomic's vision checkpoints share their space with.
 const NOMIC_TEXT: &str = "nomic-ai/nomic-embed-text-v1.5";
-use crate::embedders::text::{TextEmbedder, TextEmbedderOptions};
+use crate::families::text::{TextEmbedder, TextEmbedderOptions};
 use crate::{Error, Result};
 use sift_nn::layers::ops::{self, l2_normalize};
 

@@ -1,8 +1,9 @@
-//! The embedders: a model's files, tokenizer, prompts, pooling and image processing around
-//! its network (sift-nn's `models`): BERT-family sentence encoders ([`text`]), CLIP and
-//! SigLIP ([`vision`]), GME ([`gme`]), decoder LLMs ([`decoder`]), Nomic Embed ([`nomic_pair`])
-//! and Jina-CLIP v1 and v2 ([`jina_clip`]); cross-encoder rerankers ([`cross_encoder`]);
-//! early truncation of long texts for every tokenizer ([`truncate`]).
+//! The families' embedders ([`Family`](crate::Family)): a model's files, tokenizer, prompts,
+//! pooling and image processing around its network (sift-nn's `models`): BERT-family
+//! sentence encoders ([`text`]), CLIP and SigLIP ([`vision`]), GME ([`gme`]), decoder LLMs
+//! ([`decoder`]), Nomic Embed ([`nomic_pair`]) and Jina-CLIP v1 and v2 ([`jina_clip`]);
+//! cross-encoder rerankers ([`cross_encoder`]); early truncation of long texts for every
+//! tokenizer ([`truncate`]).
 pub mod cross_encoder;
 pub mod decoder;
 pub mod gme;

@@ -26,7 +26,7 @@ use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 use tokenizers::Tokenizer;
 
-use crate::embedders::truncate::truncate_right;
+use crate::families::truncate::truncate_right;
 use crate::files::{ModelFiles, read_json};
 use crate::image::{ImageProcessor, PreprocessError, Resample, Resize};
 use crate::{Error, Result, Role};

@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::embedders::truncate::truncate_right;
+use crate::families::truncate::truncate_right;
 use serde::Deserialize;
 use sift_nn::models::bert::{Bert, BertConfig};
 use sift_nn::models::nomic::{NomicBert, NomicConfig, card_head};

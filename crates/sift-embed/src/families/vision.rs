@@ -11,7 +11,7 @@ use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer};
 
-use crate::embedders::truncate::truncate_right;
+use crate::families::truncate::truncate_right;
 use crate::files::ModelFiles;
 use crate::image::{ImageProcessor, PreprocessError};
 use crate::{Error, Result};

@@ -16,8 +16,8 @@ use candle_core::{DType, Device};
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
-use crate::embedders::text::Role;
-use crate::embedders::truncate::truncate_right;
+use crate::families::text::Role;
+use crate::families::truncate::truncate_right;
 use crate::files::{ModelFiles, read_json};
 use crate::registry;
 use crate::{Error, Result};
