@@ -206,7 +206,7 @@ pub fn image(data: &[u8]) {
         let _ = ImageProcessor::siglip(24).preprocess(&img);
     }
     let _ = decode_rgb_with(data, Alpha::Drop);
-    let gme = sift_embed::embedders::gme::GmeProcessor::new(14, 2, 2, 4, 64);
+    let gme = sift_embed::families::gme::GmeProcessor::new(14, 2, 2, 4, 64);
     let _ = gme.prepare(data, None);
     let _ = gme.prepare(data, Some(8));
 }

@@ -401,8 +401,16 @@ fn shards(index: &Path) -> Result<Vec<String>> {
 /// Whether `config.json` at `config` is an image-only checkpoint (Nomic Embed Vision), which
 /// has no tokenizer of its own.
 fn image_only(config: &Path) -> bool {
-    read_json::<serde_json::Value>(config)
-        .is_ok_and(|v| crate::embedders::nomic_pair::NomicEmbedder::is_vision_config(&v))
+    read_json::<serde_json::Value>(config).is_ok_and(|v| is_nomic_vision_config(&v))
+}
+
+/// Whether a `config.json` is Nomic Embed Vision's (`architectures` names
+/// `NomicVisionModel`).
+pub(crate) fn is_nomic_vision_config(value: &serde_json::Value) -> bool {
+    value
+        .get("architectures")
+        .and_then(|a| a.as_array())
+        .is_some_and(|a| a.iter().any(|x| x.as_str() == Some("NomicVisionModel")))
 }
 
 /// Safetensors checkpoints read tensor by tensor with positioned reads (not memory-mapped):

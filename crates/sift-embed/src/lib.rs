@@ -23,7 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The families ([`embedders`] over [`networks`], [`Family`]): BERT-family sentence encoders ([`TextEmbedder`]:
+//! The families ([`families`] over sift-nn's networks, [`Family`]): BERT-family sentence encoders ([`TextEmbedder`]:
 //! pooling from sentence-transformers' `1_Pooling/config.json` or the [`registry`], prefixes,
 //! truncation), CLIP and SigLIP ([`VisionEmbedder`]; BGE-VL is a CLIP checkpoint), GME
 //! ([`GmeEmbedder`], over Qwen2-VL), decoder LLM embedders ([`DecoderEmbedder`]: Mistral,
@@ -36,12 +36,10 @@
 pub mod bench;
 mod device;
 mod embedder;
-pub mod embedders;
 mod error;
+pub mod families;
 mod files;
 pub mod image;
-pub mod networks;
-mod nn;
 pub mod profile;
 pub mod registry;
 
@@ -50,30 +48,28 @@ pub use embedder::{
     Capabilities, Embedder, EmbedderOptions, Family, Input, JointInput, Precision, PreparedImage,
     PreparedTexts,
 };
-pub use embedders::cross_encoder::{
+pub use error::{Error, Result};
+pub use families::cross_encoder::{
     CrossEncoder, CrossEncoderOptions, ScoreActivation, is_cross_encoder,
 };
-pub use embedders::decoder::{
-    DECODER_MODEL_TYPES, DecoderEmbedder, DecoderOptions, DecoderPooling,
-};
-pub use embedders::gme::{
+pub use families::decoder::{DECODER_MODEL_TYPES, DecoderEmbedder, DecoderOptions, DecoderPooling};
+pub use families::gme::{
     GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, GmeProcessor, is_gme_model,
 };
-pub use embedders::jina_clip::{JinaClipEmbedder, JinaClipOptions};
-pub use embedders::nomic_pair::{NomicEmbedder, NomicOptions};
-pub use embedders::text::{Role, TextEmbedder, TextEmbedderOptions};
-pub use embedders::vision::{
+pub use families::jina_clip::{JinaClipEmbedder, JinaClipOptions};
+pub use families::nomic_pair::{NomicEmbedder, NomicOptions};
+pub use families::text::{Role, TextEmbedder, TextEmbedderOptions};
+pub use families::vision::{
     VisionArch, VisionEmbedder, VisionOptions, is_vision_model, siglip_canonicalize,
     siglip_canonicalize_with,
 };
-pub use error::{Error, Result};
 pub use files::{ModelFiles, read_json};
 pub use image::PreprocessError;
-pub use networks::nomic_vision::{NomicVision, NomicVisionConfig};
-pub use nn::linear::activation_dtype;
-pub use nn::ops::Kernels;
 pub use profile::{Profile, ReferenceModel};
 pub use registry::{ModelInfo, Pooling};
+pub use sift_nn::layers::kernels::Kernels;
+pub use sift_nn::layers::linear::activation_dtype;
+pub use sift_nn::models::nomic_vision::{NomicVision, NomicVisionConfig};
 
 /// Makes glibc's allocator keep large buffers for reuse instead of returning each one to the
 /// kernel: model inference allocates and frees activation tensors of many megabytes per

@@ -1,4 +1,4 @@
-//! Early truncation (`sift_embed::embedders::truncate`) gives the token ids of tokenising the
+//! Early truncation (`sift_embed::families::truncate`) gives the token ids of tokenising the
 //! whole text and then truncating, for every tokenizer family Sift loads: CLIP's byte-level
 //! BPE, SigLIP's SentencePiece (both fixture styles) and BERT's WordPiece (all-MiniLM-L6-v2,
 //! when installed), on long texts of many shapes: prose, one unspaced run, CJK, code,

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 use serde_json::Value;
-use sift_embed::embedders::gme::{GmeProcessor, smart_resize_fetch, smart_resize_processor};
+use sift_embed::families::gme::{GmeProcessor, smart_resize_fetch, smart_resize_processor};
 use sift_embed::{GmeEmbedder, GmeImage, GmeInput, GmeOptions, GmePositions, ModelFiles};
 
 fn root() -> PathBuf {

@@ -102,7 +102,7 @@ fn jina_clip_texts_match_the_published_code() {
     }
     assert!(ids.iter().any(|i| i.len() == r.text.max_seq_length));
     // ALiBi's slopes for the tiny model's 6 heads (not a power of two, like the real 12)
-    let slopes = sift_embed::networks::jina_bert::alibi_slopes(r.text.alibi_slopes.len());
+    let slopes = sift_nn::models::jina_bert::alibi_slopes(r.text.alibi_slopes.len());
     for (got, want) in slopes.iter().zip(&r.text.alibi_slopes) {
         assert_eq!(*got as f32, *want);
     }

@@ -10,17 +10,17 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
-use sift_embed::networks::qwen2vl::{
+use sift_embed::{GmeImage, GmeProcessor, ModelFiles};
+use sift_nn::models::qwen2vl::{
     KvCache, LmHead, Qwen2VlConfig, TextModel, VisionTower, mrope_positions, place_image_tokens,
 };
-use sift_embed::{GmeImage, GmeProcessor, ModelFiles};
 
 use crate::request::{Generation, Message, Part, Request, Sampling, Usage};
 use crate::{Error, Generator, Result};
 
 /// A Qwen2-VL or Qwen2.5-VL checkpoint loaded for generation (the two share the language
 /// model, processor and multimodal positions; their vision towers differ: see
-/// `sift_embed::networks::qwen2vl`).
+/// `sift_nn::models::qwen2vl`).
 pub struct LocalQwen2Vl {
     name: String,
     text: TextModel,
@@ -72,8 +72,8 @@ impl LocalQwen2Vl {
         let config: Value = sift_embed::read_json(&files.config).map_err(|e| err(&e))?;
         let cfg = Qwen2VlConfig::from_json(&config).map_err(|e| err(&e))?;
         let vb = files.var_builder(dtype, device).map_err(|e| err(&e))?;
-        let text = TextModel::load(&vb, &cfg.text).map_err(|e| err(&e))?;
-        let vision = VisionTower::load(&vb, &cfg.vision).map_err(|e| err(&e))?;
+        let text = TextModel::new(&vb, &cfg.text).map_err(|e| err(&e))?;
+        let vision = VisionTower::new(&vb, &cfg.vision).map_err(|e| err(&e))?;
         // the processor's pixel bounds: preprocessor_config.json (min_pixels / max_pixels,
         // or size.shortest_edge / longest_edge), else Qwen2-VL's defaults
         let pre: Option<Value> = sift_embed::read_json(&dir.join("preprocessor_config.json")).ok();

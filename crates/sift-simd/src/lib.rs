@@ -1,8 +1,12 @@
-//! The processor features Sift's kernels are compiled for, detected once at run time, and
-//! the vector dot product every dense search runs on.
+//! Sift's hand-written kernels, and the one check of what the processor offers them
+//! ([`cpu`], detected once at run time): the vector dot product every dense search runs on,
+//! the bfloat16 matrix products ([`bf16`]) and the element-wise kernels of the networks'
+//! layers ([`elementwise`]).
 //!
 //! The crates are built for baseline x86-64; the hot loops are also compiled for AVX2/FMA
-//! and AVX-512 and the best version the processor has is chosen here.
+//! and AVX-512 (AVX512-BF16, AMX) and the best version the processor has is chosen from
+//! [`cpu`]. Every `#[target_feature]` function of the workspace is in this crate, behind a
+//! safe function that checks [`cpu`] first.
 //!
 //! ```
 //! let a = [1.0f32, 2.0, 3.0];
@@ -11,37 +15,11 @@
 #![warn(missing_docs)]
 
 pub mod bf16;
+mod cpu;
+pub mod elementwise;
 pub mod mem;
 
-/// The widest instruction set the kernels may use on this processor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    /// AVX-512F with AVX2 and FMA.
-    Avx512,
-    /// AVX2 with FMA.
-    Avx2,
-    /// Neither (or not an x86-64 processor): the portable loops.
-    Baseline,
-}
-
-/// The [`Level`] of this processor, detected once.
-pub fn level() -> Level {
-    static LEVEL: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
-    *LEVEL.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx2") && has!("fma") {
-                return if has!("avx512f") {
-                    Level::Avx512
-                } else {
-                    Level::Avx2
-                };
-            }
-        }
-        Level::Baseline
-    })
-}
+pub use cpu::{Cpu, Level, cpu, level};
 
 /// Inner product of two equally long vectors: explicit AVX-512 or AVX2/FMA kernels with four
 /// independent accumulators where the processor has them ([`level`]), else 16 accumulators

@@ -1,12 +1,12 @@
 //! Loading: the family from `config.json`, and its loader with the options it takes.
 use super::towers::Tower;
 use super::{Embedder, EmbedderOptions, Family, is_bge_vl};
-use crate::embedders::decoder::{DecoderEmbedder, DecoderOptions};
-use crate::embedders::gme::{GmeEmbedder, GmeOptions};
-use crate::embedders::jina_clip::{JinaClipEmbedder, JinaClipOptions};
-use crate::embedders::nomic_pair::{NomicEmbedder, NomicOptions};
-use crate::embedders::text::{TextEmbedder, TextEmbedderOptions};
-use crate::embedders::vision::{VisionEmbedder, VisionOptions};
+use crate::families::decoder::{DecoderEmbedder, DecoderOptions};
+use crate::families::gme::{GmeEmbedder, GmeOptions};
+use crate::families::jina_clip::{JinaClipEmbedder, JinaClipOptions};
+use crate::families::nomic_pair::{NomicEmbedder, NomicOptions};
+use crate::families::text::{TextEmbedder, TextEmbedderOptions};
+use crate::families::vision::{VisionEmbedder, VisionOptions};
 use crate::{Error, ModelFiles, Result, select_device};
 
 impl Embedder {
@@ -32,7 +32,7 @@ impl Embedder {
                 // the reference code runs GME through sentence-transformers, whose length
                 // limit is not GME's own (no limit at all when no file gives one)
                 let max_length = options.profile.is_reference().then(|| {
-                    crate::embedders::gme::sentence_transformers_max_length(files)
+                    crate::families::gme::sentence_transformers_max_length(files)
                         .unwrap_or(usize::MAX / 4)
                 });
                 let o = GmeOptions {

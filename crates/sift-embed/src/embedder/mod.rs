@@ -6,12 +6,12 @@ use std::borrow::Cow;
 
 use candle_core::DType;
 
-use crate::embedders::decoder::DecoderEmbedder;
-use crate::embedders::gme::{GmeEmbedder, GmeImage, GmeInput};
-use crate::embedders::jina_clip::JinaClipEmbedder;
-use crate::embedders::nomic_pair::NomicEmbedder;
-use crate::embedders::text::{Role, TextEmbedder};
-use crate::embedders::vision::VisionEmbedder;
+use crate::families::decoder::DecoderEmbedder;
+use crate::families::gme::{GmeEmbedder, GmeImage, GmeInput};
+use crate::families::jina_clip::JinaClipEmbedder;
+use crate::families::nomic_pair::NomicEmbedder;
+use crate::families::text::{Role, TextEmbedder};
+use crate::families::vision::VisionEmbedder;
 use crate::image::{Decode, PreprocessError};
 use crate::profile::{Profile, ReferenceModel};
 use crate::{DevicePref, Error, ModelFiles, Result};
@@ -172,7 +172,7 @@ impl Precision {
     pub fn resolve(self, family: Family, device: &candle_core::Device) -> Precision {
         match self {
             Precision::Auto => {
-                let packs = crate::nn::kernels::fused_cpu(device)
+                let packs = sift_nn::layers::kernels::fused_cpu(device)
                     && sift_simd::bf16::has_dot_bf16()
                     && family != Family::JinaClip;
                 if packs {
@@ -192,7 +192,7 @@ impl Precision {
     /// fused f32 gemm), or `candle-<dtype>` (candle's generic operations: GPUs, and the
     /// CPU under `SIFT_KERNELS=generic` or in f16).
     pub fn linear_kernel(self, device: &candle_core::Device) -> &'static str {
-        let fused = crate::nn::kernels::fused_cpu(device);
+        let fused = sift_nn::layers::kernels::fused_cpu(device);
         match self {
             Precision::Bf16 if fused => match sift_simd::bf16::Kernel::best() {
                 sift_simd::bf16::Kernel::Amx => "packed-bf16-amx",
@@ -715,7 +715,7 @@ impl Embedder {
             .collect::<Result<_>>()?;
         let instruction = match role {
             Role::Query => instruction.unwrap_or(m.query_instruction()),
-            Role::Passage => crate::embedders::gme::DEFAULT_INSTRUCTION,
+            Role::Passage => crate::families::gme::DEFAULT_INSTRUCTION,
         };
         let texts: Vec<&str> = inputs.iter().map(|i| i.text.unwrap_or("")).collect();
         let profiled = self.profiled(&texts, role)?;

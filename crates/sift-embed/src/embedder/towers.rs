@@ -5,12 +5,12 @@ use std::any::Any;
 use image::RgbImage;
 
 use super::{Family, Input, Prepared, PreparedImage};
-use crate::embedders::decoder::DecoderEmbedder;
-use crate::embedders::gme::{DEFAULT_INSTRUCTION, GmeEmbedder};
-use crate::embedders::jina_clip::JinaClipEmbedder;
-use crate::embedders::nomic_pair::NomicEmbedder;
-use crate::embedders::text::{Role, TextEmbedder};
-use crate::embedders::vision::{VisionArch, VisionEmbedder};
+use crate::families::decoder::DecoderEmbedder;
+use crate::families::gme::{DEFAULT_INSTRUCTION, GmeEmbedder};
+use crate::families::jina_clip::JinaClipEmbedder;
+use crate::families::nomic_pair::NomicEmbedder;
+use crate::families::text::{Role, TextEmbedder};
+use crate::families::vision::{VisionArch, VisionEmbedder};
 use crate::image::PreprocessError;
 use crate::{Error, Result};
 

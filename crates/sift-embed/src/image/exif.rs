@@ -50,7 +50,7 @@ pub(super) fn orientation(bytes: &[u8], format: ImageFormat) -> u8 {
 
 fn jpeg_meta(b: &[u8]) -> Meta {
     let mut meta = Meta::default();
-    for seg in super::decode::jpeg_header_segments(b) {
+    for seg in super::jpeg::jpeg_header_segments(b) {
         if !seg.complete {
             break;
         }

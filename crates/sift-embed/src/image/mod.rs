@@ -29,6 +29,7 @@
 mod bmp;
 mod decode;
 mod exif;
+mod jpeg;
 mod process;
 mod resample;
 

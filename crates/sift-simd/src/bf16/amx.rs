@@ -15,46 +15,16 @@
 //! tensor's memory) is written where it lies.
 //!
 //! The instructions are written in `asm!` (the AMX intrinsics and target features are not
-//! stable Rust); [`available`] checks CPUID and asks Linux for the tile state
-//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`) once, before any tile is used.
-use super::{Line, Out, line_at};
+//! stable Rust); [`available`] reads [`crate::cpu`], which checked CPUID and asked Linux for the
+//! tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`) once, before any tile is
+//! used.
+use super::block::Out;
+use super::pack::{BLOCK_ROWS, Line, STEP_PAIRS, line_at};
 
-/// Input pairs of one tile step (a `B` tile's rows; an `A` tile's 32 inputs).
-pub(super) const STEP_PAIRS: usize = 16;
-/// Rows of the output one block covers (two `A` tiles).
-pub(super) const BLOCK_ROWS: usize = 32;
-
-/// Whether the processor has AMX-BF16 and Linux lets this process use the tiles (asked once).
+/// Whether the processor has AMX-BF16 and Linux lets this process use the tiles
+/// ([`crate::Cpu::amx`]).
 pub fn available() -> bool {
-    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OK.get_or_init(|| {
-        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        {
-            // CPUID.(EAX=7, ECX=0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE
-            let r = std::arch::x86_64::__cpuid_count(7, 0);
-            if (r.edx >> 22) & 1 == 0 || (r.edx >> 24) & 1 == 0 {
-                return false;
-            }
-            let ret: i64;
-            // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18) only
-            // changes which register state the kernel saves for this process; it reads and
-            // writes no memory of ours. rcx and r11 are clobbered by `syscall`.
-            unsafe {
-                std::arch::asm!(
-                    "syscall",
-                    inlateout("rax") 158i64 => ret,
-                    in("rdi") 0x1023i64,
-                    in("rsi") 18i64,
-                    lateout("rcx") _,
-                    lateout("r11") _,
-                    options(nostack),
-                );
-            }
-            ret == 0
-        }
-        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-        false
-    })
+    crate::cpu().amx
 }
 
 /// The tile configuration: palette 1, every tile 16 rows × 64 bytes.
@@ -155,7 +125,6 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
     assert!(p.xs.is_multiple_of(2 * STEP_PAIRS) && p.cols <= 64);
     assert!(p.x.len() >= blocks * BLOCK_ROWS * p.xs);
     assert!(pairs >= steps * STEP_PAIRS && pairs.is_multiple_of(STEP_PAIRS));
-    let (xstride, wstride) = (p.xs * 2, std::mem::size_of::<Line>());
     // four 16 x 16 f32 tiles on 64-byte boundaries, written by the tile stores before they
     // are read (never zero-filled)
     let mut acc = std::mem::MaybeUninit::<Tiles>::uninit();
@@ -164,150 +133,225 @@ pub(super) unsafe fn panel_rows(p: &PanelRows) {
         // SAFETY: each offset lies inside the 4 KiB buffer
         unsafe { [base, base.add(256), base.add(512), base.add(768)] }
     };
-    // SAFETY: the tiles are configured (the caller's contract); every tile load reads 16
-    // rows of 64 bytes inside `x` (rows of a block: asserted above) or 16 consecutive lines
-    // inside `lines` (a step's group: steps * 16 pairs of four lines, asserted); the stores
-    // write the 1 KiB buffers of `bufs`, or, for a whole block, the block's 32 rows x 32
-    // columns of the output, all inside the caller's rows and columns (checked by
-    // `whole`), which is where the output is read and written.
-    unsafe {
-        // the panel's column halves outermost, then runs of tile steps (KBLOCK_STEPS): a
-        // run's weight tiles stay in the core's L1 cache over the task's blocks of rows,
-        // which stream from L2. Runs only where the output's rows lie on cache lines (a
-        // tile stored or loaded across cache lines costs several times an aligned one:
-        // module docs); elsewhere, and outside the measured range, every step in one run.
-        let on_lines = p.dst.0.cast::<u8>().align_offset(64) == 0 && p.ld.is_multiple_of(16);
-        let run = if on_lines && (KBLOCK_MIN_STEPS..=KBLOCK_MAX_STEPS).contains(&steps) {
-            KBLOCK_STEPS
-        } else {
-            steps.max(1)
+    // the panel's column halves outermost, then runs of tile steps (KBLOCK_STEPS): a run's
+    // weight tiles stay in the core's L1 cache over the task's blocks of rows, which stream
+    // from L2. Runs only where the output's rows lie on cache lines (a tile stored or loaded
+    // across cache lines costs several times an aligned one: module docs); elsewhere, and
+    // outside the measured range, every step in one run.
+    let on_lines = p.dst.0.cast::<u8>().align_offset(64) == 0 && p.ld.is_multiple_of(16);
+    let run = if on_lines && (KBLOCK_MIN_STEPS..=KBLOCK_MAX_STEPS).contains(&steps) {
+        KBLOCK_STEPS
+    } else {
+        steps.max(1)
+    };
+    for g in [0usize, 2] {
+        if g * 16 >= p.cols {
+            break;
+        }
+        for s0 in (0..steps).step_by(run) {
+            for b in 0..blocks {
+                let i = b * BLOCK_ROWS;
+                // a whole 32 x 32 block inside the task's rows and the panel's columns
+                // accumulates in place: its output tiles are loaded (or zeroed when the
+                // product is written over the output, before its first run), added to and
+                // stored back, a run at a time; a partial one is summed from zero over every
+                // step at the first run and added (or written) through a buffer
+                let whole = i + BLOCK_ROWS <= p.rows && (g + 2) * 16 <= p.cols;
+                if !whole && s0 > 0 {
+                    continue;
+                }
+                let steps = if whole {
+                    s0..(s0 + run).min(steps)
+                } else {
+                    0..steps
+                };
+                // where the four output tiles C00 C01 / C10 C11 are loaded from and stored
+                // to: the block itself, or the buffers (their pointers only made for a whole
+                // block, which the output holds)
+                let (c, stride) = if whole {
+                    // SAFETY: a whole block's 32 rows x 32 columns lie inside the caller's
+                    // rows and columns of the output.
+                    let c = unsafe { p.dst.0.add((p.r0 + i) * p.ld + p.col0 + g * 16) };
+                    let l = p.ld;
+                    // SAFETY: as above: the four tiles' first elements.
+                    unsafe { ([c, c.add(16), c.add(16 * l), c.add(16 * l + 16)], l * 4) }
+                } else {
+                    (bufs, 64)
+                };
+                let load = whole && (p.acc || steps.start > 0);
+                // SAFETY: the tiles are configured (the caller's contract); the loads and
+                // stores of `c` cover the block (inside the caller's rows and columns: it is
+                // whole) or the 1 KiB buffers of `bufs`; the steps read rows of a block of `x`
+                // and 16 consecutive lines of a step's group (asserted above).
+                unsafe {
+                    start_block(c, stride, load);
+                    block_steps(p, i, g, steps, pairs);
+                    store_block(c, stride);
+                }
+                if !whole {
+                    // SAFETY: the buffers hold the block's sums (stored above); the rows and
+                    // columns written are the caller's (bounded by `p.rows`, `p.cols`).
+                    unsafe { add_partial_block(p, &bufs, i, g) };
+                }
+            }
+        }
+    }
+}
+
+/// Starts a block's four accumulator tiles `tmm0..tmm3`: loaded from `c` (rows `stride`
+/// bytes apart) when `load`, else zeroed.
+///
+/// # Safety
+/// The tiles must be configured; with `load`, each `c[t]` must be readable for 16 rows of
+/// 64 bytes `stride` bytes apart.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn start_block(c: [*mut f32; 4], stride: usize, load: bool) {
+    if load {
+        // SAFETY: the caller's contract; the loads read the four tiles' rows.
+        unsafe {
+            std::arch::asm!(
+                "tileloadd tmm0, [{c0} + {s}*1]",
+                "tileloadd tmm1, [{c1} + {s}*1]",
+                "tileloadd tmm2, [{c2} + {s}*1]",
+                "tileloadd tmm3, [{c3} + {s}*1]",
+                c0 = in(reg) c[0],
+                c1 = in(reg) c[1],
+                c2 = in(reg) c[2],
+                c3 = in(reg) c[3],
+                s = in(reg) stride,
+                options(nostack, readonly)
+            )
         };
-        for g in [0usize, 2] {
-            if g * 16 >= p.cols {
+    } else {
+        // SAFETY: the tiles are configured (the caller's contract); no memory is touched.
+        unsafe {
+            std::arch::asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack)
+            )
+        };
+    }
+}
+
+/// The tile steps `steps` of the block of rows `i..i + 32` against column groups `g`, `g +
+/// 1` of the panel (`pairs` input pairs per group), added into `tmm0..tmm3`.
+///
+/// # Safety
+/// The tiles must be configured; the block's rows of `p.x` and the steps' lines of
+/// `p.lines` must be inside them ([`panel_rows`]' assertions).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn block_steps(
+    p: &PanelRows,
+    i: usize,
+    g: usize,
+    steps: std::ops::Range<usize>,
+    pairs: usize,
+) {
+    let (xstride, wstride) = (p.xs * 2, std::mem::size_of::<Line>());
+    for s in steps {
+        // SAFETY: the caller's contract: the two activation tiles are rows i..i + 32 of a
+        // block of `x`, the two weight tiles 16 consecutive lines each of the step's groups.
+        unsafe {
+            let a0 = p.x.as_ptr().add(i * p.xs + s * 2 * STEP_PAIRS);
+            let a1 = a0.add(16 * p.xs);
+            // groups g and g + 1 of the step: two tiles, one after the other
+            let b0 = p.lines.as_ptr().add(line_at(pairs, s * STEP_PAIRS, g));
+            let b1 = b0.add(STEP_PAIRS);
+            std::arch::asm!(
+                "tileloadd tmm4, [{a0} + {xs}*1]",
+                "tileloadd tmm6, [{b0} + {ws}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tileloadd tmm7, [{b1} + {ws}*1]",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm5, [{a1} + {xs}*1]",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                a0 = in(reg) a0,
+                a1 = in(reg) a1,
+                b0 = in(reg) b0,
+                b1 = in(reg) b1,
+                xs = in(reg) xstride,
+                ws = in(reg) wstride,
+                options(nostack, readonly)
+            );
+        }
+    }
+}
+
+/// Stores the block's four accumulator tiles `tmm0..tmm3` to `c` (rows `stride` bytes
+/// apart).
+///
+/// # Safety
+/// The tiles must be configured; each `c[t]` must be writable for 16 rows of 64 bytes
+/// `stride` bytes apart, by this thread alone.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn store_block(c: [*mut f32; 4], stride: usize) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        std::arch::asm!(
+            "tilestored [{c0} + {s}*1], tmm0",
+            "tilestored [{c1} + {s}*1], tmm1",
+            "tilestored [{c2} + {s}*1], tmm2",
+            "tilestored [{c3} + {s}*1], tmm3",
+            c0 = in(reg) c[0],
+            c1 = in(reg) c[1],
+            c2 = in(reg) c[2],
+            c3 = in(reg) c[3],
+            s = in(reg) stride,
+            options(nostack)
+        )
+    };
+}
+
+/// Adds (or, without `p.acc`, writes) a partial block's sums in `bufs` (C00 C01 / C10 C11:
+/// rows `i..`, `i + 16..`; columns of groups `g`, `g + 1`) into the output, the rows and
+/// columns of it inside `p.rows` and `p.cols`.
+///
+/// # Safety
+/// `bufs` must hold the four stored tiles (16 rows of 16 f32 each); `p.dst` must be valid
+/// for the caller's rows and columns, written by no other thread.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn add_partial_block(p: &PanelRows, bufs: &[*mut f32; 4], i: usize, g: usize) {
+    for (t, &c) in bufs.iter().enumerate() {
+        let (dr, group) = (16 * (t / 2), g + t % 2);
+        let col = group * 16;
+        if col >= p.cols {
+            continue;
+        }
+        let width = (p.cols - col).min(16);
+        for r in 0..16 {
+            let row = i + dr + r;
+            if row >= p.rows {
                 break;
             }
-            for s0 in (0..steps).step_by(run) {
-                for b in 0..blocks {
-                    let i = b * BLOCK_ROWS;
-                    // a whole 32 x 32 block inside the task's rows and the panel's columns
-                    // accumulates in place: its output tiles are loaded (or zeroed when the
-                    // product is written over the output, before its first run), added to and
-                    // stored back, a run at a time; a partial one is summed from zero over every
-                    // step at the first run and added (or written) through a buffer
-                    let whole = i + BLOCK_ROWS <= p.rows && (g + 2) * 16 <= p.cols;
-                    if !whole && s0 > 0 {
-                        continue;
-                    }
-                    let (first, last) = if whole {
-                        (s0, (s0 + run).min(steps))
+            // SAFETY: row `row` < p.rows and columns col..col + width <= p.cols of the
+            // output are the caller's; row r of tile t holds 16 sums in its buffer.
+            unsafe {
+                let o = p.dst.0.add((p.r0 + row) * p.ld + p.col0 + col);
+                let sum = c.add(16 * r);
+                if width == 16 {
+                    // whole tile rows: fixed-size moves the compiler vectorises
+                    let sum = &*sum.cast::<[f32; 16]>();
+                    if p.acc {
+                        let out = &mut *o.cast::<[f32; 16]>();
+                        out.iter_mut().zip(sum).for_each(|(d, v)| *d += v);
                     } else {
-                        (0, steps)
-                    };
-                    // where the four output tiles C00 C01 / C10 C11 are loaded from and stored to:
-                    // the block itself, or the buffers (their pointers only made for a whole
-                    // block, which the output holds)
-                    let (c, stride) = if whole {
-                        let c = p.dst.0.add((p.r0 + i) * p.ld + p.col0 + g * 16);
-                        let l = p.ld;
-                        ([c, c.add(16), c.add(16 * l), c.add(16 * l + 16)], l * 4)
-                    } else {
-                        (bufs, 64)
-                    };
-                    if whole && (p.acc || first > 0) {
-                        std::arch::asm!(
-                            "tileloadd tmm0, [{c0} + {s}*1]",
-                            "tileloadd tmm1, [{c1} + {s}*1]",
-                            "tileloadd tmm2, [{c2} + {s}*1]",
-                            "tileloadd tmm3, [{c3} + {s}*1]",
-                            c0 = in(reg) c[0],
-                            c1 = in(reg) c[1],
-                            c2 = in(reg) c[2],
-                            c3 = in(reg) c[3],
-                            s = in(reg) stride,
-                            options(nostack, readonly)
-                        );
-                    } else {
-                        std::arch::asm!(
-                            "tilezero tmm0",
-                            "tilezero tmm1",
-                            "tilezero tmm2",
-                            "tilezero tmm3",
-                            options(nostack)
-                        );
+                        o.cast::<[f32; 16]>().write_unaligned(*sum);
                     }
-                    for s in first..last {
-                        let a0 = p.x.as_ptr().add(i * p.xs + s * 2 * STEP_PAIRS);
-                        let a1 = a0.add(16 * p.xs);
-                        // groups g and g + 1 of the step: two tiles, one after the other
-                        let b0 = p.lines.as_ptr().add(line_at(pairs, s * STEP_PAIRS, g));
-                        let b1 = b0.add(STEP_PAIRS);
-                        std::arch::asm!(
-                            "tileloadd tmm4, [{a0} + {xs}*1]",
-                            "tileloadd tmm6, [{b0} + {ws}*1]",
-                            "tdpbf16ps tmm0, tmm4, tmm6",
-                            "tileloadd tmm7, [{b1} + {ws}*1]",
-                            "tdpbf16ps tmm1, tmm4, tmm7",
-                            "tileloadd tmm5, [{a1} + {xs}*1]",
-                            "tdpbf16ps tmm2, tmm5, tmm6",
-                            "tdpbf16ps tmm3, tmm5, tmm7",
-                            a0 = in(reg) a0,
-                            a1 = in(reg) a1,
-                            b0 = in(reg) b0,
-                            b1 = in(reg) b1,
-                            xs = in(reg) xstride,
-                            ws = in(reg) wstride,
-                            options(nostack, readonly)
-                        );
-                    }
-                    std::arch::asm!(
-                        "tilestored [{c0} + {s}*1], tmm0",
-                        "tilestored [{c1} + {s}*1], tmm1",
-                        "tilestored [{c2} + {s}*1], tmm2",
-                        "tilestored [{c3} + {s}*1], tmm3",
-                        c0 = in(reg) c[0],
-                        c1 = in(reg) c[1],
-                        c2 = in(reg) c[2],
-                        c3 = in(reg) c[3],
-                        s = in(reg) stride,
-                        options(nostack)
-                    );
-                    if whole {
-                        continue;
-                    }
-                    // C00 C01 / C10 C11: rows i.., i + 16..; columns of groups g, g + 1
-                    for (t, &c) in bufs.iter().enumerate() {
-                        let (dr, group) = (16 * (t / 2), g + t % 2);
-                        let col = group * 16;
-                        if col >= p.cols {
-                            continue;
-                        }
-                        let width = (p.cols - col).min(16);
-                        for r in 0..16 {
-                            let row = i + dr + r;
-                            if row >= p.rows {
-                                break;
-                            }
-                            let o = p.dst.0.add((p.r0 + row) * p.ld + p.col0 + col);
-                            let sum = c.add(16 * r);
-                            if width == 16 {
-                                // whole tile rows: fixed-size moves the compiler vectorises
-                                let sum = &*sum.cast::<[f32; 16]>();
-                                if p.acc {
-                                    let out = &mut *o.cast::<[f32; 16]>();
-                                    out.iter_mut().zip(sum).for_each(|(d, v)| *d += v);
-                                } else {
-                                    o.cast::<[f32; 16]>().write_unaligned(*sum);
-                                }
-                            } else if p.acc {
-                                let out = std::slice::from_raw_parts_mut(o, width);
-                                let sum = std::slice::from_raw_parts(sum, width);
-                                out.iter_mut().zip(sum).for_each(|(d, v)| *d += v);
-                            } else {
-                                // the output may be uninitialised: written, never read
-                                std::ptr::copy_nonoverlapping(sum, o, width);
-                            }
-                        }
-                    }
+                } else if p.acc {
+                    let out = std::slice::from_raw_parts_mut(o, width);
+                    let sum = std::slice::from_raw_parts(sum, width);
+                    out.iter_mut().zip(sum).for_each(|(d, v)| *d += v);
+                } else {
+                    // the output may be uninitialised: written, never read
+                    std::ptr::copy_nonoverlapping(sum, o, width);
                 }
             }
         }

@@ -11,7 +11,11 @@
 //! The packing is [`super::PackedBf16::pack`]'s layout, so the products are
 //! `amx::panel_rows` calls. Everything runs on the calling thread: the heads of a batch
 //! are the caller's parallel tasks.
-use super::{Line, Out, PANEL, Rows, amx, fill_rows, line_at, round_row};
+use super::amx;
+use super::block::Out;
+use super::pack::{BLOCK_ROWS, Line, PANEL, STEP_PAIRS, line_at};
+use super::rows::{Rows, fill_rows};
+use super::vector::{has_dot_bf16, round_row};
 use crate::mem::{aligned, aligned_view};
 
 /// Rows ahead whose values are prefetched while a head's rows are read: the rows of a fused
@@ -44,7 +48,7 @@ impl HeadProducts {
         if !amx::available() || d == 0 {
             return None;
         }
-        let k_stride = d.div_ceil(2).div_ceil(amx::STEP_PAIRS) * amx::STEP_PAIRS;
+        let k_stride = d.div_ceil(2).div_ceil(STEP_PAIRS) * STEP_PAIRS;
         Some(HeadProducts {
             d,
             keys: 0,
@@ -75,7 +79,7 @@ impl HeadProducts {
         // sized without clearing: the packing below writes every line a product reads
         // (the gathers) or clears them first (the portable loops)
         self.k.resize(panels * ks * 4, Line([0; 32]));
-        let vs = keys.div_ceil(2).div_ceil(amx::STEP_PAIRS) * amx::STEP_PAIRS;
+        let vs = keys.div_ceil(2).div_ceil(STEP_PAIRS) * STEP_PAIRS;
         self.v_stride = vs;
         self.v.resize(d.div_ceil(PANEL) * vs * 4, Line([0; 32]));
         #[cfg(target_arch = "x86_64")]
@@ -84,7 +88,7 @@ impl HeadProducts {
             && rs.is_multiple_of(2)
             && k.as_ptr().cast::<u32>().is_aligned()
             && rs.checked_mul(16).is_some_and(|x| x <= i32::MAX as usize)
-            && super::has_dot_bf16()
+            && has_dot_bf16()
         {
             // SAFETY: AVX-512F and BW were detected (with AVX512-BF16); the rows are in
             // bounds (asserted above), whole pairs on 4-byte boundaries (checked).
@@ -161,7 +165,7 @@ impl HeadProducts {
             return;
         }
         let xs = 2 * self.k_stride;
-        let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
+        let padded = rows.div_ceil(BLOCK_ROWS) * BLOCK_ROWS;
         fill_rows(&mut self.x, xs, padded, rows, |i, dst| {
             q.prefetch((i + AHEAD) * rs, d);
             q.round_span(i * rs, d, dst);
@@ -199,8 +203,8 @@ impl HeadProducts {
     /// caller to fill: `rows` rows of `xs` bfloat16 values (the returned `xs`), each row's
     /// `kv` probabilities then zeros; rows past `rows` are zeroed here.
     pub fn probabilities(&mut self, rows: usize, kv: usize) -> (&mut [u16], usize) {
-        let xs = kv.div_ceil(2 * amx::STEP_PAIRS) * 2 * amx::STEP_PAIRS;
-        let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
+        let xs = kv.div_ceil(2 * STEP_PAIRS) * 2 * STEP_PAIRS;
+        let padded = rows.div_ceil(BLOCK_ROWS) * BLOCK_ROWS;
         let x = aligned(&mut self.x, padded * xs);
         x[rows * xs..].fill(0);
         (&mut x[..rows * xs], xs)
@@ -236,8 +240,8 @@ impl HeadProducts {
     /// As [`HeadProducts::context`].
     pub unsafe fn context_rounded(&mut self, rows: usize, kv: usize, dst: *mut f32, ld: usize) {
         assert!(kv <= self.keys);
-        let xs = kv.div_ceil(2 * amx::STEP_PAIRS) * 2 * amx::STEP_PAIRS;
-        let padded = rows.div_ceil(amx::BLOCK_ROWS) * amx::BLOCK_ROWS;
+        let xs = kv.div_ceil(2 * STEP_PAIRS) * 2 * STEP_PAIRS;
+        let padded = rows.div_ceil(BLOCK_ROWS) * BLOCK_ROWS;
         if rows == 0 {
             return;
         }
