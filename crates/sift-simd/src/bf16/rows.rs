@@ -26,7 +26,7 @@ pub(super) fn fill_rows(
 }
 
 /// The activations a product reads, `m × k` row-major: f32 (rounded to bfloat16 as they
-/// are read, or read as they are by [`Kernel::F32`]), or bfloat16 bits already rounded (a
+/// are read, or read as they are by [`Kernel::F32`](super::Kernel::F32)), or bfloat16 bits already rounded (a
 /// layer's output kept in bfloat16 for the next layer, which would round it anyway).
 #[derive(Debug, Clone, Copy)]
 pub enum Rows<'a> {

@@ -1,7 +1,7 @@
 //! Multi-head self-attention over packed (unpadded) sequences: the segments, the score
-//! biases, and [`Attention`], which runs one of three paths: the CPU kernel ([`cpu`]), the
-//! generic padded batches of candle's ops ([`padded`]), or flash attention on CUDA
-//! ([`flash`]).
+//! biases, and [`Attention`], which runs one of three paths: the CPU kernel (`cpu.rs`), the
+//! generic padded batches of candle's ops (`padded.rs`), or flash attention on CUDA
+//! (`flash.rs`).
 pub(crate) mod cpu;
 pub(crate) mod flash;
 pub(crate) mod padded;
