@@ -410,3 +410,112 @@ fn sift_rerank_scores_pairs_as_cross_encoder_predict() {
     ]);
     assert!(err.contains("bad.jsonl: line 2"), "{err}");
 }
+
+#[test]
+fn the_rerank_route_and_sift_rerank_give_one_reranker_the_same_scores() {
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("models/fixtures/cross_encoder/expected.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let m = &expected["models"]["tiny-bert-ce"];
+    let model = repo().join(m["dir"].as_str().unwrap());
+    // a service with a reranker and no index
+    let server = common::served::Served::start(&["--rerank", s(&model), "--quiet"]);
+    let pairs = m["pairs"].as_array().unwrap();
+    // the query with the most pairs (the fixture's scores are sentence-transformers')
+    let of = |q: &Value| pairs.iter().filter(|p| p["query"] == *q).count();
+    let query = pairs
+        .iter()
+        .map(|p| &p["query"])
+        .max_by_key(|q| of(q))
+        .unwrap();
+    let query = query.as_str().unwrap();
+    let mine: Vec<&Value> = pairs.iter().filter(|p| p["query"] == query).collect();
+    assert!(mine.len() >= 2);
+    let documents: Vec<&Value> = mine.iter().map(|p| &p["passage"]).collect();
+    let (status, res) = server.post(
+        "/v1/rerank",
+        &serde_json::json!({"query": query, "documents": documents, "return_documents": true}),
+    );
+    assert_eq!(status, 200, "{res}");
+    let results = res["results"].as_array().unwrap();
+    assert_eq!(results.len(), mine.len());
+    let mut last = f64::INFINITY;
+    for r in results {
+        let i = r["index"].as_u64().unwrap() as usize;
+        let got = r["relevance_score"].as_f64().unwrap();
+        let want = mine[i]["default_max_length"]["score"].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-5, "document {i}: {got} vs {want}");
+        assert!(got <= last, "best first: {res}");
+        last = got;
+        assert_eq!(r["document"], *documents[i]);
+    }
+    // top_n, the model's name, and the document at fault named
+    let name = res["model"].as_str().unwrap().to_string();
+    let (status, top) = server.post(
+        "/v1/rerank",
+        &serde_json::json!({"model": name, "query": query, "documents": documents, "top_n": 1}),
+    );
+    assert_eq!(status, 200, "{top}");
+    assert_eq!(top["results"].as_array().unwrap().len(), 1);
+    assert_eq!(top["results"][0]["index"], results[0]["index"]);
+    assert!(top["results"][0].get("document").is_none(), "{top}");
+    for (body, code, field) in [
+        (
+            serde_json::json!({"model": "other", "query": query, "documents": ["a"]}),
+            404,
+            "model",
+        ),
+        (
+            serde_json::json!({"query": query, "documents": []}),
+            400,
+            "documents",
+        ),
+        (
+            serde_json::json!({"query": query, "documents": [{"image": "data:image/png;base64,AAAA"}]}),
+            400,
+            "documents[0].image",
+        ),
+    ] {
+        let (status, err) = server.post("/v1/rerank", &body);
+        assert_eq!(status, code, "{body}: {err}");
+        assert_eq!(err["error"]["field"], field, "{body}: {err}");
+    }
+    let models = server.get("/v1/models");
+    assert!(
+        models["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == name.as_str()),
+        "{models}"
+    );
+}
+
+#[test]
+fn sift_models_list_shows_rerankers_and_generators_with_their_kinds() {
+    let list = common::json(&ok(&["models", "list", "--json"]));
+    assert!(
+        list["embedders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["alias"] == "minilm")
+    );
+    let rerankers = list["rerankers"].as_array().unwrap();
+    let generators = list["generators"].as_array().unwrap();
+    for kind in ["cross-encoder", "pointwise", "listwise"] {
+        assert!(
+            rerankers.iter().any(|m| m["kind"] == kind),
+            "{kind}: {list}"
+        );
+    }
+    assert!(generators.iter().any(|m| m["kind"] == "local"), "{list}");
+    let table = ok(&["models", "list"]);
+    assert!(
+        table.contains("Rerankers") && table.contains("Generators"),
+        "{table}"
+    );
+    assert!(table.contains("| cross-encoder |"), "{table}");
+}

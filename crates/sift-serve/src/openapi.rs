@@ -55,6 +55,8 @@ schemas! {
     emb_res: EmbeddingsResponse,
     chat_req: ChatRequest,
     chat_res: ChatResponse,
+    rerank_req: RerankRequest,
+    rerank_res: RerankResponse,
     model_list: ModelList,
     health: Health,
     error: ErrorBody,
@@ -75,7 +77,8 @@ fn build() -> Value {
                 images and passage+image pairs, by text, images or both; Serper-compatible \
                 /search, /images, /lens, /videos and /news (GET and POST); SerpAPI-compatible \
                 GET /search and /search.json; readable pages and a Jina-Reader-compatible \
-                /r/{url}; OpenAI-compatible /v1/embeddings; MCP at /mcp. Without a domain, a \
+                /r/{url}; OpenAI-compatible /v1/embeddings and /v1/chat/completions; Cohere-compatible \
+                /v1/rerank of given documents; MCP at /mcp. Without a domain, a \
                 search covers every domain served, merged into one ranking.",
         },
         "paths": paths(&s),
@@ -311,6 +314,7 @@ fn paths(s: &Schemas) -> Value {
         "/v1/models": s.get("OpenAI-compatible model list", json!([]), as_json(&s.model_list), &[]),
         "/v1/embeddings": s.post("OpenAI-compatible embeddings (texts; images as data URLs)", &s.emb_req, &s.emb_res),
         "/v1/chat/completions": s.post("OpenAI-compatible chat completions from the local generator (`--generator`; images as data URLs; no streaming)", &s.chat_req, &s.chat_res),
+        "/v1/rerank": s.post("Cohere-, Jina- and vLLM-compatible rerank: the reranker's (`--rerank`) raw scores of the request's own documents, best first", &s.rerank_req, &s.rerank_res),
         "/v1/{domain}/search": s.get(
             "pyserini-style REST search",
             json!([

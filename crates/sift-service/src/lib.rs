@@ -10,7 +10,7 @@
 //!   [`Service::image`]), with the links an agent follows ([`pages`]);
 //! - raw reranker scores of given (query, passage[, image]) pairs ([`score_pairs`]);
 //! - embeddings, scoring hits against qrels, fusing result lists, and chat completions with
-//!   a local generator;
+//!   a local generator ([`chat`]: the one conversion of OpenAI's chats, for every door);
 //! - the request and response types ([`api`], serde and JSON Schema), parsed with the field
 //!   at fault named ([`api::parse_json`]), and the errors ([`ApiError`]) every door maps to
 //!   its own shape.
@@ -46,6 +46,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod chat;
 mod error;
 pub mod images;
 pub mod pages;
@@ -53,7 +54,7 @@ mod rerank;
 mod service;
 
 pub use error::{ApiError, Error, ErrorKind};
-pub use rerank::{ScorePair, score_pairs};
+pub use rerank::{ScorePair, rerank_documents, score_pairs};
 pub use service::{
     Limits, Page, ServeConfig, Service, document_path, encode_path, image_path, page_path,
     query_task,

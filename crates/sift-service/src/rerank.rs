@@ -8,7 +8,10 @@ use std::collections::HashMap;
 use sift_retrieve::Reranker;
 use sift_retrieve::rerank::{RerankDoc, RerankQuery};
 
+use crate::api::{RerankDocument, RerankRequest, RerankResponse, RerankResult};
 use crate::error::{ApiError, ErrorKind};
+use crate::images;
+use crate::service::Limits;
 
 /// One pair to score.
 #[derive(Debug, Clone, Default)]
@@ -92,4 +95,72 @@ pub fn score_pairs(reranker: &dyn Reranker, pairs: &[ScorePair]) -> Result<Vec<f
         }
     }
     Ok(scores)
+}
+
+/// A rerank request's documents scored by `reranker` for its query ([`score_pairs`]), best
+/// first (ties in the request's order), at most `top_n`; images held to `limits`.
+pub fn rerank_documents(
+    reranker: &dyn Reranker,
+    req: &RerankRequest,
+    limits: &Limits,
+) -> Result<RerankResponse, ApiError> {
+    if req.documents.is_empty() {
+        return Err(ApiError::invalid("documents", "no documents"));
+    }
+    if req.documents.len() > limits.max_inputs {
+        return Err(ApiError::invalid(
+            "documents",
+            format!(
+                "{} documents: at most {} a request",
+                req.documents.len(),
+                limits.max_inputs
+            ),
+        ));
+    }
+    if req.top_n == Some(0) {
+        return Err(ApiError::invalid("top_n", "give at least 1"));
+    }
+    let mut budget = images::PixelBudget::new(limits.max_request_pixels);
+    let mut pairs = Vec::with_capacity(req.documents.len());
+    for (i, d) in req.documents.iter().enumerate() {
+        let (passage, image) = match d {
+            RerankDocument::Text(t) => (Some(t.clone()), None),
+            RerankDocument::Parts { text, image } => {
+                let image = match image {
+                    None => None,
+                    Some(url) => {
+                        let field = format!("documents[{i}].image");
+                        let bytes = images::decode_data(&field, url, &limits.image)?;
+                        budget.charge(&field, &bytes, &limits.image)?;
+                        Some(bytes)
+                    }
+                };
+                (text.clone(), image)
+            }
+        };
+        pairs.push(ScorePair {
+            query: req.query.clone(),
+            passage,
+            image,
+        });
+    }
+    let scores = score_pairs(reranker, &pairs).map_err(|e| ApiError {
+        field: e.field.map(|f| f.replace("pairs[", "documents[")),
+        ..e
+    })?;
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    order.truncate(req.top_n.unwrap_or(usize::MAX));
+    let with_documents = req.return_documents == Some(true);
+    Ok(RerankResponse {
+        model: reranker.name().to_string(),
+        results: order
+            .into_iter()
+            .map(|i| RerankResult {
+                index: i,
+                relevance_score: scores[i],
+                document: with_documents.then(|| req.documents[i].clone()),
+            })
+            .collect(),
+    })
 }

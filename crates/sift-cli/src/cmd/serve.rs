@@ -20,11 +20,13 @@ curl -s localhost:8080/v1/search -d '{\"query\": \"how do plants make sugar\", \
 SERPER_BASE_URL=http://127.0.0.1:8080 my-agent ...   # Serper: POST or GET /search, /images, /lens\n  \
 curl -s 'localhost:8080/search.json?engine=google&q=photosynthesis'   # SerpAPI\n  \
 curl -s localhost:8080/r/http://localhost:8080/v1/biology/page/<id>   # Jina Reader\n  \
-sift serve --index target/sample-index --corpus corpora/sample --mcp-stdio   # MCP client config")]
+sift serve --index target/sample-index --corpus corpora/sample --mcp-stdio   # MCP client config\n  \
+sift serve --generator Qwen/Qwen2-VL-2B-Instruct --rerank cross-encoder/ms-marco-MiniLM-L-6-v2   # no index: chat and rerank only")]
 pub struct Args {
-    /// Index directory.
-    #[arg(long)]
-    index: PathBuf,
+    /// Index directory. Without one, the service only answers chat completions
+    /// (--generator) and reranks given documents (--rerank, `POST /v1/rerank`).
+    #[arg(long, required_unless_present_any = ["generator", "rerank"])]
+    index: Option<PathBuf>,
     /// The corpus the index was built from (a directory, or a knowledge-base .jsonl /
     /// .parquet file): passage texts, images, page links.
     #[arg(long)]
@@ -221,14 +223,20 @@ fn http_options(a: &Args) -> Result<HttpOptions> {
 
 pub fn run(a: Args) -> Result<()> {
     let options = http_options(&a)?;
-    let base_bm25 = sift_index::IndexDir::open(&a.index)?.manifest().bm25;
+    let bm25 = match &a.index {
+        Some(index) => Some(
+            a.bm25
+                .apply(sift_index::IndexDir::open(index)?.manifest().bm25),
+        ),
+        None => None,
+    };
     let config = ServeConfig {
         index: a.index.clone(),
         corpus: a.corpus.clone(),
         retrievers: a.retriever.clone(),
         domains: a.domain.clone(),
         model_options: a.model_flags.options()?,
-        bm25: Some(a.bm25.apply(base_bm25)),
+        bm25,
         settings: SearchSettings {
             ann: a.search.ann,
             ef_search: a.search.ef_search,
@@ -260,17 +268,29 @@ pub fn run(a: Args) -> Result<()> {
         allow_partial_shards: false,
     };
     let started = std::time::Instant::now();
-    let service = Service::load(&config)
-        .with_context(|| format!("loading {} for serving", a.index.display()))?;
+    let service = Service::load(&config).with_context(|| match &a.index {
+        Some(index) => format!("loading {} for serving", index.display()),
+        None => "loading the models for serving".to_string(),
+    })?;
     let info = service.info();
+    let models: Vec<String> = service.models().data.into_iter().map(|m| m.id).collect();
     eprintln!(
-        "sift serve: {} domain(s), retrievers {}, loaded in {:.1}s",
+        "sift serve: {} domain(s), retrievers {}, models {}, loaded in {:.1}s",
         info.domains.len(),
-        info.retrievers
-            .iter()
-            .map(|r| r.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
+        if info.retrievers.is_empty() {
+            "none (no index)".to_string()
+        } else {
+            info.retrievers
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        if models.is_empty() {
+            "none".to_string()
+        } else {
+            models.join(", ")
+        },
         started.elapsed().as_secs_f64()
     );
     let shared = Shared::new(service, &options);

@@ -10,10 +10,12 @@ pub use sift_eval::CandidateKind;
 mod bounded;
 mod compat;
 mod json;
+mod rerank;
 
 pub use bounded::{AtMost, MAX_PARSED_IMAGES, MAX_PARSED_INPUTS};
 pub use compat::*;
 pub use json::{parse_json, parse_json_seed};
+pub use rerank::{RerankDocument, RerankRequest, RerankResponse, RerankResult};
 
 /// Results per search when a request names none.
 pub const DEFAULT_TOP_K: usize = 10;

@@ -11,16 +11,18 @@ use crate::images;
 use super::*;
 
 impl Service {
-    /// OpenAI's model list: the dense indexes' models, and the chat generator.
+    /// OpenAI's model list: the dense indexes' models, the chat generator and the reranker.
     pub fn models(&self) -> ModelList {
         ModelList {
             object: "list".into(),
             data: self
                 .model_ids
                 .iter()
-                .chain(self.generator.iter().map(|(name, _)| name))
+                .map(String::as_str)
+                .chain(self.generator.iter().map(|(name, _)| name.as_str()))
+                .chain(self.rerank.iter().map(|s| s.reranker.name()))
                 .map(|id| ModelEntry {
-                    id: id.clone(),
+                    id: id.to_string(),
                     object: "model".into(),
                     created: self.created,
                     owned_by: "sift".into(),

@@ -16,28 +16,80 @@ use super::*;
 
 impl Service {
     /// Opens the index, loads the models of every retriever, and reads the corpus (passage
-    /// texts into memory; images into memory from parquet, or listed from folders).
+    /// texts into memory; images into memory from parquet, or listed from folders); loads
+    /// the generator and reranker. Without an index ([`ServeConfig::without_index`]) the
+    /// service only generates and reranks given pairs.
     pub fn load(config: &ServeConfig) -> Result<Service, Error> {
-        let index = IndexDir::open(&config.index)?;
+        let indexed = match &config.index {
+            Some(path) => Indexed::load(config, path)?,
+            None => Indexed::none(config)?,
+        };
+        if config.rerank.is_some() && config.index.is_some() && config.corpus.is_none() {
+            return Err(Error::Config(
+                "a reranker reads the hits' texts and images: give the corpus too".into(),
+            ));
+        }
+        Ok(Service {
+            rerank: config.rerank.clone(),
+            reference_ready: config.reference_fusion,
+            generator: load_generator(config)?,
+            index_name: indexed.name,
+            created: indexed.created,
+            domains: indexed.domains,
+            retrievers: indexed.retrievers,
+            models: indexed.models,
+            model_ids: indexed.model_ids,
+            settings: SearchSettings {
+                bm25: indexed.bm25,
+                ..config.settings.clone()
+            },
+            limits: config.limits,
+            has_corpus: indexed.has_corpus,
+            index: indexed.index,
+        })
+    }
+}
+
+/// What a service loads from its index.
+struct Indexed {
+    index: Option<IndexDir>,
+    name: String,
+    created: u64,
+    bm25: sift_index::Bm25Params,
+    models: ModelSet,
+    model_ids: Vec<String>,
+    retrievers: Vec<Served>,
+    domains: Vec<Domain>,
+    has_corpus: bool,
+}
+
+impl Indexed {
+    /// No index: nothing to search (a service that only generates or reranks).
+    fn none(config: &ServeConfig) -> Result<Indexed, Error> {
+        if config.corpus.is_some() || !config.retrievers.is_empty() || !config.domains.is_empty() {
+            return Err(Error::Config(
+                "a corpus, retrievers and domains are served with an index: give the index".into(),
+            ));
+        }
+        Ok(Indexed {
+            index: None,
+            name: String::new(),
+            created: 0,
+            bm25: config.bm25.unwrap_or_default(),
+            models: ModelSet::new(),
+            model_ids: Vec::new(),
+            retrievers: Vec::new(),
+            domains: Vec::new(),
+            has_corpus: false,
+        })
+    }
+
+    fn load(config: &ServeConfig, path: &std::path::Path) -> Result<Indexed, Error> {
+        let index = IndexDir::open(path)?;
         let manifest = index.manifest();
         let bm25 = config.bm25.unwrap_or(manifest.bm25);
         bm25.validate()?;
-        let specs: Vec<RetrieverSpec> = if config.retrievers.is_empty() {
-            std::iter::once(Ok(RetrieverSpec::Bm25))
-                .chain(
-                    manifest
-                        .dense
-                        .keys()
-                        .map(|slug| Ok(RetrieverSpec::Dense(slug.clone()))),
-                )
-                .collect::<Result<_, Error>>()?
-        } else {
-            config
-                .retrievers
-                .iter()
-                .map(|s| s.parse().map_err(Error::from))
-                .collect::<Result<_, Error>>()?
-        };
+        let specs = retriever_specs(config, manifest)?;
         let mut models = ModelSet::new();
         for spec in &specs {
             models.load_for(
@@ -56,150 +108,194 @@ impl Service {
         model_ids.dedup();
         let retrievers: Vec<Served> = specs
             .into_iter()
-            .map(|spec| {
-                let ranks_images = models.ranks_images(&spec);
-                let uniform = if config.reference_fusion && ranks_images {
-                    sift_retrieve::reference_image_stand_ins(&models, &spec)?
-                } else {
-                    sift_retrieve::PairStandIns::new()
-                };
-                Ok(Served {
-                    name: spec.to_string(),
-                    ranks_images,
-                    takes_images: models.sees_images(&spec),
-                    uniform,
-                    spec,
-                })
-            })
+            .map(|spec| served(config, &models, spec))
             .collect::<Result<_, Error>>()?;
-        let names: Vec<String> = if config.domains.is_empty() {
-            manifest.domains.keys().cloned().collect()
-        } else {
-            for d in &config.domains {
-                if !manifest.domains.contains_key(d) {
-                    return Err(Error::Config(format!(
-                        "no domain {d:?} in the index (it has {})",
-                        manifest
-                            .domains
-                            .keys()
-                            .cloned()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-            }
-            config.domains.clone()
-        };
+        let names = domain_names(config, manifest)?;
         let corpus = match &config.corpus {
             Some(dir) => Some(Corpus::open(dir)?.allow_partial_shards(config.allow_partial_shards)),
             None => None,
         };
-        // pairs are ranked by any retriever (BM25 by the passage's text); their images come
-        // from the corpus, else from a model that indexed them
-        let pairs_possible = corpus.is_some() || retrievers.iter().any(|r| r.takes_images);
-        let kb = manifest.layout == Some(sift_core::Layout::Kb);
         check_pair_link(config, corpus.as_ref())?;
-        // a reference profile asked for, or the one the index's models were built with:
-        // pairs then leave out the images the reference's loader drops
-        let reference_profile = config.model_options.profile.is_reference()
-            || model_ids
-                .iter()
-                .any(|n| models.get(n).is_some_and(|m| m.profile().is_reference()));
-        let mut domains = Vec::new();
-        for name in names {
-            // the corpus must be the one indexed: its texts are what the hits return
-            if let Some(c) = &corpus {
-                index.check_domain(&name, Some(c))?;
-            }
-            let searchers = retrievers
-                .iter()
-                .map(|r| {
-                    DomainSearcher::open(&index, &name, &r.spec, &models, r.takes_images)
-                        .map_err(Error::from)
-                })
-                .collect::<Result<Vec<_>, Error>>()?;
-            let passage_ids = searchers[0].passage_ids().to_vec();
-            let texts = match &corpus {
-                Some(c) => Some(read_domain(c, &name, &passage_ids)?),
-                None => None,
-            };
-            // Task 4's pairs: the corpus's own links (MM-BRIGHT's base keys or the
-            // annotations', a knowledge base's rows), else base keys over the images the
-            // first retriever that ranks images indexed (a knowledge base without its file:
-            // text-only pairs)
-            let pairs = match pairs_possible {
-                false => None,
-                true => {
-                    let linking = PairLinking {
-                        link: config.pair_link,
-                        loadable_only: reference_profile,
-                        knowledge_base: kb,
-                    };
-                    Some(domain_pairs(
-                        &retrievers,
-                        &searchers,
-                        &models,
-                        corpus.as_ref(),
-                        linking,
-                        config.reference_fusion,
-                    )?)
-                }
-            };
-            let tables = retrievers
-                .iter()
-                .zip(&searchers)
-                .map(|(r, s)| match (&pairs, r.takes_images) {
-                    (Some(p), true) => p.table(s).map(Some).map_err(Error::from),
-                    _ => Ok(None),
-                })
-                .collect::<Result<Vec<_>, Error>>()?;
-            domains.push(Domain {
-                name,
-                scratch: searchers.iter().map(|_| Mutex::new(Vec::new())).collect(),
-                searchers,
-                pairs,
-                tables,
-                corpus: texts,
-            });
-        }
-        let index_name = config
-            .index
+        let open = DomainLoader {
+            index: &index,
+            config,
+            corpus: corpus.as_ref(),
+            retrievers: &retrievers,
+            models: &models,
+            // pairs are ranked by any retriever (BM25 by the passage's text); their images
+            // come from the corpus, else from a model that indexed them
+            pairs_possible: corpus.is_some() || retrievers.iter().any(|r| r.takes_images),
+            linking: PairLinking {
+                link: config.pair_link,
+                // a reference profile asked for, or the one the index's models were built
+                // with: pairs then leave out the images the reference's loader drops
+                loadable_only: config.model_options.profile.is_reference()
+                    || model_ids
+                        .iter()
+                        .any(|n| models.get(n).is_some_and(|m| m.profile().is_reference())),
+                knowledge_base: manifest.layout == Some(sift_core::Layout::Kb),
+            },
+        };
+        let domains = names
+            .into_iter()
+            .map(|name| open.domain(name))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| config.index.display().to_string());
-        let generator = match &config.generator {
-            None => None,
-            Some(spec) => {
-                let device = sift_embed::select_device(config.model_options.device)
-                    .map_err(|e| Error::Config(format!("generator {spec}: {e}")))?;
-                let g = sift_generate::LocalQwen2Vl::load(spec, &device)
-                    .map_err(|e| Error::Config(format!("generator {spec}: {e}")))?;
-                let g: Box<dyn sift_generate::Generator> = Box::new(g);
-                Some((spec.clone(), g))
-            }
-        };
-        if config.rerank.is_some() && config.corpus.is_none() {
-            return Err(Error::Config(
-                "a reranker reads the hits' texts and images: give the corpus too".into(),
-            ));
-        }
-        Ok(Service {
-            rerank: config.rerank.clone(),
-            reference_ready: config.reference_fusion,
-            generator,
-            index_name,
+            .unwrap_or_else(|| path.display().to_string());
+        Ok(Indexed {
             created: manifest.created_unix,
-            domains,
-            retrievers,
+            has_corpus: corpus.is_some(),
+            index: Some(index),
+            name,
+            bm25,
             models,
             model_ids,
-            settings: SearchSettings {
-                bm25,
-                ..config.settings.clone()
-            },
-            limits: config.limits,
-            has_corpus: corpus.is_some(),
-            _index: index,
+            retrievers,
+            domains,
+        })
+    }
+}
+
+/// The retrievers a service serves: those configured, else BM25 and every dense index.
+fn retriever_specs(
+    config: &ServeConfig,
+    manifest: &sift_index::Manifest,
+) -> Result<Vec<RetrieverSpec>, Error> {
+    if config.retrievers.is_empty() {
+        return Ok(std::iter::once(RetrieverSpec::Bm25)
+            .chain(
+                manifest
+                    .dense
+                    .keys()
+                    .map(|slug| RetrieverSpec::Dense(slug.clone())),
+            )
+            .collect());
+    }
+    config
+        .retrievers
+        .iter()
+        .map(|s| s.parse().map_err(Error::from))
+        .collect()
+}
+
+/// A served retriever: what it ranks and takes, and the reference's stand-ins when asked.
+fn served(config: &ServeConfig, models: &ModelSet, spec: RetrieverSpec) -> Result<Served, Error> {
+    let ranks_images = models.ranks_images(&spec);
+    let uniform = if config.reference_fusion && ranks_images {
+        sift_retrieve::reference_image_stand_ins(models, &spec)?
+    } else {
+        sift_retrieve::PairStandIns::new()
+    };
+    Ok(Served {
+        name: spec.to_string(),
+        ranks_images,
+        takes_images: models.sees_images(&spec),
+        uniform,
+        spec,
+    })
+}
+
+/// The domains to serve: those configured (each must be in the index), else every one.
+fn domain_names(
+    config: &ServeConfig,
+    manifest: &sift_index::Manifest,
+) -> Result<Vec<String>, Error> {
+    if config.domains.is_empty() {
+        return Ok(manifest.domains.keys().cloned().collect());
+    }
+    for d in &config.domains {
+        if !manifest.domains.contains_key(d) {
+            return Err(Error::Config(format!(
+                "no domain {d:?} in the index (it has {})",
+                manifest
+                    .domains
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(config.domains.clone())
+}
+
+/// The local generator of `POST /v1/chat/completions`, loaded on the models' device.
+fn load_generator(config: &ServeConfig) -> Result<Option<NamedGenerator>, Error> {
+    let Some(spec) = &config.generator else {
+        return Ok(None);
+    };
+    let device = sift_embed::select_device(config.model_options.device)
+        .map_err(|e| Error::Config(format!("generator {spec}: {e}")))?;
+    let g = sift_generate::LocalQwen2Vl::load(spec, &device)
+        .map_err(|e| Error::Config(format!("generator {spec}: {e}")))?;
+    Ok(Some((spec.clone(), Box::new(g))))
+}
+
+/// What opening each domain shares.
+struct DomainLoader<'a> {
+    index: &'a IndexDir,
+    config: &'a ServeConfig,
+    corpus: Option<&'a Corpus>,
+    retrievers: &'a [Served],
+    models: &'a ModelSet,
+    pairs_possible: bool,
+    linking: PairLinking,
+}
+
+impl DomainLoader<'_> {
+    /// One domain: a searcher per retriever, the corpus's texts and images, Task 4's pairs
+    /// and the tables that rank them.
+    fn domain(&self, name: String) -> Result<Domain, Error> {
+        // the corpus must be the one indexed: its texts are what the hits return
+        if let Some(c) = self.corpus {
+            self.index.check_domain(&name, Some(c))?;
+        }
+        let searchers = self
+            .retrievers
+            .iter()
+            .map(|r| {
+                DomainSearcher::open(self.index, &name, &r.spec, self.models, r.takes_images)
+                    .map_err(Error::from)
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let passage_ids = searchers[0].passage_ids().to_vec();
+        let texts = match self.corpus {
+            Some(c) => Some(read_domain(c, &name, &passage_ids)?),
+            None => None,
+        };
+        // Task 4's pairs: the corpus's own links (MM-BRIGHT's base keys or the
+        // annotations', a knowledge base's rows), else base keys over the images the first
+        // retriever that ranks images indexed (a knowledge base without its file:
+        // text-only pairs)
+        let pairs = match self.pairs_possible {
+            false => None,
+            true => Some(domain_pairs(
+                self.retrievers,
+                &searchers,
+                self.models,
+                self.corpus,
+                self.linking,
+                self.config.reference_fusion,
+            )?),
+        };
+        let tables = self
+            .retrievers
+            .iter()
+            .zip(&searchers)
+            .map(|(r, s)| match (&pairs, r.takes_images) {
+                (Some(p), true) => p.table(s).map(Some).map_err(Error::from),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(Domain {
+            name,
+            scratch: searchers.iter().map(|_| Mutex::new(Vec::new())).collect(),
+            searchers,
+            pairs,
+            tables,
+            corpus: texts,
         })
     }
 }

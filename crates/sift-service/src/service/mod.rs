@@ -56,8 +56,9 @@ impl Default for Limits {
 /// What to serve.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
-    /// Index directory.
-    pub index: PathBuf,
+    /// Index directory; none: a service that only generates
+    /// ([`ServeConfig::generator`]) and reranks given pairs ([`ServeConfig::rerank`]).
+    pub index: Option<PathBuf>,
     /// The corpus the index was built from: passage texts, images and page links come from
     /// it (without it, hits carry ids and scores only).
     pub corpus: Option<PathBuf>,
@@ -97,7 +98,7 @@ impl ServeConfig {
     /// Serving `index` with its defaults.
     pub fn new(index: impl Into<PathBuf>) -> ServeConfig {
         ServeConfig {
-            index: index.into(),
+            index: Some(index.into()),
             corpus: None,
             retrievers: Vec::new(),
             domains: Vec::new(),
@@ -111,6 +112,14 @@ impl ServeConfig {
             reference_fusion: false,
             model_dir: None,
             allow_partial_shards: false,
+        }
+    }
+
+    /// Serving no index: only a generator and a reranker (set them after).
+    pub fn without_index() -> ServeConfig {
+        ServeConfig {
+            index: None,
+            ..ServeConfig::new(PathBuf::new())
         }
     }
 }
@@ -210,7 +219,7 @@ pub struct Page {
 pub struct Service {
     /// The index, held open for the service's life: its lease keeps a rebuild of the same
     /// directory from removing the generation being served.
-    _index: IndexDir,
+    index: Option<IndexDir>,
     index_name: String,
     created: u64,
     domains: Vec<Domain>,
@@ -221,12 +230,18 @@ pub struct Service {
     limits: Limits,
     has_corpus: bool,
     /// The chat generator and the name it answers to.
-    generator: Option<(String, Box<dyn sift_generate::Generator>)>,
+    generator: Option<NamedGenerator>,
     /// The reranker every search goes through.
     rerank: Option<sift_retrieve::RerankStage>,
     /// Whether [`ServeConfig::reference_fusion`] prepared the reference's stand-ins.
     reference_ready: bool,
 }
+
+/// A generator and the name it answers to.
+type NamedGenerator = (String, Box<dyn sift_generate::Generator>);
+
+/// What a request that searches or reads the index is told by a service without one.
+const NO_INDEX: &str = "this service serves no index (start it with --index)";
 
 /// A domain's pairs where there are none (no served retriever ranks images).
 static NO_PAIRS: std::sync::LazyLock<PairCandidates> =
@@ -282,6 +297,9 @@ impl Service {
 
     /// The domains a request searches: the one it names, else every one served.
     fn targets(&self, field: &str, name: Option<&str>) -> Result<Vec<&Domain>, ApiError> {
+        if self.index.is_none() {
+            return Err(ApiError::not_found(field, NO_INDEX));
+        }
         match name {
             Some(n) => Ok(vec![self.domain(field, n)?]),
             None => Ok(self.domains.iter().collect()),
@@ -306,6 +324,9 @@ impl Service {
     }
 
     fn domain_names(&self) -> String {
+        if self.index.is_none() {
+            return format!("none: {NO_INDEX}");
+        }
         let names: Vec<&str> = self.domains.iter().map(|d| d.name.as_str()).collect();
         names.join(", ")
     }
@@ -317,6 +338,9 @@ impl Service {
         candidates: CandidateKind,
         with_images: bool,
     ) -> Result<usize, ApiError> {
+        if self.index.is_none() {
+            return Err(ApiError::not_found("retriever", NO_INDEX));
+        }
         let served = || {
             let names: Vec<&str> = self.retrievers.iter().map(|r| r.name.as_str()).collect();
             names.join(", ")
@@ -574,6 +598,7 @@ fn page_of(domain: &Domain, image: &str) -> Option<String> {
 mod chat;
 mod embed;
 mod load;
+mod rerank;
 mod score;
 mod search;
 mod urls;
