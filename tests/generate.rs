@@ -957,3 +957,144 @@ fn cached_pointwise_scores_that_are_not_finite_are_rejected_and_computed_again()
     assert_eq!(count.load(Ordering::SeqCst), 2 * asked);
     assert_eq!(third["reports"], report["reports"]);
 }
+
+fn data_url(path: &Path) -> String {
+    use base64::Engine;
+    let bytes = std::fs::read(path).unwrap();
+    let kind = if path.extension().is_some_and(|e| e == "png") {
+        "png"
+    } else {
+        "jpeg"
+    };
+    format!(
+        "data:image/{kind};base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+/// A chat with a system message, several turns and two images between text.
+fn two_image_chat(first: &str, second: &str) -> Value {
+    json!({
+        "messages": [
+            {"role": "system", "content": "You compare pictures."},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Here is one"},
+                {"type": "image_url", "image_url": {"url": first}},
+                {"type": "text", "text": "and another"},
+                {"type": "image_url", "image_url": {"url": second}},
+                {"type": "text", "text": "what differs?"},
+            ]},
+            {"role": "assistant", "content": "The colours."},
+            {"role": "user", "content": "And the sizes?"},
+        ],
+        "max_tokens": 6,
+    })
+}
+
+#[test]
+fn a_chat_through_sift_generate_equals_the_chat_endpoints_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny-qwen2-vl-instruct");
+    common::tiny_qwen2_vl_instruct(&model);
+    let name = s(&model).to_string();
+    let images = common::repo().join("models/fixtures/gme/images");
+    for f in ["photo_120x90.jpg", "gray_70x126.png"] {
+        std::fs::copy(images.join(f), tmp.path().join(f)).unwrap();
+    }
+    let (a, b) = (
+        data_url(&images.join("photo_120x90.jpg")),
+        data_url(&images.join("gray_70x126.png")),
+    );
+    let chat = two_image_chat(&a, &b);
+    // line 1: a chat completion body (its model ignored); line 2: an OpenAI batch line with
+    // the same images as files beside the chats file; line 3: the images swapped
+    let mut first = chat.clone();
+    first["model"] = json!("gpt-4o");
+    let batch = json!({"custom_id": "files", "method": "POST", "url": "/v1/chat/completions",
+        "body": two_image_chat("photo_120x90.jpg", "file://gray_70x126.png")});
+    let swapped = two_image_chat(&b, &a);
+    let chats = tmp.path().join("chats.jsonl");
+    std::fs::write(&chats, format!("{first}\n\n{batch}\n{swapped}\n")).unwrap();
+    let answers = tmp.path().join("answers.jsonl");
+    ok(&[
+        "generate",
+        "chats",
+        "--chats",
+        s(&chats),
+        "--generator",
+        &name,
+        "--out",
+        s(&answers),
+        "--quiet",
+    ]);
+    let lines: Vec<Value> = std::fs::read_to_string(&answers)
+        .unwrap()
+        .lines()
+        .map(common::json)
+        .collect();
+    assert_eq!(lines.len(), 3);
+    // the endpoint of a service with a generator and no index
+    let server = common::served::Served::start(&["--generator", &name, "--quiet"]);
+    let ask = |body: &Value| {
+        let mut body = body.clone();
+        body["model"] = json!(name);
+        let (status, res) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{res}");
+        res
+    };
+    let served = ask(&chat);
+    let content = |v: &Value| v["choices"][0]["message"]["content"].clone();
+    assert_eq!(served["usage"]["completion_tokens"], 6, "{served}");
+    assert_eq!(content(&lines[0]), content(&served));
+    assert_eq!(lines[0]["usage"], served["usage"]);
+    assert_eq!(lines[0]["object"], "chat.completion");
+    assert_eq!(lines[1]["custom_id"], "files");
+    assert_eq!(lines[1]["response"]["status_code"], 200);
+    assert_eq!(content(&lines[1]["response"]["body"]), content(&served));
+    let served_swapped = ask(&swapped);
+    assert_eq!(content(&lines[2]), content(&served_swapped));
+    assert_eq!(lines[2]["usage"], served_swapped["usage"]);
+    // a service without an index says so when searched, and lists its generator
+    let (status, res) = server.post("/v1/search", &json!({"query": "x"}));
+    assert_eq!(status, 404, "{res}");
+    assert!(
+        res["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no index"),
+        "{res}"
+    );
+    let models = server.get("/v1/models");
+    assert!(
+        models["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == name.as_str()),
+        "{models}"
+    );
+    // a bad line is named before anything is generated
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        format!(
+            "{chat}\n{}\n",
+            json!({"messages": [{"role": "robot", "content": "x"}]})
+        ),
+    )
+    .unwrap();
+    let err = common::fails(&[
+        "generate",
+        "chats",
+        "--chats",
+        s(&bad),
+        "--generator",
+        &name,
+    ]);
+    assert!(err.contains("bad.jsonl: line 2: messages[0].role"), "{err}");
+    // sift serve without an index needs something to serve
+    let out = common::sift(&["serve", "--addr", "127.0.0.1:0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
+    assert!(err.contains("--index"), "{err}");
+}

@@ -11,24 +11,36 @@ use crate::options::{CorpusFlags, GenerationFlags, domain_list, split_list};
 use crate::progress::Bars;
 
 /// Generate text for each query with a generator: captions of its images, a reformulated
-/// query, or BRIGHT-style reasoning. Every generation is cached (`--cache`) under the model,
+/// query, or BRIGHT-style reasoning; or answer chats of your own (`chats --chats FILE`). Every generation is cached (`--cache`) under the model,
 /// prompt template and version, sampling settings, query id and the images' hashes: a rerun
 /// only generates what is missing, an interrupted run resumes, `--offline` fails on a
 /// missing entry instead of generating. Writes `<out>/<domain>.jsonl`, one line per query
 /// (`id`, `text`, and the captions or the whole generation), for `--query-augment`.
+///
+/// `chats` reads a JSONL file of OpenAI chat completion bodies (`messages` with system,
+/// user and assistant turns, text and `image_url` parts: data: URLs or files relative to
+/// the chats file; `max_tokens`, `temperature`, `top_p`, `seed`, `stop`), or OpenAI batch
+/// lines (`custom_id`, `body`), and writes one answer a line in the file's order, as
+/// `sift serve`'s `POST /v1/chat/completions` answers (batch lines: OpenAI's batch output
+/// lines). A line's `model` is ignored: `--generator` answers.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   sift generate captions --corpus corpora/sample --generator http://127.0.0.1:8000/v1 \\
       --model Qwen/Qwen2-VL-7B-Instruct --out gen/captions
   OPENAI_API_KEY=... sift generate reasoning --corpus mm-bright --domains physics \\
-      --generator https://api.openai.com/v1 --model gpt-4o --out gen/reasoning")]
+      --generator https://api.openai.com/v1 --model gpt-4o --out gen/reasoning
+  sift generate chats --chats chats.jsonl --generator Qwen/Qwen2-VL-2B-Instruct --out answers.jsonl")]
 pub struct Args {
     /// What to generate.
     #[arg(value_enum)]
     experiment: ExperimentArg,
-    /// Corpus directory (MM-BRIGHT or BEIR layout).
-    #[arg(long)]
-    corpus: PathBuf,
+    /// Corpus directory (MM-BRIGHT or BEIR layout); not for chats.
+    #[arg(long, required_unless_present = "chats")]
+    corpus: Option<PathBuf>,
+    /// The chats to answer (JSONL: OpenAI chat completion bodies or batch lines); for
+    /// `chats` only.
+    #[arg(long, value_name = "FILE")]
+    chats: Option<PathBuf>,
     #[command(flatten)]
     corpus_flags: CorpusFlags,
     /// Comma-separated domains [default: all the corpus's].
@@ -71,9 +83,10 @@ pub struct Args {
     seed: Option<u64>,
     #[command(flatten)]
     requests: GenerationFlags,
-    /// Output directory: `<domain>.jsonl` per domain.
-    #[arg(long)]
-    out: PathBuf,
+    /// Output directory: `<domain>.jsonl` per domain; for chats, the answers' file
+    /// (JSONL; default: printed).
+    #[arg(long, required_unless_present = "chats")]
+    out: Option<PathBuf>,
     /// Print a JSON summary.
     #[arg(long)]
     json: bool,
@@ -87,14 +100,17 @@ enum ExperimentArg {
     Captions,
     Reformulations,
     Reasoning,
+    Chats,
 }
 
-impl From<ExperimentArg> for Experiment {
-    fn from(e: ExperimentArg) -> Self {
-        match e {
-            ExperimentArg::Captions => Experiment::Captions,
-            ExperimentArg::Reformulations => Experiment::Reformulations,
-            ExperimentArg::Reasoning => Experiment::Reasoning,
+impl ExperimentArg {
+    /// The experiment (none for chats, which carry their own prompts).
+    fn experiment(self) -> Option<Experiment> {
+        match self {
+            ExperimentArg::Captions => Some(Experiment::Captions),
+            ExperimentArg::Reformulations => Some(Experiment::Reformulations),
+            ExperimentArg::Reasoning => Some(Experiment::Reasoning),
+            ExperimentArg::Chats => None,
         }
     }
 }
@@ -117,12 +133,20 @@ pub fn run(a: Args) -> Result<()> {
     if a.requests.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
-    let experiment = Experiment::from(a.experiment);
+    let Some(experiment) = a.experiment.experiment() else {
+        return run_chats(a);
+    };
+    if let Some(chats) = &a.chats {
+        bail!("--chats {} is for `sift generate chats`", chats.display());
+    }
+    let (Some(corpus_dir), Some(out)) = (&a.corpus, &a.out) else {
+        bail!("give --corpus and --out");
+    };
     let template = match &a.prompt {
         Some(p) => Template::from_file(p)?,
         None => experiment.template(),
     };
-    let corpus = a.corpus_flags.open(&a.corpus)?;
+    let corpus = a.corpus_flags.open(corpus_dir)?;
     let domains = corpus.select_domains(&split_list(&a.domains))?;
     let device = sift_embed::select_device(a.device.parse()?)?;
     let (generator, local) = sift_generate::open(
@@ -134,7 +158,7 @@ pub fn run(a: Args) -> Result<()> {
     )
     .with_context(|| format!("opening the generator {}", a.generator))?;
     let options = a.requests.run_options(local);
-    let cache = a.requests.open_cache(&a.out)?;
+    let cache = a.requests.open_cache(out)?;
     let sampling = Sampling {
         max_new_tokens: a.max_new_tokens,
         temperature: a.temperature,
@@ -165,7 +189,7 @@ pub fn run(a: Args) -> Result<()> {
             eprintln!("error: {domain}: {f}");
         }
         failures += failed.len();
-        let file = a.out.join(format!("{domain}.jsonl"));
+        let file = out.join(format!("{domain}.jsonl"));
         experiments::write_augmentations(&file, &rows)?;
         let s = RunSummary::of(&outcomes);
         let r = DomainReport {
@@ -213,4 +237,44 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `sift generate chats`: the chats file's answers (see [`crate::cmd::chats`]).
+fn run_chats(a: Args) -> Result<()> {
+    let Some(chats) = &a.chats else {
+        bail!("sift generate chats: give the chats file (--chats FILE)");
+    };
+    if let Some(c) = &a.corpus {
+        bail!(
+            "sift generate chats reads no corpus (--corpus {})",
+            c.display()
+        );
+    }
+    if a.prompt.is_some() || a.with_images {
+        bail!(
+            "sift generate chats: --prompt and --with-images are the experiments'; a chat carries its own"
+        );
+    }
+    let device = sift_embed::select_device(a.device.parse()?)?;
+    let (generator, local) = sift_generate::open(
+        &a.generator,
+        a.model.as_deref(),
+        &a.requests.remote(),
+        &device,
+        a.dtype == "bf16",
+    )
+    .with_context(|| format!("opening the generator {}", a.generator))?;
+    crate::cmd::chats::run(
+        crate::cmd::chats::ChatsRun {
+            chats,
+            generator: &a.generator,
+            model: a.model.as_deref(),
+            out: a.out.as_deref(),
+            requests: &a.requests,
+            quiet: a.quiet,
+            json: a.json,
+        },
+        generator.as_ref(),
+        local,
+    )
 }

@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod chats;
 pub mod check;
 pub mod embed;
 pub mod eval;
