@@ -94,6 +94,52 @@ pub fn all() -> &'static [ModelInfo] {
     &REGISTRY
 }
 
+/// A supported reranker or generator (`models/rerankers-and-generators.json`, compiled in):
+/// what `sift models list` shows next to the embedders.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineModel {
+    /// Hub id (or what the entry stands for, e.g. an endpoint).
+    pub id: String,
+    /// Short name.
+    pub alias: String,
+    /// Rerankers: `cross-encoder`, `pointwise` (yes/no), `pointwise-head` (its own
+    /// relevance head) or `listwise`; generators: `local` or `endpoint`.
+    pub kind: String,
+    /// `model_type`, or `endpoint`.
+    pub arch: String,
+    /// Whether it reads images.
+    pub images: bool,
+    /// How to name it (`--rerank`, `--generator`).
+    pub spec: String,
+    /// Licence.
+    pub license: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PipelineModels {
+    rerankers: Vec<PipelineModel>,
+    generators: Vec<PipelineModel>,
+}
+
+static PIPELINE: LazyLock<PipelineModels> = LazyLock::new(|| {
+    serde_json::from_str(include_str!(
+        "../../../models/rerankers-and-generators.json"
+    ))
+    .expect("models/rerankers-and-generators.json is valid (checked by a test)")
+});
+
+/// The supported rerankers.
+pub fn rerankers() -> &'static [PipelineModel] {
+    &PIPELINE.rerankers
+}
+
+/// The supported generators.
+pub fn generators() -> &'static [PipelineModel] {
+    &PIPELINE.generators
+}
+
 /// The entry whose id, alias, or id's last path component equals `name` (case-insensitive).
 pub fn find(name: &str) -> Option<&'static ModelInfo> {
     let n = name.trim_end_matches('/').to_ascii_lowercase();
@@ -107,6 +153,28 @@ pub fn find(name: &str) -> Option<&'static ModelInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rerankers_and_generators_parse_with_known_kinds() {
+        assert!(rerankers().iter().any(|m| m.kind == "cross-encoder"));
+        for m in rerankers() {
+            assert!(
+                ["cross-encoder", "pointwise", "pointwise-head", "listwise"]
+                    .contains(&m.kind.as_str()),
+                "{}: kind {}",
+                m.id,
+                m.kind
+            );
+        }
+        for m in generators() {
+            assert!(
+                ["local", "endpoint"].contains(&m.kind.as_str()),
+                "{}: kind {}",
+                m.id,
+                m.kind
+            );
+        }
+    }
 
     #[test]
     fn registry_parses_and_resolves_names() {

@@ -4,7 +4,9 @@ use sift_embed::{ModelFiles, registry};
 
 #[derive(Subcommand)]
 pub enum Cmd {
-    /// The supported models (the registry in models/registry.json).
+    /// The supported models: embedders (models/registry.json), rerankers and generators
+    /// (models/rerankers-and-generators.json), each with its kind. Any other checkpoint of
+    /// a supported architecture works too, by directory or hub id.
     List {
         /// Print JSON.
         #[arg(long)]
@@ -29,33 +31,7 @@ pub enum Cmd {
 
 pub fn run(cmd: Cmd) -> Result<()> {
     match cmd {
-        Cmd::List { json } => {
-            if json {
-                println!("{}", serde_json::to_string_pretty(registry::all())?);
-            } else {
-                println!(
-                    "| id | alias | arch | pooling | dim | max tokens | query prefix | passage prefix | query with an instruction | licence |"
-                );
-                println!("|---|---|---|---|---:|---:|---|---|---|---|");
-                for m in registry::all() {
-                    println!(
-                        "| {} | {} | {} | {:?} | {} | {} | {:?} | {:?} | {} | {} |",
-                        m.id,
-                        m.alias,
-                        m.arch,
-                        m.pooling,
-                        m.dim,
-                        m.max_seq_len,
-                        m.query_prefix,
-                        m.passage_prefix,
-                        m.query_template
-                            .as_ref()
-                            .map_or("-".to_string(), |t| format!("{t:?}")),
-                        m.license
-                    );
-                }
-            }
-        }
+        Cmd::List { json } => list(json)?,
         Cmd::Info { model, json } => {
             // the registry's facts (prompt formats, lengths) need no files; the files'
             // facts are added when the model resolves
@@ -142,6 +118,68 @@ pub fn run(cmd: Cmd) -> Result<()> {
             {
                 println!("  {}", p.display());
             }
+        }
+    }
+    Ok(())
+}
+
+/// `sift models list`: embedders, rerankers and generators.
+fn list(json: bool) -> Result<()> {
+    if json {
+        let out = serde_json::json!({
+            "embedders": registry::all(),
+            "rerankers": registry::rerankers(),
+            "generators": registry::generators(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("Embedders (sift index --dense, sift embed):\n");
+    println!(
+        "| id | alias | arch | pooling | dim | max tokens | query prefix | passage prefix | query with an instruction | licence |"
+    );
+    println!("|---|---|---|---|---:|---:|---|---|---|---|");
+    for m in registry::all() {
+        println!(
+            "| {} | {} | {} | {:?} | {} | {} | {:?} | {:?} | {} | {} |",
+            m.id,
+            m.alias,
+            m.arch,
+            m.pooling,
+            m.dim,
+            m.max_seq_len,
+            m.query_prefix,
+            m.passage_prefix,
+            m.query_template
+                .as_ref()
+                .map_or("-".to_string(), |t| format!("{t:?}")),
+            m.license
+        );
+    }
+    for (title, models) in [
+        (
+            "Rerankers (--rerank, sift rerank, sift serve --rerank)",
+            registry::rerankers(),
+        ),
+        (
+            "Generators (--generator: sift generate, sift rag, sift serve)",
+            registry::generators(),
+        ),
+    ] {
+        println!("\n{title}:\n");
+        println!("| id | alias | kind | arch | images | give it as | licence |");
+        println!("|---|---|---|---|---|---|---|");
+        for m in models {
+            println!(
+                "| {} | {} | {} | {} | {} | `{}` | {} |",
+                m.id,
+                m.alias,
+                m.kind,
+                m.arch,
+                if m.images { "yes" } else { "no" },
+                m.spec,
+                m.license
+            );
         }
     }
     Ok(())
