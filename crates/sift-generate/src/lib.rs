@@ -57,6 +57,17 @@ pub struct RemoteSettings {
     pub retry: RetryPolicy,
 }
 
+impl Default for RemoteSettings {
+    /// The key in `OPENAI_API_KEY`, 300 s a request, the default retries.
+    fn default() -> Self {
+        RemoteSettings {
+            api_key_env: "OPENAI_API_KEY".into(),
+            timeout: std::time::Duration::from_secs(300),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
 /// Whether `spec` is an endpoint's base URL (`http://` or `https://`).
 pub fn is_endpoint(spec: &str) -> bool {
     spec.starts_with("http://") || spec.starts_with("https://")

@@ -62,7 +62,7 @@ pub use evaluate::{
 };
 pub use merge::{DomainPart, search_domains};
 pub use models::{
-    Indexed, ModelSet, Side, Sides, match_precomputed, recorded_spec, safe_name, slug,
+    DenseModel, Indexed, ModelSet, Side, Sides, match_precomputed, recorded_spec, safe_name, slug,
 };
 pub use pairs::{
     PairVectors, embeds_pairs, loadable_images, passage_texts, reference_pair_vectors,

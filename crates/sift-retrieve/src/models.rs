@@ -17,6 +17,43 @@ pub fn slug(embedder: &Embedder) -> String {
     }
 }
 
+/// A dense model as `sift index --dense` and Python's `Index.build(dense=...)` take it:
+/// `MODEL` (a directory, hub id or registry alias; the index is named by its [`slug`]) or
+/// `NAME=MODEL` (the index is `dense:NAME`). A value whose part before `=` is not a name
+/// (letters, digits, `-`, `_`, `.`; a path has `/`) is a model as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DenseModel<'a> {
+    /// The name the value gives.
+    pub name: Option<&'a str>,
+    /// Where the model loads from.
+    pub spec: &'a str,
+}
+
+impl<'a> DenseModel<'a> {
+    /// Reads `value` (`MODEL` or `NAME=MODEL`).
+    pub fn parse(value: &'a str) -> DenseModel<'a> {
+        match value.split_once('=') {
+            Some((name, spec))
+                if !name.is_empty()
+                    && !spec.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                    && !name.starts_with('.') =>
+            {
+                DenseModel {
+                    name: Some(name),
+                    spec,
+                }
+            }
+            _ => DenseModel {
+                name: None,
+                spec: value,
+            },
+        }
+    }
+}
+
 /// `name` with every character other than ASCII letters, digits, `-` and `.` replaced by
 /// `_`: safe as a file or directory name.
 pub fn safe_name(name: &str) -> String {
@@ -136,16 +173,21 @@ impl<'a> Sides<'a> {
         }
     }
 
-    /// The dense index a build makes of the model loaded from `spec` (a directory or hub
-    /// id), as `sift index --dense` makes it: named by the model's [`slug`], recorded so the
-    /// index can load it again ([`recorded_spec`]), and indexing `vectors` instead of
-    /// embedding the passages when given ([`match_precomputed`]).
+    /// The dense index a build makes of the model `dense` names (loaded from its spec: a
+    /// directory or hub id), as `sift index --dense` makes it: named as `dense` says, else
+    /// by the model's [`slug`], recorded so the index can load it again
+    /// ([`recorded_spec`]), and indexing `vectors` instead of embedding the passages when
+    /// given ([`match_precomputed`]).
     pub fn build_for<'s>(
         &'s self,
-        spec: &str,
+        dense: &DenseModel<'_>,
         vectors: Option<&'s sift_index::Precomputed>,
     ) -> DenseBuild<'s> {
-        let build = self.dense_build(slug(self.passages.embedder), recorded_spec(spec));
+        let name = match dense.name {
+            Some(n) => n.to_string(),
+            None => slug(self.passages.embedder),
+        };
+        let build = self.dense_build(name, recorded_spec(dense.spec));
         match vectors {
             Some(v) => build.precomputed(v),
             None => build,
@@ -336,4 +378,28 @@ pub fn recorded_spec(spec: &str) -> String {
         .canonicalize()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| spec.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DenseModel;
+
+    #[test]
+    fn dense_values_name_their_index_only_before_an_equals_sign() {
+        let named = DenseModel::parse("minilm-v2=/models/unpacked/model");
+        assert_eq!(named.name, Some("minilm-v2"));
+        assert_eq!(named.spec, "/models/unpacked/model");
+        // a path or hub id is a model as it is, '=' or not
+        for v in [
+            "models/a=b",
+            "/x/y",
+            "BAAI/bge-small-en-v1.5",
+            "=dir",
+            "name=",
+            ".x=dir",
+        ] {
+            let d = DenseModel::parse(v);
+            assert_eq!((d.name, d.spec), (None, v), "{v}");
+        }
+    }
 }

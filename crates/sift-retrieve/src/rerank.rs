@@ -394,6 +394,27 @@ pub struct RerankOptions {
     pub cache_max_entries: usize,
 }
 
+impl RerankOptions {
+    /// Local models on `device` in `dtype`, with the defaults of `--rerank`'s flags: 32
+    /// pairs a forward pass, the model's own length, no cache, the default prompts and
+    /// endpoint settings.
+    pub fn new(device: candle_core::Device, dtype: candle_core::DType) -> RerankOptions {
+        RerankOptions {
+            device,
+            dtype,
+            batch: 32,
+            max_length: None,
+            model: None,
+            remote: sift_generate::RemoteSettings::default(),
+            listwise: ListwiseSettings::default(),
+            pointwise_max_chars: 2000,
+            pointwise_prompt: PointwisePrompt::default(),
+            cache: None,
+            cache_max_entries: 1_000_000,
+        }
+    }
+}
+
 /// The reranker `spec` names: `listwise:<generator>` (an OpenAI-compatible endpoint's base
 /// URL, with [`RerankOptions::model`], or a local Qwen2-VL / Qwen2.5-VL checkpoint),
 /// `pointwise:<checkpoint>` (a local Qwen2-VL / Qwen2.5-VL, or an OpenAI-compatible

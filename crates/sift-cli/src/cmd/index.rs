@@ -38,8 +38,9 @@ pub struct Args {
     /// Also embed passages with this model (directory or hub id / registry alias) and build
     /// an HNSW index of the vectors; repeat for several models. A vision-language model
     /// (CLIP, SigLIP) embeds passages with its text tower and also indexes the corpus
-    /// images (`document_images`) with its image tower.
-    #[arg(long = "dense", value_name = "MODEL")]
+    /// images (`document_images`) with its image tower. The index is `dense:<alias>` for a
+    /// registry model, else `dense:<folder name>`; `NAME=MODEL` names it `dense:NAME`.
+    #[arg(long = "dense", value_name = "[NAME=]MODEL")]
     dense: Vec<String>,
     /// Index the passage vectors in DIR (written by a cluster job, `sift_ir.ray.embed_corpus`:
     /// DIR/sift-vectors.json and DIR/<domain>/passages/*.parquet of id, vector) instead of
@@ -101,8 +102,8 @@ pub fn run(a: Args) -> Result<()> {
     let models = a
         .dense
         .iter()
-        .map(|spec| {
-            let mut model = a.model.load(spec)?;
+        .map(|value| {
+            let mut model = a.model.load(sift_retrieve::DenseModel::parse(value).spec)?;
             model.set_max_image_pixels(a.max_image_pixels);
             Ok(model)
         })
@@ -131,9 +132,9 @@ pub fn run(a: Args) -> Result<()> {
         .iter()
         .zip(&sides)
         .zip(&given)
-        .map(|((spec, sides), given)| {
+        .map(|((value, sides), given)| {
             sides
-                .build_for(spec, *given)
+                .build_for(&sift_retrieve::DenseModel::parse(value), *given)
                 .dtype(a.vector_dtype)
                 .hnsw(hnsw)
         })
