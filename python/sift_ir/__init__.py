@@ -9,6 +9,10 @@ at fault).
 - :func:`evaluate`: every task, retriever and domain, as ``sift eval`` runs them, returning a
   :class:`Report` (dicts, and a pandas DataFrame when pandas is installed).
 - :class:`Embedder`: ``embed_texts``, ``embed_images``, ``embed_joint`` into numpy float32.
+- :class:`Reranker`: ``score(pairs)`` (raw scores, as ``sift rerank``) and
+  ``rank(query, documents)`` (as ``POST /v1/rerank``).
+- :class:`Generator`: ``chat(messages, max_tokens=...)`` (as ``POST /v1/chat/completions``
+  and ``sift generate chats``).
 - :mod:`sift_ir.mteb`: an MTEB encoder over an :class:`Embedder`.
 - :mod:`sift_ir.ray`: embedding a corpus across a Ray cluster for ``sift index --vectors``.
 """
@@ -19,10 +23,20 @@ import json
 import os
 from typing import Any, Callable, Iterable, Sequence, Union
 
-from ._sift import Embedder, Hit, Index, SiftError, __version__
+from ._sift import Embedder, Generator, Hit, Index, Reranker, SiftError, __version__
 from ._sift import evaluate as _evaluate
 
-__all__ = ["Embedder", "Hit", "Index", "Report", "SiftError", "__version__", "evaluate"]
+__all__ = [
+    "Embedder",
+    "Generator",
+    "Hit",
+    "Index",
+    "Report",
+    "Reranker",
+    "SiftError",
+    "__version__",
+    "evaluate",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -129,6 +129,54 @@ class Index:
         ef_search: Optional[int] = None,
     ) -> list[Hit]: ...
 
+class Reranker:
+    """A reranker (a cross-encoder, ``pointwise:MODEL`` or ``listwise:GENERATOR``) as
+    ``sift rerank --model`` takes it; its scores equal ``sift rerank``'s and
+    ``POST /v1/rerank``'s."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        device: str = "cpu",
+        dtype: str = "f32",
+        batch_size: int = 32,
+        max_length: Optional[int] = None,
+        endpoint_model: Optional[str] = None,
+    ) -> None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def sees_images(self) -> bool: ...
+    def score(
+        self, pairs: Sequence[Union[tuple[str, Optional[str]], tuple[str, Optional[str], ImageLike]]]
+    ) -> list[float]: ...
+    def rank(
+        self,
+        query: str,
+        documents: Sequence[Union[str, dict[str, str]]],
+        *,
+        top_n: Optional[int] = None,
+        return_documents: bool = False,
+    ) -> list[dict[str, Any]]: ...
+
+class Generator:
+    """A generator (a local Qwen2-VL- or Qwen2.5-VL-Instruct checkpoint, or an
+    OpenAI-compatible endpoint with ``model``); its answers equal
+    ``POST /v1/chat/completions``'s and ``sift generate chats``'."""
+
+    def __init__(
+        self,
+        generator: str,
+        *,
+        model: Optional[str] = None,
+        device: str = "cpu",
+        dtype: str = "f32",
+    ) -> None: ...
+    @property
+    def name(self) -> str: ...
+    def chat(self, messages: Sequence[dict[str, Any]], **settings: Any) -> dict[str, Any]: ...
+
 def evaluate(
     corpus: PathLike,
     index: Union[PathLike, Index],

@@ -163,7 +163,7 @@ impl Index {
     /// Builds an index of `corpus` (a directory: MM-BRIGHT or BEIR layout, or a
     /// knowledge-base .jsonl / .parquet file) at `path`, as `sift index` does: BM25 for
     /// every domain (or `domains`), and a dense index per model of `dense` (a directory or
-    /// hub id each). `vectors`: directories of precomputed passage vectors
+    /// hub id each; `"NAME=DIR"` names its index `dense:NAME`). `vectors`: directories of precomputed passage vectors
     /// (`sift_ir.ray.embed_corpus`) indexed instead of embedding. `progress(label, done,
     /// total)` is called as the work advances. The previous index at `path` stays usable
     /// until the new one is complete.
@@ -226,7 +226,8 @@ impl Index {
             };
             let models = dense
                 .iter()
-                .map(|spec| {
+                .map(|value| {
+                    let spec = sift_retrieve::DenseModel::parse(value).spec;
                     sift_embed::Embedder::load(spec, &model_options)
                         .map_err(|e| anyhow::Error::new(e).context(format!("loading model {spec}")))
                 })
@@ -246,9 +247,9 @@ impl Index {
                 .iter()
                 .zip(&sides)
                 .zip(&given)
-                .map(|((spec, sides), given)| {
+                .map(|((value, sides), given)| {
                     sides
-                        .build_for(spec, *given)
+                        .build_for(&sift_retrieve::DenseModel::parse(value), *given)
                         .dtype(vector_dtype)
                         .hnsw(HnswParams::default())
                 })
