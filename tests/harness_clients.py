@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Agent harnesses' search clients against a running `sift serve` (called by tests/serve.rs).
+"""Agent harnesses' search clients against a running `sift serve` (called by tests/serve/).
 
 Each client sends what the harness's own code sends (tests/../shared notes: VisBrowse-Bench's
 Serper tools and Jina Reader visits, MERRIN's smolagents GoogleSearchTool and its paged and image

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real Python clients against a running `sift serve` (called by tests/serve.rs).
+"""Real Python clients against a running `sift serve` (called by tests/serve/).
 
 - OpenAI's client (`openai`, base64 encoding as it asks by default) embeds texts through
   POST /v1/embeddings; the vectors must equal `sift embed`'s for the same model.

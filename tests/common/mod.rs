@@ -1,4 +1,5 @@
-//! Helpers shared by the end-to-end test binaries (`cli`, `reliability`).
+//! Helpers shared by the end-to-end test binaries (`cli`, `reliability`, `serve`): running
+//! `sift` and checking how it ended, corpora and indexes to run it on, JSON and parquet.
 #![allow(dead_code)]
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,10 @@ pub mod served;
 mod generation;
 #[allow(unused_imports)] // the test binaries that run a generator use it
 pub use generation::{tiny_jina_reranker_m0, tiny_qwen2_vl_instruct};
+
+/// `sift serve` started and spoken to.
+#[path = "serve.rs"]
+pub mod serve;
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -37,8 +42,10 @@ pub fn ok(args: &[&str]) -> String {
     let out = sift(args);
     assert!(
         out.status.success(),
-        "sift {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "sift {args:?} failed ({}):\nstderr:\n{}\nstdout:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
     );
     String::from_utf8(out.stdout).expect("utf-8 stdout")
 }
@@ -50,10 +57,41 @@ pub fn fails(args: &[&str]) -> String {
     assert_eq!(
         out.status.code(),
         Some(1),
-        "sift {args:?} should fail cleanly, stderr:\n{stderr}"
+        "sift {args:?} should fail cleanly, stderr:\n{stderr}\nstdout:\n{}",
+        String::from_utf8_lossy(&out.stdout)
     );
     assert!(!stderr.contains("panicked"), "panic: {stderr}");
     stderr
+}
+
+/// `sift index --corpus <corpus> --index <index> <extra>...`
+fn index_args<'a>(corpus: &'a Path, index: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["index", "--corpus", s(corpus), "--index", s(index)];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Runs `sift index --corpus <corpus> --index <index> <extra>...`, asserts success, returns
+/// stdout.
+pub fn index_ok(corpus: &Path, index: &Path, extra: &[&str]) -> String {
+    ok(&index_args(corpus, index, extra))
+}
+
+/// Runs `sift index --corpus <corpus> --index <index> <extra>...`, asserts a clean failure
+/// (exit 1, no panic), returns stderr.
+pub fn index_fails(corpus: &Path, index: &Path, extra: &[&str]) -> String {
+    fails(&index_args(corpus, index, extra))
+}
+
+/// The sample corpus indexed with BM25 (`sift index -q`), once per test binary, for tests
+/// that only read it.
+pub fn sample_index() -> &'static Path {
+    static INDEX: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        let index = tempfile::tempdir().unwrap().keep().join("index");
+        index_ok(&sample(), &index, &["-q"]);
+        index
+    })
 }
 
 pub fn json(text: &str) -> Value {

@@ -1,6 +1,6 @@
 //! The library alone, end to end: index the sample corpus with BM25 and the tiny CLIP
 //! checkpoint, then run all four MM-BRIGHT tasks through `sift_retrieve::evaluate`.
-//! (`tests/cli.rs` checks that `sift eval --task all` reports the same numbers.)
+//! (`tests/cli/` checks that `sift eval --task all` reports the same numbers.)
 
 use sift_core::Corpus;
 use sift_embed::{Embedder, EmbedderOptions};

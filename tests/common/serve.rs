@@ -1,0 +1,147 @@
+//! `sift serve` for the tests: the sample index it serves, a running server killed when
+//! dropped, and the HTTP client calls the tests make.
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{index_ok, json, repo, s, sample};
+
+pub const CLIP: &str = "models/fixtures/vision/tiny-clip-quickgelu";
+
+/// The sample corpus indexed with BM25 and the tiny CLIP, once per test binary.
+pub fn index() -> &'static Path {
+    static INDEX: OnceLock<PathBuf> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let index = dir.join("index");
+        let clip = repo().join(CLIP);
+        index_ok(&sample(), &index, &["--dense", s(&clip), "-q"]);
+        index
+    })
+}
+
+/// A running `sift serve`, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    pub fn start(extra: &[&str]) -> Server {
+        Server::start_on(index(), &sample(), extra)
+    }
+
+    /// Serving `index` with `corpus`.
+    pub fn start_on(index: &Path, corpus: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sift"))
+            .args([
+                "serve",
+                "--index",
+                s(index),
+                "--corpus",
+                s(corpus),
+                "--addr",
+                "127.0.0.1:0",
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sift serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("sift serve: listening on ") {
+                    let _ = tx.send(addr.to_string());
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no listening line:\n{}", log.lock().unwrap()));
+        Server { child, base, log }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+/// (status, body) of a POST of `body` (raw) with a JSON content type.
+pub fn post_raw(url: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut r = agent()
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body)
+        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    let status = r.status().as_u16();
+    let bytes = r
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .unwrap();
+    (status, bytes)
+}
+
+pub fn post(url: &str, body: &Value) -> (u16, Value) {
+    let (status, bytes) = post_raw(url, body.to_string().as_bytes());
+    (status, json(&String::from_utf8(bytes).unwrap()))
+}
+
+pub fn get(url: &str) -> (u16, String, Vec<u8>) {
+    let mut r = agent()
+        .get(url)
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = r.status().as_u16();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let bytes = r
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .unwrap();
+    (status, ct, bytes)
+}
+
+pub fn get_json(url: &str) -> (u16, Value) {
+    let (status, _, bytes) = get(url);
+    (status, json(&String::from_utf8(bytes).unwrap()))
+}
