@@ -1034,11 +1034,11 @@ fn a_chat_through_sift_generate_equals_the_chat_endpoints_answer() {
         .collect();
     assert_eq!(lines.len(), 3);
     // the endpoint of a service with a generator and no index
-    let server = common::served::Served::start(&["--generator", &name, "--quiet"]);
+    let server = common::serve::Server::start_with(&["--generator", &name, "--quiet"]);
     let ask = |body: &Value| {
         let mut body = body.clone();
         body["model"] = json!(name);
-        let (status, res) = server.post("/v1/chat/completions", &body);
+        let (status, res) = common::serve::post(&server.url("/v1/chat/completions"), &body);
         assert_eq!(status, 200, "{res}");
         res
     };
@@ -1055,7 +1055,7 @@ fn a_chat_through_sift_generate_equals_the_chat_endpoints_answer() {
     assert_eq!(content(&lines[2]), content(&served_swapped));
     assert_eq!(lines[2]["usage"], served_swapped["usage"]);
     // a service without an index says so when searched, and lists its generator
-    let (status, res) = server.post("/v1/search", &json!({"query": "x"}));
+    let (status, res) = common::serve::post(&server.url("/v1/search"), &json!({"query": "x"}));
     assert_eq!(status, 404, "{res}");
     assert!(
         res["error"]["message"]
@@ -1064,7 +1064,7 @@ fn a_chat_through_sift_generate_equals_the_chat_endpoints_answer() {
             .contains("no index"),
         "{res}"
     );
-    let models = server.get("/v1/models");
+    let (_, models) = common::serve::get_json(&server.url("/v1/models"));
     assert!(
         models["data"]
             .as_array()

@@ -421,7 +421,7 @@ fn the_rerank_route_and_sift_rerank_give_one_reranker_the_same_scores() {
     let m = &expected["models"]["tiny-bert-ce"];
     let model = repo().join(m["dir"].as_str().unwrap());
     // a service with a reranker and no index
-    let server = common::served::Served::start(&["--rerank", s(&model), "--quiet"]);
+    let server = common::serve::Server::start_with(&["--rerank", s(&model), "--quiet"]);
     let pairs = m["pairs"].as_array().unwrap();
     // the query with the most pairs (the fixture's scores are sentence-transformers')
     let of = |q: &Value| pairs.iter().filter(|p| p["query"] == *q).count();
@@ -434,8 +434,8 @@ fn the_rerank_route_and_sift_rerank_give_one_reranker_the_same_scores() {
     let mine: Vec<&Value> = pairs.iter().filter(|p| p["query"] == query).collect();
     assert!(mine.len() >= 2);
     let documents: Vec<&Value> = mine.iter().map(|p| &p["passage"]).collect();
-    let (status, res) = server.post(
-        "/v1/rerank",
+    let (status, res) = common::serve::post(
+        &server.url("/v1/rerank"),
         &serde_json::json!({"query": query, "documents": documents, "return_documents": true}),
     );
     assert_eq!(status, 200, "{res}");
@@ -453,8 +453,8 @@ fn the_rerank_route_and_sift_rerank_give_one_reranker_the_same_scores() {
     }
     // top_n, the model's name, and the document at fault named
     let name = res["model"].as_str().unwrap().to_string();
-    let (status, top) = server.post(
-        "/v1/rerank",
+    let (status, top) = common::serve::post(
+        &server.url("/v1/rerank"),
         &serde_json::json!({"model": name, "query": query, "documents": documents, "top_n": 1}),
     );
     assert_eq!(status, 200, "{top}");
@@ -478,11 +478,11 @@ fn the_rerank_route_and_sift_rerank_give_one_reranker_the_same_scores() {
             "documents[0].image",
         ),
     ] {
-        let (status, err) = server.post("/v1/rerank", &body);
+        let (status, err) = common::serve::post(&server.url("/v1/rerank"), &body);
         assert_eq!(status, code, "{body}: {err}");
         assert_eq!(err["error"]["field"], field, "{body}: {err}");
     }
-    let models = server.get("/v1/models");
+    let (_, models) = common::serve::get_json(&server.url("/v1/models"));
     assert!(
         models["data"]
             .as_array()

@@ -7,8 +7,6 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-pub mod served;
-
 #[path = "../../crates/sift-generate/tests/common/mod.rs"]
 mod generation;
 #[allow(unused_imports)] // the test binaries that run a generator use it

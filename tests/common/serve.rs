@@ -38,17 +38,16 @@ impl Server {
 
     /// Serving `index` with `corpus`.
     pub fn start_on(index: &Path, corpus: &Path, extra: &[&str]) -> Server {
+        let mut args = vec!["--index", s(index), "--corpus", s(corpus)];
+        args.extend(extra);
+        Server::start_with(&args)
+    }
+
+    /// `sift serve` with these arguments alone (no index unless they give one).
+    pub fn start_with(args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sift"))
-            .args([
-                "serve",
-                "--index",
-                s(index),
-                "--corpus",
-                s(corpus),
-                "--addr",
-                "127.0.0.1:0",
-            ])
-            .args(extra)
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
