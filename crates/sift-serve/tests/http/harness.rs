@@ -44,7 +44,7 @@ pub fn build_index(corpus: &Path, root: &Path, dense: &[PathBuf]) {
     let builds: Vec<_> = dense
         .iter()
         .zip(&sides)
-        .map(|(d, s)| s.build_for(d.to_str().unwrap(), None))
+        .map(|(d, s)| s.build_for(&sift_retrieve::DenseModel::parse(d.to_str().unwrap()), None))
         .collect();
     IndexDir::build(
         root,
@@ -122,7 +122,7 @@ impl Server {
     pub fn start_with(config: ServeConfig, options: HttpOptions) -> Server {
         record_server_panics();
         let service = Service::load(&config)
-            .unwrap_or_else(|e| panic!("loading {} for serving: {e}", config.index.display()));
+            .unwrap_or_else(|e| panic!("loading {:?} for serving: {e}", config.index));
         let shared = Shared::new(service, &options);
         let (listening, address) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
