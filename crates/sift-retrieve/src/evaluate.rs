@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use sift_core::{Corpus, Layout, Qrels, WarningKind, Warnings};
-use sift_eval::RunWriter;
+use sift_eval::{RunWriter, run_file_name};
 use sift_eval::{
     CandidateKind, DomainResult, Exclusions, LinkReport, Links, Metrics, PairLink, Protocol,
     Report, Run, Task, check_exclusions, check_qrels_ids, score_run,
@@ -13,7 +13,7 @@ use sift_eval::{
 use sift_index::{IndexDir, NoProgress, Progress};
 
 use crate::candidates::{PairCandidates, PairLinking};
-use crate::models::{ModelSet, safe_name};
+use crate::models::ModelSet;
 use crate::query::{Instructions, QueryImages, QueryVectors, encode_queries};
 use crate::reference::reference_image_stand_ins;
 use crate::rerank::{RerankContent, RerankStage, rerank_run};
@@ -91,11 +91,6 @@ pub struct RunOutput {
     pub dir: Option<PathBuf>,
     /// Stream the run to this file; the evaluation must have exactly one job.
     pub file: Option<PathBuf>,
-}
-
-/// The file name of a job's run in [`RunOutput::dir`] and [`EvalReport::write_to`]'s `runs/`.
-pub fn run_file_name(task: Task, label: &str) -> String {
-    format!("task{task}.{}.trec", safe_name(label))
 }
 
 /// One (task, retriever, query-image mode) evaluated over the domains.

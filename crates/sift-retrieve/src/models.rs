@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use sift_embed::{Embedder, EmbedderOptions, Input, PreparedImage, PreprocessError, Profile, Role};
+use sift_eval::safe_name;
 use sift_index::{DenseBuild, EmbedderInfo, ImageEmbedder, IndexDir, PassageEmbedder};
 
 use crate::spec::RetrieverSpec;
@@ -15,20 +16,6 @@ pub fn slug(embedder: &Embedder) -> String {
         Some(info) => info.alias.clone(),
         None => safe_name(embedder.name().rsplit('/').next().unwrap_or("model")).to_lowercase(),
     }
-}
-
-/// `name` with every character other than ASCII letters, digits, `-` and `.` replaced by
-/// `_`: safe as a file or directory name.
-pub fn safe_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// One side of an embedder for [`DenseBuild`]: its passages (embedded with the passage
