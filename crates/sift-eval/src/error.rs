@@ -18,6 +18,10 @@ pub enum Error {
         /// What is missing (`run entries`, `judgements`).
         what: &'static str,
     },
+    /// An evaluation directory `sift report` cannot use (a malformed results.json or run
+    /// file), or a figure it cannot render.
+    #[error("{0}")]
+    Report(String),
 }
 
 impl Error {

@@ -24,7 +24,7 @@
 mod error;
 mod links;
 mod metrics;
-mod report;
+pub mod report;
 pub mod stats;
 mod tasks;
 mod trec;
@@ -41,6 +41,6 @@ pub use tasks::{
     check_qrels_ids, orphan_positive_images, pair_id, split_pair_id, task1, task2, task3, task4,
 };
 pub use trec::{
-    RunWriter, TREC_LINE_LIMIT, read_exclusions, read_qrels, read_run, write_exclusions,
-    write_qrels, write_run,
+    RunWriter, TREC_LINE_LIMIT, read_exclusions, read_qrels, read_run, run_file_name, safe_name,
+    write_exclusions, write_qrels, write_run,
 };

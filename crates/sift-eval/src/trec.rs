@@ -7,7 +7,27 @@ use std::path::{Path, PathBuf};
 use sift_core::{Qrels, WarningKind, Warnings, parse_grade};
 
 use crate::metrics::{Exclusions, Run, RunEntry, trec_order};
-use crate::{Error, Result};
+use crate::{Error, Result, Task};
+
+/// `name` with every character other than ASCII letters, digits, `-` and `.` replaced by
+/// `_`: safe as a file or directory name.
+pub fn safe_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The file name of a job's run (its task and retriever label) in an evaluation
+/// directory's `runs/` (`sift eval --out`): `task<N>.<label>.trec`.
+pub fn run_file_name(task: Task, label: &str) -> String {
+    format!("task{task}.{}.trec", safe_name(label))
+}
 
 /// The longest line of a run, qrels or exclusion file (1 MiB: six fields, two of them ids).
 pub const TREC_LINE_LIMIT: u64 = 1 << 20;

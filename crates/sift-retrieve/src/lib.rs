@@ -48,7 +48,6 @@ mod models;
 mod pairs;
 mod query;
 mod reference;
-pub mod report_html;
 pub mod rerank;
 mod searcher;
 mod spec;
@@ -58,11 +57,11 @@ pub use candidates::{PairCandidates, PairLinking};
 pub use error::{Error, Result, SpecError};
 pub use evaluate::{
     Comparison, EvalConfig, EvalReport, JobReport, RUN_TAG, RerankFailures, RulesInForce,
-    RunOutput, TABLE_COLUMNS, count_jobs, evaluate, evaluate_quietly, run_file_name,
+    RunOutput, TABLE_COLUMNS, count_jobs, evaluate, evaluate_quietly,
 };
 pub use merge::{DomainPart, search_domains};
 pub use models::{
-    DenseModel, Indexed, ModelSet, Side, Sides, match_precomputed, recorded_spec, safe_name, slug,
+    DenseModel, Indexed, ModelSet, Side, Sides, match_precomputed, recorded_spec, slug,
 };
 pub use pairs::{
     PairVectors, embeds_pairs, loadable_images, passage_texts, reference_pair_vectors,
@@ -81,4 +80,5 @@ pub use searcher::{
     AUTO_EXACT_MAX, Ann, Candidates, DomainSearcher, PairStandIns, PairTable, Query,
     SearchSettings, fuse,
 };
+pub use sift_eval::{run_file_name, safe_name};
 pub use spec::{RRF_K, RankFusion, RetrieverSpec};

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use sift_embed::{Embedder, EmbedderOptions, Input, PreparedImage, PreprocessError, Profile, Role};
+use sift_eval::safe_name;
 use sift_index::{DenseBuild, EmbedderInfo, ImageEmbedder, IndexDir, PassageEmbedder};
 
 use crate::spec::RetrieverSpec;
@@ -52,20 +53,6 @@ impl<'a> DenseModel<'a> {
             },
         }
     }
-}
-
-/// `name` with every character other than ASCII letters, digits, `-` and `.` replaced by
-/// `_`: safe as a file or directory name.
-pub fn safe_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// One side of an embedder for [`DenseBuild`]: its passages (embedded with the passage

@@ -237,6 +237,39 @@ fn print_all_metrics(m: &BTreeMap<String, f64>) {
     }
 }
 
+/// The query instructions: `--instructions-file`, else `--query-instruction`, else the
+/// `--instructions` set.
+fn instructions(a: &Args) -> Result<Instructions> {
+    Ok(
+        match (&a.instructions_file, &a.model_flags.query_instruction) {
+            (Some(path), _) => Instructions::from_file(path)?,
+            (None, Some(text)) => Instructions::Text(text.clone()),
+            (None, None) => match a.instructions {
+                InstructionSet::Reference => Instructions::Reference,
+                InstructionSet::Bright => Instructions::Bright,
+            },
+        },
+    )
+}
+
+/// The query augmentations of `--query-augment LABEL:PATH`.
+fn augments(a: &Args) -> Result<Vec<sift_retrieve::QueryAugment>> {
+    a.query_augment
+        .iter()
+        .map(|spec| {
+            let (label, path) = spec
+                .split_once(':')
+                .filter(|(l, p)| !l.is_empty() && !p.is_empty())
+                .with_context(|| format!("--query-augment {spec:?}: give LABEL:PATH"))?;
+            Ok(sift_retrieve::QueryAugment::from_path(
+                label,
+                Path::new(path),
+                a.augment_replace,
+            )?)
+        })
+        .collect()
+}
+
 fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     let corpus = a.corpus_flags.open(corpus_dir)?;
     let index = IndexDir::open(index_dir)?;
@@ -254,14 +287,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
     let mut options = a.model_flags.options()?;
     // the instruction is applied per domain and per model (models that take none ignore it)
     options.query_instruction = None;
-    let instructions = match (&a.instructions_file, &a.model_flags.query_instruction) {
-        (Some(path), _) => Instructions::from_file(path)?,
-        (None, Some(text)) => Instructions::Text(text.clone()),
-        (None, None) => match a.instructions {
-            InstructionSet::Reference => Instructions::Reference,
-            InstructionSet::Bright => Instructions::Bright,
-        },
-    };
+    let instructions = instructions(a)?;
     let mut models = ModelSet::new();
     for r in &retrievers {
         models
@@ -298,21 +324,7 @@ fn run_task(a: &Args, corpus_dir: &Path, index_dir: &Path) -> Result<()> {
         per_query: a.per_query || a.out.is_some() || a.compare.is_some(),
         instructions,
         profile: a.model_flags.profile,
-        augments: a
-            .query_augment
-            .iter()
-            .map(|spec| {
-                let (label, path) = spec
-                    .split_once(':')
-                    .filter(|(l, p)| !l.is_empty() && !p.is_empty())
-                    .with_context(|| format!("--query-augment {spec:?}: give LABEL:PATH"))?;
-                Ok(sift_retrieve::QueryAugment::from_path(
-                    label,
-                    Path::new(path),
-                    a.augment_replace,
-                )?)
-            })
-            .collect::<Result<_>>()?,
+        augments: augments(a)?,
         rerank: Vec::new(),
     };
     let mut config = config;

@@ -2,7 +2,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use sift_core::{Example, Warnings};
+use sift_core::{Corpus, Example, Warnings};
 use sift_eval::{Task, trec_order};
 use sift_generate::rag::{self, RagQuery};
 use sift_generate::{
@@ -116,17 +116,7 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         Task::MultimodalPassages
     };
-    let sources: Vec<(String, Source)> = a
-        .retriever
-        .iter()
-        .map(|r| {
-            Ok(match r.as_str() {
-                "none" => (r.clone(), Source::None),
-                "oracle" => (r.clone(), Source::Oracle),
-                spec => (r.clone(), Source::Retriever(spec.parse()?)),
-            })
-        })
-        .collect::<Result<_>>()?;
+    let sources = sources(&a.retriever)?;
     let index = match &a.index {
         Some(dir) => Some(IndexDir::open(dir)?),
         None if sources
@@ -197,33 +187,9 @@ pub fn run(a: Args) -> Result<()> {
                 }
             });
         }
-        let wanted: HashSet<&str> = ids.iter().flatten().flatten().map(String::as_str).collect();
-        let mut texts: HashMap<String, String> = HashMap::new();
-        for p in corpus.passages(domain)? {
-            let p = p?;
-            if wanted.contains(p.id.as_str()) {
-                texts.insert(p.id, p.text);
-            }
-        }
+        let texts = evidence_texts(&corpus, domain, &ids)?;
         for ((label, _), ids) in sources.iter().zip(&ids) {
-            let queries: Vec<RagQuery> = examples
-                .iter()
-                .zip(ids)
-                .map(|(e, ids)| RagQuery {
-                    id: e.id.clone(),
-                    text: e.query.clone(),
-                    images: e
-                        .image_paths
-                        .iter()
-                        .filter_map(|p| images.get(p).map(|b| (p.clone(), b.clone())))
-                        .collect(),
-                    reference: e.gold_answers.join("\n"),
-                    evidence: ids
-                        .iter()
-                        .filter_map(|id| texts.get(id).map(|t| (id.clone(), t.clone())))
-                        .collect(),
-                })
-                .collect();
+            let queries = rag_queries(&examples, ids, &images, &texts);
             let (cell, rows, failed) = answer_and_judge(
                 (generator.as_ref(), judge.as_ref()),
                 (&answer_t, &judge_t),
@@ -277,6 +243,65 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The evidence sources of `--retriever`: none, the gold passages, or a retriever spec.
+fn sources(retrievers: &[String]) -> Result<Vec<(String, Source)>> {
+    retrievers
+        .iter()
+        .map(|r| {
+            Ok(match r.as_str() {
+                "none" => (r.clone(), Source::None),
+                "oracle" => (r.clone(), Source::Oracle),
+                spec => (r.clone(), Source::Retriever(spec.parse()?)),
+            })
+        })
+        .collect()
+}
+
+/// The texts of the passages of `domain` that some source gives as evidence.
+fn evidence_texts(
+    corpus: &Corpus,
+    domain: &str,
+    ids: &[Vec<Vec<String>>],
+) -> Result<HashMap<String, String>> {
+    let wanted: HashSet<&str> = ids.iter().flatten().flatten().map(String::as_str).collect();
+    let mut texts: HashMap<String, String> = HashMap::new();
+    for p in corpus.passages(domain)? {
+        let p = p?;
+        if wanted.contains(p.id.as_str()) {
+            texts.insert(p.id, p.text);
+        }
+    }
+    Ok(texts)
+}
+
+/// One source's questions: each example with its images, its reference answer and the
+/// texts of its evidence `ids`.
+fn rag_queries(
+    examples: &[Example],
+    ids: &[Vec<String>],
+    images: &HashMap<String, Vec<u8>>,
+    texts: &HashMap<String, String>,
+) -> Vec<RagQuery> {
+    examples
+        .iter()
+        .zip(ids)
+        .map(|(e, ids)| RagQuery {
+            id: e.id.clone(),
+            text: e.query.clone(),
+            images: e
+                .image_paths
+                .iter()
+                .filter_map(|p| images.get(p).map(|b| (p.clone(), b.clone())))
+                .collect(),
+            reference: e.gold_answers.join("\n"),
+            evidence: ids
+                .iter()
+                .filter_map(|id| texts.get(id).map(|t| (id.clone(), t.clone())))
+                .collect(),
+        })
+        .collect()
 }
 
 /// A retriever's top `k` passages per query (in `examples`' order), the query's excluded

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use sift_retrieve::report_html::{HtmlOptions, build_html_report};
+use sift_eval::report::html::{HtmlOptions, build_html_report};
 
 /// Make one self-contained HTML report of evaluation directories (`sift eval --out`):
 /// per task a domain x retriever heatmap and the means with 95% bootstrap confidence
@@ -76,7 +76,7 @@ pub fn run(a: Args) -> Result<()> {
     sift_core::write_output(&a.out, report.html.as_bytes())?;
     if let Some(dir) = &a.figures {
         std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
-        let png = sift_retrieve::report_html::PngRenderer::new(2.0);
+        let png = sift_eval::report::html::PngRenderer::new(2.0);
         for (name, svg) in &report.figures {
             let path = dir.join(name);
             sift_core::write_output(&path, svg.as_bytes())?;

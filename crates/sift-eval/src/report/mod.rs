@@ -1,9 +1,12 @@
-//! Per-domain result tables (Markdown and JSON).
+//! Reports: per-domain result tables (Markdown and JSON), and `sift report`'s HTML page
+//! of evaluation directories ([`html`]).
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use crate::metrics::{Metrics, mean_of};
+
+pub mod html;
 
 /// Metrics of one domain.
 #[derive(Debug, Clone, Serialize)]

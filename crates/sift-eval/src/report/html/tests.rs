@@ -4,8 +4,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read as _;
+use std::path::Path;
 
 use super::*;
+use crate::run_file_name;
+use sift_core::WarningKind;
 
 fn sample() -> Corpus {
     Corpus::open(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../corpora/sample"))
@@ -39,7 +42,7 @@ fn eval_dir(corpus: &Corpus, dir: &Path, extra: Option<&str>) {
                     "1" => passages,
                     "3" => images,
                     _ => (0..passages.len())
-                        .map(|i| sift_eval::pair_id(&passages[i], Some(&images[i % images.len()])))
+                        .map(|i| crate::pair_id(&passages[i], Some(&images[i % images.len()])))
                         .collect(),
                 };
                 for (qi, e) in examples.iter().enumerate() {
@@ -62,7 +65,7 @@ fn eval_dir(corpus: &Corpus, dir: &Path, extra: Option<&str>) {
                 per_domain.insert(x.to_string(), json!({"ndcg@10": 0.0}));
                 writeln!(run, "{x}-1 Q0 {x}/p.txt 1 1 sift").unwrap();
             }
-            let t: sift_eval::Task = task.parse().unwrap();
+            let t: crate::Task = task.parse().unwrap();
             std::fs::write(dir.join("runs").join(run_file_name(t, label)), run).unwrap();
             reports.push(json!({
                 "task": task, "label": label, "per_domain": per_domain, "per_query": per_query,
@@ -180,7 +183,7 @@ fn snippets_are_the_passages_text_within_the_task_budget() {
     let mut cut = 0;
     for t in d["tasks"].as_array().unwrap() {
         for doc in t["docs"].as_array().unwrap() {
-            let id = sift_eval::split_pair_id(doc[0].as_str().unwrap()).0;
+            let id = crate::split_pair_id(doc[0].as_str().unwrap()).0;
             match (doc[1].as_str(), t["task"].as_str().unwrap()) {
                 (None, "3") => {}
                 (None, task) => panic!("task {task}: {id} has no snippet"),
