@@ -38,6 +38,7 @@ as modules of the repository root's packages (models.fixtures.*). The released c
 import argparse
 import importlib
 import importlib.machinery
+import importlib.util
 import json
 import sys
 import tempfile
@@ -188,10 +189,17 @@ def redirect_models(torchvision, tmp):
     jina = None
     if torchvision:
         # the --target install of torchvision named on the command line (not in the
-        # repository), importable from here on and not from the start (PYTHONPATH): transformers,
-        # imported above, has taken torchvision to be absent, so CLIP's and SigLIP's image
-        # processors keep their PIL backend, as in the run that wrote scores.json
-        sys.path.insert(0, str(torchvision))
+        # repository), imported from that folder now and not found from the start
+        # (PYTHONPATH): transformers, imported above, has taken torchvision to be absent, so
+        # CLIP's and SigLIP's image processors keep their PIL backend, as in the run that wrote
+        # scores.json. Found in that folder alone (sys.path stays as it is); the published
+        # code's `import torchvision` then gets this module.
+        spec = importlib.machinery.PathFinder.find_spec("torchvision", [str(torchvision)])
+        if spec is None or spec.loader is None:
+            raise RuntimeError(f"--torchvision {torchvision}: no torchvision package in it")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["torchvision"] = module
+        spec.loader.exec_module(module)
         jina = importlib.import_module("models.fixtures.jina_clip.make_tiny_jina_clip")
 
     def model(name, **kw):
