@@ -22,3 +22,4 @@ mod api;
 mod clients;
 mod command_line;
 mod mcp_stdio;
+mod training;

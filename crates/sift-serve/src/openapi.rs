@@ -57,6 +57,10 @@ schemas! {
     chat_res: ChatResponse,
     rerank_req: RerankRequest,
     rerank_res: RerankResponse,
+    retrieve_req: RetrieveRequest,
+    retrieve_res: RetrieveResponse,
+    queries_req: QueriesRequest,
+    queries_res: QueriesResponse,
     model_list: ModelList,
     health: Health,
     error: ErrorBody,
@@ -315,6 +319,8 @@ fn paths(s: &Schemas) -> Value {
         "/v1/embeddings": s.post("OpenAI-compatible embeddings (texts; images as data URLs)", &s.emb_req, &s.emb_res),
         "/v1/chat/completions": s.post("OpenAI-compatible chat completions from the local generator (`--generator`; images as data URLs; no streaming)", &s.chat_req, &s.chat_res),
         "/v1/rerank": s.post("Cohere-, Jina- and vLLM-compatible rerank: the reranker's (`--rerank`) raw scores of the request's own documents, best first", &s.rerank_req, &s.rerank_res),
+        "/retrieve": s.post("Search-R1's (and verl's SearchTool) batch retrieval: {queries, topk, return_scores} -> {result: [[{document: {id, contents}, score}]]}; BrowseComp-Plus's {query} -> {result: [{document: {title, text}, docid, score}]}", &s.retrieve_req, &s.retrieve_res),
+        "/queries": s.post("R1-Searcher's batch retrieval: {queries, k} -> {queries, answers: [[text]]}", &s.queries_req, &s.queries_res),
         "/v1/{domain}/search": s.get(
             "pyserini-style REST search",
             json!([

@@ -11,7 +11,7 @@ use crate::models::ModelFlags;
 use crate::options::Bm25Flags;
 
 /// `sift serve --help`'s description.
-pub const LONG_ABOUT: &str = "Serve an index to search agents and benchmarks, read-only: a JSON API (OpenAPI at /openapi.json), Serper's /search, /images, /lens, /videos and /news (GET or POST), SerpAPI's GET /search and /search.json (engine=google, google_images, google_lens), readable pages for every link a hit carries (/v1/{domain}/page/{id}: HTML, Markdown or text) and a Jina-Reader-compatible GET /r/{url}, OpenAI-compatible /v1/models and /v1/embeddings, pyserini-style /v1/{domain}/search and /doc/{id}, and MCP tools over streamable HTTP at /mcp (or over stdio with --mcp-stdio).\n\nA request that names no domain searches every domain served (all of the index, or those given with --domain) and merges the hits into one ranking: BM25 is scored with the statistics of all those domains summed, as one index over them would score it, and dense scores are cosines of one model, comparable as they are.\n\nModels and the corpus are loaded once at start. Passage texts and images come from --corpus (kept in memory; images listed from folders are read on request); without it, results carry ids and scores only. SIGTERM or Ctrl-C stops taking connections, gives the requests in flight --shutdown-grace to finish, closes the connections still open and exits. A client has --header-timeout for each request's headers (a kept-alive connection idle that long is closed) and --body-timeout for its body.";
+pub const LONG_ABOUT: &str = "Serve an index to search agents and benchmarks, read-only: a JSON API (OpenAPI at /openapi.json), Serper's /search, /images, /lens, /videos and /news (GET or POST), SerpAPI's GET /search and /search.json (engine=google, google_images, google_lens), readable pages for every link a hit carries (/v1/{domain}/page/{id}: HTML, Markdown or text) and a Jina-Reader-compatible GET /r/{url}, OpenAI-compatible /v1/models, /v1/embeddings and /v1/chat/completions (--generator), Cohere-compatible /v1/rerank (--rerank), Search-R1's and verl's POST /retrieve (BrowseComp-Plus's single query too) and R1-Searcher's POST /queries, pyserini-style /v1/{domain}/search and /doc/{id}, and MCP tools over streamable HTTP at /mcp (or over stdio with --mcp-stdio).\n\nA request that names no domain searches every domain served (all of the index, or those given with --domain) and merges the hits into one ranking: BM25 is scored with the statistics of all those domains summed, as one index over them would score it, and dense scores are cosines of one model, comparable as they are.\n\nModels and the corpus are loaded once at start. Passage texts and images come from --corpus (kept in memory; images listed from folders are read on request); without it, results carry ids and scores only. SIGTERM or Ctrl-C stops taking connections, gives the requests in flight --shutdown-grace to finish, closes the connections still open and exits. A client has --header-timeout for each request's headers (a kept-alive connection idle that long is closed) and --body-timeout for its body.";
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
@@ -112,6 +112,10 @@ pub struct Args {
     /// inputs (1 to 1024).
     #[arg(long, default_value_t = 8, value_parser = crate::options::positive)]
     max_images: usize,
+    /// Queries in one batch request: Search-R1's and verl's `POST /retrieve`, R1-Searcher's
+    /// `POST /queries` (1 to 1000000; past it a 413 naming the limit).
+    #[arg(long, default_value_t = 4096, value_parser = crate::options::int_in::<usize>(1, 1_000_000))]
+    max_batch_queries: usize,
     /// Pixels of all the images of one request together (read from their headers before
     /// any is decoded; 1 to 10^13).
     #[arg(long, default_value_t = 100_000_000)]
@@ -248,6 +252,7 @@ pub fn run(a: Args) -> Result<()> {
             max_images: a.max_images,
             max_request_pixels: a.max_request_pixels,
             max_inputs: Limits::default().max_inputs,
+            max_batch_queries: a.max_batch_queries,
             max_new_tokens: Limits::default().max_new_tokens,
             image: sift_service::images::ImageLimits {
                 max_bytes: a.max_image_bytes,

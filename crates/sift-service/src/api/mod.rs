@@ -11,11 +11,13 @@ mod bounded;
 mod compat;
 mod json;
 mod rerank;
+mod training;
 
 pub use bounded::{AtMost, MAX_PARSED_IMAGES, MAX_PARSED_INPUTS};
 pub use compat::*;
 pub use json::{parse_json, parse_json_seed};
 pub use rerank::{RerankDocument, RerankRequest, RerankResponse, RerankResult};
+pub use training::*;
 
 /// Results per search when a request names none.
 pub const DEFAULT_TOP_K: usize = 10;

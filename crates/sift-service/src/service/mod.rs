@@ -35,6 +35,8 @@ pub struct Limits {
     pub max_inputs: usize,
     /// New tokens of one chat completion.
     pub max_new_tokens: u32,
+    /// Queries of one batch request (`POST /retrieve`, `POST /queries`).
+    pub max_batch_queries: usize,
     /// Request images.
     pub image: ImageLimits,
 }
@@ -48,6 +50,7 @@ impl Default for Limits {
             max_request_pixels: 100_000_000,
             max_inputs: 256,
             max_new_tokens: 4096,
+            max_batch_queries: 4096,
             image: ImageLimits::default(),
         }
     }
@@ -601,6 +604,7 @@ mod load;
 mod rerank;
 mod score;
 mod search;
+mod training;
 mod urls;
 
 use sift_core::VettedFile;

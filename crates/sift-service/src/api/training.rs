@@ -1,0 +1,112 @@
+//! The local retrieval servers that search-agent training and deep-research harnesses call:
+//! Search-R1's `POST /retrieve` (also verl's `SearchTool`; BrowseComp-Plus's single `query`
+//! on the same path) and R1-Searcher's `POST /queries`.
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The body of `POST /retrieve`: Search-R1's (`queries`, `topk`, `return_scores`) or
+/// BrowseComp-Plus's (`query`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct RetrieveRequest {
+    /// Search-R1: the queries, answered in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queries: Option<Vec<String>>,
+    /// BrowseComp-Plus: one query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Passages per query (absent or null: the service's default, 3 as Search-R1's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk: Option<i64>,
+    /// Search-R1: each hit as `{"document", "score"}` (true) or the document alone.
+    #[serde(default)]
+    pub return_scores: bool,
+    /// Sift's extension: the domain to search (default: every domain, merged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+}
+
+/// A passage as Search-R1's corpus rows are: its id and `contents`, the title on the first
+/// line and the text after it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RetrievedDocument {
+    /// The passage id.
+    pub id: String,
+    /// `"Title"\ntext`: the title (the passage id where the corpus has none) quoted on the
+    /// first line, as Search-R1's wiki corpus writes it.
+    pub contents: String,
+}
+
+/// One hit of `POST /retrieve` with `return_scores`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ScoredDocument {
+    /// The passage.
+    pub document: RetrievedDocument,
+    /// Its retrieval score.
+    pub score: f64,
+}
+
+/// A query's hits: scored, or the documents alone (`return_scores: false`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RetrievedHits {
+    /// With scores.
+    Scored(Vec<ScoredDocument>),
+    /// The documents alone.
+    Documents(Vec<RetrievedDocument>),
+}
+
+/// A BrowseComp-Plus hit: `{"document": {"title", "text"}, "docid"}`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BrowseCompHit {
+    /// The passage's title and text.
+    pub document: BrowseCompDocument,
+    /// The passage id.
+    pub docid: String,
+    /// Its retrieval score.
+    pub score: f64,
+}
+
+/// A BrowseComp-Plus document.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BrowseCompDocument {
+    /// The title (the passage id where the corpus has none).
+    pub title: String,
+    /// The text.
+    pub text: String,
+}
+
+/// The answer of `POST /retrieve`: one list per query (Search-R1), or the one query's hits
+/// (BrowseComp-Plus).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RetrieveResponse {
+    /// Search-R1's `{"result": [[...], ...]}`.
+    Batch {
+        /// Per query, in order.
+        result: Vec<RetrievedHits>,
+    },
+    /// BrowseComp-Plus's `{"result": [...]}`.
+    Single {
+        /// The query's hits.
+        result: Vec<BrowseCompHit>,
+    },
+}
+
+/// R1-Searcher's `POST /queries` body.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct QueriesRequest {
+    /// The queries.
+    pub queries: Vec<String>,
+    /// Passages per query (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<i64>,
+}
+
+/// R1-Searcher's answer: the queries and, per query, its passages' texts.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct QueriesResponse {
+    /// The queries, as sent.
+    pub queries: Vec<String>,
+    /// Per query, its passages' texts, best first.
+    pub answers: Vec<Vec<String>>,
+}

@@ -1,0 +1,112 @@
+//! The training harnesses' batch searches: Search-R1's and verl's `POST /retrieve`,
+//! BrowseComp-Plus's single query on the same path, R1-Searcher's `POST /queries`, each
+//! answer equal to `/v1/search`'s for the same query, over every domain of the index.
+use super::*;
+
+/// `/v1/search`'s hits for `query` over every domain: (id, score, text).
+fn searched(server: &Server, query: &str, top_k: usize) -> Vec<(String, f64, String)> {
+    let (status, res) = post(
+        &server.url("/v1/search"),
+        &json!({"query": query, "top_k": top_k, "max_text_chars": 1_000_000}),
+    );
+    assert_eq!(status, 200, "{res}");
+    res["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["id"].as_str().unwrap().to_string(),
+                h["score"].as_f64().unwrap(),
+                h["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn retrieve_and_queries_answer_the_training_harnesses_as_search_does() {
+    let server = Server::start(&["--max-batch-queries", "3"]);
+    let queries = [
+        "how do plants make sugar",
+        "map projection distortion",
+        "dark matter",
+    ];
+    let url = server.url("/retrieve");
+    // Search-R1 / verl: every query in order, `"Title"\ntext` contents, scores on request
+    let (status, res) = post(
+        &url,
+        &json!({"queries": queries, "topk": 3, "return_scores": true}),
+    );
+    assert_eq!(status, 200, "{res}");
+    let result = res["result"].as_array().unwrap();
+    assert_eq!(result.len(), queries.len());
+    let mut domains = std::collections::BTreeSet::new();
+    for (q, hits) in queries.iter().zip(result) {
+        let want = searched(&server, q, 3);
+        let hits = hits.as_array().unwrap();
+        assert_eq!(hits.len(), 3, "{q}: {res}");
+        for (h, (id, score, text)) in hits.iter().zip(&want) {
+            assert_eq!(h["document"]["id"], id.as_str());
+            assert_eq!(h["score"].as_f64().unwrap(), *score);
+            let contents = h["document"]["contents"].as_str().unwrap();
+            // the reader splits the title off at the first newline
+            let (title, body) = contents.split_once('\n').unwrap();
+            assert_eq!(title, format!("\"{id}\""));
+            assert_eq!(body, text);
+            domains.insert(id.split('/').next().unwrap().to_string());
+        }
+    }
+    // without scores each item is the document itself; a null topk is the default (3)
+    let (status, plain) = post(&url, &json!({"queries": [queries[0]], "topk": null}));
+    assert_eq!(status, 200, "{plain}");
+    let first = &plain["result"][0];
+    assert_eq!(first.as_array().unwrap().len(), 3);
+    assert_eq!(first[0]["id"], result[0][0]["document"]["id"]);
+    assert!(first[0].get("score").is_none(), "{plain}");
+    // an empty batch is an empty result
+    let (status, empty) = post(&url, &json!({"queries": []}));
+    assert_eq!((status, empty), (200, json!({"result": []})));
+    // BrowseComp-Plus: one query, {document: {title, text}, docid}
+    let (status, one) = post(&url, &json!({"query": queries[1]}));
+    assert_eq!(status, 200, "{one}");
+    let want = searched(&server, queries[1], 3);
+    let got = one["result"].as_array().unwrap();
+    assert_eq!(got.len(), 3);
+    for (h, (id, _, text)) in got.iter().zip(&want) {
+        assert_eq!(h["docid"], id.as_str());
+        assert_eq!(h["document"]["text"], text.as_str());
+    }
+    // R1-Searcher: the queries back, and each one's passage texts
+    let (status, r1) = post(
+        &server.url("/queries"),
+        &json!({"queries": [queries[0], queries[2]], "k": 2}),
+    );
+    assert_eq!(status, 200, "{r1}");
+    assert_eq!(r1["queries"], json!([queries[0], queries[2]]));
+    for (i, q) in [queries[0], queries[2]].iter().enumerate() {
+        let texts: Vec<String> = searched(&server, q, 2).into_iter().map(|h| h.2).collect();
+        assert_eq!(r1["answers"][i], json!(texts));
+    }
+    // bad input names the field; past --max-batch-queries a 413 names the limit
+    for (body, code, field) in [
+        (json!({"queries": ["a"], "topk": 0}), 400, "topk"),
+        (json!({"queries": ["a"], "topk": -2}), 400, "topk"),
+        (json!({"queries": ["a"], "topk": 1_000_000}), 400, "topk"),
+        (json!({"queries": ["a", 7]}), 400, "queries[1]"),
+        (json!({"queries": ["a", "b", "c", "d"]}), 413, "queries"),
+        (json!({"topk": 3}), 400, "queries"),
+    ] {
+        let (status, err) = post(&url, &body);
+        assert_eq!(status, code, "{body}: {err}");
+        assert_eq!(err["error"]["field"], field, "{body}: {err}");
+    }
+    let (status, err) = post(&server.url("/queries"), &json!({"queries": ["a"], "k": 0}));
+    assert_eq!(
+        (status, err["error"]["field"].clone()),
+        (400, json!("k")),
+        "{err}"
+    );
+    // one index of several domains, searched as one
+    assert!(domains.len() >= 2, "{domains:?}");
+}
