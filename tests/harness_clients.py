@@ -4,7 +4,9 @@
 Each client sends what the harness's own code sends (tests/../shared notes: VisBrowse-Bench's
 Serper tools and Jina Reader visits, MERRIN's smolagents GoogleSearchTool and its paged and image
 searches, InterLV-Search's SerpAPI client and its BeautifulSoup page fetch, pyserini's MCP
-bridge), with `requests`, and reads what the harness reads. The service is expected to run
+bridge, the trainers' retrieval calls: Search-R1's batch `/retrieve` and the prompt its rollouts
+make of it, verl's one-query call, BrowseComp-Plus's single query, R1-Searcher's `/queries`),
+with `requests`, and reads what the harness reads. The service is expected to run
 WITHOUT --domain over an index of several domains. Every call must answer 200 with non-empty
 results in the exact field names, and every link and image URL must resolve.
 
@@ -241,6 +243,54 @@ def local_tools(base):
                   f"local_text_search result: {item}")
 
 
+def passages_as_prompt(result):
+    """What Search-R1's rollout loop and verl's SearchTool put in the prompt: per hit, the title
+    (the first line of `contents`) and the text after it."""
+    lines = []
+    for i, item in enumerate(result):
+        contents = item["document"]["contents"]
+        title, _, text = contents.partition("\n")
+        lines.append(f"Doc {i + 1}(Title: {title}) {text}")
+    return "\n".join(lines)
+
+
+def trainers(base):
+    # Search-R1's batch: one request with every active rollout's query
+    queries = ["photosynthesis light reactions", "map projection area", "gravity waves energy"]
+    data = ok_json(requests.post(f"{base}/retrieve", json={"queries": queries, "topk": 3,
+                                                           "return_scores": True}),
+                   "search-r1 retrieve")
+    if data and check(len(data["result"]) == len(queries), f"retrieve: {len(data['result'])}"):
+        for per_query in data["result"]:
+            check(len(per_query) == 3, f"retrieve: {per_query}")
+            for item in per_query:
+                check(set(item) == {"document", "score"}, f"retrieve item: {item}")
+                check(set(item["document"]) == {"id", "contents"}, f"retrieve doc: {item}")
+                DOMAINS.add(item["document"]["id"].split("/")[0])
+            text = passages_as_prompt(per_query)
+            check(text.startswith("Doc 1(Title: \"") and "Doc 3(" in text, f"prompt: {text[:200]}")
+    # verl's SearchTool: one trajectory's query, scores asked for
+    data = ok_json(requests.post(f"{base}/retrieve", json={"queries": ["cell membrane"],
+                                                           "topk": 2, "return_scores": True},
+                                 timeout=30), "verl retrieve")
+    if data:
+        check(len(data["result"]) == 1 and len(data["result"][0]) == 2, f"verl: {data}")
+    # BrowseComp-Plus's adapter: one query, title and text per docid
+    data = ok_json(requests.post(f"{base}/retrieve", json={"query": "surface water"}),
+                   "browsecomp retrieve")
+    if data:
+        for item in data["result"]:
+            check({"document", "docid"} <= set(item) and set(item["document"]) == {"title", "text"},
+                  f"browsecomp item: {item}")
+    # R1-Searcher: the texts per query
+    data = ok_json(requests.post(f"{base}/queries", json={"queries": queries[:2], "k": 3}),
+                   "r1-searcher queries")
+    if data:
+        check(data["queries"] == queries[:2] and all(len(a) == 3 and all(isinstance(t, str) for t in a)
+                                                     for a in data["answers"]),
+              f"r1-searcher: {data}")
+
+
 def bridge(base, script):
     """pyserini's MCP bridge, unchanged but for its host (a literal in the script)."""
     src = open(script).read()
@@ -295,6 +345,7 @@ def main():
     merrin(a.base, a.key)
     interlv(a.base, a.key)
     local_tools(a.base)
+    trainers(a.base)
     bridge(a.base, a.bridge)
     print(json.dumps({"calls": CALLS[0], "domains_seen": sorted(d for d in DOMAINS if d),
                       "failures": FAILURES}))
