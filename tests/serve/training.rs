@@ -45,7 +45,9 @@ fn retrieve_and_queries_answer_the_training_harnesses_as_search_does() {
     for (q, hits) in queries.iter().zip(result) {
         let want = searched(&server, q, 3);
         let hits = hits.as_array().unwrap();
-        assert_eq!(hits.len(), 3, "{q}: {res}");
+        // BM25 finds at most topk; a query with fewer matches has fewer
+        assert_eq!(hits.len(), want.len(), "{q}: {res}");
+        assert!(!hits.is_empty() && hits.len() <= 3, "{q}: {res}");
         for (h, (id, score, text)) in hits.iter().zip(&want) {
             assert_eq!(h["document"]["id"], id.as_str());
             assert_eq!(h["score"].as_f64().unwrap(), *score);
@@ -72,7 +74,7 @@ fn retrieve_and_queries_answer_the_training_harnesses_as_search_does() {
     assert_eq!(status, 200, "{one}");
     let want = searched(&server, queries[1], 3);
     let got = one["result"].as_array().unwrap();
-    assert_eq!(got.len(), 3);
+    assert_eq!(got.len(), want.len());
     for (h, (id, _, text)) in got.iter().zip(&want) {
         assert_eq!(h["docid"], id.as_str());
         assert_eq!(h["document"]["text"], text.as_str());
