@@ -112,3 +112,44 @@ fn retrieve_and_queries_answer_the_training_harnesses_as_search_does() {
     // one index of several domains, searched as one
     assert!(domains.len() >= 2, "{domains:?}");
 }
+
+#[test]
+fn tei_embed_gives_the_vectors_of_the_openai_route() {
+    let server = Server::start(&["--quiet"]);
+    let texts = ["how do plants make sugar", "map projection distortion"];
+    let (status, tei) = post(
+        &server.url("/embed"),
+        &json!({"inputs": texts, "truncate": true}),
+    );
+    assert_eq!(status, 200, "{tei}");
+    let (status, openai) = post(
+        &server.url("/v1/embeddings"),
+        &json!({"model": "tiny-clip-quickgelu", "input": texts}),
+    );
+    assert_eq!(status, 200, "{openai}");
+    let vectors = tei.as_array().unwrap();
+    assert_eq!(vectors.len(), 2);
+    // the same float32 values (OpenAI's route writes each as its float64 value)
+    let f32s = |v: &Value| -> Vec<f32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    };
+    for (i, v) in vectors.iter().enumerate() {
+        assert_eq!(f32s(v), f32s(&openai["data"][i]["embedding"]), "input {i}");
+    }
+    let (status, one) = post(&server.url("/embed"), &json!({"inputs": texts[0]}));
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one[0], vectors[0]);
+    let (status, err) = post(
+        &server.url("/embed"),
+        &json!({"inputs": "x", "normalize": false}),
+    );
+    assert_eq!(
+        (status, err["error"]["field"].clone()),
+        (400, json!("normalize")),
+        "{err}"
+    );
+}

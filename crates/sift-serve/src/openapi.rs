@@ -61,6 +61,8 @@ schemas! {
     retrieve_res: RetrieveResponse,
     queries_req: QueriesRequest,
     queries_res: QueriesResponse,
+    tei_embed_req: TeiEmbedRequest,
+    tei_embed_res: Vec<Vec<f32>>,
     model_list: ModelList,
     health: Health,
     error: ErrorBody,
@@ -320,6 +322,7 @@ fn paths(s: &Schemas) -> Value {
         "/v1/chat/completions": s.post("OpenAI-compatible chat completions from the local generator (`--generator`; images as data URLs; no streaming)", &s.chat_req, &s.chat_res),
         "/v1/rerank": s.post("Cohere-, Jina- and vLLM-compatible rerank: the reranker's (`--rerank`) raw scores of the request's own documents, best first", &s.rerank_req, &s.rerank_res),
         "/retrieve": s.post("Search-R1's (and verl's SearchTool) batch retrieval: {queries, topk, return_scores} -> {result: [[{document: {id, contents}, score}]]}; BrowseComp-Plus's {query} -> {result: [{document: {title, text}, docid, score}]}", &s.retrieve_req, &s.retrieve_res),
+        "/embed": s.post("text-embeddings-inference's embed: {inputs, normalize, truncate} -> [[float]], the first dense model's unit vectors, as /v1/embeddings gives them", &s.tei_embed_req, &s.tei_embed_res),
         "/queries": s.post("R1-Searcher's batch retrieval: {queries, k} -> {queries, answers: [[text]]}", &s.queries_req, &s.queries_res),
         "/v1/{domain}/search": s.get(
             "pyserini-style REST search",

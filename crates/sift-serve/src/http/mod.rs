@@ -243,6 +243,7 @@ pub fn router(
         .route("/v1/rerank", heavy_json_post(Service::rerank_documents))
         .route("/retrieve", json_post(Service::retrieve))
         .route("/queries", json_post(Service::queries))
+        .route("/embed", heavy_json_post(Service::tei_embed))
         .route("/v1/{domain}/search", get(rest_search))
         .route("/v1/{domain}/doc/{*id}", get(document))
         .route("/v1/{domain}/page/{*id}", get(page))

@@ -110,3 +110,20 @@ pub struct QueriesResponse {
     /// Per query, its passages' texts, best first.
     pub answers: Vec<Vec<String>>,
 }
+
+/// text-embeddings-inference's `POST /embed` body.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TeiEmbedRequest {
+    /// A text or a list of texts.
+    pub inputs: crate::api::EmbeddingInput,
+    /// Unit vectors (the default, and the only kind Sift's models give: false is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<bool>,
+    /// Cut inputs past the model's length (Sift always does: accepted either way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncate: Option<bool>,
+    /// Sift's extension: `passage` (default) or `query` (the model's query prefix or
+    /// instruction format).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_type: Option<String>,
+}

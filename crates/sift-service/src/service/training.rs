@@ -147,3 +147,37 @@ fn name_query(e: ApiError, field: &str, i: usize) -> ApiError {
         ..e
     }
 }
+
+impl Service {
+    /// text-embeddings-inference's `POST /embed`: the vectors of the service's first dense
+    /// model, as `/v1/embeddings` gives them (the same call).
+    pub fn tei_embed(&self, req: &crate::api::TeiEmbedRequest) -> Result<Vec<Vec<f32>>, ApiError> {
+        if req.normalize == Some(false) {
+            return Err(ApiError::invalid(
+                "normalize",
+                "the vectors are unit length: send true or leave it out",
+            ));
+        }
+        let Some(model) = self.model_ids.first() else {
+            return Err(ApiError::not_found(
+                "inputs",
+                "this service has no dense model to embed with",
+            ));
+        };
+        let res = self.embed(&crate::api::EmbeddingsRequest {
+            model: model.clone(),
+            input: req.inputs.clone(),
+            encoding_format: None,
+            dimensions: None,
+            input_type: req.input_type.clone(),
+            user: None,
+        })?;
+        res.data
+            .into_iter()
+            .map(|e| {
+                serde_json::from_value(e.embedding)
+                    .map_err(|e| ApiError::new(ErrorKind::Internal, format!("an embedding: {e}")))
+            })
+            .collect()
+    }
+}
