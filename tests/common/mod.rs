@@ -12,6 +12,10 @@ mod generation;
 #[allow(unused_imports)] // the test binaries that run a generator use it
 pub use generation::{tiny_jina_reranker_m0, tiny_qwen2_vl_instruct};
 
+/// HTTP calls to a running service.
+#[path = "http.rs"]
+pub mod http;
+
 /// `sift serve` started and spoken to.
 #[path = "serve.rs"]
 pub mod serve;

@@ -35,26 +35,6 @@ fn serve_stops_gracefully_on_sigterm() {
     );
 }
 
-/// GET with headers: (status, content type, body).
-fn get_with(url: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
-    let mut req = agent().get(url);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let mut r = req.call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
-    let ct = r
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    (
-        r.status().as_u16(),
-        ct,
-        r.body_mut().read_to_string().unwrap(),
-    )
-}
-
 /// Half a request head, a body shorter than its Content-Length, and a kept-alive
 /// connection left idle after an answer.
 const HALF_HEAD: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nAccept: */";
