@@ -6,9 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use serde_json::Value;
-
-use super::{index_ok, json, repo, s, sample};
+use super::{index_ok, repo, s, sample};
 
 pub const CLIP: &str = "models/fixtures/vision/tiny-clip-quickgelu";
 
@@ -89,4 +87,6 @@ impl Drop for Server {
     }
 }
 
+// the client calls, for the binaries that speak to a server
+#[allow(unused_imports)]
 pub use super::http::*;
