@@ -265,7 +265,8 @@ def trainers(base):
             check(len(per_query) == 3, f"retrieve: {per_query}")
             for item in per_query:
                 check(set(item) == {"document", "score"}, f"retrieve item: {item}")
-                check(set(item["document"]) == {"id", "contents"}, f"retrieve doc: {item}")
+                # Search-R1's fields, and ASearcher's url of the passage's page
+                check(set(item["document"]) == {"id", "contents", "url"}, f"retrieve doc: {item}")
                 DOMAINS.add(item["document"]["id"].split("/")[0])
             text = passages_as_prompt(per_query)
             check(text.startswith("Doc 1(Title: \"") and "Doc 3(" in text, f"prompt: {text[:200]}")
@@ -282,6 +283,9 @@ def trainers(base):
         for item in data["result"]:
             check({"document", "docid"} <= set(item) and set(item["document"]) == {"title", "text"},
                   f"browsecomp item: {item}")
+    asearcher(base)
+    vrag(base)
+    bing(base)
     # R1-Searcher: the texts per query
     data = ok_json(requests.post(f"{base}/queries", json={"queries": queries[:2], "k": 3}),
                    "r1-searcher queries")
@@ -289,6 +293,93 @@ def trainers(base):
         check(data["queries"] == queries[:2] and all(len(a) == 3 and all(isinstance(t, str) for t in a)
                                                      for a in data["answers"]),
               f"r1-searcher: {data}")
+
+
+def asearcher(base):
+    """ASearcher's AsyncSearchBrowserClient (utils/search_utils.py): query_async and
+    access_async as it parses them (aiohttp, `r["contents"]`, `r["url"]`, pages' `contents`)."""
+    import asyncio
+
+    import aiohttp
+
+    async def query_async(req_meta):
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{base}/retrieve", json=req_meta,
+                                    timeout=aiohttp.ClientTimeout(total=120)) as response:
+                response.raise_for_status()
+                res = await response.json()
+                return [dict(documents=[r["contents"] for r in result],
+                             urls=[r["url"] for r in result],
+                             server_type="async-search-browser") for result in res["result"]]
+
+    async def access_async(urls):
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{base}/access", json={"urls": urls},
+                                    timeout=aiohttp.ClientTimeout(total=120)) as response:
+                response.raise_for_status()
+                res = await response.json()
+                return [dict(page=result["contents"] if result is not None else "",
+                             type="access", server_type="async-search-browser")
+                        for result in res["result"]]
+
+    async def run():
+        found = await query_async({"queries": ["leaf cells"], "topk": 3, "return_scores": False})
+        CALLS[0] += 1
+        docs, urls = found[0]["documents"], found[0]["urls"]
+        if not check(len(docs) == 3 and len(urls) == 3, f"asearcher search: {found}"):
+            return
+        pages = await access_async([urls[0], "https://en.wikipedia.org/wiki/Leaf"])
+        CALLS[0] += 1
+        check(pages[0]["page"].startswith(docs[0]) and pages[1]["page"] == "",
+              f"asearcher access: {pages}")
+
+    asyncio.run(run())
+
+
+def vrag(base):
+    """VRAG's search (vrag_agent/generation.py): GET /search with the batch's queries, then
+    each result's `image_file` opened as a path or, for an image held in parquet, fetched."""
+    from PIL import Image
+
+    queries = ["leaf cells", "map projection"]
+    r = requests.get(f"{base}/search", params={"queries": queries})
+    CALLS[0] += 1
+    results = ok_json(r, "vrag search")
+    if not results or not check(len(results) == len(queries), f"vrag: {results}"):
+        return
+    for obs_item in results:
+        check(isinstance(obs_item, list) and isinstance(obs_item[0], dict), f"vrag: {obs_item}")
+        img_file_list = [item["image_file"] for item in obs_item]
+        check([item["idx"] for item in obs_item] == list(range(len(obs_item))), f"vrag idx: {obs_item}")
+        first = img_file_list[0]
+        if first.startswith("http"):
+            check(resolves(first, "vrag image", image=True), f"vrag image: {first}")
+        else:
+            Image.open(first).load()
+
+
+def bing(base):
+    """Search-o1's bing_web_search + extract_relevant_info: its key header, `mkt` and
+    `setLang`, then webPages.value[].{name, url, snippet}."""
+    headers = {"Ocp-Apim-Subscription-Key": "unused"}
+    params = {"q": "photosynthesis light reactions", "mkt": "en-US", "setLang": "en"}
+    r = requests.get(f"{base}/v7.0/search", headers=headers, params=params, timeout=20)
+    CALLS[0] += 1
+    search_results = ok_json(r, "bing search")
+    if not search_results:
+        return
+    useful_info = []
+    if "webPages" in search_results and "value" in search_results["webPages"]:
+        for id, result in enumerate(search_results["webPages"]["value"]):
+            useful_info.append({"id": id + 1, "title": result.get("name", ""),
+                                "url": result.get("url", ""),
+                                "site_name": result.get("siteName", ""),
+                                "date": result.get("datePublished", "").split("T")[0],
+                                "snippet": result.get("snippet", ""), "context": ""})
+    check(1 <= len(useful_info) <= 10 and all(i["title"] and i["snippet"] for i in useful_info),
+          f"bing: {useful_info[:2]}")
+    if useful_info:
+        readable(useful_info[0]["url"], "bing result page")
 
 
 def bridge(base, script):

@@ -519,3 +519,63 @@ fn sift_models_list_shows_rerankers_and_generators_with_their_kinds() {
     );
     assert!(table.contains("| cross-encoder |"), "{table}");
 }
+
+/// text-embeddings-inference's `POST /rerank`: probabilities by default, logits with
+/// `raw_scores`, the order of `/v1/rerank`, texts on request.
+#[test]
+fn the_tei_rerank_route_gives_probabilities_or_logits_of_the_same_ranking() {
+    let model = repo().join("models/fixtures/cross_encoder/tiny-bert-ce");
+    let server = common::serve::Server::start_with(&["--rerank", s(&model), "--quiet"]);
+    let query = "how do plants make sugar";
+    let texts = [
+        "leaves turn light into sugar",
+        "a map of the world",
+        "sugar cane fields",
+    ];
+    let (status, v1) = common::serve::post(
+        &server.url("/v1/rerank"),
+        &serde_json::json!({"query": query, "documents": texts}),
+    );
+    assert_eq!(status, 200, "{v1}");
+    let tei = |raw: bool| {
+        let (status, r) = common::serve::post(
+            &server.url("/rerank"),
+            &serde_json::json!({"query": query, "texts": texts, "raw_scores": raw,
+                                "return_text": raw}),
+        );
+        assert_eq!(status, 200, "{r}");
+        r.as_array().unwrap().clone()
+    };
+    let (probs, logits) = (tei(false), tei(true));
+    let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+    for ((p, l), v) in probs
+        .iter()
+        .zip(&logits)
+        .zip(v1["results"].as_array().unwrap())
+    {
+        assert_eq!(p["index"], v["index"]);
+        assert_eq!(l["index"], v["index"]);
+        let (p, l) = (p["score"].as_f64().unwrap(), l["score"].as_f64().unwrap());
+        assert!(
+            (0.0..=1.0).contains(&p) && (sigmoid(l) - p).abs() < 1e-9,
+            "{p} {l}"
+        );
+        // /v1/rerank gives the model's own score: its logit, or its probability
+        let own = v["relevance_score"].as_f64().unwrap();
+        assert!(
+            (own - l).abs() < 1e-9 || (own - p).abs() < 1e-9,
+            "{own} {p} {l}"
+        );
+    }
+    let i = logits[0]["index"].as_u64().unwrap() as usize;
+    assert_eq!(logits[0]["text"], texts[i]);
+    assert!(probs[0].get("text").is_none());
+    let (status, err) = common::serve::post(
+        &server.url("/rerank"),
+        &serde_json::json!({"query": query, "texts": []}),
+    );
+    assert_eq!(
+        (status, err["error"]["field"].clone()),
+        (400, serde_json::json!("texts"))
+    );
+}

@@ -19,6 +19,7 @@ use common::serve::*;
 use common::*;
 
 mod api;
+mod batching;
 mod clients;
 mod command_line;
 mod mcp_stdio;

@@ -153,3 +153,166 @@ fn tei_embed_gives_the_vectors_of_the_openai_route() {
         "{err}"
     );
 }
+
+/// A knowledge base in Search-R1's layout (`{"id", "contents"}`, the title quoted on the
+/// first line) beside a titled row and images, indexed with BM25 and the tiny CLIP.
+fn search_r1_kb(dir: &Path) -> PathBuf {
+    let images = dir.join("img");
+    std::fs::create_dir_all(&images).unwrap();
+    for name in ["fern.png", "volcano.png"] {
+        std::fs::copy(
+            repo().join("corpora/kb-example/images").join(name),
+            images.join(name),
+        )
+        .unwrap();
+    }
+    let rows = [
+        json!({"id": "0", "contents": "\"Fern\"\nFerns are plants that grow leaves from spores in shade.",
+               "image_path": "img/fern.png"}),
+        json!({"id": "1", "contents": "\"Volcano\"\nA volcano erupts lava, ash and gas from the crust.",
+               "image_path": "img/volcano.png"}),
+        json!({"id": "2", "title": "Tide", "text": "The tide rises and falls twice a day."}),
+        json!({"id": "3", "contents": "no title line here about plants"}),
+    ];
+    let kb = dir.join("wiki.jsonl");
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&kb, text).unwrap();
+    kb
+}
+
+#[test]
+fn search_r1_corpora_asearcher_access_vrag_images_and_bing_answer_as_their_clients_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let kb = search_r1_kb(dir.path());
+    let index = dir.path().join("index");
+    let clip = repo().join(CLIP);
+    index_ok(&kb, &index, &["--dense", s(&clip), "-q"]);
+    let server = Server::start_on(&index, &kb, &["--api-key", "k", "--quiet"]);
+    let key = |url: &str| {
+        format!(
+            "{url}{}api_key=k",
+            if url.contains('?') { '&' } else { '?' }
+        )
+    };
+    // Search-R1: a `contents` row comes back as it is; others as "Title"\nbody
+    let (status, res) = post(
+        &key(&server.url("/retrieve")),
+        &json!({"queries": ["fern plants leaves", "tide rises"], "topk": 4}),
+    );
+    assert_eq!(status, 200, "{res}");
+    let docs: std::collections::BTreeMap<String, Value> = res["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().cloned())
+        .map(|d| (d["id"].as_str().unwrap().to_string(), d))
+        .collect();
+    assert_eq!(
+        docs["0"]["contents"],
+        "\"Fern\"\nFerns are plants that grow leaves from spores in shade."
+    );
+    assert_eq!(
+        docs["2"]["contents"],
+        "\"Tide\"\nThe tide rises and falls twice a day."
+    );
+    assert_eq!(
+        docs["3"]["contents"],
+        "\"3\"\nno title line here about plants"
+    );
+    // ASearcher: each document's url, read back through POST /access; other URLs are null
+    let url = docs["0"]["url"].as_str().unwrap().to_string();
+    assert!(url.starts_with(&server.base), "{url}");
+    let (status, pages) = post(
+        &key(&server.url("/access")),
+        &json!({"urls": [url, "https://en.wikipedia.org/wiki/Fern"]}),
+    );
+    assert_eq!(status, 200, "{pages}");
+    let page = &pages["result"][0];
+    assert_eq!(page["title"], "Fern", "{pages}");
+    let contents = page["contents"].as_str().unwrap();
+    assert!(
+        contents.starts_with(docs["0"]["contents"].as_str().unwrap()),
+        "{pages}"
+    );
+    assert!(
+        contents.contains("/v1/wiki/image/"),
+        "the page's image: {pages}"
+    );
+    assert_eq!(pages["result"][1], Value::Null);
+    // BrowseComp-Plus: the title unquoted, the body without it
+    let (status, one) = post(
+        &key(&server.url("/retrieve")),
+        &json!({"query": "volcano lava"}),
+    );
+    assert_eq!(status, 200, "{one}");
+    let top = &one["result"][0];
+    assert_eq!(top["docid"], "1", "{one}");
+    assert_eq!(top["document"]["title"], "Volcano");
+    assert_eq!(
+        top["document"]["text"],
+        "A volcano erupts lava, ash and gas from the crust."
+    );
+    // VRAG: page images per query, idx from 0, image_file a file its client opens
+    let (status, _, body) = get(&key(&server.url("/search?queries=fern&queries=volcano")));
+    let vrag = json(&String::from_utf8(body).unwrap());
+    assert_eq!(status, 200, "{vrag}");
+    assert_eq!(vrag.as_array().unwrap().len(), 2, "{vrag}");
+    for (q, hits) in ["fern", "volcano"].iter().zip(vrag.as_array().unwrap()) {
+        let (status, want) = post(
+            &key(&server.url("/v1/search")),
+            &json!({"query": q, "candidates": "images", "top_k": 10}),
+        );
+        assert_eq!(status, 200, "{want}");
+        let hits = hits.as_array().unwrap();
+        assert_eq!(hits.len(), want["hits"].as_array().unwrap().len(), "{vrag}");
+        for (i, (h, w)) in hits
+            .iter()
+            .zip(want["hits"].as_array().unwrap())
+            .enumerate()
+        {
+            assert_eq!(h["idx"], i);
+            assert_eq!(h["id"], w["id"]);
+            let file = PathBuf::from(h["image_file"].as_str().unwrap());
+            assert!(file.is_absolute() && file.is_file(), "{h}");
+            assert_eq!(std::fs::read(&file).unwrap(), {
+                let (_, _, bytes) = get(&key(h["image_url"].as_str().unwrap()));
+                bytes
+            });
+        }
+    }
+    // Bing v7: its key header, webPages.value[] from `offset`, `count` of them
+    let bing = |k: &str| {
+        common::http::agent()
+            .get(&server.url("/v7.0/search?q=plants%20leaves&count=2&offset=1&mkt=en-US"))
+            .header("Ocp-Apim-Subscription-Key", k)
+            .call()
+            .unwrap()
+    };
+    assert_eq!(bing("wrong").status().as_u16(), 401);
+    let mut r = bing("k");
+    assert_eq!(r.status().as_u16(), 200);
+    let b = json(&r.body_mut().read_to_string().unwrap());
+    let (status, want) = post(
+        &key(&server.url("/v1/search")),
+        &json!({"query": "plants leaves", "top_k": 3}),
+    );
+    assert_eq!(status, 200);
+    let value = b["webPages"]["value"].as_array().unwrap();
+    let want = &want["hits"].as_array().unwrap()[1..];
+    assert_eq!(value.len(), want.len(), "{b}");
+    for (v, w) in value.iter().zip(want) {
+        let title = w.get("title").and_then(Value::as_str);
+        assert_eq!(
+            v["name"].as_str(),
+            Some(title.unwrap_or(w["id"].as_str().unwrap()))
+        );
+        assert!(
+            v["url"]
+                .as_str()
+                .unwrap()
+                .ends_with(w["page_url"].as_str().unwrap())
+        );
+        assert!(!v["snippet"].as_str().unwrap().is_empty());
+    }
+    assert_eq!(b["queryContext"]["originalQuery"], "plants leaves");
+}

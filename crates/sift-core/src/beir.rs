@@ -86,7 +86,8 @@ impl JsonlPassages {
                 format!("passage {id:?} has no \"text\""),
             ));
         };
-        let text = passage_text(parsed.title.as_deref(), &body);
+        let title = parsed.title.filter(|t| !t.trim().is_empty());
+        let text = passage_text(title.as_deref(), &body);
         if text.trim().is_empty() {
             self.warnings.push(
                 WarningKind::EmptyPassage,
@@ -103,7 +104,7 @@ impl JsonlPassages {
                 id,
             });
         }
-        Ok(Some(Passage { id, text }))
+        Ok(Some(Passage { id, text, title }))
     }
 }
 

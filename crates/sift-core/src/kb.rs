@@ -5,6 +5,12 @@
 //! - `id`, else `qid`: a string or an integer (written in decimal); required, unique.
 //! - `text`: the passage; may be missing, null or blank when the row has an image (the row
 //!   is then an image only).
+//! - `contents`, instead of `text`: Search-R1's corpus rows (`{"id", "contents"}`, its
+//!   `wiki-18.jsonl`), whose first line is the title, in double quotes: the passage is
+//!   `contents` as it is (what Search-R1 indexes and returns), its title the first line
+//!   without the quotes. A row with both `text` and `contents` is an error.
+//! - `title`: the passage's title (optional; over `contents`' first line). With `text`, the
+//!   passage indexed is the title and the text joined by a space, as BEIR's are.
 //! - `image_path`: an image file, relative to the file's directory (an absolute path is taken
 //!   as it is); missing, null or empty for none. Its id is the path as written, normalised
 //!   ([`normalize_image_path`]). Several rows may name one image: it is one image, linked to
@@ -134,11 +140,13 @@ pub(crate) struct KbRow {
     pub(crate) id: String,
     /// The text, when not blank.
     pub(crate) text: Option<String>,
+    /// The title, when the row gives one (not blank).
+    pub(crate) title: Option<String>,
     /// The normalised image path, when the row names one.
     pub(crate) image: Option<String>,
 }
 
-/// A JSONL row: the four columns read, every other key skipped unparsed.
+/// A JSONL row: the six columns read, every other key skipped unparsed.
 #[derive(Deserialize)]
 struct JsonRow {
     #[serde(default)]
@@ -147,6 +155,10 @@ struct JsonRow {
     qid: Option<Value>,
     #[serde(default)]
     text: Option<Value>,
+    #[serde(default)]
+    contents: Option<Value>,
+    #[serde(default)]
+    title: Option<Value>,
     #[serde(default)]
     image_path: Option<Value>,
     /// Only looked at to say what a BEIR `corpus.jsonl` given as a file is.
@@ -344,7 +356,11 @@ fn json_row(file: &KbFile, line: u64, text: &str) -> Result<KbRow> {
         Some(id) => Some(id),
         None => cell("qid", parsed.qid, json_id)?,
     };
-    let text = cell("text", parsed.text, json_string)?;
+    let text = RowText {
+        text: cell("text", parsed.text, json_string)?,
+        contents: cell("contents", parsed.contents, json_string)?,
+        title: cell("title", parsed.title, json_string)?,
+    };
     let image = cell("image_path", parsed.image_path, json_string)?;
     let Some(id) = id else {
         let hint = if parsed.beir_id.is_some() {
@@ -382,21 +398,70 @@ fn parquet_row(
                 .map_err(|e| err(format!("column {name:?}: {e}"))),
         }
     };
-    let (text, image) = (string("text")?, string("image_path")?);
+    let text = RowText {
+        text: string("text")?,
+        contents: string("contents")?,
+        title: string("title")?,
+    };
+    let image = string("image_path")?;
     let Some(id) = id else {
         return Err(file.error(at, "row has no \"id\" or \"qid\" (null)"));
     };
     finish_row(file, at, id, text, image)
 }
 
+/// A row's text columns as read.
+struct RowText {
+    text: Option<String>,
+    contents: Option<String>,
+    title: Option<String>,
+}
+
+impl RowText {
+    /// The passage's text and title: `text` (after the title, when there is one), or
+    /// Search-R1's `contents` as it is, titled by its first line unquoted.
+    fn passage(self) -> std::result::Result<(Option<String>, Option<String>), String> {
+        let title = self.title.filter(|t| !t.trim().is_empty());
+        match (self.text, self.contents) {
+            (Some(_), Some(_)) => {
+                Err("has both \"text\" and \"contents\" (Search-R1's layout): give one".into())
+            }
+            (Some(text), None) => {
+                let joined = crate::beir::passage_text(title.as_deref(), &text);
+                Ok((Some(joined), title))
+            }
+            (None, Some(contents)) => {
+                let title = title.or_else(|| contents_title(&contents));
+                Ok((Some(contents), title))
+            }
+            (None, None) => Ok((None, title)),
+        }
+    }
+}
+
+/// The title of Search-R1's `contents`: its first line, without the double quotes around
+/// it; none when the contents are one line or the line is blank.
+pub fn contents_title(contents: &str) -> Option<String> {
+    let (first, _) = contents.split_once('\n')?;
+    let first = first.trim();
+    let unquoted = first
+        .strip_prefix('"')
+        .and_then(|f| f.strip_suffix('"'))
+        .unwrap_or(first);
+    (!unquoted.trim().is_empty()).then(|| unquoted.to_string())
+}
+
 fn finish_row(
     file: &KbFile,
     at: u64,
     id: String,
-    text: Option<String>,
+    text: RowText,
     image: Option<String>,
 ) -> Result<KbRow> {
     let location = || file.location(at);
+    let (text, title) = text
+        .passage()
+        .map_err(|m| file.error(at, format!("row {id:?} {m}")))?;
     Error::check_id(&file.path, location, "row id", &id)?;
     let image = image
         .map(|p| normalize_image_path(&p))
@@ -413,6 +478,7 @@ fn finish_row(
         at,
         id,
         text: text.filter(|t| !t.trim().is_empty()),
+        title,
         image,
     })
 }
@@ -434,7 +500,13 @@ impl KbPassages {
     pub(crate) fn next_passage(&mut self) -> Result<Option<Passage>> {
         while let Some(row) = self.rows.next_row()? {
             match (row.text, row.image) {
-                (Some(text), _) => return Ok(Some(Passage { id: row.id, text })),
+                (Some(text), _) => {
+                    return Ok(Some(Passage {
+                        id: row.id,
+                        title: row.title,
+                        text,
+                    }));
+                }
                 // an image only: no passage
                 (None, Some(_)) => {}
                 (None, None) => self.warnings.push(

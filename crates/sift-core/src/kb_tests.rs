@@ -561,3 +561,43 @@ fn parquet_kbs_read_the_same_columns() {
     assert!(imgs.is_empty());
     assert_eq!(w.examples()[0].location, "row 0");
 }
+
+/// Search-R1's rows (`contents`, the title quoted on the first line) are read as they are,
+/// titled by that line; a `title` column titles `text` rows and is indexed with them; a row
+/// with both `text` and `contents` is refused with its line.
+#[test]
+fn search_r1_contents_and_title_columns() {
+    let (_t, file) = kb(concat!(
+        "{\"id\": \"0\", \"contents\": \"\\\"Aaron\\\"\\nAaron is a prophet.\"}\n",
+        "{\"id\": 1, \"title\": \"Tide\", \"text\": \"It rises.\"}\n",
+        "{\"id\": \"2\", \"contents\": \"one line\"}\n",
+        "{\"id\": \"3\", \"contents\": \"Unquoted\\nbody\", \"title\": \"Given\"}\n",
+    ));
+    let (p, _) = passages(&Corpus::open(&file).unwrap()).unwrap();
+    let got: Vec<(&str, &str, Option<&str>)> = p
+        .iter()
+        .map(|p| (p.id.as_str(), p.text.as_str(), p.title.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("0", "\"Aaron\"\nAaron is a prophet.", Some("Aaron")),
+            ("1", "Tide It rises.", Some("Tide")),
+            ("2", "one line", None),
+            ("3", "Unquoted\nbody", Some("Given")),
+        ]
+    );
+    assert_eq!(
+        contents_title("Unquoted\nbody").as_deref(),
+        Some("Unquoted")
+    );
+    assert_eq!(contents_title("\"\"\nbody"), None);
+    let (_t, file) = kb(
+        "{\"id\": \"a\", \"text\": \"x\"}\n{\"id\": \"b\", \"text\": \"x\", \"contents\": \"y\"}\n",
+    );
+    let err = passages(&Corpus::open(&file).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("kb.jsonl:2"), "{err}");
+    assert!(err.contains("both \"text\" and \"contents\""), "{err}");
+}

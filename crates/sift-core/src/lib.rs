@@ -40,6 +40,7 @@ mod error;
 mod files;
 mod guard;
 mod kb;
+pub use kb::contents_title;
 mod mmbright;
 mod paths;
 mod types;

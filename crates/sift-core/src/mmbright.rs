@@ -419,6 +419,7 @@ impl ParquetPassages {
                 self.pending.push_back(Passage {
                     id: id.to_string(),
                     text: text.to_string(),
+                    title: None,
                 });
             }
         }

@@ -7,6 +7,9 @@ pub struct Passage {
     pub id: String,
     /// The text to index (BEIR: title and text joined by a space).
     pub text: String,
+    /// The title, where the corpus gives one (BEIR's `title`, a knowledge base's `title`
+    /// or the first line of Search-R1's `contents`).
+    pub title: Option<String>,
 }
 
 /// Image annotations of a multimodal query (MM-BRIGHT `examples_multimodal`).

@@ -132,6 +132,7 @@ impl MemorySource {
             .push(Passage {
                 id: id.into(),
                 text: text.into(),
+                title: None,
             });
     }
 

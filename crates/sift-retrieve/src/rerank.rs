@@ -63,6 +63,13 @@ pub trait Reranker: Send + Sync {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// Whether its scores are probabilities already (through a sigmoid: a cross-encoder
+    /// whose checkpoint names that activation, the score head), rather than logits or other
+    /// unbounded scores.
+    fn probabilities(&self) -> bool {
+        false
+    }
 }
 
 /// A reranking stage of an evaluation: a reranker and how deep it reads.
@@ -363,6 +370,10 @@ impl Reranker for CrossEncoderReranker {
             .into_iter()
             .map(f64::from)
             .collect())
+    }
+
+    fn probabilities(&self) -> bool {
+        self.model.activation() == sift_embed::ScoreActivation::Sigmoid
     }
 }
 

@@ -13,7 +13,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{Json, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::http::{ApiErrorResponse, Shared};
@@ -28,7 +28,6 @@ use sift_service::api::{
 
 /// `get_document`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct GetDocument {
     /// Passage id.
     #[serde(alias = "id")]
@@ -36,6 +35,85 @@ pub struct GetDocument {
     /// Domain (default: the served domain that holds the passage).
     #[serde(default, alias = "index_name")]
     pub domain: Option<String>,
+    /// Any other argument: ignored, and named in the answer.
+    #[serde(flatten, default)]
+    #[schemars(skip)]
+    pub unknown: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// `search`'s answer: Sift's (and pyserini's) fields, each hit also carrying
+/// BrowseComp-Plus's `docid` and `snippet` (its `search` tool's `[{docid, score, snippet}]`),
+/// and the arguments the tool ignored.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct McpSearchAnswer {
+    #[serde(flatten)]
+    response: SearchHead,
+    /// Results, best first.
+    hits: Vec<McpHit>,
+    /// Arguments the tool does not know: ignored (as FastMCP's tools ignore them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ignored_arguments: Vec<String>,
+}
+
+/// A [`SearchResponse`] but its hits.
+#[derive(Debug, Serialize, JsonSchema)]
+struct SearchHead {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    domain: Option<String>,
+    domains: Vec<String>,
+    retriever: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reranker: Option<String>,
+    candidates: CandidateKind,
+}
+
+/// A hit with BrowseComp-Plus's names for its id and text.
+#[derive(Debug, Serialize, JsonSchema)]
+struct McpHit {
+    #[serde(flatten)]
+    hit: sift_service::api::Hit,
+    /// The id (BrowseComp-Plus's name).
+    docid: String,
+    /// The text, cut (BrowseComp-Plus's name).
+    snippet: String,
+}
+
+impl McpSearchAnswer {
+    fn new(r: SearchResponse, ignored: Vec<String>) -> McpSearchAnswer {
+        McpSearchAnswer {
+            response: SearchHead {
+                domain: r.domain,
+                domains: r.domains,
+                retriever: r.retriever,
+                reranker: r.reranker,
+                candidates: r.candidates,
+            },
+            hits: r
+                .hits
+                .into_iter()
+                .map(|h| McpHit {
+                    docid: h.id.clone(),
+                    snippet: h.text.clone().unwrap_or_default(),
+                    hit: h,
+                })
+                .collect(),
+            ignored_arguments: ignored,
+        }
+    }
+}
+
+/// `get_document`'s answer: the document, with BrowseComp-Plus's `docid` and `text`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct McpDocument {
+    #[serde(flatten)]
+    document: Document,
+    /// The id (BrowseComp-Plus's name).
+    docid: String,
+    /// The text (BrowseComp-Plus's name).
+    text: String,
+    /// Arguments the tool does not know: ignored.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ignored_arguments: Vec<String>,
 }
 
 /// `image_search`'s arguments.
@@ -154,7 +232,8 @@ impl SiftMcp {
     async fn search(
         &self,
         Parameters(a): Parameters<McpSearchRequest>,
-    ) -> Result<Json<SearchResponse>, String> {
+    ) -> Result<Json<McpSearchAnswer>, String> {
+        let ignored: Vec<String> = a.unknown.keys().cloned().collect();
         self.call(move |svc| {
             let mut images = a.images;
             let query = match a.query {
@@ -188,6 +267,7 @@ impl SiftMcp {
                 b: a.b,
                 ef_search: a.ef_search,
             })
+            .map(|r| McpSearchAnswer::new(r, ignored))
         })
         .await
     }
@@ -196,10 +276,17 @@ impl SiftMcp {
     async fn get_document(
         &self,
         Parameters(a): Parameters<GetDocument>,
-    ) -> Result<Json<Document>, String> {
+    ) -> Result<Json<McpDocument>, String> {
+        let ignored: Vec<String> = a.unknown.keys().cloned().collect();
         self.call(move |svc| {
             let domain = svc.domain_of_passage(a.domain.as_deref(), &a.docid)?;
-            svc.document(&domain, &a.docid)
+            let document = svc.document(&domain, &a.docid)?;
+            Ok(McpDocument {
+                docid: document.id.clone(),
+                text: document.contents.clone(),
+                document,
+                ignored_arguments: ignored,
+            })
         })
         .await
     }

@@ -59,12 +59,19 @@ schemas! {
     rerank_res: RerankResponse,
     retrieve_req: RetrieveRequest,
     retrieve_res: RetrieveResponse,
+    access_req: AccessRequest,
+    access_res: AccessResponse,
+    bing_res: BingResponse,
+    vrag_res: Vec<Vec<VragHit>>,
     queries_req: QueriesRequest,
     queries_res: QueriesResponse,
     tei_embed_req: TeiEmbedRequest,
+    tei_rerank_req: TeiRerankRequest,
+    tei_rerank_res: Vec<TeiRank>,
     tei_embed_res: Vec<Vec<f32>>,
     model_list: ModelList,
     health: Health,
+    stats: ServiceStats,
     error: ErrorBody,
 }
 
@@ -287,8 +294,30 @@ fn paths(s: &Schemas) -> Value {
     });
 
     let q_param = query_param("q", true, text(), "Query text");
+    // GET /search: Serper's and SerpAPI's q, or VRAG's queries
+    let mut search_get_params = serper_params(query_param(
+        "q",
+        false,
+        text(),
+        "Query text (Serper, SerpAPI)",
+    ));
+    if let Some(list) = search_get_params.as_array_mut() {
+        list.push(json!({"name": "queries", "in": "query", "required": false,
+            "style": "form", "explode": true,
+            "description": "VRAG: the queries (repeat the parameter)",
+            "schema": {"type": "array", "items": {"type": "string"}}}));
+    }
+    let mut search_get_responses = s.serpapi_responses(true);
+    if let Some(ok) = search_get_responses
+        .get_mut("200")
+        .and_then(|ok| ok.get_mut("content"))
+        .and_then(|c| c.get_mut("application/json"))
+    {
+        ok["schema"] = json!({"oneOf": [ok["schema"].clone(), s.vrag_res]});
+    }
     json!({
         "/healthz": s.get("Liveness and requests in flight", json!([]), as_json(&s.health), &[]),
+        "/v1/stats": s.get("Query batching: batches encoded across requests, by size, and the queue", json!([]), as_json(&s.stats), &[]),
         "/v1/indexes": s.get("Domains, retrievers and models served", json!([]), as_json(&s.index_info), &[]),
         "/v1/search": s.post("Search passages, images or pairs by text and/or images (reverse image and crop search: images without text, with bbox)", &s.search_req, &s.search_res),
         "/v1/reverse_image_search": {"post": {
@@ -322,7 +351,9 @@ fn paths(s: &Schemas) -> Value {
         "/v1/chat/completions": s.post("OpenAI-compatible chat completions from the local generator (`--generator`; images as data URLs; no streaming)", &s.chat_req, &s.chat_res),
         "/v1/rerank": s.post("Cohere-, Jina- and vLLM-compatible rerank: the reranker's (`--rerank`) raw scores of the request's own documents, best first", &s.rerank_req, &s.rerank_res),
         "/retrieve": s.post("Search-R1's (and verl's SearchTool) batch retrieval: {queries, topk, return_scores} -> {result: [[{document: {id, contents}, score}]]}; BrowseComp-Plus's {query} -> {result: [{document: {title, text}, docid, score}]}", &s.retrieve_req, &s.retrieve_res),
+        "/access": s.post("ASearcher's page access: {urls} -> {result: [page or null per url]}, pages {url, id, title, contents} for this service's links (as /retrieve's documents give them in url), null for any other", &s.access_req, &s.access_res),
         "/embed": s.post("text-embeddings-inference's embed: {inputs, normalize, truncate} -> [[float]], the first dense model's unit vectors, as /v1/embeddings gives them", &s.tei_embed_req, &s.tei_embed_res),
+        "/rerank": s.post("text-embeddings-inference's rerank: {query, texts, raw_scores, return_text} -> [{index, score, text}] best first, with the reranker (`--rerank`): probabilities, or logits with raw_scores", &s.tei_rerank_req, &s.tei_rerank_res),
         "/queries": s.post("R1-Searcher's batch retrieval: {queries, k} -> {queries, answers: [[text]]}", &s.queries_req, &s.queries_res),
         "/v1/{domain}/search": s.get(
             "pyserini-style REST search",
@@ -366,11 +397,23 @@ fn paths(s: &Schemas) -> Value {
         "/search": {
             "post": s.serper("Serper-compatible web search over passages (every domain unless one is named)", &s.serper_q, &s.serper_search, q_param.clone())["post"].clone(),
             "get": {
-                "summary": "Serper's search by GET (smolagents), or SerpAPI's when `engine` is given",
-                "parameters": serper_params(q_param.clone()),
-                "responses": s.serpapi_responses(true),
+                "summary": "Serper's search by GET (smolagents); SerpAPI's when `engine` is given; VRAG's page-image search when `queries` is given (repeated: one answer list per query, [[{idx, image_file, id, domain, score, image_url}]], top_k default 10; then q is not needed)",
+                "parameters": search_get_params,
+                "responses": search_get_responses,
             },
         },
+        "/v7.0/search": s.get(
+            "Bing Web Search v7 (retired by Microsoft; Search-o1, WebThinker, DeepResearcher call it): passages as webPages.value[] {name, url, snippet}; the key may come as Ocp-Apim-Subscription-Key",
+            json!([
+                query_param("q", true, text(), "Query text"),
+                query_param("count", false, json!({"type": "integer", "minimum": 1, "maximum": 50}), "Results (default 10)"),
+                query_param("offset", false, json!({"type": "integer", "minimum": 0}), "Results skipped (default 0)"),
+                query_param("mkt", false, text(), "Market: accepted and ignored"),
+                query_param("setLang", false, text(), "Language: accepted and ignored"),
+            ]),
+            as_json(&s.bing_res),
+            &["400", "401", "503", "504"],
+        ),
         "/search.json": {"get": {
             "summary": "SerpAPI-compatible search: engine=google, google_images, google_lens",
             "parameters": serpapi_params(),

@@ -75,7 +75,7 @@ fn serpapi_organic(h: Hit, base: &str) -> SerpApiOrganic {
     SerpApiOrganic {
         position: h.rank,
         displayed_link: format!("{base} › {} › {}", h.domain, h.id),
-        title: h.id,
+        title: h.title.unwrap_or(h.id),
         link,
         snippet: h.text.unwrap_or_default(),
         source: h.domain,
@@ -268,6 +268,68 @@ pub fn serper_search(
     })
 }
 
+/// Bing Web Search v7's `GET /v7.0/search`: passages as `webPages.value[]`, every domain
+/// merged; `count` (1 to 50, default 10) from `offset` (default 0).
+pub fn bing_search(
+    svc: &Service,
+    req: &sift_service::api::BingQuery,
+    base: &str,
+    query: &str,
+) -> Result<sift_service::api::BingResponse, ApiError> {
+    use sift_service::api::{BingQueryContext, BingResponse, BingWebPage, BingWebPages};
+    let number = |field: &str, v: &Option<String>, default: usize, max: usize| match v {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n <= max)
+            .ok_or_else(|| ApiError::invalid(field, format!("{v:?}: give 0 to {max}"))),
+    };
+    let count = number("count", &req.count, 10, 50)?.max(1);
+    let offset = number("offset", &req.offset, 0, svc.limits().max_top_k)?;
+    let search = SearchRequest {
+        query: req.q.clone(),
+        top_k: (offset + count).min(svc.limits().max_top_k),
+        max_text_chars: Some(SNIPPET_CHARS),
+        ..SearchRequest::default()
+    };
+    let hits = svc
+        .search(&search)
+        .map_err(|e| rename_field(e, "query", "q"))?
+        .hits;
+    let total = hits.len();
+    let web_search_url = format!("{base}/v7.0/search?{query}");
+    let value = hits
+        .into_iter()
+        .skip(offset)
+        .enumerate()
+        .map(|(i, h)| {
+            let url = format!("{base}{}", h.page_url.clone().unwrap_or_default());
+            BingWebPage {
+                id: format!("{web_search_url}#WebPages.{}", offset + i),
+                name: h.title.unwrap_or(h.id),
+                display_url: url.clone(),
+                url,
+                snippet: h.text.unwrap_or_default(),
+                site_name: h.domain,
+                is_family_friendly: true,
+            }
+        })
+        .collect();
+    Ok(BingResponse {
+        kind: "SearchResponse".into(),
+        query_context: BingQueryContext {
+            original_query: req.q.clone(),
+        },
+        web_pages: BingWebPages {
+            web_search_url,
+            total_estimated_matches: total,
+            value,
+        },
+    })
+}
+
 /// The page of hits a Serper text query asks for, and the page's number.
 fn serper_hits(
     svc: &Service,
@@ -293,7 +355,7 @@ fn organic(h: Hit, base: &str, with_image: bool) -> SerperOrganic {
         .flatten();
     SerperOrganic {
         link: format!("{base}{}", h.page_url.unwrap_or_default()),
-        title: h.id,
+        title: h.title.unwrap_or(h.id),
         snippet: h.text.unwrap_or_default(),
         source: h.domain,
         position: h.rank,

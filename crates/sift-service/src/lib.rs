@@ -56,6 +56,6 @@ mod service;
 pub use error::{ApiError, Error, ErrorKind};
 pub use rerank::{ScorePair, rerank_documents, score_pairs};
 pub use service::{
-    Limits, Page, ServeConfig, Service, document_path, encode_path, image_path, page_path,
-    query_task,
+    BatchOptions, BatchStats, Limits, Page, ServeConfig, Service, document_path, encode_path,
+    image_path, page_path, query_task,
 };

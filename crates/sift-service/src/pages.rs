@@ -97,7 +97,7 @@ fn paragraphs(text: &str) -> impl Iterator<Item = &str> {
 
 /// Absolute URLs of the page's images, with their alt text (`Image N: id`, as Jina Reader
 /// writes generated alt text).
-fn image_links(page: &Page, base: &str) -> Vec<(String, String)> {
+pub(crate) fn image_links(page: &Page, base: &str) -> Vec<(String, String)> {
     page.images
         .iter()
         .enumerate()

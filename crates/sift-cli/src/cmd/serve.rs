@@ -116,6 +116,26 @@ pub struct Args {
     /// `POST /queries` (1 to 1000000; past it a 413 naming the limit).
     #[arg(long, default_value_t = 4096, value_parser = crate::options::int_in::<usize>(1, 1_000_000))]
     max_batch_queries: usize,
+    /// Text queries encoded in one batch: the queries of concurrent requests (and the chunks
+    /// of a large one) are encoded together, up to this many (1 to 4096).
+    #[arg(long, default_value_t = 64, value_parser = crate::options::int_in::<usize>(1, 4096))]
+    query_batch: usize,
+    /// Longest time a text query waits for others to fill its batch, milliseconds (0 to
+    /// 1000). A busy service batches without waiting: queries queue while a batch encodes.
+    #[arg(long, default_value_t = 2, value_parser = crate::options::int_in::<u64>(0, 1000))]
+    query_batch_wait_ms: u64,
+    /// Text queries waiting to be encoded at once; a request past it is refused at once
+    /// (503 with Retry-After: 1) instead of waiting (1 to 10000000).
+    #[arg(long, default_value_t = 16_384, value_parser = crate::options::int_in::<usize>(1, 10_000_000))]
+    max_queued_queries: usize,
+    /// Batch searches (`POST /retrieve`, `POST /queries`) worked on at once, beside
+    /// --max-concurrency: they mostly wait for their shared encoding batch (1 to 65536).
+    #[arg(long, default_value_t = 256, value_parser = crate::options::int_in::<usize>(1, 65_536))]
+    max_batched_requests: usize,
+    /// Requests waiting for a worker at once; one more is refused at once (503 with
+    /// Retry-After: 1) rather than queued to time out (1 to 1000000).
+    #[arg(long, default_value_t = 4096, value_parser = crate::options::int_in::<usize>(1, 1_000_000))]
+    max_waiting: usize,
     /// Pixels of all the images of one request together (read from their headers before
     /// any is decoded; 1 to 10^13).
     #[arg(long, default_value_t = 100_000_000)]
@@ -216,6 +236,8 @@ fn http_options(a: &Args) -> Result<HttpOptions> {
                 Some(key)
             }
         },
+        max_batched_requests: a.max_batched_requests,
+        max_waiting: a.max_waiting,
         ..HttpOptions::default()
     };
     if let Some(n) = a.max_concurrency {
@@ -271,6 +293,11 @@ pub fn run(a: Args) -> Result<()> {
         reference_fusion: a.reference_fusion,
         model_dir: None,
         allow_partial_shards: false,
+        batch: sift_service::BatchOptions {
+            max_batch: a.query_batch,
+            max_wait: std::time::Duration::from_millis(a.query_batch_wait_ms),
+            max_queued: a.max_queued_queries,
+        },
     };
     let started = std::time::Instant::now();
     let service = Service::load(&config).with_context(|| match &a.index {

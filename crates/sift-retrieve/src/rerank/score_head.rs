@@ -168,6 +168,10 @@ impl Reranker for ScoreHeadReranker {
         &self.name
     }
 
+    fn probabilities(&self) -> bool {
+        true
+    }
+
     fn sees_images(&self) -> bool {
         true
     }

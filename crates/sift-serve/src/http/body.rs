@@ -49,6 +49,13 @@ impl IntoResponse for HttpError {
         let status =
             StatusCode::from_u16(this.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (status, Json(this.body())).into_response();
+        if this.kind == ErrorKind::Overloaded {
+            // clients that retry (verl: 10 times on a 5xx) come back after a second
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
         if this.kind == ErrorKind::RequestTimeout {
             // the rest of the body may never come: the connection cannot be reused
             response.headers_mut().insert(

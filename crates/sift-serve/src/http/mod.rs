@@ -41,6 +41,13 @@ pub enum AccessLog {
 pub struct HttpOptions {
     /// Requests worked on at once (each on a blocking thread); the rest wait.
     pub max_concurrency: usize,
+    /// Batch searches worked on at once (`POST /retrieve`, `POST /queries`): beside
+    /// `max_concurrency`, and larger, since such a request mostly waits for its queries'
+    /// shared encoding batch ([`sift_service::BatchOptions`]) rather than using a CPU.
+    pub max_batched_requests: usize,
+    /// Requests waiting for a worker at once; one more is refused at once (503 with
+    /// `Retry-After`) instead of joining a queue it would time out in.
+    pub max_waiting: usize,
     /// Time limit of a request, waiting included.
     pub timeout: Duration,
     /// Largest request body, bytes.
@@ -71,6 +78,8 @@ impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
             max_concurrency: std::thread::available_parallelism().map_or(4, |n| n.get()),
+            max_batched_requests: 256,
+            max_waiting: 4096,
             timeout: Duration::from_secs(60),
             max_body_bytes: 32 << 20,
             access_log: AccessLog::Text,
@@ -92,6 +101,11 @@ pub struct Shared {
     /// permit: it never holds more than its share of the workers, the rest stay free for
     /// searches.
     heavy: Arc<Semaphore>,
+    /// Batch searches' permits ([`HttpOptions::max_batched_requests`]).
+    batched: Arc<Semaphore>,
+    /// Requests waiting for a permit now, and the most that may.
+    waiting: AtomicUsize,
+    max_waiting: usize,
     timeout: Duration,
     body_timeout: Duration,
     max_body_bytes: usize,
@@ -109,6 +123,13 @@ impl Shared {
             service: Arc::new(service),
             permits: Arc::new(Semaphore::new(workers)),
             heavy: Arc::new(Semaphore::new(heavy_share(workers))),
+            batched: Arc::new(Semaphore::new(
+                options
+                    .max_batched_requests
+                    .clamp(1, Semaphore::MAX_PERMITS),
+            )),
+            waiting: AtomicUsize::new(0),
+            max_waiting: options.max_waiting.max(1),
             timeout: options.timeout.min(LONGEST),
             body_timeout: options.body_timeout.min(LONGEST),
             max_body_bytes: options.max_body_bytes,
@@ -141,7 +162,7 @@ impl Shared {
         &self,
         f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
-        self.run_as(false, f).await
+        self.run_as(Work::Light, f).await
     }
 
     /// [`Shared::run`] for heavy work (embeddings, chat completions): it waits for one of
@@ -151,43 +172,31 @@ impl Shared {
         &self,
         f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
-        self.run_as(true, f).await
+        self.run_as(Work::Heavy, f).await
+    }
+
+    /// [`Shared::run`] for batch searches: on the batch searches' own permits
+    /// ([`HttpOptions::max_batched_requests`]) instead of the workers'.
+    pub async fn run_batched<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.run_as(Work::Batched, f).await
     }
 
     async fn run_as<T: Send + 'static>(
         &self,
-        heavy: bool,
+        work: Work,
         f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
-        let now = tokio::time::Instant::now();
-        let deadline = now.checked_add(self.timeout).unwrap_or(now + LONGEST);
-        let busy = |what: &str| {
-            ApiError::new(
-                ErrorKind::Overloaded,
-                format!("{what} busy for {:?}: try again later", self.timeout),
-            )
-        };
-        let closed = |_| ApiError::new(ErrorKind::Overloaded, "the service is shutting down");
-        let heavy_permit = if heavy {
-            Some(
-                tokio::time::timeout_at(deadline, self.heavy.clone().acquire_owned())
-                    .await
-                    .map_err(|_| {
-                        busy("every worker that takes embeddings and chat completions was")
-                    })?
-                    .map_err(closed)?,
-            )
-        } else {
-            None
-        };
-        let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
-            .await
-            .map_err(|_| busy("every worker was"))?
-            .map_err(closed)?;
+        let waiting = Waiting::enter(&self.waiting, self.max_waiting)?;
+        let r = self.admit(work).await;
+        drop(waiting);
+        let (deadline, permits) = r?;
         let service = self.service.clone();
         let std_deadline = deadline.into_std();
         let task = tokio::task::spawn_blocking(move || {
-            let _permits = (permit, heavy_permit);
+            let _permits = permits;
             // endpoints the work calls (a remote reranker) give up at the request's deadline,
             // so a hung one cannot keep this worker, and its permit, past it
             sift_generate::with_deadline(std_deadline, || f(&service))
@@ -203,6 +212,79 @@ impl Shared {
             )),
             Ok(Ok(r)) => r,
         }
+    }
+
+    /// The request's deadline and the permits `work` runs on, once they are free.
+    async fn admit(
+        &self,
+        work: Work,
+    ) -> Result<(tokio::time::Instant, Vec<tokio::sync::OwnedSemaphorePermit>), ApiError> {
+        let now = tokio::time::Instant::now();
+        let deadline = now.checked_add(self.timeout).unwrap_or(now + LONGEST);
+        let busy = |what: &str| {
+            ApiError::new(
+                ErrorKind::Overloaded,
+                format!("{what} busy for {:?}: try again later", self.timeout),
+            )
+        };
+        let closed = |_| ApiError::new(ErrorKind::Overloaded, "the service is shutting down");
+        let mut permits = Vec::with_capacity(2);
+        if work == Work::Heavy {
+            permits.push(
+                tokio::time::timeout_at(deadline, self.heavy.clone().acquire_owned())
+                    .await
+                    .map_err(|_| {
+                        busy("every worker that takes embeddings and chat completions was")
+                    })?
+                    .map_err(closed)?,
+            );
+        }
+        let (pool, what) = match work {
+            Work::Batched => (&self.batched, "every batch search's worker was"),
+            _ => (&self.permits, "every worker was"),
+        };
+        permits.push(
+            tokio::time::timeout_at(deadline, pool.clone().acquire_owned())
+                .await
+                .map_err(|_| busy(what))?
+                .map_err(closed)?,
+        );
+        Ok((deadline, permits))
+    }
+}
+
+/// What a request's work is, for the permits it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Work {
+    /// A search or a read: a worker.
+    Light,
+    /// Embeddings, chat completions: a worker and one of the heavy share.
+    Heavy,
+    /// A batch search: one of the batch searches' permits.
+    Batched,
+}
+
+/// A request counted as waiting for its permits, until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    /// Counts one more waiting request, or refuses it (503) when `max` already wait.
+    fn enter(count: &'a AtomicUsize, max: usize) -> Result<Waiting<'a>, ApiError> {
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        let this = Waiting(count);
+        if before >= max {
+            return Err(ApiError::new(
+                ErrorKind::Overloaded,
+                format!("{before} requests are already waiting for a worker: try again later"),
+            ));
+        }
+        Ok(this)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -241,15 +323,19 @@ pub fn router(
         .route("/v1/embeddings", heavy_json_post(Service::embed))
         .route("/v1/chat/completions", heavy_json_post(Service::chat))
         .route("/v1/rerank", heavy_json_post(Service::rerank_documents))
-        .route("/retrieve", json_post(Service::retrieve))
-        .route("/queries", json_post(Service::queries))
+        .route("/retrieve", with_base(Service::retrieve, Work::Batched))
+        .route("/access", with_base(Service::access, Work::Light))
+        .route("/queries", batched_json_post(Service::queries))
+        .route("/v1/stats", get(stats))
         .route("/embed", heavy_json_post(Service::tei_embed))
+        .route("/rerank", heavy_json_post(Service::tei_rerank))
         .route("/v1/{domain}/search", get(rest_search))
         .route("/v1/{domain}/doc/{*id}", get(document))
         .route("/v1/{domain}/page/{*id}", get(page))
         .route("/v1/{domain}/image/{*id}", get(image))
         .route("/search", get(search_get).post(serper_search))
         .route("/search.json", get(serpapi_get))
+        .route("/v7.0/search", get(bing_get))
         .route("/images", serper::endpoint(shapes::serper_images))
         .route("/lens", serper::endpoint(shapes::serper_lens))
         .route("/videos", serper::endpoint(serper::videos))
@@ -324,7 +410,7 @@ async fn fallback(State(s): State<Arc<Shared>>, req: Request) -> Response {
 }
 
 /// With `--api-key`: every request but `/healthz` carries the key (`X-API-KEY`,
-/// `Authorization: Bearer`, or `?api_key=`), else 401 (SerpAPI's `{"error"}` on its routes).
+/// `Ocp-Apim-Subscription-Key`, `Authorization: Bearer`, or `?api_key=`), else 401 (SerpAPI's `{"error"}` on its routes).
 async fn check_key(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     let Some(key) = &s.api_key else {
         return next.run(req).await;
@@ -341,10 +427,16 @@ async fn check_key(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Re
         .find(|(k, _)| k == "api_key")
         .map(|(_, v)| v.as_str());
     // every way is compared (no early exit), each in constant time
-    let ok = [given("x-api-key"), bearer, param]
-        .into_iter()
-        .flatten()
-        .fold(false, |ok, k| ok | same_key(k.trim(), key));
+    // Bing's clients send theirs as Ocp-Apim-Subscription-Key
+    let ok = [
+        given("x-api-key"),
+        given("ocp-apim-subscription-key"),
+        bearer,
+        param,
+    ]
+    .into_iter()
+    .flatten()
+    .fold(false, |ok, k| ok | same_key(k.trim(), key));
     if ok {
         return next.run(req).await;
     }
@@ -465,7 +557,7 @@ where
     Req: DeserializeOwned + Send + 'static,
     Res: Serialize + Send + 'static,
 {
-    json_post_on(call, false)
+    json_post_on(call, Work::Light)
 }
 
 /// [`json_post`] for heavy work ([`Shared::run_heavy`]).
@@ -476,12 +568,46 @@ where
     Req: DeserializeOwned + Send + 'static,
     Res: Serialize + Send + 'static,
 {
-    json_post_on(call, true)
+    json_post_on(call, Work::Heavy)
+}
+
+/// [`json_post_on`] for calls that also take the base URL their links start with (the
+/// request's `Host`).
+fn with_base<Req, Res>(
+    call: fn(&Service, &Req, &str) -> Result<Res, ApiError>,
+    work: Work,
+) -> MethodRouter<Arc<Shared>>
+where
+    Req: DeserializeOwned + Send + 'static,
+    Res: Serialize + Send + 'static,
+{
+    post(
+        move |State(s): State<Arc<Shared>>,
+              headers: axum::http::HeaderMap,
+              JsonBody(req): JsonBody<Req>| async move {
+            let base = reading::base_url(&headers);
+            s.run_as(work, move |svc| call(svc, &req, &base))
+                .await
+                .map(Json)
+                .map_err(HttpError)
+        },
+    )
+}
+
+/// [`json_post`] for batch searches ([`Shared::run_batched`]).
+fn batched_json_post<Req, Res>(
+    call: fn(&Service, &Req) -> Result<Res, ApiError>,
+) -> MethodRouter<Arc<Shared>>
+where
+    Req: DeserializeOwned + Send + 'static,
+    Res: Serialize + Send + 'static,
+{
+    json_post_on(call, Work::Batched)
 }
 
 fn json_post_on<Req, Res>(
     call: fn(&Service, &Req) -> Result<Res, ApiError>,
-    heavy: bool,
+    work: Work,
 ) -> MethodRouter<Arc<Shared>>
 where
     Req: DeserializeOwned + Send + 'static,
@@ -489,12 +615,16 @@ where
 {
     post(
         move |State(s): State<Arc<Shared>>, JsonBody(req): JsonBody<Req>| async move {
-            s.run_as(heavy, move |svc| call(svc, &req))
+            s.run_as(work, move |svc| call(svc, &req))
                 .await
                 .map(Json)
                 .map_err(HttpError)
         },
     )
+}
+
+async fn stats(State(s): State<Arc<Shared>>) -> Json<sift_service::api::ServiceStats> {
+    Json(s.service().stats())
 }
 
 async fn indexes(State(s): State<Arc<Shared>>) -> Json<sift_service::api::IndexInfo> {

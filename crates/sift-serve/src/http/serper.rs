@@ -148,11 +148,12 @@ pub(super) async fn search_get(
     req: Request,
 ) -> Response {
     let query = req.uri().query().map(str::to_string);
-    if query_pairs(query.as_deref())
-        .iter()
-        .any(|(k, _)| k == "engine")
-    {
+    let pairs = query_pairs(query.as_deref());
+    if pairs.iter().any(|(k, _)| k == "engine") {
         return serpapi_answer(s, &headers, query).await;
+    }
+    if pairs.iter().any(|(k, _)| k == "queries") {
+        return vrag_answer(s, &headers, pairs).await;
     }
     let result: Result<Response, HttpError> = async {
         let q: SerperQuery = serper_params(query.as_deref())?;
@@ -160,6 +161,66 @@ pub(super) async fn search_get(
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// VRAG's `GET /search?queries=a&queries=b[&top_k=10]`: page images per query.
+async fn vrag_answer(
+    s: Arc<Shared>,
+    headers: &HeaderMap,
+    pairs: Vec<(String, String)>,
+) -> Response {
+    let base = base_url(headers);
+    let result: Result<Response, HttpError> = async {
+        let mut queries = Vec::new();
+        let mut top_k = None;
+        for (k, v) in pairs {
+            match k.as_str() {
+                "queries" => queries.push(v),
+                "top_k" | "topk" => {
+                    top_k = Some(v.parse::<i64>().map_err(|_| {
+                        ApiError::invalid(k.clone(), format!("{v:?}: give a whole number"))
+                    })?);
+                }
+                _ => {}
+            }
+        }
+        s.run_batched(move |svc| svc.vrag_search(&queries, top_k, &base))
+            .await
+            .map(|r| Json(r).into_response())
+            .map_err(HttpError)
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Bing Web Search v7's `GET /v7.0/search?q=&count=&offset=` (its key in
+/// `Ocp-Apim-Subscription-Key`, checked as any key is).
+pub(super) async fn bing_get(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Response {
+    let base = base_url(&headers);
+    let query = req.uri().query().unwrap_or("").to_string();
+    let result: Result<Response, HttpError> = async {
+        let q: sift_service::api::BingQuery = serde_urlencoded_params(&query)?;
+        s.run(move |svc| shapes::bing_search(svc, &q, &base, &query))
+            .await
+            .map(|r| Json(r).into_response())
+            .map_err(HttpError)
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A query string as `T`: a 400 naming what is missing or wrong.
+fn serde_urlencoded_params<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    let pairs: serde_json::Map<String, serde_json::Value> = query_pairs(Some(query))
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    serde_json::from_value(serde_json::Value::Object(pairs))
+        .map_err(|e| ApiError::invalid("q", format!("the query string: {e}")))
 }
 
 /// `GET /search.json`: SerpAPI (`engine` defaults to `google`).

@@ -410,3 +410,77 @@ pub struct ReaderPage {
     /// The page's images: alt text -> URL.
     pub images: BTreeMap<String, String>,
 }
+
+/// Bing Web Search v7's `GET /v7.0/search` parameters (Search-o1 / WebThinker /
+/// DeepResearcher send `q`, `count`, `offset`, `mkt`, `setLang`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct BingQuery {
+    /// Query text.
+    pub q: String,
+    /// Results (Bing's default 10; 1 to 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<String>,
+    /// Results to skip (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<String>,
+    /// Market and language: accepted and ignored.
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, String>,
+}
+
+/// Bing's answer: `webPages.value[]`, what its clients read.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BingResponse {
+    /// `"SearchResponse"`.
+    #[serde(rename = "_type")]
+    pub kind: String,
+    /// The query as sent.
+    #[serde(rename = "queryContext")]
+    pub query_context: BingQueryContext,
+    /// The results.
+    #[serde(rename = "webPages")]
+    pub web_pages: BingWebPages,
+}
+
+/// Bing's `queryContext`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BingQueryContext {
+    /// The query.
+    #[serde(rename = "originalQuery")]
+    pub original_query: String,
+}
+
+/// Bing's `webPages`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BingWebPages {
+    /// This search on the service.
+    #[serde(rename = "webSearchUrl")]
+    pub web_search_url: String,
+    /// Results there are at most (the results of this page's depth).
+    #[serde(rename = "totalEstimatedMatches")]
+    pub total_estimated_matches: usize,
+    /// The results.
+    pub value: Vec<BingWebPage>,
+}
+
+/// One Bing web page result.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BingWebPage {
+    /// `"<webSearchUrl>#WebPages.<i>"`.
+    pub id: String,
+    /// The title (the passage's, else its id).
+    pub name: String,
+    /// The passage's readable page.
+    pub url: String,
+    /// The same, as shown.
+    #[serde(rename = "displayUrl")]
+    pub display_url: String,
+    /// The passage text, cut.
+    pub snippet: String,
+    /// The domain.
+    #[serde(rename = "siteName")]
+    pub site_name: String,
+    /// Always true.
+    #[serde(rename = "isFamilyFriendly")]
+    pub is_family_friendly: bool,
+}

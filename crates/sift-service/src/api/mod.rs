@@ -16,7 +16,9 @@ mod training;
 pub use bounded::{AtMost, MAX_PARSED_IMAGES, MAX_PARSED_INPUTS};
 pub use compat::*;
 pub use json::{parse_json, parse_json_seed};
-pub use rerank::{RerankDocument, RerankRequest, RerankResponse, RerankResult};
+pub use rerank::{
+    RerankDocument, RerankRequest, RerankResponse, RerankResult, TeiRank, TeiRerankRequest,
+};
 pub use training::*;
 
 /// Results per search when a request names none.
@@ -166,7 +168,6 @@ impl Default for PyseriniQuery {
 /// `ef_search`; `encoder`, `query_generator`, `intruction_config` and `parse` are accepted
 /// and ignored: the service's retrievers are fixed at start).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct McpSearchRequest {
     /// Query text, or pyserini's `{query_txt, query_img_path}`.
     #[serde(default)]
@@ -215,6 +216,11 @@ pub struct McpSearchRequest {
     /// pyserini's; ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parse: Option<serde_json::Value>,
+    /// Any other argument: ignored, and named in the answer (`ignored_arguments`), as
+    /// FastMCP's servers (pyserini's, BrowseComp-Plus's) ignore arguments they do not know.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// One result.
@@ -239,6 +245,10 @@ pub struct Hit {
     /// The passage text, cut to `max_text_chars` (when the service has the corpus).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// The passage's title, where the corpus gives one (BEIR's `title`, a knowledge base's
+    /// `title`, the first line of Search-R1's `contents`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     /// Where the service serves the readable page of the hit (path): its passage's page
     /// with the page's images, or an image's page (HTML; Markdown or text on request).
     #[serde(skip_serializing_if = "Option::is_none")]

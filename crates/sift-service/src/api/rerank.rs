@@ -59,3 +59,33 @@ pub struct RerankResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub document: Option<RerankDocument>,
 }
+
+/// text-embeddings-inference's `POST /rerank` body.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TeiRerankRequest {
+    /// The query.
+    pub query: String,
+    /// The texts to score.
+    pub texts: Vec<String>,
+    /// The reranker's logits instead of probabilities (default false).
+    #[serde(default)]
+    pub raw_scores: bool,
+    /// Each result with its text (default false).
+    #[serde(default)]
+    pub return_text: bool,
+    /// Cut texts past the model's length (Sift always does: accepted either way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncate: Option<bool>,
+}
+
+/// One text's score in text-embeddings-inference's answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TeiRank {
+    /// Its position in the request's `texts`.
+    pub index: usize,
+    /// A probability (the sigmoid of the reranker's logit), or the logit with `raw_scores`.
+    pub score: f64,
+    /// The text, with `return_text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}

@@ -26,14 +26,19 @@ pub struct RetrieveRequest {
 }
 
 /// A passage as Search-R1's corpus rows are: its id and `contents`, the title on the first
-/// line and the text after it.
+/// line and the text after it; and, as ASearcher's corpus rows carry, the `url` of its page
+/// (which `POST /access` reads).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct RetrievedDocument {
     /// The passage id.
     pub id: String,
     /// `"Title"\ntext`: the title (the passage id where the corpus has none) quoted on the
-    /// first line, as Search-R1's wiki corpus writes it.
+    /// first line, as Search-R1's wiki corpus writes it; a passage of a Search-R1 corpus
+    /// (`contents` rows) is its `contents` as they are.
     pub contents: String,
+    /// The passage's readable page on this service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// One hit of `POST /retrieve` with `return_scores`.
@@ -126,4 +131,64 @@ pub struct TeiEmbedRequest {
     /// instruction format).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_type: Option<String>,
+}
+
+/// `GET /v1/stats`: what the service's query encoder has done.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ServiceStats {
+    /// Text queries encoded in batches across requests.
+    pub query_batches: crate::BatchStats,
+    /// Most texts in one batch (`--query-batch`).
+    pub max_batch: usize,
+    /// Longest wait for a batch to fill, milliseconds (`--query-batch-wait-ms`).
+    pub max_wait_ms: f64,
+    /// Most texts queued at once (`--max-queued-queries`).
+    pub max_queued: usize,
+}
+
+/// ASearcher's `POST /access` body: pages to read.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AccessRequest {
+    /// Links of this service's pages (as `/retrieve` gives them in `url`); any other URL is
+    /// answered with null.
+    pub urls: Vec<String>,
+}
+
+/// A page `POST /access` read.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AccessPage {
+    /// The URL as asked.
+    pub url: String,
+    /// The passage (or image) id the page is for.
+    pub id: String,
+    /// Its title: the passage's, else its id.
+    pub title: String,
+    /// The page's text: its passage's (as `/retrieve`'s `contents`), then its images' links,
+    /// one a line.
+    pub contents: String,
+}
+
+/// ASearcher's answer: per URL, in order, its page or null.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AccessResponse {
+    /// The pages.
+    pub result: Vec<Option<AccessPage>>,
+}
+
+/// One image of VRAG's `GET /search?queries=` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct VragHit {
+    /// Its rank, from 0.
+    pub idx: usize,
+    /// The image's file, which VRAG's clients open (they run beside the service); its URL on
+    /// this service for an image the corpus holds in a parquet file.
+    pub image_file: String,
+    /// The image id.
+    pub id: String,
+    /// The domain holding it.
+    pub domain: String,
+    /// Its retrieval score.
+    pub score: f64,
+    /// The image on this service.
+    pub image_url: String,
 }

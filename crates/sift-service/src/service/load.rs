@@ -29,6 +29,11 @@ impl Service {
                 "a reranker reads the hits' texts and images: give the corpus too".into(),
             ));
         }
+        let models = Arc::new(indexed.models);
+        let batcher = indexed
+            .index
+            .is_some()
+            .then(|| QueryBatcher::start(models.clone(), config.batch));
         Ok(Service {
             rerank: config.rerank.clone(),
             reference_ready: config.reference_fusion,
@@ -37,7 +42,8 @@ impl Service {
             created: indexed.created,
             domains: indexed.domains,
             retrievers: indexed.retrievers,
-            models: indexed.models,
+            models,
+            batcher,
             model_ids: indexed.model_ids,
             settings: SearchSettings {
                 bm25: indexed.bm25,
@@ -362,10 +368,12 @@ pub(super) fn read_domain(
         .map(|(i, id)| (id.as_str(), i))
         .collect();
     let mut texts: Vec<Option<String>> = vec![None; passage_ids.len()];
+    let mut titles: Vec<Option<String>> = vec![None; passage_ids.len()];
     for p in corpus.passages(domain)? {
         let p = p?;
         if let Some(&i) = ord.get(p.id.as_str()) {
             texts[i] = Some(p.text);
+            titles[i] = p.title;
         }
     }
     let missing = texts.iter().filter(|t| t.is_none()).count();
@@ -409,6 +417,7 @@ pub(super) fn read_domain(
     )?;
     Ok(DomainCorpus {
         texts: texts.into_iter().map(Option::unwrap_or_default).collect(),
+        titles,
         image_ord: image_ids
             .iter()
             .enumerate()

@@ -95,6 +95,8 @@ pub struct ServeConfig {
     pub model_dir: Option<String>,
     /// Read corpus domains whose parquet shard sets are incomplete as they are.
     pub allow_partial_shards: bool,
+    /// How text queries are batched across requests.
+    pub batch: BatchOptions,
 }
 
 impl ServeConfig {
@@ -115,6 +117,7 @@ impl ServeConfig {
             reference_fusion: false,
             model_dir: None,
             allow_partial_shards: false,
+            batch: BatchOptions::default(),
         }
     }
 
@@ -152,6 +155,8 @@ enum ImageSource {
 struct DomainCorpus {
     /// Passage texts by ordinal of the index's passage ids.
     texts: Vec<String>,
+    /// Their titles, where the corpus gives them.
+    titles: Vec<Option<String>>,
     image_ids: Vec<String>,
     image_ord: HashMap<String, u32>,
     images: Vec<ImageSource>,
@@ -227,7 +232,9 @@ pub struct Service {
     created: u64,
     domains: Vec<Domain>,
     retrievers: Vec<Served>,
-    models: ModelSet,
+    models: Arc<ModelSet>,
+    /// Encodes the text queries of concurrent requests together (none without an index).
+    batcher: Option<QueryBatcher>,
     model_ids: Vec<String>,
     settings: SearchSettings,
     limits: Limits,
@@ -254,6 +261,20 @@ impl Service {
     /// The limits requests are held to.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// What the query encoder has done (all zero for a service without an index).
+    pub fn stats(&self) -> crate::api::ServiceStats {
+        let options = self
+            .batcher
+            .as_ref()
+            .map_or_else(BatchOptions::default, |b| b.options());
+        crate::api::ServiceStats {
+            query_batches: self.batcher.as_ref().map(|b| b.stats()).unwrap_or_default(),
+            max_batch: options.max_batch,
+            max_wait_ms: options.max_wait.as_secs_f64() * 1e3,
+            max_queued: options.max_queued,
+        }
     }
 
     /// What the service serves.
@@ -552,6 +573,28 @@ impl Service {
         Ok((images::content_type(&bytes), bytes))
     }
 
+    /// The file of corpus image `id` of `domain`, when the corpus holds it as one (an image
+    /// folder or a knowledge base, not parquet).
+    pub(crate) fn image_file(&self, domain: &str, id: &str) -> Option<PathBuf> {
+        let c = self.domain("domain", domain).ok()?.corpus.as_ref()?;
+        match c.images.get(*c.image_ord.get(id)? as usize)? {
+            ImageSource::File(f) => Some(f.path().to_path_buf()),
+            ImageSource::Bytes(_) => None,
+        }
+    }
+
+    /// The title the corpus gives passage `id` of `domain`, if any.
+    pub(crate) fn passage_title(&self, domain: &str, id: &str) -> Option<String> {
+        let d = self.domain("domain", domain).ok()?;
+        let ord = d.searchers[0].passage_ord(id)?;
+        d.corpus
+            .as_ref()?
+            .titles
+            .get(ord as usize)
+            .cloned()
+            .flatten()
+    }
+
     /// The readable page of `id` in `domain`: a passage with its page's images, or a corpus
     /// image with the text of its page's first passage.
     pub fn page(&self, domain: &str, id: &str) -> Result<Page, ApiError> {
@@ -598,6 +641,7 @@ fn page_of(domain: &Domain, image: &str) -> Option<String> {
     domain.searchers[0].passage_ids().get(p as usize).cloned()
 }
 
+mod batch;
 mod chat;
 mod embed;
 mod load;
@@ -612,6 +656,8 @@ use sift_core::VettedFile;
 /// Largest corpus file read on request, bytes (the corpus reader's own limit for image
 /// files).
 const MAX_CORPUS_FILE_BYTES: u64 = 256 << 20;
+use batch::QueryBatcher;
+pub use batch::{BatchOptions, BatchStats};
 pub use search::query_task;
 use urls::cut;
 pub use urls::{document_path, encode_path, image_path, page_path};

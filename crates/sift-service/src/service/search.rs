@@ -39,6 +39,15 @@ impl Service {
     /// the searched domains summed, dense scores as the cosines they are), so that scores
     /// compare across domains as within one.
     pub fn search(&self, req: &SearchRequest) -> Result<SearchResponse, ApiError> {
+        self.search_with(req, None)
+    }
+
+    /// [`Service::search`] with the query's vectors already made (`vectors`), or made here.
+    pub(super) fn search_with(
+        &self,
+        req: &SearchRequest,
+        vectors: Option<QueryVectors>,
+    ) -> Result<SearchResponse, ApiError> {
         let targets = self.targets("domain", req.domain.as_deref())?;
         self.check_top_k(req.top_k)?;
         let mut budget = self.image_budget("images", req.images.len())?;
@@ -80,14 +89,17 @@ impl Service {
         }
         // the service's queries carry no per-domain instruction: one set of vectors serves
         // every domain
-        let vectors = self.query_vectors(
-            served,
-            &targets[0].name,
-            task,
-            &req.query,
-            &images,
-            req.fusion,
-        )?;
+        let vectors = match vectors {
+            Some(v) => v,
+            None => self.query_vectors(
+                served,
+                &targets[0].name,
+                task,
+                &req.query,
+                &images,
+                req.fusion,
+            )?,
+        };
         let parts: Vec<DomainPart> = targets
             .iter()
             .map(|d| DomainPart {
@@ -283,12 +295,15 @@ impl Service {
         let text_of = passage
             .clone()
             .or_else(|| page_of(domain, image.as_deref()?));
-        let text = match (corpus, &text_of) {
-            (Some(c), Some(pid)) => domain.searchers[0]
-                .passage_ord(pid)
-                .and_then(|o| c.texts.get(o as usize))
-                .map(|t| cut(t, chars)),
-            _ => None,
+        let ord = text_of
+            .as_deref()
+            .and_then(|pid| domain.searchers[0].passage_ord(pid));
+        let (text, title) = match (corpus, ord) {
+            (Some(c), Some(o)) => (
+                c.texts.get(o as usize).map(|t| cut(t, chars)),
+                c.titles.get(o as usize).cloned().flatten(),
+            ),
+            _ => (None, None),
         };
         // the page a hit opens as: its passage's, else its image's page (or the image's own)
         let page = text_of
@@ -302,6 +317,7 @@ impl Service {
             score: h.score,
             has_image: image.is_some(),
             text,
+            title,
             page_url: page,
             passage_url: passage.as_ref().map(|p| document_path(&domain.name, p)),
             image_url: image.as_ref().map(|i| image_path(&domain.name, i)),
@@ -325,6 +341,10 @@ impl Service {
             Fusion::First => QueryImages::First,
             Fusion::Reference => QueryImages::Reference,
         };
+        if images.is_empty() && fusion != Fusion::Reference {
+            // a text query: encoded with the queries of the other requests in flight
+            return Ok(self.text_vectors(served, &[text])?.remove(0));
+        }
         let refs: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
         let mut warnings = Warnings::new();
         // text and images as the evaluator encodes a query; images alone: their mean
@@ -351,5 +371,34 @@ impl Service {
             return Err(ApiError::invalid("images", w.message.clone()));
         }
         Ok(vectors)
+    }
+
+    /// The vectors of text queries (no images; the service's queries carry no instruction)
+    /// for every dense index `served` uses, one [`QueryVectors`] per text, encoded through
+    /// the service's [`QueryBatcher`] together with other requests' queries.
+    pub(super) fn text_vectors(
+        &self,
+        served: &Served,
+        texts: &[&str],
+    ) -> Result<Vec<QueryVectors>, ApiError> {
+        let mut out = vec![QueryVectors::default(); texts.len()];
+        let mut names = served.spec.dense_names();
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
+            let vectors = match &self.batcher {
+                Some(b) => b.encode(name, texts)?,
+                None => {
+                    return Err(ApiError::new(
+                        ErrorKind::Internal,
+                        "this service has no query encoder",
+                    ));
+                }
+            };
+            for (o, v) in out.iter_mut().zip(vectors) {
+                o.insert(name, vec![v]);
+            }
+        }
+        Ok(out)
     }
 }

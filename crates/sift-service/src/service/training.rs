@@ -1,21 +1,34 @@
 //! The training harnesses' batch searches: Search-R1's `POST /retrieve` (verl's
 //! `SearchTool`, BrowseComp-Plus's single query) and R1-Searcher's `POST /queries`, each
 //! query searched through [`Service::search`] as any other door searches it.
+use crate::api::CandidateKind;
 use crate::api::{
     BrowseCompDocument, BrowseCompHit, QueriesRequest, QueriesResponse, RetrieveRequest,
     RetrieveResponse, RetrievedDocument, RetrievedHits, ScoredDocument, SearchRequest,
 };
 use crate::error::{ApiError, ErrorKind};
 
+const PASSAGES: CandidateKind = CandidateKind::Passages;
+use rayon::prelude::*;
+use sift_retrieve::QueryVectors;
+
 use super::*;
 
 /// Passages per query when a request does not say (Search-R1's and R1-Searcher's default).
 pub const DEFAULT_TRAINING_TOP_K: usize = 3;
 
+/// Images per query of VRAG's search when the request does not say (its server's).
+pub const VRAG_TOP_K: usize = 10;
+
 impl Service {
     /// Search-R1's `POST /retrieve`: every query's passages, in order; or, for a body with
     /// `query` alone, BrowseComp-Plus's answer.
-    pub fn retrieve(&self, req: &RetrieveRequest) -> Result<RetrieveResponse, ApiError> {
+    /// `base`: the scheme and host the documents' `url`s start with (empty: paths).
+    pub fn retrieve(
+        &self,
+        req: &RetrieveRequest,
+        base: &str,
+    ) -> Result<RetrieveResponse, ApiError> {
         let top_k = self.training_top_k("topk", req.topk)?;
         match (&req.queries, &req.query) {
             (Some(_), Some(_)) => Err(ApiError::invalid(
@@ -31,13 +44,16 @@ impl Service {
                 Ok(RetrieveResponse::Single {
                     result: hits
                         .into_iter()
-                        .map(|h| BrowseCompHit {
-                            document: BrowseCompDocument {
-                                title: h.id.clone(),
-                                text: h.text.unwrap_or_default(),
-                            },
-                            docid: h.id,
-                            score: h.score,
+                        .map(|h| {
+                            let t = Titled::of(&h);
+                            BrowseCompHit {
+                                document: BrowseCompDocument {
+                                    title: t.title.to_string(),
+                                    text: t.body.to_string(),
+                                },
+                                docid: h.id.clone(),
+                                score: h.score,
+                            }
                         })
                         .collect(),
                 })
@@ -45,17 +61,16 @@ impl Service {
             (Some(queries), None) => {
                 self.check_batch("queries", queries.len())?;
                 let mut result = Vec::with_capacity(queries.len());
-                for (i, q) in queries.iter().enumerate() {
-                    let hits = self
-                        .training_search(q, req.domain.as_deref(), top_k)
-                        .map_err(|e| name_query(e, "queries", i))?;
+                let found = self.search_texts(queries, req.domain.as_deref(), top_k, PASSAGES);
+                for (i, hits) in found.into_iter().enumerate() {
+                    let hits = hits.map_err(|e| name_query(e, "queries", i))?;
                     let docs = hits.into_iter().map(|h| {
-                        let score = h.score;
                         let doc = RetrievedDocument {
-                            contents: format!("\"{}\"\n{}", h.id, h.text.unwrap_or_default()),
-                            id: h.id,
+                            contents: Titled::of(&h).contents(),
+                            url: h.page_url.as_ref().map(|p| format!("{base}{p}")),
+                            id: h.id.clone(),
                         };
-                        (doc, score)
+                        (doc, h.score)
                     });
                     result.push(if req.return_scores {
                         RetrievedHits::Scored(
@@ -76,10 +91,9 @@ impl Service {
         let top_k = self.training_top_k("k", req.k)?;
         self.check_batch("queries", req.queries.len())?;
         let mut answers = Vec::with_capacity(req.queries.len());
-        for (i, q) in req.queries.iter().enumerate() {
-            let hits = self
-                .training_search(q, None, top_k)
-                .map_err(|e| name_query(e, "queries", i))?;
+        let found = self.search_texts(&req.queries, None, top_k, PASSAGES);
+        for (i, hits) in found.into_iter().enumerate() {
+            let hits = hits.map_err(|e| name_query(e, "queries", i))?;
             answers.push(
                 hits.into_iter()
                     .map(|h| h.text.unwrap_or_default())
@@ -126,14 +140,124 @@ impl Service {
         domain: Option<&str>,
         top_k: usize,
     ) -> Result<Vec<crate::api::Hit>, ApiError> {
-        let res = self.search(&SearchRequest {
-            query: query.to_string(),
-            domain: domain.map(str::to_string),
-            top_k,
-            max_text_chars: Some(usize::MAX),
-            ..SearchRequest::default()
-        })?;
-        Ok(res.hits)
+        Ok(self
+            .search(&training_request(query, domain, top_k, PASSAGES))?
+            .hits)
+    }
+
+    /// Many queries' passages, each as [`Service::training_search`] finds them alone: the
+    /// queries go through the encoder in chunks of its batch size (so a request of
+    /// thousands holds one chunk's vectors at a time) and each chunk's searches run in
+    /// parallel.
+    pub(super) fn search_texts(
+        &self,
+        queries: &[String],
+        domain: Option<&str>,
+        top_k: usize,
+        candidates: CandidateKind,
+    ) -> Vec<Result<Vec<crate::api::Hit>, ApiError>> {
+        let served = match self.retriever(None, candidates, false) {
+            Ok(ri) => &self.retrievers[ri],
+            Err(e) => return vec![Err(e); queries.len()],
+        };
+        let chunk = self.batcher.as_ref().map_or(64, |b| b.options().max_batch);
+        let mut out = Vec::with_capacity(queries.len());
+        for queries in queries.chunks(chunk) {
+            // a blank query is refused by the search itself, as when it comes alone
+            let texts: Vec<&str> = queries
+                .iter()
+                .map(String::as_str)
+                .filter(|q| !q.trim().is_empty())
+                .collect();
+            let mut vectors = match self.text_vectors(served, &texts) {
+                Ok(v) => v.into_iter(),
+                Err(e) => {
+                    out.extend(queries.iter().map(|_| Err(e.clone())));
+                    continue;
+                }
+            };
+            let jobs: Vec<(&String, Option<QueryVectors>)> = queries
+                .iter()
+                .map(|q| (q, (!q.trim().is_empty()).then(|| vectors.next()).flatten()))
+                .collect();
+            out.par_extend(jobs.into_par_iter().map(|(q, v)| {
+                self.search_with(&training_request(q, domain, top_k, candidates), v)
+                    .map(|r| r.hits)
+            }));
+        }
+        out
+    }
+}
+
+/// A hit's title and body as the training harnesses show them.
+pub(crate) struct Titled<'a> {
+    /// The passage's title, else its id.
+    pub title: &'a str,
+    /// The text without the title it begins with.
+    pub body: &'a str,
+    /// The text whole, when it is a Search-R1 `contents` (its first line is the title).
+    verbatim: Option<&'a str>,
+}
+
+impl<'a> Titled<'a> {
+    /// Splits `h`'s text: a Search-R1 `contents` (first line = the title, quoted or not) at
+    /// its first newline; a text that begins with its title and a space (BEIR's and titled
+    /// knowledge bases' joined texts) after them; any other text is the body whole.
+    pub fn of(h: &'a crate::api::Hit) -> Titled<'a> {
+        let text = h.text.as_deref().unwrap_or("");
+        Titled::split(&h.id, h.title.as_deref(), text)
+    }
+
+    pub fn split(id: &'a str, title: Option<&'a str>, text: &'a str) -> Titled<'a> {
+        let Some(title) = title else {
+            return Titled {
+                title: id,
+                body: text,
+                verbatim: None,
+            };
+        };
+        if sift_core::contents_title(text).as_deref() == Some(title) {
+            let body = text.split_once('\n').map_or("", |(_, b)| b);
+            return Titled {
+                title,
+                body,
+                verbatim: Some(text),
+            };
+        }
+        let body = text
+            .strip_prefix(title)
+            .and_then(|r| r.strip_prefix(' '))
+            .unwrap_or(text);
+        Titled {
+            title,
+            body,
+            verbatim: None,
+        }
+    }
+
+    /// Search-R1's `contents`: the text as it is when it is one, else `"Title"\nbody`.
+    pub fn contents(&self) -> String {
+        match self.verbatim {
+            Some(t) => t.to_string(),
+            None => format!("\"{}\"\n{}", self.title, self.body),
+        }
+    }
+}
+
+/// A training harness's search: passages of `domain` (or every domain), whole texts.
+fn training_request(
+    query: &str,
+    domain: Option<&str>,
+    top_k: usize,
+    candidates: CandidateKind,
+) -> SearchRequest {
+    SearchRequest {
+        query: query.to_string(),
+        domain: domain.map(str::to_string),
+        top_k,
+        candidates,
+        max_text_chars: Some(usize::MAX),
+        ..SearchRequest::default()
     }
 }
 
@@ -149,6 +273,87 @@ fn name_query(e: ApiError, field: &str, i: usize) -> ApiError {
 }
 
 impl Service {
+    /// VRAG's `GET /search?queries=a&queries=b`: per query, in order, its best `top_k`
+    /// corpus images over every domain, `idx` their rank from 0 and `image_file` the image's
+    /// file (VRAG's clients open it: they run beside the service), or its URL on this
+    /// service (`base` + path) for an image held in a parquet file.
+    pub fn vrag_search(
+        &self,
+        queries: &[String],
+        top_k: Option<i64>,
+        base: &str,
+    ) -> Result<Vec<Vec<crate::api::VragHit>>, ApiError> {
+        let top_k = match top_k {
+            None => VRAG_TOP_K.min(self.limits.max_top_k),
+            k => self.training_top_k("top_k", k)?,
+        };
+        self.check_batch("queries", queries.len())?;
+        let found = self.search_texts(queries, None, top_k, CandidateKind::Images);
+        let mut out = Vec::with_capacity(queries.len());
+        for (i, hits) in found.into_iter().enumerate() {
+            let hits = hits.map_err(|e| name_query(e, "queries", i))?;
+            out.push(
+                hits.into_iter()
+                    .enumerate()
+                    .map(|(idx, h)| {
+                        let url = format!("{base}{}", h.image_url.clone().unwrap_or_default());
+                        let file = self
+                            .image_file(&h.domain, &h.id)
+                            .map(|p| p.display().to_string());
+                        crate::api::VragHit {
+                            idx,
+                            image_file: file.unwrap_or_else(|| url.clone()),
+                            id: h.id,
+                            domain: h.domain,
+                            score: h.score,
+                            image_url: url,
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        Ok(out)
+    }
+
+    /// ASearcher's `POST /access`: the page of each of this service's links, in order; null
+    /// for a URL that is not one, or whose page is not here. `base`: the scheme and host of
+    /// the pages' image links (empty: paths).
+    pub fn access(
+        &self,
+        req: &crate::api::AccessRequest,
+        base: &str,
+    ) -> Result<crate::api::AccessResponse, ApiError> {
+        self.check_batch("urls", req.urls.len())?;
+        let result = req
+            .urls
+            .iter()
+            .map(|url| {
+                let (domain, id) = match crate::pages::own_link(url)? {
+                    crate::pages::Link::Page { domain, id }
+                    | crate::pages::Link::Image { domain, id } => (domain, id),
+                };
+                let page = self.page(&domain, &id).ok()?;
+                let title = page
+                    .passage
+                    .as_deref()
+                    .and_then(|p| self.passage_title(&domain, p));
+                let t = Titled::split(&page.id, title.as_deref(), &page.text);
+                let mut contents = t.contents();
+                for (_, link) in crate::pages::image_links(&page, base) {
+                    contents.push('\n');
+                    contents.push_str(&link);
+                }
+                Some(crate::api::AccessPage {
+                    url: url.clone(),
+                    id: page.id.clone(),
+                    title: t.title.to_string(),
+                    contents,
+                })
+            })
+            .collect();
+        Ok(crate::api::AccessResponse { result })
+    }
+
     /// text-embeddings-inference's `POST /embed`: the vectors of the service's first dense
     /// model, as `/v1/embeddings` gives them (the same call).
     pub fn tei_embed(&self, req: &crate::api::TeiEmbedRequest) -> Result<Vec<Vec<f32>>, ApiError> {
