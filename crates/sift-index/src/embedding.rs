@@ -7,9 +7,9 @@ use std::path::Path;
 
 use crate::cache::EmbedCache;
 use crate::dense::{self, HnswParams, VectorDtype};
+use crate::faiss::FaissFile;
 use crate::manifest::{DenseInfo, ImageIndexInfo};
 use crate::paths;
-use crate::faiss::FaissFile;
 use crate::precomputed::Precomputed;
 use crate::progress::Progress;
 use crate::source::PassageSource;
@@ -462,7 +462,12 @@ fn index_faiss(t: Target<'_>, build: &DenseBuild<'_>, faiss: &FaissFile) -> Resu
         )));
     }
     let dir = paths::dense(t.gen_dir, &build.slug, domain);
-    t.write_graph(&dir, &format!("{domain} hnsw"), (faiss.dim(), &data, &ids), build)?;
+    t.write_graph(
+        &dir,
+        &format!("{domain} hnsw"),
+        (faiss.dim(), &data, &ids),
+        build,
+    )?;
     Ok(*count)
 }
 

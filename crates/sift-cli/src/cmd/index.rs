@@ -57,7 +57,12 @@ pub struct Args {
     /// the queries: the dimension and the count must match, values must be finite, and an
     /// L2 index's vectors must have unit length (Sift ranks by inner product, which orders
     /// unit vectors as L2 distance does). Sift builds its own HNSW graph over the vectors.
-    #[arg(long, value_name = "FILE", requires = "dense", conflicts_with = "vectors")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "dense",
+        conflicts_with = "vectors"
+    )]
     faiss: Option<PathBuf>,
     /// Do not index corpus images with vision-language models.
     #[arg(long)]
