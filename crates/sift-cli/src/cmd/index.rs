@@ -133,20 +133,7 @@ pub fn run(a: Args) -> Result<()> {
         m: a.hnsw_m,
         ef_construction: a.ef_construction,
     };
-    let mut vectors = a
-        .vectors
-        .iter()
-        .map(|d| {
-            sift_index::Precomputed::open(d)
-                .with_context(|| format!("reading the vectors in {}", d.display()))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if let Some(file) = &a.faiss {
-        vectors.push(
-            sift_index::Precomputed::open_faiss(file)
-                .with_context(|| format!("reading the FAISS index {}", file.display()))?,
-        );
-    }
+    let vectors = precomputed(&a.vectors, a.faiss.as_deref())?;
     let given = sift_retrieve::match_precomputed(&vectors, &models)?;
     let dense: Vec<_> = a
         .dense
@@ -253,4 +240,26 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The precomputed passage vectors given: directories (`--vectors`) and a FAISS file
+/// (`--faiss`).
+fn precomputed(
+    dirs: &[PathBuf],
+    faiss: Option<&std::path::Path>,
+) -> Result<Vec<sift_index::Precomputed>> {
+    let mut vectors = dirs
+        .iter()
+        .map(|d| {
+            sift_index::Precomputed::open(d)
+                .with_context(|| format!("reading the vectors in {}", d.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(file) = faiss {
+        vectors.push(
+            sift_index::Precomputed::open_faiss(file)
+                .with_context(|| format!("reading the FAISS index {}", file.display()))?,
+        );
+    }
+    Ok(vectors)
 }
