@@ -395,3 +395,110 @@ impl FaissFile {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `write_index_header`'s bytes.
+    fn header(d: i32, ntotal: i64, metric: i32) -> Vec<u8> {
+        let mut b = d.to_le_bytes().to_vec();
+        b.extend(ntotal.to_le_bytes());
+        b.extend([(1i64 << 20).to_le_bytes(), (1i64 << 20).to_le_bytes()].concat());
+        b.push(1);
+        b.extend(metric.to_le_bytes());
+        b
+    }
+
+    /// A faiss vector: its length, then its elements' bytes.
+    fn vector(n: u64, elem: usize) -> Vec<u8> {
+        let mut b = n.to_le_bytes().to_vec();
+        b.extend(vec![0u8; n as usize * elem]);
+        b
+    }
+
+    /// An IndexFlat (`fourcc`) of `rows`.
+    fn flat(fourcc: &[u8; 4], metric: i32, rows: &[[f32; 2]]) -> Vec<u8> {
+        let mut b = fourcc.to_vec();
+        b.extend(header(2, rows.len() as i64, metric));
+        b.extend((rows.len() as u64 * 2).to_le_bytes());
+        b.extend(rows.iter().flatten().flat_map(|x| x.to_le_bytes()));
+        b
+    }
+
+    /// An IndexHNSWFlat with `levels` graph levels over `storage`.
+    fn hnsw(ntotal: i64, metric: i32, levels: u64, storage: &[u8]) -> Vec<u8> {
+        let mut b = b"IHNf".to_vec();
+        b.extend(header(2, ntotal, metric));
+        b.extend(vector(3, 8)); // assign_probas
+        b.extend(vector(4, 4)); // cum_nneighbor_per_level
+        b.extend(vector(levels, 4));
+        b.extend(vector(levels + 1, 8)); // offsets
+        b.extend(vector(levels * 16, 4)); // neighbors
+        b.extend([0i32, 0, 40, 16, 1].iter().flat_map(|x| x.to_le_bytes()));
+        b.extend(storage);
+        b
+    }
+
+    fn open(bytes: &[u8]) -> Result<FaissFile> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.index");
+        std::fs::write(&path, bytes).unwrap();
+        let f = FaissFile::open(&path)?;
+        let v = f.read_vectors(&crate::NoProgress)?;
+        assert_eq!(v.len(), f.dim() * f.ntotal() as usize);
+        Ok(f)
+    }
+
+    fn message(r: Result<FaissFile>) -> String {
+        match r {
+            Ok(f) => panic!("opened {f:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const ROWS: [[f32; 2]; 3] = [[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]];
+
+    #[test]
+    fn hnsw_storage_is_found_after_the_graph() {
+        let f = open(&hnsw(3, 1, 3, &flat(b"IxF2", 1, &ROWS))).unwrap();
+        assert_eq!((f.kind(), f.dim(), f.ntotal()), ("IHNf over IxF2", 2, 3));
+        assert_eq!(f.metric(), FaissMetric::L2);
+        let f = open(&flat(b"IxFI", 0, &ROWS)).unwrap();
+        assert_eq!((f.kind(), f.metric()), ("IxFI", FaissMetric::InnerProduct));
+    }
+
+    #[test]
+    fn damaged_hnsw_files_are_named_as_such() {
+        let e = message(open(&hnsw(3, 0, 2, &flat(b"IxFI", 0, &ROWS))));
+        assert!(e.contains("2 HNSW levels for ntotal 3"), "{e}");
+        let e = message(open(&hnsw(3, 0, 3, b"null")));
+        assert!(e.contains("without its storage"), "{e}");
+        let e = message(open(&hnsw(3, 0, 3, b"IxPQ")));
+        assert!(e.contains("storage is index type \"IxPQ\""), "{e}");
+        let e = message(open(&hnsw(3, 1, 3, &flat(b"IxFI", 0, &ROWS))));
+        assert!(e.contains("metric_type 1 (L2)"), "{e}");
+        let mut big = hnsw(3, 0, 3, &flat(b"IxFI", 0, &ROWS));
+        // the neighbors' length claims far more than the file holds
+        let at = 4 + 33 + (8 + 24) + (8 + 16) + (8 + 12) + (8 + 32);
+        big[at..at + 8].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+        let e = message(open(&big));
+        assert!(e.contains("impossible length"), "{e}");
+        big[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let e = message(open(&big));
+        assert!(
+            e.contains("truncated FAISS file: the HNSW neighbors"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_and_a_header_count_mismatch_are_refused() {
+        let mut extra = flat(b"IxFI", 0, &ROWS);
+        extra.push(0);
+        assert!(message(open(&extra)).contains("1 bytes after the IxFI vectors"));
+        let mut wrong = flat(b"IxFI", 0, &ROWS);
+        wrong[4 + 33..4 + 41].copy_from_slice(&5u64.to_le_bytes());
+        assert!(message(open(&wrong)).contains("5 floats stored for ntotal 3 x dimension 2"));
+    }
+}
