@@ -16,6 +16,7 @@ use common::*;
 mod bad_input;
 mod bench_eval;
 mod embed;
+mod faiss;
 mod knowledge_base;
 mod models;
 mod quickstart;

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use crate::cache::EmbedCache;
 use crate::dense::{self, HnswParams, VectorDtype};
+use crate::faiss::FaissFile;
 use crate::manifest::{DenseInfo, ImageIndexInfo};
 use crate::paths;
 use crate::precomputed::Precomputed;
@@ -340,6 +341,35 @@ fn index_precomputed(
     let (hash, profile) = (embedder.model_hash(), embedder.profile());
     vectors.check(embedder.name(), embedder.dim(), &hash, profile.as_deref())?;
     let dim = embedder.dim();
+    let total = match vectors.faiss() {
+        Some(faiss) => index_faiss(t, build, faiss)?,
+        None => index_table(t, build, vectors, dim)?,
+    };
+    Ok(DenseInfo {
+        model: embedder.name().to_string(),
+        spec: build.spec.clone(),
+        model_hash: hash,
+        profile,
+        fingerprint: vectors.manifest().fingerprint.clone(),
+        dim,
+        dtype: build.dtype,
+        hnsw: build.hnsw,
+        embedded: 0,
+        cached: 0,
+        precomputed: total,
+        cache_rejected: 0,
+        images: None,
+    })
+}
+
+/// Writes the vectors, ids and graphs of the target's domains from a directory of vectors
+/// by passage id; returns the number of vectors.
+fn index_table(
+    t: Target<'_>,
+    build: &DenseBuild<'_>,
+    vectors: &Precomputed,
+    dim: usize,
+) -> Result<u64> {
     let mut total = 0u64;
     for (domain, count) in t.domains {
         t.progress.start(
@@ -383,21 +413,62 @@ fn index_precomputed(
         let dir = paths::dense(t.gen_dir, &build.slug, domain);
         t.write_graph(&dir, &format!("{domain} hnsw"), (dim, &data, &ids), build)?;
     }
-    Ok(DenseInfo {
-        model: embedder.name().to_string(),
-        spec: build.spec.clone(),
-        model_hash: hash,
-        profile,
-        fingerprint: vectors.manifest().fingerprint.clone(),
-        dim,
-        dtype: build.dtype,
-        hnsw: build.hnsw,
-        embedded: 0,
-        cached: 0,
-        precomputed: total,
-        cache_rejected: 0,
-        images: None,
-    })
+    Ok(total)
+}
+
+/// Writes the vectors, ids and graph of the target's one domain from a FAISS file whose row
+/// `i` is the domain's passage `i` (in the corpus's order); returns the number of vectors.
+/// Sift builds its own HNSW graph over them (an `IndexHNSWFlat`'s graph is not read).
+fn index_faiss(t: Target<'_>, build: &DenseBuild<'_>, faiss: &FaissFile) -> Result<u64> {
+    let err = |message: String| Error::Vectors {
+        path: faiss.path().to_path_buf(),
+        message,
+    };
+    let [(domain, count)] = t.domains else {
+        let names: Vec<&str> = t.domains.iter().map(|(d, _)| d.as_str()).collect();
+        return Err(err(format!(
+            "a FAISS index holds the vectors of one domain (row i = passage i), but the build indexes {} domains ({}): pick one with --domains",
+            names.len(),
+            names.join(", ")
+        )));
+    };
+    if faiss.ntotal() != *count {
+        return Err(err(format!(
+            "{} vectors (ntotal) for the {count} passages of domain {domain} in {}: row i must be passage i (the index of another corpus or version?)",
+            faiss.ntotal(),
+            t.source.location(domain).display()
+        )));
+    }
+    t.progress.start(
+        &format!("{domain} {} (FAISS {})", build.slug, faiss.kind()),
+        Some(*count),
+    );
+    let data = faiss.read_vectors(t.progress)?;
+    t.progress.finish();
+    let mut ids: Vec<String> = Vec::with_capacity(*count as usize);
+    for p in t.source.passages(domain)? {
+        let p = p?;
+        if ids.len() as u64 == *count {
+            return Err(err(format!(
+                "domain {domain} has more than {count} passages now (the corpus changed during the build?)"
+            )));
+        }
+        ids.push(p.id);
+    }
+    if ids.len() as u64 != *count {
+        return Err(err(format!(
+            "domain {domain} has {} passages now, not {count} (the corpus changed during the build?)",
+            ids.len()
+        )));
+    }
+    let dir = paths::dense(t.gen_dir, &build.slug, domain);
+    t.write_graph(
+        &dir,
+        &format!("{domain} hnsw"),
+        (faiss.dim(), &data, &ids),
+        build,
+    )?;
+    Ok(*count)
 }
 
 /// A chunk of images read and prepared ahead of the model.

@@ -41,6 +41,7 @@ mod dense;
 mod dir;
 mod embedding;
 mod error;
+mod faiss;
 mod hnsw;
 pub mod lucene;
 mod manifest;
@@ -59,6 +60,7 @@ pub use dense::{
 pub use dir::IndexDir;
 pub use embedding::{BoxError, DenseBuild, EmbedderInfo, ImageEmbedder, PassageEmbedder};
 pub use error::{Error, Result};
+pub use faiss::{FaissFile, FaissMetric, UNIT_TOLERANCE};
 pub use hnsw::Hnsw;
 pub use manifest::{DenseInfo, DomainInfo, FORMAT_VERSION, ImageIndexInfo, Manifest};
 pub use precomputed::{Precomputed, VECTORS_MANIFEST, VectorsDomain, VectorsManifest};

@@ -7,12 +7,16 @@
 //! sift-vectors.json            what made the vectors (VectorsManifest)
 //! <domain>/passages/*.parquet  rows of id (string) and vector (list of float32)
 //! ```
+//!
+//! Or a FAISS index file (`sift index --faiss`, [`Precomputed::open_faiss`]): row `i` is the
+//! vector of the domain's passage `i`, in the corpus's order.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sift_core::vectors::VectorTable;
 
+use crate::faiss::FaissFile;
 use crate::{Error, Result};
 
 /// The manifest's file name.
@@ -49,11 +53,12 @@ pub struct VectorsDomain {
     pub passages: u64,
 }
 
-/// A directory of precomputed passage vectors, opened.
+/// Precomputed passage vectors, opened: a directory with a manifest, or a FAISS file.
 #[derive(Debug, Clone)]
 pub struct Precomputed {
     dir: PathBuf,
     manifest: VectorsManifest,
+    faiss: Option<FaissFile>,
 }
 
 impl Precomputed {
@@ -73,10 +78,53 @@ impl Precomputed {
                 message: format!("vectors format {} (this Sift reads 1)", manifest.format),
             });
         }
-        Ok(Precomputed { dir, manifest })
+        Ok(Precomputed {
+            dir,
+            manifest,
+            faiss: None,
+        })
     }
 
-    /// The directory.
+    /// Opens a FAISS index file (`IndexFlatIP`, `IndexFlatL2` or `IndexHNSWFlat`, as
+    /// faiss's `write_index` writes them; [`FaissFile::open`] checks its layout) whose row
+    /// `i` is the vector of passage `i`. The file does not say which model made it, so only
+    /// the dimension is checked against the model; its fingerprint is the file's xxh3-128
+    /// (read once here).
+    pub fn open_faiss(path: impl AsRef<Path>) -> Result<Precomputed> {
+        let path = path.as_ref();
+        let faiss = FaissFile::open(path)?;
+        let mut hasher = twox_hash::XxHash3_128::new();
+        let mut file = sift_core::open_regular_file(path)?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = std::io::Read::read(&mut file, &mut buf).map_err(|e| Error::io(path, e))?;
+            if n == 0 {
+                break;
+            }
+            hasher.write(&buf[..n]);
+        }
+        let manifest = VectorsManifest {
+            format: 1,
+            model: format!("a FAISS index ({})", faiss.kind()),
+            fingerprint: format!("faiss-xxh3-128:{:032x}", hasher.finish_128()),
+            model_hash: String::new(),
+            profile: None,
+            dim: faiss.dim(),
+            domains: BTreeMap::new(),
+        };
+        Ok(Precomputed {
+            dir: path.to_path_buf(),
+            manifest,
+            faiss: Some(faiss),
+        })
+    }
+
+    /// The FAISS file the vectors are in, if they are in one.
+    pub fn faiss(&self) -> Option<&FaissFile> {
+        self.faiss.as_ref()
+    }
+
+    /// The directory (or the FAISS file).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -93,6 +141,15 @@ impl Precomputed {
 
     /// A domain's passage vectors, checked against the manifest's dimension.
     pub fn passages(&self, domain: &str) -> Result<VectorTable> {
+        if let Some(f) = &self.faiss {
+            return Err(Error::Vectors {
+                path: self.dir.clone(),
+                message: format!(
+                    "a FAISS file ({}) holds rows, not vectors by passage id",
+                    f.kind()
+                ),
+            });
+        }
         let dir = self.passages_dir(domain);
         if !dir.is_dir() {
             return Err(Error::Vectors {
@@ -128,6 +185,19 @@ impl Precomputed {
     /// the vectors' own fingerprint). The message says what differs.
     pub fn check(&self, name: &str, dim: usize, hash: &str, profile: Option<&str>) -> Result<()> {
         let m = &self.manifest;
+        if let Some(f) = &self.faiss {
+            if f.dim() == dim {
+                return Ok(());
+            }
+            return Err(Error::Vectors {
+                path: self.dir.clone(),
+                message: format!(
+                    "{}-dimensional vectors ({}), but {name} makes {dim}-dimensional ones: vectors of another model",
+                    f.dim(),
+                    f.kind()
+                ),
+            });
+        }
         let mut problems = Vec::new();
         if m.dim != dim {
             problems.push(format!("dimension {} vs {dim}", m.dim));

@@ -333,6 +333,13 @@ pub fn match_precomputed<'a>(
     let mut given: Vec<Option<&sift_index::Precomputed>> = vec![None; models.len()];
     for v in vectors {
         let m = v.manifest();
+        if m.model_hash.is_empty() && models.len() != 1 {
+            return Err(Error::Unsupported(format!(
+                "{}: {} does not say which model made its vectors: give one dense model with it",
+                v.dir().display(),
+                m.model
+            )));
+        }
         let found = models
             .iter()
             .position(|e| e.content_hash() == m.model_hash)

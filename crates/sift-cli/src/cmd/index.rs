@@ -15,7 +15,8 @@ use crate::progress::Bars;
 #[derive(clap::Args)]
 #[command(
     after_help = "Examples:\n  sift index --corpus corpora/sample --index target/sample-index\n  \
-sift index --corpus corpora/kb-example/kb.jsonl --index target/kb-index"
+sift index --corpus corpora/kb-example/kb.jsonl --index target/kb-index\n  \
+sift index --corpus wiki.jsonl --index target/wiki --dense intfloat/e5-base-v2 --faiss e5_Flat.index"
 )]
 pub struct Args {
     /// Corpus: a directory (BEIR layout with corpus.jsonl, or MM-BRIGHT hub layout), or a
@@ -49,6 +50,20 @@ pub struct Args {
     /// is loaded and checked against the vectors (files, dimension, profile).
     #[arg(long, value_name = "DIR", requires = "dense")]
     vectors: Vec<PathBuf>,
+    /// Adopt the passage vectors of a FAISS index file (faiss's `write_index`: IndexFlatIP,
+    /// IndexFlatL2, or IndexHNSWFlat over either) instead of embedding the passages: row i
+    /// is passage i of the corpus, in the corpus file's order, for a corpus of one domain
+    /// (or one picked with --domains). They stand for the one --dense model, which embeds
+    /// the queries: the dimension and the count must match, values must be finite, and an
+    /// L2 index's vectors must have unit length (Sift ranks by inner product, which orders
+    /// unit vectors as L2 distance does). Sift builds its own HNSW graph over the vectors.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "dense",
+        conflicts_with = "vectors"
+    )]
+    faiss: Option<PathBuf>,
     /// Do not index corpus images with vision-language models.
     #[arg(long)]
     no_images: bool,
@@ -118,14 +133,7 @@ pub fn run(a: Args) -> Result<()> {
         m: a.hnsw_m,
         ef_construction: a.ef_construction,
     };
-    let vectors = a
-        .vectors
-        .iter()
-        .map(|d| {
-            sift_index::Precomputed::open(d)
-                .with_context(|| format!("reading the vectors in {}", d.display()))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let vectors = precomputed(&a.vectors, a.faiss.as_deref())?;
     let given = sift_retrieve::match_precomputed(&vectors, &models)?;
     let dense: Vec<_> = a
         .dense
@@ -232,4 +240,26 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The precomputed passage vectors given: directories (`--vectors`) and a FAISS file
+/// (`--faiss`).
+fn precomputed(
+    dirs: &[PathBuf],
+    faiss: Option<&std::path::Path>,
+) -> Result<Vec<sift_index::Precomputed>> {
+    let mut vectors = dirs
+        .iter()
+        .map(|d| {
+            sift_index::Precomputed::open(d)
+                .with_context(|| format!("reading the vectors in {}", d.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(file) = faiss {
+        vectors.push(
+            sift_index::Precomputed::open_faiss(file)
+                .with_context(|| format!("reading the FAISS index {}", file.display()))?,
+        );
+    }
+    Ok(vectors)
 }
