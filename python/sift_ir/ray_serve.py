@@ -67,7 +67,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
@@ -148,6 +147,7 @@ class _Child:
         self._started = threading.Event()
         self._error: Optional[BaseException] = None
         self._tail: list = []
+        self._stopping = False
         threading.Thread(target=self._run, name="sift-serve", daemon=True).start()
         if not self._started.wait(startup_timeout_s):
             self.stop()
@@ -189,7 +189,10 @@ class _Child:
                     self._started.set()
             logger.info("%s", line)
         self.returncode = self.proc.wait()
-        logger.warning("sift serve exited with status %s", self.returncode)
+        if self._stopping:
+            logger.info("sift serve stopped (status %s)", self.returncode)
+        else:
+            logger.warning("sift serve exited with status %s", self.returncode)
         self._started.set()
 
     def alive(self) -> bool:
@@ -200,6 +203,7 @@ class _Child:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
+        self._stopping = True
         proc.terminate()
         try:
             proc.wait(grace_s)
@@ -444,16 +448,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         access_log=a.access_log,
     )
     serve.run(app, name="sift", route_prefix="/")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     print(
         f"sift_ir.ray_serve: {a.replicas} replica(s) of {a.index} at "
-        f"http://{a.host}:{a.port}/ (POST /retrieve for Search-R1 and verl); Ctrl-C stops",
+        f"http://{a.host}:{a.port}/ (POST /retrieve for Search-R1 and verl); "
+        "Ctrl-C or SIGTERM stops",
         flush=True,
     )
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        serve.delete("sift")
+    while not stop.wait(1.0):
+        pass
+    # the replicas drain and stop their sift serve (a second signal does not cut this short)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    serve.delete("sift")
+    print("sift_ir.ray_serve: stopped", flush=True)
     return 0
 
 
