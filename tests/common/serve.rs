@@ -43,8 +43,13 @@ impl Server {
 
     /// `sift serve` with these arguments alone (no index unless they give one).
     pub fn start_with(args: &[&str]) -> Server {
+        Server::start_at("127.0.0.1:0", args)
+    }
+
+    /// `sift serve --addr ADDR` with these arguments; `base` is the address it printed.
+    pub fn start_at(addr: &str, args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sift"))
-            .args(["serve", "--addr", "127.0.0.1:0"])
+            .args(["serve", "--addr", addr])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -245,3 +245,131 @@ fn serve_api_keys_are_trimmed_refused_when_empty_and_bearer_in_any_case() {
     let (status, _, _) = get_with(&server.url("/v1/indexes?api_key=s3cret"), &[]);
     assert_eq!(status, 200);
 }
+
+/// The files of `dir`, by name.
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// SIGTERM to `server`; its exit status once it has stopped.
+#[cfg(unix)]
+fn terminate(server: &mut Server) -> std::process::ExitStatus {
+    // SAFETY: kill(2) with a child's pid and a valid signal number.
+    let rc = unsafe { libc::kill(server.child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let start = Instant::now();
+    loop {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "still running after SIGTERM:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// ASearcher's convention: `DIR/Host<ip>_IP<port>.txt` holding `<ip>:<port>` (no newline),
+/// the port bound with `:0`, the IP the one other machines reach (bound to 0.0.0.0: the
+/// address of the default route, found here as the service finds it), written before the
+/// listening line and gone after SIGTERM.
+#[cfg(unix)]
+#[test]
+fn serve_address_file_names_the_listening_address_until_sigterm() {
+    let tmp = tempfile::tempdir().unwrap();
+    // a directory that does not exist yet
+    let dir = tmp.path().join("rag-servers");
+    // the route out as the service finds it (a machine without one is told the address)
+    let outbound = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("203.0.113.1:9").map(|()| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip().to_string());
+    let corpus = sample();
+    let mut args = vec![
+        "--index",
+        s(index()),
+        "--corpus",
+        s(&corpus),
+        "--quiet",
+        "--address-file",
+        s(&dir),
+    ];
+    if outbound.is_err() {
+        args.extend(["--advertise-host", "127.0.0.1"]);
+    }
+    let mut server = Server::start_at("0.0.0.0:0", &args);
+    let port: u16 = server.base.rsplit(':').next().unwrap().parse().unwrap();
+    assert_ne!(port, 0);
+    let host = outbound.unwrap_or_else(|_| "127.0.0.1".to_string());
+    let name = format!("Host{host}_IP{port}.txt");
+    // written before the listening line: there now, alone (no temporary left)
+    assert_eq!(file_names(&dir), [name.as_str()], "{}", server.log());
+    let address = std::fs::read_to_string(dir.join(&name)).unwrap();
+    assert_eq!(address, format!("{host}:{port}"));
+    assert!(
+        server
+            .log()
+            .contains(&format!("address {address} written to")),
+        "{}",
+        server.log()
+    );
+    // ASearcher's trainer calls http://<the file's line>/retrieve
+    let (status, res) = post(
+        &format!("http://{address}/retrieve"),
+        &json!({"queries": ["how do plants make sugar"], "topk": 2, "return_scores": true}),
+    );
+    assert_eq!(status, 200, "{res}");
+    assert_eq!(res["result"][0].as_array().unwrap().len(), 2, "{res}");
+    let status = terminate(&mut server);
+    assert!(status.success(), "{status:?}\n{}", server.log());
+    assert_eq!(file_names(&dir), Vec::<String>::new());
+}
+
+#[test]
+fn serve_advertise_host_is_written_and_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let index = s(index()).to_string();
+    let mut server = Server::start(&[
+        "--quiet",
+        "--address-file",
+        s(dir),
+        "--advertise-host",
+        "localhost",
+    ]);
+    let port = addr(&server).rsplit(':').next().unwrap().to_string();
+    let name = format!("Hostlocalhost_IP{port}.txt");
+    assert_eq!(file_names(dir), [name.as_str()]);
+    let address = std::fs::read_to_string(dir.join(&name)).unwrap();
+    assert_eq!(address, format!("localhost:{port}"));
+    #[cfg(unix)]
+    {
+        assert!(terminate(&mut server).success(), "{}", server.log());
+        assert_eq!(file_names(dir), Vec::<String>::new());
+    }
+    drop(server);
+    // a host that cannot go into a file name or a URL, and the flag without a directory:
+    // usage errors (exit 2)
+    let usage_error = |extra: &[&str]| {
+        let mut args = vec!["serve", "--index", &index, "--addr", "127.0.0.1:0"];
+        args.extend(extra);
+        let out = sift(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        stderr
+    };
+    for bad in ["a/b", "x:80", ""] {
+        let stderr = usage_error(&["--address-file", s(dir), "--advertise-host", bad]);
+        assert!(stderr.contains("--advertise-host"), "{bad}: {stderr}");
+    }
+    let stderr = usage_error(&["--advertise-host", "localhost"]);
+    assert!(stderr.contains("--address-file"), "{stderr}");
+    assert_eq!(file_names(dir), Vec::<String>::new());
+}

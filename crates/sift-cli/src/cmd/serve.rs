@@ -10,6 +10,8 @@ use sift_service::{Limits, ServeConfig, Service};
 use crate::models::ModelFlags;
 use crate::options::Bm25Flags;
 
+mod address_file;
+
 /// `sift serve --help`'s description.
 pub const LONG_ABOUT: &str = "Serve an index to search agents and benchmarks, read-only: a JSON API (OpenAPI at /openapi.json), Serper's /search, /images, /lens, /videos and /news (GET or POST), SerpAPI's GET /search and /search.json (engine=google, google_images, google_lens), readable pages for every link a hit carries (/v1/{domain}/page/{id}: HTML, Markdown or text) and a Jina-Reader-compatible GET /r/{url}, OpenAI-compatible /v1/models, /v1/embeddings and /v1/chat/completions (--generator), Cohere-compatible /v1/rerank (--rerank), Search-R1's and verl's POST /retrieve (BrowseComp-Plus's single query too) R1-Searcher's POST /queries and text-embeddings-inference's POST /embed, pyserini-style /v1/{domain}/search and /doc/{id}, and MCP tools over streamable HTTP at /mcp (or over stdio with --mcp-stdio).\n\nA request that names no domain searches every domain served (all of the index, or those given with --domain) and merges the hits into one ranking: BM25 is scored with the statistics of all those domains summed, as one index over them would score it, and dense scores are cosines of one model, comparable as they are.\n\nModels and the corpus are loaded once at start. Passage texts and images come from --corpus (kept in memory; images listed from folders are read on request); without it, results carry ids and scores only. SIGTERM or Ctrl-C stops taking connections, gives the requests in flight --shutdown-grace to finish, closes the connections still open and exits. A client has --header-timeout for each request's headers (a kept-alive connection idle that long is closed) and --body-timeout for its body.";
 
@@ -56,6 +58,18 @@ pub struct Args {
     /// Address to listen on (port 0: any free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
+    /// Once listening, write this server's address into DIR for trainers that find N
+    /// servers (ASearcher's RAG_SERVER_ADDR_DIR): `DIR/Host<ip>_IP<port>.txt` holding
+    /// `<ip>:<port>` (the port bound, --addr HOST:0 included), written atomically and
+    /// removed when the server stops on SIGTERM or Ctrl-C. The IP is --advertise-host,
+    /// else --addr's, else (0.0.0.0 or ::) the address this machine's default route leaves
+    /// from. DIR is created if missing.
+    #[arg(long, value_name = "DIR", conflicts_with = "mcp_stdio")]
+    address_file: Option<PathBuf>,
+    /// The host (IP address or hostname) written by --address-file, where other machines
+    /// reach this server (behind NAT, or a name the cluster resolves).
+    #[arg(long, value_name = "HOST", requires = "address_file", value_parser = address_file::check_host)]
+    advertise_host: Option<String>,
     /// Serve MCP over standard input and output instead of HTTP (for MCP clients that start
     /// the server themselves).
     #[arg(long)]
@@ -247,6 +261,22 @@ fn http_options(a: &Args) -> Result<HttpOptions> {
     Ok(options)
 }
 
+/// `--address-file DIR`'s file for a server listening on `bound`, announced on stderr.
+fn write_address_file(
+    dir: &std::path::Path,
+    bound: SocketAddr,
+    advertise: Option<&str>,
+) -> Result<address_file::AddressFile> {
+    let host = address_file::advertised_host(bound, advertise)?;
+    let file = address_file::AddressFile::write(dir, &host, bound.port())?;
+    eprintln!(
+        "sift serve: address {} written to {}",
+        file.contents(),
+        file.path().display()
+    );
+    Ok(file)
+}
+
 pub fn run(a: Args) -> Result<()> {
     let options = http_options(&a)?;
     let bm25 = match &a.index {
@@ -342,15 +372,27 @@ pub fn run(a: Args) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(a.addr)
             .await
             .with_context(|| format!("listening on {}", a.addr))?;
-        let stopped = sift_serve::serve_http(
-            listener,
-            shared,
-            &options,
-            sift_serve::shutdown_signal(),
-            |addr| {
-                eprintln!("sift serve: listening on http://{addr}");
-            },
-        )
+        // the handlers installed before anything is announced
+        let signal = sift_serve::shutdown_signal();
+        // written before the listening line
+        let address_file = match &a.address_file {
+            Some(dir) => Some(write_address_file(
+                dir,
+                listener.local_addr()?,
+                a.advertise_host.as_deref(),
+            )?),
+            None => None,
+        };
+        let shutdown = async move {
+            signal.await;
+            // removed as the server starts draining, so that trainers re-reading the
+            // directory stop picking it (dropped with this future, it goes too when
+            // serving fails)
+            drop(address_file);
+        };
+        let stopped = sift_serve::serve_http(listener, shared, &options, shutdown, |addr| {
+            eprintln!("sift serve: listening on http://{addr}");
+        })
         .await
         .context("serving HTTP")?;
         if stopped.dropped > 0 {
