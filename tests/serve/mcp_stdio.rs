@@ -66,6 +66,38 @@ fn mcp_over_stdio_lists_the_tools_and_searches() {
             "--json",
         ]));
         assert_eq!(hits[0]["id"], cli["hits"][0]["id"]);
+        // BrowseComp-Plus's fields beside Sift's; no ignored arguments named
+        for h in hits.as_array().unwrap() {
+            assert_eq!(h["docid"], h["id"], "{h}");
+            assert_eq!(h["snippet"], h["text"], "{h}");
+        }
+        // an argument the tool does not know is ignored and named, as FastMCP's tools do
+        let args: serde_json::Map<String, Value> = serde_json::from_value(
+            json!({"query": "how do plants make sugar", "index_name": "biology", "k": 3,
+                   "snippet_max_tokens": 512}),
+        )
+        .unwrap();
+        let res = client
+            .call_tool(CallToolRequestParams::new("search").with_arguments(args))
+            .await
+            .unwrap();
+        assert_ne!(res.is_error, Some(true), "{res:?}");
+        let answer = res.structured_content.expect("structured result");
+        assert_eq!(answer["hits"], hits);
+        assert_eq!(answer["ignored_arguments"], json!(["snippet_max_tokens"]));
+        // BrowseComp-Plus's get_document(docid): its docid and text, pyserini's index ignored
+        let docid = hits[0]["id"].as_str().unwrap();
+        let args: serde_json::Map<String, Value> =
+            serde_json::from_value(json!({"docid": docid, "index": "msmarco"})).unwrap();
+        let res = client
+            .call_tool(CallToolRequestParams::new("get_document").with_arguments(args))
+            .await
+            .unwrap();
+        let doc = res.structured_content.expect("structured result");
+        assert_eq!(doc["docid"], docid, "{doc}");
+        assert_eq!(doc["text"], doc["contents"], "{doc}");
+        assert!(!doc["text"].as_str().unwrap().is_empty(), "{doc}");
+        assert_eq!(doc["ignored_arguments"], json!(["index"]), "{doc}");
         // a tool error is an error result, not a dead server
         let args: serde_json::Map<String, Value> =
             serde_json::from_value(json!({"docid": "nope", "domain": "biology"})).unwrap();
