@@ -138,6 +138,9 @@ impl Index {
         // Python callers take every result they ask for, texts whole
         config.limits.max_top_k = 100_000;
         config.limits.text_chars = usize::MAX;
+        // a caller's queries are not kept waiting for company: concurrent callers (threads,
+        // Ray tasks) still share batches, formed while one encodes
+        config.batch.max_wait = std::time::Duration::ZERO;
         Ok(Index {
             path,
             corpus,

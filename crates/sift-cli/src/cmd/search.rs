@@ -138,6 +138,11 @@ pub fn run(a: Args) -> Result<()> {
             && a.candidates != CandidateKind::Passages,
         model_dir: a.model.clone(),
         allow_partial_shards: a.corpus_flags.allow_partial,
+        // one query: no company to wait for
+        batch: sift_service::BatchOptions {
+            max_wait: std::time::Duration::ZERO,
+            ..Default::default()
+        },
         ..ServeConfig::new(&a.index)
     };
     let service = Service::load(&config)
