@@ -103,6 +103,19 @@ fn retrieve_and_queries_answer_the_training_harnesses_as_search_does() {
         assert_eq!(status, code, "{body}: {err}");
         assert_eq!(err["error"]["field"], field, "{body}: {err}");
     }
+    // invalid UTF-8 names the query; a 1 MB query is answered (BM25 takes its terms, a
+    // dense model cuts it to its length)
+    let (status, body) = post_raw(&url, b"{\"queries\": [\"ok\", \"\xff\xfe\"]}");
+    let err = json(&String::from_utf8_lossy(&body));
+    assert_eq!(
+        (status, err["error"]["field"].clone()),
+        (400, json!("queries[1]")),
+        "{err}"
+    );
+    let big = "how do plants make sugar ".repeat(40_000);
+    let (status, res) = post(&url, &json!({"queries": [big], "topk": 2}));
+    assert_eq!(status, 200, "{res}");
+    assert_eq!(res["result"][0].as_array().unwrap().len(), 2, "{res}");
     let (status, err) = post(&server.url("/queries"), &json!({"queries": ["a"], "k": 0}));
     assert_eq!(
         (status, err["error"]["field"].clone()),
