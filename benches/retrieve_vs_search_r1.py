@@ -76,7 +76,7 @@ WRK_LUA = r"""
 local bodies = {}
 init = function(args)
   for line in io.lines(args[1]) do bodies[#bodies + 1] = line end
-  math.randomseed(tonumber(args[2]) + (tonumber(tostring({}):match("0x(%x+)"), 16) or 0) % 100000)
+  math.randomseed(tonumber(args[2]))
 end
 request = function()
   return wrk.format("POST", "/retrieve", {["Content-Type"] = "application/json"},

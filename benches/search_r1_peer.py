@@ -39,9 +39,10 @@ FP16 = ("        retrieval_use_fp16=True,\n", "        retrieval_use_fp16=False,
 LAUNCHER = r"""
 import runpy, sys
 import uvicorn
+PORT = int(sys.argv[2])
 _run = uvicorn.run
 def run(app, *args, **kw):
-    kw["host"], kw["port"] = "127.0.0.1", int(sys.argv[2])
+    kw["host"], kw["port"] = "127.0.0.1", PORT
     return _run(app, *args, **kw)
 uvicorn.run = run
 path = sys.argv[1]
