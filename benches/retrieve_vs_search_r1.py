@@ -399,7 +399,7 @@ def overlap(a: list[list[str]], b: list[list[str]]) -> float:
 
 
 def med(xs):
-    return statistics.median(xs) if xs else None
+    return round(statistics.median(xs), 3) if xs else None
 
 
 def cmd_run(a) -> None:
@@ -601,7 +601,7 @@ def markdown(r: dict) -> str:
         md += f"**{r['label']}**\n\n"
     md += (f"`{r['command']}` ({r['date']}; {m.get('cpu')}, {m.get('nproc')} CPUs, "
            f"`{m.get('uname')}`; load average at start {m.get('loadavg_at_start')})\n\n"
-           f"Sift {r['sift']['version']} (commit {r['sift']['git']}, `{r['sift']['binary']}`), "
+           f"Sift: `{r['sift']['version']}` (commit {r['sift']['git']}, `{r['sift']['binary']}`), "
            f"`{r['sift']['retriever']}`, `--ann {r['sift']['ann']}`, "
            f"`--max-concurrency {r['sift']['max_concurrency']}`. Reference: Search-R1 "
            f"{(r['peer']['commit'] or '?')[:12]} `{r['peer']['path']}` (blob {r['peer']['git_blob'][:12]}), "
