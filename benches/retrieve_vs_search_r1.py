@@ -43,7 +43,18 @@ Commands (the venv and the clone once; `prepare` is resumable and builds every -
     /var/tmp/r1-venv/bin/python -m benches.retrieve_vs_search_r1 run \\
         --work /var/tmp/r1-bench --size 200000 --sift target/release/sift \\
         --rounds 3 --duration 60 --out eval/results/retrieve_vs_search_r1
-    # a smoke run: --size 50000 --rounds 1 --duration 10 --out /tmp/r1-smoke
+    # a smoke run: --size 20000 --rounds 1 --duration 10 --out /tmp/r1-smoke
+    # Sift by exact search instead of HNSW: --sift-ann exact; other `sift serve` flags
+    # (a build with cross-request batching): --sift-arg=--query-batch=64 (repeat --sift-arg)
+
+`prepare` encodes 10,000 passages per shard (work/vectors/shard-NNNNN.npy) and can be stopped
+and run again: it goes on from the last shard written. Smaller --sizes are corpus prefixes,
+built as soon as their shards exist.
+
+Sift reads the passages as a knowledge-base jsonl ({"id", "text"}, text = the row's contents)
+and the vectors through `sift index --vectors` (Parquet of id, vector). Builds that read
+Search-R1's {"id", "contents"} rows directly and adopt a FAISS index file (`sift index
+--faiss`) can skip both conversions; this driver does not depend on them.
 """
 
 from __future__ import annotations
