@@ -451,6 +451,8 @@ def cmd_run(a) -> None:
             return ([a.sift, "serve", "--index", d / "sift-index", "--corpus", d / "kb.jsonl",
                      "--addr", f"127.0.0.1:{port}", "--retriever", dense, "--ann", a.sift_ann,
                      "--max-concurrency", a.sift_max_concurrency or threads, "--quiet",
+                     # the reference has no time limit; Sift's default (60 s) could cut (a) short
+                     "--timeout", str(a.sift_timeout),
                      *a.sift_arg], sift_env)
         return ([sys.executable, work / "peer/launch.py", work / "peer/retrieval_server.py", port,
                  "--index_path", d / "flat.index", "--corpus_path", d / "corpus.jsonl", "--topk", "3",
@@ -554,7 +556,8 @@ def cmd_run(a) -> None:
         "machine": machine(),
         "sift": {"binary": str(a.sift), "version": sift_version, "git": git_head(),
                  "retriever": dense, "ann": a.sift_ann, "ef_search_default": "128 (sift serve --ef-search)",
-                 "max_concurrency": int(a.sift_max_concurrency or threads), "extra_args": a.sift_arg,
+                 "max_concurrency": int(a.sift_max_concurrency or threads), "timeout_s": a.sift_timeout,
+                 "extra_args": a.sift_arg,
                  "index_build_s": json.loads(build.read_text())["seconds"] if build.exists() else None,
                  "index_dense": manifest.get("dense")},
         "peer": {**prov, "launch": "runpy under uvicorn.run bound to 127.0.0.1:<port>",
@@ -678,6 +681,7 @@ def main() -> None:
     ru.add_argument("--sift-ann", default="hnsw", choices=["hnsw", "exact", "auto"])
     ru.add_argument("--sift-max-concurrency", help="default: --threads")
     ru.add_argument("--sift-arg", action="append", default=[], help="another `sift serve` argument (repeat)")
+    ru.add_argument("--sift-timeout", type=float, default=600, help="sift serve --timeout (seconds)")
     ru.add_argument("--threads", type=int, default=2)
     ru.add_argument("--rounds", type=int, default=3)
     ru.add_argument("--batch", type=int, default=2560)
