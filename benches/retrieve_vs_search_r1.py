@@ -45,7 +45,9 @@ Commands (the venv and the clone once; `prepare` is resumable and builds every -
         --rounds 3 --duration 60 --out eval/results/retrieve_vs_search_r1
     # a smoke run: --size 20000 --rounds 1 --duration 10 --out /tmp/r1-smoke
     # Sift by exact search instead of HNSW: --sift-ann exact; other `sift serve` flags
-    # (a build with cross-request batching): --sift-arg=--query-batch=64 (repeat --sift-arg)
+    # (a build with cross-request batching): --sift-arg=--query-batch=64 (repeat --sift-arg);
+    # the report's recall@3 says whether HNSW's default --ef-search (128) is enough on this
+    # corpus (--sift-arg=--ef-search=512 for more)
 
 `prepare` encodes 10,000 passages per shard (work/vectors/shard-NNNNN.npy) and can be stopped
 and run again: it goes on from the last shard written. Smaller --sizes are corpus prefixes,
