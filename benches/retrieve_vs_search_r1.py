@@ -139,19 +139,41 @@ def read_contents(path: Path, n: int | None = None) -> list[str]:
     return out
 
 
-def encode(work: Path, passages: int, threads: int, batch: int) -> None:
+def encode(work: Path, passages: int, threads: int, batch: int, sift_encoder: str | None = None) -> None:
     """Passage vectors in shards of SHARD rows, work/vectors/shard-NNNNN.npy (resumable),
-    encoded by the reference's Encoder (the code path its index builder and server share)."""
+    encoded by the reference's Encoder (the code path its index builder and server share), or,
+    with `sift_encoder` (a sift binary), by `sift embed --kind passage` (the same model, mean
+    pooled, normalised, cut at 256 tokens; faster on this CPU). Which encoder wrote each shard
+    is recorded in work/vectors/encoders.json; both servers search the same vectors either way."""
     import numpy as np
-    import torch
 
-    torch.set_num_threads(threads)
     out = work / "vectors"
     out.mkdir(parents=True, exist_ok=True)
     todo = [s for s in range(0, passages, SHARD) if not (out / f"shard-{s // SHARD:05d}.npy").exists()]
     if not todo:
         return
     texts = read_contents(work / "data/corpus.jsonl", passages)
+    record = out / "encoders.json"
+    encoders = json.loads(record.read_text()) if record.exists() else {}
+    if sift_encoder:
+        for s in todo:
+            t0 = time.time()
+            name = f"shard-{s // SHARD:05d}"
+            inputs = out / f"{name}.input.jsonl"
+            with open(inputs, "w") as f:
+                for i, t in enumerate(texts[s:s + SHARD]):
+                    f.write(json.dumps({"id": str(s + i), "text": t}) + "\n")
+            sh([sift_encoder, "embed", "--model", MODEL, "--input", inputs, "--kind", "passage",
+                "--out", out / f"{name}.tmp.npy", "--batch-size", batch, "--threads", threads])
+            inputs.unlink()
+            (out / f"{name}.tmp.npy").rename(out / f"{name}.npy")
+            encoders[name] = f"sift embed ({sift_encoder})"
+            record.write_text(json.dumps(encoders, indent=1) + "\n")
+            log(f"encoded passages {s}..{s + SHARD} with sift embed in {time.time() - t0:.0f} s")
+        return
+    import torch
+
+    torch.set_num_threads(threads)
     mod = peer_module(work)
     enc = mod.Encoder(model_name="minilm", model_path=str(MODEL), pooling_method="mean",
                       max_length=256, use_fp16=False)
@@ -166,6 +188,8 @@ def encode(work: Path, passages: int, threads: int, batch: int) -> None:
         tmp = out / f"shard-{s // SHARD:05d}.tmp.npy"
         np.save(tmp, vecs)
         tmp.rename(out / f"shard-{s // SHARD:05d}.npy")
+        encoders[f"shard-{s // SHARD:05d}"] = "the reference's Encoder"
+        record.write_text(json.dumps(encoders, indent=1) + "\n")
         log(f"encoded passages {s}..{s + len(chunk)} in {time.time() - t0:.0f} s")
 
 
@@ -176,7 +200,28 @@ def load_vectors(work: Path, n: int):
     return np.concatenate(shards)[:n]
 
 
-def build_size(work: Path, n: int, sift: str | None, threads: int) -> None:
+def encoder_counts(work: Path, n: int) -> dict:
+    """Passages per encoder among the first `n` (work/vectors/encoders.json; shards written
+    before it existed were the reference's)."""
+    record = work / "vectors/encoders.json"
+    encoders = json.loads(record.read_text()) if record.exists() else {}
+    counts: dict = {}
+    for s in range(0, n, SHARD):
+        who = encoders.get(f"shard-{s // SHARD:05d}", "the reference's Encoder")
+        counts[who] = counts.get(who, 0) + min(SHARD, n - s)
+    return counts
+
+
+def encoders_line(r: dict) -> str:
+    enc = r.get("passage_encoders") or {}
+    line = ", ".join(f"{v:,} by {k}" for k, v in enc.items())
+    corpus = r.get("sift_corpus", "kb.jsonl")
+    how = ("Sift indexed Search-R1's corpus.jsonl and adopted its flat.index (sift index --faiss)"
+           if corpus == "corpus.jsonl" else "Sift read them through sift index --vectors")
+    return f"{line}; {how}" if line else how
+
+
+def build_size(work: Path, n: int, sift: str | None, threads: int, faiss_adopt: bool = False) -> None:
     """work/n<N>/: the reference's corpus.jsonl and flat.index, Sift's kb.jsonl, vectors/
     (sift index --vectors) and sift-index/."""
     import faiss
@@ -222,8 +267,14 @@ def build_size(work: Path, n: int, sift: str | None, threads: int) -> None:
         (vdir / "sift-vectors.json").write_text(json.dumps(manifest, indent=1) + "\n")
     if sift and not (d / "sift-index/manifest.json").exists():
         t0 = time.time()
-        sh([sift, "index", "--corpus", d / "kb.jsonl", "--index", d / "sift-index", "--dense", MODEL,
-            "--vectors", vdir, "--threads", threads, "-q"])
+        if faiss_adopt:
+            # Search-R1's own files as they are: its corpus rows and the FAISS index it loads
+            sh([sift, "index", "--corpus", d / "corpus.jsonl", "--index", d / "sift-index",
+                "--dense", MODEL, "--faiss", d / "flat.index", "--threads", threads, "-q"])
+            (d / "sift-corpus.txt").write_text("corpus.jsonl\n")
+        else:
+            sh([sift, "index", "--corpus", d / "kb.jsonl", "--index", d / "sift-index", "--dense", MODEL,
+                "--vectors", vdir, "--threads", threads, "-q"])
         (d / "sift-index-build.json").write_text(json.dumps({"seconds": round(time.time() - t0, 1)}) + "\n")
 
 
@@ -241,8 +292,8 @@ def cmd_prepare(a) -> None:
     if sizes[-1] > a.passages:
         raise SystemExit(f"--sizes {sizes[-1]} > --passages {a.passages}")
     for n in sizes:  # the smaller sizes are ready first
-        encode(work, n, a.threads, a.encode_batch)
-        build_size(work, n, a.sift, a.threads)
+        encode(work, n, a.threads, a.encode_batch, a.sift if a.encoder == "sift" else None)
+        build_size(work, n, a.sift, a.threads, a.sift_index == "faiss")
     log(f"prepared {work}")
 
 
@@ -450,7 +501,9 @@ def cmd_run(a) -> None:
 
     def command(side: str, port: int) -> tuple[list, dict]:
         if side == "sift":
-            return ([a.sift, "serve", "--index", d / "sift-index", "--corpus", d / "kb.jsonl",
+            corpus = (d / "sift-corpus.txt").read_text().strip() if (d / "sift-corpus.txt").exists() \
+                else "kb.jsonl"
+            return ([a.sift, "serve", "--index", d / "sift-index", "--corpus", d / corpus,
                      "--addr", f"127.0.0.1:{port}", "--retriever", dense, "--ann", a.sift_ann,
                      "--max-concurrency", a.sift_max_concurrency or threads, "--quiet",
                      # the reference has no time limit; Sift's default (60 s) could cut (a) short
@@ -564,6 +617,9 @@ def cmd_run(a) -> None:
                  "index_dense": manifest.get("dense")},
         "peer": {**prov, "launch": "runpy under uvicorn.run bound to 127.0.0.1:<port>",
                  "index": "faiss.IndexFlatIP (exact)", "versions": versions()},
+        "passage_encoders": encoder_counts(work, a.size),
+        "sift_corpus": (d / "sift-corpus.txt").read_text().strip() if (d / "sift-corpus.txt").exists()
+        else "kb.jsonl",
         "setup": {"passages": a.size, "queries_in_file": len(queries), "batch": a.batch, "topk": 3,
                   "clients": a.clients, "duration_s": a.duration, "rounds": a.rounds, "threads": a.threads,
                   "model": str(MODEL), "load_generator": wrk_version() + ", 1 thread",
@@ -624,7 +680,7 @@ def markdown(r: dict) -> str:
            f"edits: {'; '.join(r['peer']['edits'])}; FAISS IndexFlatIP; "
            + ", ".join(f"{k} {v}" for k, v in r["peer"]["versions"].items()) + ".\n\n"
            f"{st['passages']:,} generated passages (benches/make_r1_corpus.py), all-MiniLM-L6-v2, one encoding "
-           f"of the passages shared by both; {st['threads']} threads each ({', '.join(f'{k}={v}' for k, v in st['thread_env'].items())}); "
+           f"of the passages shared by both ({encoders_line(r)}); {st['threads']} threads each ({', '.join(f'{k}={v}' for k, v in st['thread_env'].items())}); "
            f"{st['rounds']} rounds, fresh processes, alternating (the order flips each round); medians over rounds.\n\n"
            f"(a) one POST /retrieve of {st['batch']:,} queries (topk 3, scores); (b) {st['clients']} closed-loop "
            f"clients, one query per request, {st['duration_s']} s ({st['load_generator']}).\n\n"
@@ -675,6 +731,11 @@ def main() -> None:
     pr.add_argument("--threads", type=int, default=2)
     pr.add_argument("--encode-batch", type=int, default=64)
     pr.add_argument("--sift", help="the sift binary (release build); builds each size's Sift index")
+    pr.add_argument("--encoder", choices=["reference", "sift"], default="reference",
+                    help="what encodes the passages not yet encoded (sift: `sift embed`, needs --sift)")
+    pr.add_argument("--sift-index", choices=["vectors", "faiss"], default="vectors",
+                    help="Sift's index from the shared vectors (`sift index --vectors`) or from the "
+                         "reference's own corpus.jsonl and flat.index (`sift index --faiss`)")
     pr.set_defaults(func=cmd_prepare)
     ru = sub.add_parser("run", help="the benchmark rounds and the report")
     ru.add_argument("--work", default="/var/tmp/r1-bench")

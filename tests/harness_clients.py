@@ -286,6 +286,12 @@ def trainers(base):
     asearcher(base)
     vrag(base)
     bing(base)
+    # a text-embeddings-inference client (its README's request): one list of floats per input
+    data = ok_json(requests.post(f"{base}/embed", json={"inputs": ["leaf cells", "map"], "truncate": True},
+                                 headers={"Content-Type": "application/json"}), "tei embed")
+    if data:
+        check(len(data) == 2 and all(isinstance(x, float) for x in data[0])
+              and abs(sum(x * x for x in data[0]) - 1) < 1e-3, f"tei embed: {str(data)[:200]}")
     # R1-Searcher: the texts per query
     data = ok_json(requests.post(f"{base}/queries", json={"queries": queries[:2], "k": 3}),
                    "r1-searcher queries")
