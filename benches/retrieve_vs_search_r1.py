@@ -164,7 +164,8 @@ def encode(work: Path, passages: int, threads: int, batch: int, sift_encoder: st
                 for i, t in enumerate(texts[s:s + SHARD]):
                     f.write(json.dumps({"id": str(s + i), "text": t}) + "\n")
             sh([sift_encoder, "embed", "--model", MODEL, "--input", inputs, "--kind", "passage",
-                "--out", out / f"{name}.tmp.npy", "--batch-size", batch, "--threads", threads])
+                "--out", out / f"{name}.tmp.npy", "--batch-size", batch],
+               env={**os.environ, "RAYON_NUM_THREADS": str(threads)})
             inputs.unlink()
             (out / f"{name}.tmp.npy").rename(out / f"{name}.npy")
             encoders[name] = f"sift embed ({sift_encoder})"

@@ -184,7 +184,7 @@ def running(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-def wait_for(what: str, check, timeout_s: float = 60.0):
+def wait_for(what: str, check, timeout_s: float = 240.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = check()
