@@ -142,10 +142,6 @@ def post_with_retries(url: str, body: dict, log: list) -> requests.Response:
     raise AssertionError(f"{TRIES} tries failed: {last}")
 
 
-def _pid(_actor) -> int:
-    return os.getpid()
-
-
 def replicas() -> dict:
     """The deployment's live replica actors: {actor name: process id}."""
     found = {}
@@ -153,7 +149,10 @@ def replicas() -> dict:
         if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::{APP}#"):
             try:
                 actor = ray.get_actor(a["name"], namespace="serve")
-                found[a["name"]] = ray.get(actor.__ray_call__.remote(_pid), timeout=10)
+                # a lambda: cloudpickle sends it by value (a function of this module would go
+                # by reference, and the worker cannot import the tests' module)
+                found[a["name"]] = ray.get(
+                    actor.__ray_call__.remote(lambda _actor: __import__("os").getpid()), timeout=10)
             except (ValueError, ray.exceptions.RayError):
                 continue  # dead, or not up yet
     return found
@@ -184,7 +183,7 @@ def running(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-def wait_for(what: str, check, timeout_s: float = 240.0):
+def wait_for(what: str, check, timeout_s: float = 120.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = check()
